@@ -1,0 +1,245 @@
+"""Alignment datasets: built once per specification, cached on disk under a content hash, loaded in milliseconds.
+
+Layout of one cached dataset (``<datasets dir>/<id>/``)::
+
+    meta.json            spec, stats per split, normalisation report, build time
+    train/<array>.npy    the arrays of :class:`engine.pairs.PairSplit` (six files)
+    val/<array>.npy
+
+A build writes into a temporary sibling folder and renames it into place, so the cache never holds a
+half-written dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import GaptuiError
+from engine.noise import check_noise, check_noise_model, correlate
+from engine.pairs import ARRAYS, PairSplit
+from engine.sources import SOURCES, data_root, params_dict, parse_params
+
+#: Bump when the generation procedure changes: old cache entries are then never confused with new ones.
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything that determines an alignment dataset. ``params`` may hold strings (from ``--param``)."""
+
+    base: str
+    noise: float
+    noise_model: str | None = None
+    n_train: int | None = None
+    n_val: int | None = None
+    seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def canonical(self) -> dict[str, Any]:
+        """Resolved, typed and defaulted form: equal datasets have equal canonical dicts."""
+        source = SOURCES.get(self.base)
+        params = parse_params(source, self.params)
+        noise = check_noise(self.noise)
+        model = check_noise_model(self.noise_model or source.noise_model)
+        n_train = source.sizes[0] if self.n_train is None else int(self.n_train)
+        n_val = source.sizes[1] if self.n_val is None else int(self.n_val)
+        for flag, value in (("--train", n_train), ("--val", n_val)):
+            if value is not None and value < 0:
+                raise GaptuiError(f"{flag} {value}: expected a count >= 0")
+        if n_train == 0:
+            raise GaptuiError("--train 0: a dataset needs at least one training pair")
+        return {
+            "format": FORMAT_VERSION,
+            "base": source.name,
+            "params": params_dict(params),
+            "noise": noise,
+            "noise_model": model,
+            "n_train": n_train,
+            "n_val": n_val,
+            "seed": int(self.seed),
+        }
+
+    @classmethod
+    def from_canonical(cls, data: dict[str, Any]) -> DatasetSpec:
+        return cls(
+            base=data["base"],
+            noise=data["noise"],
+            noise_model=data["noise_model"],
+            n_train=data["n_train"],
+            n_val=data["n_val"],
+            seed=data["seed"],
+            params=dict(data["params"]),
+        )
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def dataset_id(canonical: dict[str, Any]) -> str:
+    """Readable, content-addressed id: ``<base>-<noise %>-<12 hex digits of the spec hash>``."""
+    return f"{canonical['base']}-n{canonical['noise'] * 100:g}-{_digest(canonical)[:12]}"
+
+
+def _rng(seed: int, key: dict[str, Any]) -> np.random.Generator:
+    words = [int(_digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
+    return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A cached alignment dataset on disk."""
+
+    id: str
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.meta["spec"]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.meta["stats"]
+
+    def split(self, name: str) -> PairSplit:
+        if name not in SPLITS:
+            raise GaptuiError(f"unknown split '{name}': expected one of {', '.join(SPLITS)}")
+        return PairSplit.load(self.path / name)
+
+
+def build_dataset(
+    spec: DatasetSpec, datasets_dir: Path, raw_root: Path | None = None, *, force: bool = False
+) -> tuple[Dataset, bool]:
+    """Build (or find in the cache) the dataset of ``spec``. Returns ``(dataset, built_now)``.
+
+    Base graphs depend on (seed, base, params, sizes) only, so every noise level of one seed noises the same
+    base graphs; the noise and the permutations are drawn from a stream keyed by the whole spec.
+    """
+    canonical = spec.canonical()
+    ident = dataset_id(canonical)
+    datasets_dir = Path(datasets_dir)
+    final = datasets_dir / ident
+    if (final / "meta.json").exists() and not force:
+        return open_dataset(final), False
+
+    started = time.perf_counter()
+    source_cls = SOURCES.get(canonical["base"])
+    source = source_cls(parse_params(source_cls, canonical["params"]))
+    base_key = {k: canonical[k] for k in ("format", "base", "params", "n_train", "n_val")}
+    splits = source.load(
+        canonical["n_train"], canonical["n_val"], _rng(canonical["seed"], base_key), data_root(raw_root)
+    )
+    noise_rng = _rng(canonical["seed"], canonical)
+
+    datasets_dir.mkdir(parents=True, exist_ok=True)
+    tmp = datasets_dir / f".tmp-{ident}-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        stats: dict[str, Any] = {}
+        for name, graphs in (("train", splits.train), ("val", splits.val)):
+            pairs, noise_stats = correlate(graphs, canonical["noise_model"], canonical["noise"], noise_rng)
+            pairs.save(tmp / name)
+            stats[name] = noise_stats.to_dict(pairs)
+        meta = {
+            "id": ident,
+            "spec": canonical,
+            "stats": stats,
+            "normalisation": splits.report.to_dict(),
+            "normalisation_note": splits.report.summary(),
+            "build_seconds": round(time.perf_counter() - started, 3),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        _write_json(tmp / "meta.json", meta)
+        if final.exists():
+            # Another builder won the race (or --force): the dataset is deterministic, so keep one copy.
+            if not force:
+                shutil.rmtree(tmp)
+                return open_dataset(final), False
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return open_dataset(final), True
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def open_dataset(path: Path) -> Dataset:
+    meta_path = Path(path) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise GaptuiError(f"no dataset at {path} (missing {meta_path.name})") from None
+    except json.JSONDecodeError as exc:
+        raise GaptuiError(f"{meta_path}: not valid JSON ({exc})") from None
+    for split in SPLITS:
+        missing = [a for a in ARRAYS if not (Path(path) / split / f"{a}.npy").exists()]
+        if missing:
+            raise GaptuiError(f"dataset {path} is incomplete: {split}/ lacks {', '.join(missing)}")
+    return Dataset(meta["id"], Path(path), meta)
+
+
+def list_datasets(datasets_dir: Path) -> list[Dataset]:
+    """Every complete dataset in the cache, oldest first (temporary build folders are ignored)."""
+    out = []
+    if Path(datasets_dir).is_dir():
+        for child in sorted(Path(datasets_dir).iterdir()):
+            if child.name.startswith(".") or not (child / "meta.json").exists():
+                continue
+            try:
+                out.append(open_dataset(child))
+            except GaptuiError:
+                continue
+    return sorted(out, key=lambda d: d.meta.get("created", ""))
+
+
+def find_dataset(datasets_dir: Path, ident: str) -> Dataset:
+    """A dataset by id or unique id prefix."""
+    exact = Path(datasets_dir) / ident
+    if (exact / "meta.json").exists():
+        return open_dataset(exact)
+    matches = [d for d in list_datasets(datasets_dir) if d.id.startswith(ident)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        from engine.errors import did_you_mean
+
+        known = [d.id for d in list_datasets(datasets_dir)]
+        raise GaptuiError(f"no dataset '{ident}' in {datasets_dir}{did_you_mean(ident, known)}")
+    raise GaptuiError(f"dataset id '{ident}' is ambiguous: {', '.join(d.id for d in matches)}")
+
+
+def export_npz(dataset: Dataset, out: Path) -> Path:
+    """Write ``<split>_<array>`` for every split into one ``.npz`` (format documented in the README)."""
+    out = Path(out)
+    if out.suffix != ".npz":
+        raise GaptuiError(f"--out {out}: expected a file name ending in .npz")
+    arrays: dict[str, np.ndarray] = {}
+    for split in SPLITS:
+        for name, arr in dataset.split(split).arrays().items():
+            arrays[f"{split}_{name}"] = np.asarray(arr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
+    try:
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

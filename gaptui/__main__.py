@@ -1,0 +1,3 @@
+from gaptui.cli import main
+
+main()

@@ -1,0 +1,38 @@
+"""Shared fixtures: an isolated workspace and a helper to run the CLI as a user would (a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Never try a download in tests, and never touch the user's default workspace.
+    monkeypatch.setenv("GAPTUI_OFFLINE", "1")
+    monkeypatch.delenv("GAPTUI_WORKSPACE", raising=False)
+    monkeypatch.delenv("GAPTUI_DATA", raising=False)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path / "ws"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None):
+    """Run ``python -m gaptui ARGS`` in a subprocess; returns the CompletedProcess (text mode)."""
+    full_env = {**os.environ, "COLUMNS": "200", "GAPTUI_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gaptui", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
