@@ -1,6 +1,6 @@
 """Base graph sources, selected by registry name: synthetic, real (PyG / OGB loaders) and the user's own."""
 
-from engine.sources import synthetic  # noqa: F401  (registers the synthetic sources)
+from engine.sources import real, synthetic, user  # noqa: F401  (importing them registers their sources)
 from engine.sources.base import (
     NOISE_MODELS,
     SOURCES,

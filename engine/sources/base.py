@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,9 +15,9 @@ import numpy as np
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.graphs import Graph, NormalisationReport, simple_graph
+from engine.noise import NOISE_MODELS  # noqa: F401  (re-exported)
 from engine.registry import Registry
-
-NOISE_MODELS = ("add_remove", "add")
+from engine.typed import coerce
 
 
 @dataclass
@@ -48,15 +47,15 @@ class Source:
     Params: ClassVar[type] = NoParams
     noise_model: ClassVar[str] = "add_remove"
     sizes: ClassVar[tuple[int | None, int | None]] = (5000, 500)
+    #: Embedding dimension models use by default on this kind of graph (the paper: 64, 32 for molecules).
+    embedding_dim: ClassVar[int] = 64
     #: Extra keyword parameters are accepted and passed through untyped (user PyG datasets).
     open_params: ClassVar[bool] = False
 
     def __init__(self, params: Any) -> None:
         self.params = params
 
-    def load(
-        self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path
-    ) -> BaseSplits:
+    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
         """Return ``n_train`` training and ``n_val`` validation base graphs (``None``: the source's default)."""
         raise NotImplementedError
 
@@ -74,47 +73,6 @@ def data_root(root: str | os.PathLike[str] | None = None) -> Path:
     return Path(root or os.environ.get("GAPTUI_DATA") or "gaptui-data").expanduser().resolve()
 
 
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """Convert a command-line string (or a TOML/JSON value) to the annotated type of a parameter."""
-    origin = typing.get_origin(typ)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            return None
-        return _coerce(value, args[0], where)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise GaptuiError(f"{where}: expected true or false, got '{value}'")
-    if typ is int:
-        if isinstance(value, bool):
-            raise GaptuiError(f"{where}: expected an integer, got '{value}'")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        try:
-            return int(str(value))
-        except ValueError:
-            raise GaptuiError(f"{where}: expected an integer, got '{value}'") from None
-    if typ is float:
-        if isinstance(value, bool):
-            raise GaptuiError(f"{where}: expected a number, got '{value}'")
-        try:
-            out = float(value)
-        except (TypeError, ValueError):
-            raise GaptuiError(f"{where}: expected a number, got '{value}'") from None
-        if not np.isfinite(out):
-            raise GaptuiError(f"{where}: expected a finite number, got '{value}'")
-        return out
-    return str(value)
-
-
 def parse_params(source: type[Source], raw: Mapping[str, Any], where: str = "--param") -> Any:
     """Build ``source.Params`` from ``raw`` (strings or typed values). Unknown keys get a did-you-mean."""
     fields = {f.name: f for f in dataclasses.fields(source.Params)}
@@ -123,14 +81,13 @@ def parse_params(source: type[Source], raw: Mapping[str, Any], where: str = "--p
     extra: dict[str, Any] = {}
     for key, value in raw.items():
         if key in fields:
-            known[key] = _coerce(value, hints[key], f"{where} {key}={value} ({source.name})")
+            known[key] = coerce(value, hints[key], f"{where} {key}={value} ({source.name})")
         elif source.open_params:
             extra[key] = _json_or_text(value)
         else:
             names = ", ".join(fields) or "none"
             raise GaptuiError(
-                f"{where}: '{source.name}' has no parameter '{key}'{did_you_mean(key, fields)}; "
-                f"its parameters: {names}"
+                f"{where}: '{source.name}' has no parameter '{key}'{did_you_mean(key, fields)}; its parameters: {names}"
             )
     params = source.Params(**known)
     if source.open_params:
@@ -194,13 +151,9 @@ def split_counts(
     n_train = available_train if n_train is None else n_train
     n_val = available_val if n_val is None else n_val
     if n_train > available_train:
-        raise GaptuiError(
-            f"{name}: --train {n_train} asks for more graphs than the split holds ({available_train})"
-        )
+        raise GaptuiError(f"{name}: --train {n_train} asks for more graphs than the split holds ({available_train})")
     if n_val > available_val:
-        raise GaptuiError(
-            f"{name}: --val {n_val} asks for more graphs than the split holds ({available_val})"
-        )
+        raise GaptuiError(f"{name}: --val {n_val} asks for more graphs than the split holds ({available_val})")
     return n_train, n_val
 
 

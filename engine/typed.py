@@ -1,0 +1,94 @@
+"""Typed values from untyped input (command-line strings, TOML, JSON), with errors that name the culprit."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from engine.errors import GaptuiError, did_you_mean
+
+
+def coerce(value: Any, typ: Any, where: str) -> Any:
+    """Convert a command-line string (or a TOML/JSON value) to the annotated type of a parameter."""
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return coerce(value, args[0], where)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise GaptuiError(f"{where}: expected true or false, got '{value}'")
+    if typ is int:
+        if isinstance(value, bool):
+            raise GaptuiError(f"{where}: expected an integer, got '{value}'")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(str(value))
+        except ValueError:
+            raise GaptuiError(f"{where}: expected an integer, got '{value}'") from None
+    if typ is float:
+        if isinstance(value, bool):
+            raise GaptuiError(f"{where}: expected a number, got '{value}'")
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise GaptuiError(f"{where}: expected a number, got '{value}'") from None
+        if not np.isfinite(out):
+            raise GaptuiError(f"{where}: expected a finite number, got '{value}'")
+        return out
+    return str(value)
+
+
+def parse_dataclass(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+    """Build dataclass ``cls`` from ``raw``: unknown keys get a did-you-mean, values are coerced to field types."""
+    if not isinstance(raw, Mapping):
+        raise GaptuiError(f"{where}: expected a table of keys, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, fields)}; known: {', '.join(fields)}")
+        values[key] = coerce_field(value, hints[key], f"{where}: key '{key}' = {value!r}")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise GaptuiError(f"{where}: missing required key(s) {', '.join(missing)}")
+    return cls(**values)
+
+
+def coerce_field(value: Any, typ: Any, where: str) -> Any:
+    """:func:`coerce` plus the container types used by specs: dict, list and tuple of scalars."""
+    origin = typing.get_origin(typ)
+    if origin in (dict, Mapping) or typ is dict:
+        if not isinstance(value, Mapping):
+            raise GaptuiError(f"{where}: expected a table, got {type(value).__name__}")
+        return dict(value)
+    if origin in (list, tuple) or typ in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise GaptuiError(f"{where}: expected a list, got {type(value).__name__}")
+        args = typing.get_args(typ)
+        inner = args[0] if args else Any
+        items = [value_item if inner is Any else coerce(value_item, inner, where) for value_item in value]
+        return tuple(items) if origin is tuple or typ is tuple else items
+    if typ is Any:
+        return value
+    return coerce(value, typ, where)
