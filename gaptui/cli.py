@@ -29,9 +29,7 @@ err_console = Console(stderr=True)
 
 WorkspaceOpt = Annotated[
     Optional[Path],  # noqa: UP045 (Typer needs Optional on Python 3.10)
-    typer.Option(
-        "--workspace", "-w", envvar=ENV_WORKSPACE, help="Workspace folder [default: ./gaptui-runs]."
-    ),
+    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help="Workspace folder [default: ./gaptui-runs]."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
@@ -213,6 +211,181 @@ def datasets_sources(as_json: JsonOpt = False) -> None:
         params = " ".join(f"{k}={v}" for k, v in r["params"].items())
         table.add_row(r["name"], params, r["noise_model"], sizes, r["description"])
     console.print(table)
+
+
+@app.command("models")
+def models_cmd(
+    budget: Annotated[int, typer.Option("--budget", help="Parameter budget.")] = 60_000,
+    out_dim: Annotated[int, typer.Option("--out-dim", help="Embedding dimension.")] = 64,
+    as_json: JsonOpt = False,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """List the registered models with their width and parameter count at a budget."""
+    from engine import models
+    from engine.training import FEATURES
+
+    rows = []
+    for name in models.names():
+        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES["degree"])
+        rows.append(
+            {
+                "name": name,
+                "params": models.count_parameters(model),
+                "width": int(getattr(model, "width", 0)),
+                "description": models.describe(name),
+            }
+        )
+    rows.append({"name": "laplacian", "params": 0, "width": out_dim, "description": LAPLACIAN_NOTE})
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(title=f"models (budget {budget:,}, embedding {out_dim})")
+    for col in ("name", "params", "width", "description"):
+        table.add_column(col, justify="right" if col in ("params", "width") else "left")
+    for r in rows:
+        table.add_row(r["name"], f"{r['params']:,}", str(r["width"]), r["description"])
+    console.print(table)
+
+
+LAPLACIAN_NOTE = "training-free baseline: Laplacian eigenvector embeddings, then the same LAP"
+
+
+@app.command("train")
+def train_cmd(
+    base: Annotated[str, typer.Option("--base", help="Base dataset name.")],
+    noise: Annotated[float, typer.Option("--noise", help="Noise level eta in [0, 1).")],
+    model: Annotated[str, typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory.")],
+    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 300,
+    train: Annotated[Optional[int], typer.Option("--train", help="Training pairs.")] = None,  # noqa: UP045
+    val: Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")] = None,  # noqa: UP045
+    seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
+    data_seed: Annotated[int, typer.Option("--data-seed", help="Dataset seed.")] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Pairs per optimiser step.")] = 100,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].")] = "auto",
+    noise_model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
+    ] = None,
+    param: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
+    ] = None,
+    out: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train one model on one alignment dataset in the foreground and print its final metrics."""
+    from engine.datasets import build_dataset
+    from engine.sources import parse_param_args
+    from engine.spec import RunSpec
+    from gaptui.runner import run_id
+
+    ws = Workspace.resolve(workspace)
+    dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
+    for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
+        if value is not None:
+            dataset[key] = value
+    spec = RunSpec.from_dict(
+        {
+            "dataset": dataset,
+            "model": model,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "seed": seed,
+            "device": device,
+            "datasets_dir": str(ws.datasets),
+            "data_root": str(ws.raw_data),
+        },
+        where="gaptui train",
+    )
+    folder = out or ws.runs / run_id(spec)
+    if as_json:
+        build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
+    else:
+        with err_console.status(f"preparing dataset {base} at noise {noise:g} ..."):
+            build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
+    result = _run_foreground(spec, folder, show_progress=not as_json)
+    if as_json:
+        _print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
+        return
+    table = Table(title=f"{spec.model} on {base} at noise {noise:g} (run {run_id(spec)})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("parameters", f"{result.get('params', 0):,}")
+    for key, value in result.get("metrics", {}).items():
+        table.add_row(key, f"{value:.4f}")
+    console.print(table)
+    console.print(f"run folder: {folder}", highlight=False)
+
+
+def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "params": result.get("params"),
+        "width": result.get("width"),
+        "metrics": result.get("metrics", {}),
+        "seconds": result.get("seconds"),
+        "device": result.get("device"),
+        "dataset": result.get("dataset"),
+    }
+
+
+def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, Any]:
+    """Run one worker, mirror its events in a progress bar, forward Ctrl-C as SIGTERM; returns result.json."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from gaptui.runner import signal_group, start_worker
+
+    proc = start_worker(spec, folder)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} epochs"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=not show_progress,
+    )
+    error = ""
+    cancelled = False
+    with progress:
+        task = progress.add_task(spec.model, total=spec.epochs, info="")
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                kind = event.get("event")
+                if kind == "start" and event.get("resumed_from"):
+                    progress.update(task, completed=event["resumed_from"]["epoch"])
+                elif kind == "epoch":
+                    acc = event.get("val_acc")
+                    info = f"loss {event['train_loss']:.3f}" + (f"  val acc {acc:.3f}" if acc is not None else "")
+                    progress.update(task, completed=event["epoch"], info=info)
+                elif kind == "error":
+                    error = event.get("message", "")
+                elif kind == "cancelled":
+                    cancelled = True
+            proc.wait()
+        except KeyboardInterrupt:
+            signal_group(proc.pid)
+            proc.wait()
+            cancelled = True
+    stderr = proc.stderr.read() if proc.stderr else ""
+    if cancelled or proc.returncode == 143:
+        raise GaptuiError(f"cancelled; checkpoint saved in {folder}: run the same command again to resume")
+    if proc.returncode != 0:
+        last = error or (stderr.strip().splitlines() or ["worker failed"])[-1]
+        if proc.returncode == 2:
+            raise GaptuiError(last.removeprefix("error: "))
+        err_console.print(f"[red]error:[/] run failed (exit {proc.returncode}): {last}; log: {folder / 'log.txt'}")
+        raise typer.Exit(1)
+    return json.loads((folder / "result.json").read_text())
 
 
 def main() -> None:

@@ -1,0 +1,110 @@
+"""The worker's event stream: the one interface between a training worker and whoever watches it.
+
+A worker appends one JSON object per line to ``<run dir>/events.jsonl`` and prints the same line on stdout.
+Every event has:
+
+=========  ===========================================================================================
+key        meaning
+=========  ===========================================================================================
+``v``      schema version (:data:`SCHEMA_VERSION`); readers skip events of a newer major version
+``event``  one of ``start``, ``epoch``, ``eval``, ``done``, ``cancelled``, ``error``
+``t``      wall-clock time, seconds since the epoch (float)
+=========  ===========================================================================================
+
+and, by kind:
+
+- ``start``: ``run`` (spec hash), ``model``, ``params`` (trainable parameter count), ``width``, ``device``,
+  ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``resumed_from`` (the
+  epoch and step a resumed run continues from, or null), ``pid``.
+- ``epoch``: ``epoch`` (1-based, completed), ``step`` (optimiser steps so far), ``train_loss`` (mean over real
+  nodes), ``lr`` (after the epoch's last step), ``seconds`` (the epoch's wall time), ``val_acc`` (LAP accuracy
+  when the epoch was evaluated, else null).
+- ``eval``: ``epoch``, ``val_lap_acc``, ``val_argmax_acc``, ``val_top{k}_acc`` for each k, ``val_loss``,
+  ``seconds`` (evaluation wall time).
+- ``done``: ``metrics`` (the final ``eval`` metrics plus ``train_loss``), ``params``, ``seconds`` (whole run).
+- ``cancelled``: ``epoch`` and ``step`` reached; the checkpoint was saved and the run can resume.
+- ``error``: ``message`` (one line), ``kind`` (``input``: bad spec or data, exit 2; ``nan``: non-finite loss,
+  exit 3; ``crash``: anything else, exit 1).
+
+Accuracies are shares in [0, 1] of all validation nodes (pooled over pairs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+SCHEMA_VERSION = 1
+KINDS = ("start", "epoch", "eval", "done", "cancelled", "error")
+
+#: Exit codes of ``python -m engine``.
+EXIT_OK = 0
+EXIT_CRASH = 1
+EXIT_INPUT = 2
+EXIT_NAN = 3
+EXIT_CANCELLED = 143
+
+
+class EventWriter:
+    """Appends events to ``events.jsonl`` (flushed per line) and echoes them to ``stdout``."""
+
+    def __init__(self, path: Path, echo: TextIO | None = sys.stdout) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the writer
+        self._echo = echo
+
+    def emit(self, name: str, /, **fields: Any) -> dict[str, Any]:
+        """Write event ``name`` (one of :data:`KINDS`) with ``fields``; returns the event as written."""
+        if name not in KINDS:
+            raise ValueError(f"unknown event kind {name!r}")
+        event = {"v": SCHEMA_VERSION, "event": name, "t": time.time(), **fields}
+        line = json.dumps(event, default=_jsonable)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        if name in ("done", "cancelled", "error"):
+            os.fsync(self._fh.fileno())
+        if self._echo is not None:
+            self._echo.write(line + "\n")
+            self._echo.flush()
+        return event
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Complete events from byte ``offset`` on, and the offset to continue from (a torn last line waits)."""
+    events: list[dict[str, Any]] = []
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return events, offset
+    end = data.rfind(b"\n") + 1
+    for raw in data[:end].splitlines():
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and int(event.get("v", 0)) <= SCHEMA_VERSION:
+            events.append(event)
+    return events, offset + end
+
+
+def iter_events(path: Path) -> Iterator[dict[str, Any]]:
+    yield from read_events(path)[0]

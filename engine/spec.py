@@ -1,0 +1,128 @@
+"""RunSpec: everything that defines one training (or baseline) run; its canonical hash is the run's identity."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.datasets import DatasetSpec
+from engine.errors import GaptuiError
+from engine.typed import parse_dataclass
+
+TASKS = ("alignment",)
+CLIP_MODES = ("value", "norm")
+#: Fields that say where or how a run executes, not what it computes: left out of the hash.
+_PLACEMENT = ("device", "datasets_dir", "data_root")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the alignment benchmark.
+
+    ``model`` is a registered model name, ``laplacian`` (the training-free baseline) or ``module.path:Factory``.
+    ``seed`` seeds training (initialisation, batch order); the dataset has its own seed in ``dataset``.
+    """
+
+    dataset: dict[str, Any]
+    model: str
+    task: str = "alignment"
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    features: str = "degree"
+    budget: int = 60_000
+    out_dim: int | None = None
+    epochs: int = 300
+    batch_size: int = 100
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    clip: float = 0.1
+    clip_mode: str = "value"
+    eval_every: int = 1
+    topk: tuple[int, ...] = (5, 10)
+    seed: int = 0
+    device: str = "auto"
+    datasets_dir: str | None = None
+    data_root: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "run spec") -> RunSpec:
+        spec = parse_dataclass(cls, raw, where)
+        spec.validate(where)
+        return spec
+
+    @classmethod
+    def from_file(cls, path: Path) -> RunSpec:
+        try:
+            raw = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise GaptuiError(f"run spec {path}: file not found") from None
+        except json.JSONDecodeError as exc:
+            raise GaptuiError(f"run spec {path}: not valid JSON ({exc})") from None
+        return cls.from_dict(raw, where=f"run spec {path}")
+
+    def dataset_spec(self) -> DatasetSpec:
+        d = self.dataset
+        return DatasetSpec(
+            base=d["base"],
+            noise=d["noise"],
+            noise_model=d.get("noise_model"),
+            n_train=d.get("n_train"),
+            n_val=d.get("n_val"),
+            seed=d.get("seed", 0),
+            params=dict(d.get("params") or {}),
+        )
+
+    def validate(self, where: str = "run spec") -> None:
+        from engine.models import MODELS
+
+        if self.task not in TASKS:
+            raise GaptuiError(f"{where}: task '{self.task}' is not one of {', '.join(TASKS)}")
+        allowed = {"base", "noise", "noise_model", "n_train", "n_val", "seed", "params"}
+        extra = set(self.dataset) - allowed
+        if extra or "base" not in self.dataset or "noise" not in self.dataset:
+            raise GaptuiError(
+                f"{where}: dataset needs keys base and noise (optional: noise_model, n_train, n_val, seed, params)"
+                + (f"; unknown: {', '.join(sorted(extra))}" if extra else "")
+            )
+        self.dataset_spec().canonical()
+        if self.model != "laplacian" and self.model not in MODELS:
+            MODELS.get(self.model)  # raises the did-you-mean error
+        for key, low in (("epochs", 1), ("batch_size", 1), ("budget", 1), ("eval_every", 1), ("warmup_steps", 0)):
+            if getattr(self, key) < low:
+                raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
+        if self.out_dim is not None and self.out_dim < 1:
+            raise GaptuiError(f"{where}: out_dim = {self.out_dim} must be >= 1")
+        if not self.lr > 0:
+            raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        from engine.training import FEATURES
+
+        if self.features not in FEATURES:
+            raise GaptuiError(f"{where}: features '{self.features}' is not one of {', '.join(FEATURES)}")
+        if self.clip_mode not in CLIP_MODES:
+            raise GaptuiError(f"{where}: clip_mode '{self.clip_mode}' is not one of {', '.join(CLIP_MODES)}")
+        if any(k < 1 for k in self.topk):
+            raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["topk"] = list(self.topk)
+        return out
+
+    def canonical(self) -> dict[str, Any]:
+        """What the run computes, resolved (dataset defaults filled in), without placement fields."""
+        out = {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT}
+        out["dataset"] = self.dataset_spec().canonical()
+        return out
+
+    def hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,283 @@
+"""Siamese training on alignment pairs (seed 000, section 3; design section 3).
+
+Both graphs of a pair go through the same model; for pair ``b`` the similarity is ``S_b = X_G X_H^T`` (dense,
+padded to the largest pair of the batch, padded columns masked out) and the loss is the row-softmax
+cross-entropy of ``S_b`` against the planted permutation, averaged over the real nodes of the batch:
+
+    loss = - 1 / sum_b n_b * sum_b sum_{i < n_b} log softmax(S_b[i, :n_b])[perm_b[i]]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.utils import to_dense_batch
+
+from engine.evaluation import AlignmentScores, LapEvaluator
+from engine.pairs import PairSplit
+
+IGNORE = -100
+
+
+@dataclass
+class SiameseBatch:
+    """``B`` pairs gathered for one forward pass of both graphs.
+
+    ``edge_index`` holds G's edges (nodes ``0 .. N-1``) and H's edges (nodes ``N .. 2N-1``); ``batch`` maps the
+    ``2N`` nodes to graphs ``0 .. 2B-1`` (G of pair b is graph b, H is graph ``B + b``); ``target`` is
+    ``[B, Nmax]`` with ``perm`` per pair and :data:`IGNORE` in padding.
+    """
+
+    edge_index: torch.Tensor
+    batch: torch.Tensor
+    num_nodes: torch.Tensor
+    target: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.num_nodes.shape[0])
+
+    @property
+    def total_nodes(self) -> int:
+        return int(self.batch.shape[0]) // 2
+
+
+def _ranges(ptr: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenated ``ptr[i]:ptr[i+1]`` for each ``i`` in ``ids`` (vectorised) and the length of each range."""
+    starts = ptr[ids]
+    lengths = ptr[ids + 1] - starts
+    shift = torch.repeat_interleave(starts - (torch.cumsum(lengths, 0) - lengths), lengths)
+    return torch.arange(int(lengths.sum()), device=ptr.device) + shift, lengths
+
+
+class PairTensors:
+    """A :class:`PairSplit` moved to a device once, from which siamese batches are gathered without copies."""
+
+    def __init__(self, split: PairSplit, device: torch.device | str = "cpu") -> None:
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+
+        self.device = torch.device(device)
+        self.num_nodes = t(split.num_nodes)
+        self.node_ptr = t(split.node_ptr)
+        self.edge_index_g, self.edge_ptr_g = t(split.edge_index_g), t(split.edge_ptr_g)
+        self.edge_index_h, self.edge_ptr_h = t(split.edge_index_h), t(split.edge_ptr_h)
+        self.perm = t(split.perm)
+
+    def __len__(self) -> int:
+        return int(self.num_nodes.shape[0])
+
+    def gather(self, ids: torch.Tensor) -> SiameseBatch:
+        ids = ids.to(self.device)
+        n = self.num_nodes[ids]
+        size = int(ids.shape[0])
+        offsets = torch.cumsum(n, 0) - n
+        total = int(n.sum())
+        cols_g, len_g = _ranges(self.edge_ptr_g, ids)
+        cols_h, len_h = _ranges(self.edge_ptr_h, ids)
+        eg = self.edge_index_g[:, cols_g] + torch.repeat_interleave(offsets, len_g)
+        eh = self.edge_index_h[:, cols_h] + torch.repeat_interleave(offsets, len_h) + total
+        pair_of_node = torch.repeat_interleave(torch.arange(size, device=self.device), n)
+        nodes, _ = _ranges(self.node_ptr, ids)
+        local = torch.arange(total, device=self.device) - offsets[pair_of_node]
+        target = torch.full((size, int(n.max())), IGNORE, dtype=torch.long, device=self.device)
+        target[pair_of_node, local] = self.perm[nodes]
+        return SiameseBatch(
+            edge_index=torch.cat([eg, eh], dim=1),
+            batch=torch.cat([pair_of_node, pair_of_node + size]),
+            num_nodes=n,
+            target=target,
+        )
+
+    def batches(self, batch_size: int, order: torch.Tensor | None = None, start: int = 0) -> Iterator[SiameseBatch]:
+        order = torch.arange(len(self)) if order is None else order
+        for lo in range(start * batch_size, len(self), batch_size):
+            yield self.gather(order[lo : lo + batch_size])
+
+
+FEATURES = {"degree": 2, "ones": 1}
+
+
+def node_features(kind: str, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """Input features computed from structure alone: ``[N, 1]`` ones, or ``[N, 2]`` ``(1, log(1 + degree))``.
+
+    Why degree is the default: with identical inputs, every aggregator that averages (attention softmax, mean)
+    returns identical outputs, so GAT, GATv2 and SAGE could never tell two nodes apart; the degree is the first
+    colour of 1-WL and costs nothing. ``ones`` keeps the paper's literal setting for ablations.
+    """
+    ones = torch.ones(num_nodes, 1, device=edge_index.device)
+    if kind == "ones":
+        return ones
+    degree = torch.bincount(edge_index[0], minlength=num_nodes).to(ones.dtype)
+    return torch.cat([ones, torch.log1p(degree)[:, None]], dim=1)
+
+
+def similarity(model: nn.Module, batch: SiameseBatch, features: str = "degree") -> tuple[torch.Tensor, torch.Tensor]:
+    """Embed both graphs of every pair in one pass; returns ``S [B, Nmax, Nmax]`` and the node mask ``[B, Nmax]``.
+
+    Padded columns of ``S`` are ``-inf`` so that they take no probability mass in the row softmax.
+    """
+    x = node_features(features, batch.edge_index, int(batch.batch.shape[0]))
+    emb = model(x, batch.edge_index, batch.batch)
+    total, size = batch.total_nodes, batch.size
+    xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
+    xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
+    sim = torch.bmm(xg, xh.transpose(1, 2))
+    return sim.masked_fill(~mask[:, None, :], float("-inf")), mask
+
+
+def alignment_loss(sim: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Row-softmax cross-entropy against the planted permutation, mean over real nodes (padding ignored)."""
+    size, nmax, _ = sim.shape
+    return F.cross_entropy(sim.reshape(size * nmax, nmax), target.reshape(-1), ignore_index=IGNORE)
+
+
+class NonFiniteLoss(RuntimeError):
+    def __init__(self, epoch: int, step: int, value: float) -> None:
+        super().__init__(f"loss became {value} at epoch {epoch}, step {step}; lower lr or use clip_mode=norm")
+        self.epoch, self.step = epoch, step
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: PairTensors,
+    batch_size: int,
+    evaluator: LapEvaluator,
+    features: str = "degree",
+) -> tuple[AlignmentScores, float]:
+    """Validation metrics and loss. Similarities go to the LAP thread pool batch by batch, so the LAPs of one
+    batch are solved while the model computes the next."""
+    was_training = model.training
+    model.eval()
+    loss_sum, nodes = 0.0, 0
+    evaluator.result()  # drop anything left from an interrupted evaluation
+    for batch in data.batches(batch_size):
+        sim, mask = similarity(model, batch, features)
+        real = int(mask.sum())
+        loss_sum += float(alignment_loss(sim, batch.target)) * real
+        nodes += real
+        evaluator.submit(
+            sim.masked_fill(~mask[:, None, :], 0.0).float().cpu(), batch.num_nodes.cpu(), batch.target.cpu()
+        )
+    scores = evaluator.result()
+    model.train(was_training)
+    return scores, loss_sum / max(nodes, 1)
+
+
+def metrics_of(scores: AlignmentScores, loss: float, prefix: str = "val") -> dict[str, float]:
+    out = {f"{prefix}_lap_acc": scores.lap_acc, f"{prefix}_argmax_acc": scores.argmax_acc}
+    for k, v in scores.topk_acc.items():
+        out[f"{prefix}_top{k}_acc"] = v
+    out[f"{prefix}_loss"] = loss
+    return out
+
+
+def make_optimiser(
+    model: nn.Module, lr: float, weight_decay: float, total_steps: int, warmup_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW with a one-cycle schedule stepped once per optimiser step, peaking after ``warmup_steps``."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    total_steps = max(total_steps, 2)
+    pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
+    return opt, sched
+
+
+def clip_gradients(model: nn.Module, clip: float, mode: str) -> None:
+    if clip <= 0:
+        return
+    if mode == "value":
+        nn.utils.clip_grad_value_(model.parameters(), clip)
+    else:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+
+
+def epoch_order(seed: int, epoch: int, count: int) -> torch.Tensor:
+    """The shuffle of epoch ``epoch`` (1-based), a pure function of (seed, epoch): resuming replays it exactly."""
+    gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) % (1 << 63))
+    return torch.randperm(count, generator=gen)
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in checkpoints so a restarted worker continues at the same batch."""
+
+    epoch: int = 0  # completed epochs
+    batch_in_epoch: int = 0  # completed batches of the current (epoch + 1) epoch
+    step: int = 0
+    loss_sum: float = 0.0
+    loss_nodes: int = 0
+
+
+def train_epoch(
+    model: nn.Module,
+    data: PairTensors,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    state: TrainState,
+    *,
+    batch_size: int,
+    seed: int,
+    clip: float,
+    clip_mode: str,
+    features: str = "degree",
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``."""
+    model.train()
+    order = epoch_order(seed, state.epoch + 1, len(data))
+    for batch in data.batches(batch_size, order, start=state.batch_in_epoch):
+        if should_stop():
+            return False
+        sim, mask = similarity(model, batch, features)
+        loss = alignment_loss(sim, batch.target)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLoss(state.epoch + 1, state.step + 1, value)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradients(model, clip, clip_mode)
+        opt.step()
+        if state.step < sched.total_steps:
+            sched.step()
+        real = int(mask.sum())
+        state.loss_sum += value * real
+        state.loss_nodes += real
+        state.step += 1
+        state.batch_in_epoch += 1
+    return True
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        from engine.errors import GaptuiError
+
+        raise GaptuiError(f"device '{name}' requested but no CUDA device is available; use --device cpu")
+    return torch.device(name)
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.start

@@ -1,0 +1,63 @@
+"""Launching engine workers as subprocesses: the one place that knows the worker's command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.spec import RunSpec
+
+
+def run_id(spec: RunSpec) -> str:
+    """Short, stable id of a run: the first 12 hex digits of its spec hash (also its folder name)."""
+    return spec.hash()[:12]
+
+
+def write_spec(spec: RunSpec, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "spec.json"
+    tmp = out / ".spec.json.tmp"
+    tmp.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def worker_command(spec_path: Path, out: Path, quiet: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "engine", "--spec", str(spec_path), "--out", str(out)]
+    return [*cmd, "--quiet"] if quiet else cmd
+
+
+def start_worker(
+    spec: RunSpec,
+    out: Path,
+    *,
+    env: dict[str, str] | None = None,
+    quiet: bool = False,
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """Start ``python -m engine`` on ``spec`` in its own process group (so signals reach it and its children)."""
+    spec_path = write_spec(spec, out)
+    return subprocess.Popen(
+        worker_command(spec_path, out, quiet),
+        stdout=stdout,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def signal_group(pid: int, sig: int = signal.SIGTERM) -> bool:
+    """Send ``sig`` to the worker's process group; False when it is already gone."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
