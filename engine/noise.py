@@ -99,16 +99,12 @@ class NoiseStats:
         }
 
 
-def _both_directions(
-    edges: np.ndarray, graph_of_edge: np.ndarray, count: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _both_directions(edges: np.ndarray, graph_of_edge: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Undirected local edges of many graphs -> ``[2, 2M]`` both directions sorted per graph, and ``ptr``."""
     width = int(edges.max()) + 1 if edges.size else 1
     gid = graph_of_edge.astype(np.int64) * width
     # One int64 key per directed edge, (graph, source, target) in mixed radix: a single sort orders all three.
-    key = np.concatenate(
-        [(gid + edges[:, 0]) * width + edges[:, 1], (gid + edges[:, 1]) * width + edges[:, 0]]
-    )
+    key = np.concatenate([(gid + edges[:, 0]) * width + edges[:, 1], (gid + edges[:, 1]) * width + edges[:, 0]])
     key.sort()
     index = np.empty((2, key.size), dtype=np.int64)
     np.floor_divide(key, width, out=index[0])
@@ -152,9 +148,7 @@ def _added_sparse(n: int, p_add: float, edge_slots: np.ndarray, rng: np.random.G
     return chosen
 
 
-def correlate(
-    graphs: list[Graph], model: str, eta: float, rng: np.random.Generator
-) -> tuple[PairSplit, NoiseStats]:
+def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Generator) -> tuple[PairSplit, NoiseStats]:
     """Build one alignment pair per base graph: noise, then a uniform random relabelling of the noised graph."""
     count = len(graphs)
     n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
@@ -164,11 +158,7 @@ def correlate(
     edge_graph = np.repeat(np.arange(count), m)
     edge_slots = triu_slot(edges[:, 0], edges[:, 1], n[edge_graph])
 
-    keep = (
-        rng.random(edges.shape[0]) >= p_remove[edge_graph]
-        if model == "add_remove"
-        else np.ones(len(edges), bool)
-    )
+    keep = rng.random(edges.shape[0]) >= p_remove[edge_graph] if model == "add_remove" else np.ones(len(edges), bool)
 
     # Added edges: dense coins for small graphs in chunks of bounded memory, sparse draws for large ones.
     add_graph: list[np.ndarray] = []

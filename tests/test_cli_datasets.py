@@ -14,9 +14,7 @@ SMALL = ["--train", "20", "--val", "5", "--param", "n=30", "--param", "degree=4"
 
 
 def test_build_json_list_stats_export(workspace: Path, tmp_path: Path) -> None:
-    res = run_cli(
-        "datasets", "build", "er", "--noise", "0.12", *SMALL, "--json", "--workspace", str(workspace)
-    )
+    res = run_cli("datasets", "build", "er", "--noise", "0.12", *SMALL, "--json", "--workspace", str(workspace))
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["id"].startswith("er-n12-") and doc["built"] is True

@@ -15,8 +15,7 @@ from engine.pairs import ARRAYS
 
 def _files_digest(folder: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*.npy"))
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.npy"))
     }
 
 

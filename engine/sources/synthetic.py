@@ -48,9 +48,7 @@ class _Synthetic(Source):
     def many(self, count: int, rng: np.random.Generator) -> list[Graph]:
         return [self.one(rng) for _ in range(count)]
 
-    def load(
-        self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path
-    ) -> BaseSplits:
+    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
         n_train = self.sizes[0] if n_train is None else n_train
         n_val = self.sizes[1] if n_val is None else n_val
         graphs = self.many(n_train + n_val, rng)
@@ -172,9 +170,7 @@ class SBMParams:
             raise GaptuiError(f"--param blocks={self.blocks} (sbm): expected 1 <= blocks <= n")
         for key in ("p_in", "p_out"):
             if not 0 <= getattr(self, key) <= 1:
-                raise GaptuiError(
-                    f"--param {key}={getattr(self, key)} (sbm): expected a probability in [0, 1]"
-                )
+                raise GaptuiError(f"--param {key}={getattr(self, key)} (sbm): expected a probability in [0, 1]")
 
 
 @register_source
@@ -200,9 +196,7 @@ class RegularParams:
     def check(self) -> None:
         _check_order("regular", self.n)
         if not 1 <= self.degree < self.n or (self.n * self.degree) % 2:
-            raise GaptuiError(
-                f"--param degree={self.degree} (regular): expected 1 <= degree < n with n * degree even"
-            )
+            raise GaptuiError(f"--param degree={self.degree} (regular): expected 1 <= degree < n with n * degree even")
 
 
 @register_source
