@@ -21,10 +21,13 @@ Batches are dense and padded: ``sim [B, Nmax, Nmax]`` with pair ``b`` in the top
 padded rows and columns are never read (argmax and top-k mask the padded columns, the LAP only sees the
 ``n x n`` block), so their values do not matter.
 
-Parallelism: scipy's LAP solver releases the GIL (measured: two threads solve 500 LAPs of 100 x 100 in about
-half the serial time on two cores), so :class:`LapEvaluator` runs the LAPs on a thread pool by default;
-a process pool pays for pickling every matrix and was slower than serial in the same measurement. The training
-loop hands a batch to :meth:`LapEvaluator.submit` and carries on; :meth:`LapEvaluator.result` gathers.
+Parallelism: scipy's LAP solver releases the GIL. Measured on an idle 2-core machine, 500 pairs of 100 x 100
+(float32): LAPs alone 129 ms serially, 65 ms on two threads; a whole batch (LAPs + argmax / top-k) 147 ms
+with :func:`evaluate_batch`, 82 ms with ``LapEvaluator("thread")`` and 101 ms with ``LapEvaluator("process")``,
+which pays for pickling every matrix (plus about 0.2 s to spawn its workers). Threads are therefore the default.
+Submitted next to a CPU training loop (15 ms steps), the 500 pairs were scored within about 180 ms while the
+training steps slowed by well under 1 ms each. The training loop hands a batch to :meth:`LapEvaluator.submit`
+and carries on; :meth:`LapEvaluator.result` gathers.
 """
 
 from __future__ import annotations
@@ -96,9 +99,7 @@ class AlignmentScores:
 
     @property
     def topk_acc(self) -> dict[int, float]:
-        return {
-            k: (c / self.num_nodes if self.num_nodes else 0.0) for k, c in sorted(self.topk_correct.items())
-        }
+        return {k: (c / self.num_nodes if self.num_nodes else 0.0) for k, c in sorted(self.topk_correct.items())}
 
     def merge(self, other: AlignmentScores) -> AlignmentScores:
         """Scores of both sets of pairs together (node-weighted). An empty side adopts the other's ``k``s."""
@@ -113,9 +114,7 @@ class AlignmentScores:
             num_nodes=self.num_nodes + other.num_nodes,
             lap_correct=self.lap_correct + other.lap_correct,
             argmax_correct=self.argmax_correct + other.argmax_correct,
-            topk_correct={
-                k: self.topk_correct.get(k, 0) + other.topk_correct.get(k, 0) for k in sorted(keys)
-            },
+            topk_correct={k: self.topk_correct.get(k, 0) + other.topk_correct.get(k, 0) for k in sorted(keys)},
         )
 
     def __add__(self, other: AlignmentScores) -> AlignmentScores:
@@ -213,9 +212,7 @@ def _prepare(sim: Any, num_nodes: Any, perm: Any, copy: bool = False) -> _Batch:
         raise ValueError(f"perm of pair {bad} is not a permutation of 0..{n[bad] - 1}")
     # Only the real blocks: a model may well fill its padding with -inf or NaN.
     if not (np.isfinite(s) | ~(real[:, :, None] & real[:, None, :])).all():
-        raise GaptuiError(
-            "similarity matrix has non-finite entries (NaN or inf) in a real block: the model diverged"
-        )
+        raise GaptuiError("similarity matrix has non-finite entries (NaN or inf) in a real block: the model diverged")
     if copy:
         s = np.array(s, copy=True)
     return _Batch(np.ascontiguousarray(s), n, np.ascontiguousarray(p))
@@ -370,8 +367,9 @@ class LapEvaluator:
     ``evaluate(...)`` is the synchronous form. Use as a context manager, or call :meth:`close`.
 
     ``kind``: ``"thread"`` (default; scipy's LAP releases the GIL), ``"process"`` (spawned workers; every
-    sub-batch is pickled to them, slower for 100-node pairs) or ``"serial"`` (no pool; ``submit`` computes
-    before returning). ``workers``: pool size (default: the CPUs this process may use).
+    sub-batch is pickled to them, slower for 100-node pairs; like any spawned pool it needs the calling script
+    to guard its entry point with ``if __name__ == "__main__":``) or ``"serial"`` (no pool; ``submit``
+    computes before returning). ``workers``: pool size (default: the CPUs this process may use).
     """
 
     def __init__(self, kind: str = "thread", workers: int | None = None, ks: Iterable[int] = DEFAULT_KS):
@@ -387,9 +385,7 @@ class LapEvaluator:
             self._rank_pool = self._lap_pool
         elif kind == "process":
             # spawn, not fork: forking a process that runs torch's thread pools can deadlock the child.
-            self._lap_pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn")
-            )
+            self._lap_pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
             # Ranks stay in this process: shipping the whole batch would cost more than computing them.
             self._rank_pool = ThreadPoolExecutor(1, thread_name_prefix="lap-rank")
         self._pending: list[Future] = []
@@ -419,9 +415,7 @@ class LapEvaluator:
                 raise RuntimeError("LapEvaluator is closed")
             fut: Future = Future()
             fut.set_running_or_notify_cancel()
-            fut.set_result(
-                _assemble(batch, ks, _lap_correct_range(*_slice(batch, 0, None)), _rank_counts(batch, ks))
-            )
+            fut.set_result(_assemble(batch, ks, _lap_correct_range(*_slice(batch, 0, None)), _rank_counts(batch, ks)))
             return fut
         # Ranks first: the FIFO queue starts them before the LAP chunks, so they never wait behind them.
         ranks = self._rank_pool.submit(_rank_counts, batch, ks)

@@ -63,9 +63,7 @@ class PairSplit:
     @classmethod
     def load(cls, folder: Path) -> PairSplit:
         """Read a split written by :meth:`save`; every array comes back as int64."""
-        return cls(
-            **{name: np.load(folder / f"{name}.npy", allow_pickle=False).astype(np.int64) for name in ARRAYS}
-        )
+        return cls(**{name: np.load(folder / f"{name}.npy", allow_pickle=False).astype(np.int64) for name in ARRAYS})
 
 
 _NODE_ID_ARRAYS = ("edge_index_g", "edge_index_h", "perm")
