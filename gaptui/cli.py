@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from engine.errors import GaptuiError
-from gaptui.workspace import ENV_WORKSPACE, Workspace
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.workspace import Workspace
 
 app = typer.Typer(
     name="gaptui",
@@ -24,23 +25,10 @@ app = typer.Typer(
 datasets_app = typer.Typer(help="Build, list, inspect and export alignment datasets.", no_args_is_help=True)
 app.add_typer(datasets_app, name="datasets")
 
-console = Console()
-err_console = Console(stderr=True)
-
-WorkspaceOpt = Annotated[
-    Optional[Path],  # noqa: UP045 (Typer needs Optional on Python 3.10)
-    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help="Workspace folder [default: ./gaptui-runs]."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
 
 def _note(text: str) -> None:
     if text:
-        err_console.print(f"[yellow]note:[/] {text}", highlight=False)
+        err_console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
 
 
 STAT_LABELS = (
@@ -101,7 +89,7 @@ def datasets_build(
             dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
     _note(dataset.meta.get("normalisation_note", ""))
     if as_json:
-        _print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **_dataset_record(dataset)})
+        print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **_dataset_record(dataset)})
         return
     console.print(_stats_table(dataset))
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
@@ -126,7 +114,7 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
     ws = Workspace.resolve(workspace)
     found = list_datasets(ws.datasets)
     if as_json:
-        _print_json([{"id": d.id, **_dataset_record(d)} for d in found])
+        print_json([{"id": d.id, **_dataset_record(d)} for d in found])
         return
     if not found:
         console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
@@ -161,7 +149,7 @@ def datasets_stats(
 
     dataset = find_dataset(Workspace.resolve(workspace).datasets, ident)
     if as_json:
-        _print_json({"id": dataset.id, "path": str(dataset.path), **_dataset_record(dataset)})
+        print_json({"id": dataset.id, "path": str(dataset.path), **_dataset_record(dataset)})
         return
     console.print(_stats_table(dataset))
 
@@ -201,7 +189,7 @@ def datasets_sources(as_json: JsonOpt = False) -> None:
             }
         )
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     table = Table(title="base datasets")
     for col in ("name", "parameters", "noise model", "train/val", "description"):
@@ -237,7 +225,7 @@ def models_cmd(
         )
     rows.append({"name": "laplacian", "params": 0, "width": out_dim, "description": LAPLACIAN_NOTE})
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     table = Table(title=f"models (budget {budget:,}, embedding {out_dim})")
     for col in ("name", "params", "width", "description"):
@@ -309,7 +297,7 @@ def train_cmd(
             build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
     result = _run_foreground(spec, folder, show_progress=not as_json)
     if as_json:
-        _print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
+        print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return
     table = Table(title=f"{spec.model} on {base} at noise {noise:g} (run {run_id(spec)})")
     table.add_column("metric")
@@ -383,9 +371,21 @@ def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, A
         last = error or (stderr.strip().splitlines() or ["worker failed"])[-1]
         if proc.returncode == 2:
             raise GaptuiError(last.removeprefix("error: "))
-        err_console.print(f"[red]error:[/] run failed (exit {proc.returncode}): {last}; log: {folder / 'log.txt'}")
+        err_console.print(
+            f"[red]error:[/] run failed (exit {proc.returncode}): {escape(last)}; log: {folder / 'log.txt'}"
+        )
         raise typer.Exit(1)
     return json.loads((folder / "result.json").read_text())
+
+
+def _register_commands() -> None:
+    from gaptui import commands_analysis, commands_manager
+
+    commands_manager.register(app)
+    commands_analysis.register(app)
+
+
+_register_commands()
 
 
 def main() -> None:
@@ -393,7 +393,7 @@ def main() -> None:
     try:
         app()
     except GaptuiError as exc:
-        err_console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")

@@ -1,0 +1,27 @@
+"""Options and output helpers shared by every ``gaptui`` command module."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from gaptui.workspace import ENV_WORKSPACE
+
+console = Console()
+err_console = Console(stderr=True)
+
+WorkspaceOpt = Annotated[
+    Optional[Path],  # noqa: UP045 (Typer needs Optional on Python 3.10)
+    # "\[" so that Rich does not read "[default: ...]" in the help as markup and drop it.
+    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help=r"Workspace folder \[default: ./gaptui-runs]."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

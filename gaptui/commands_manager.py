@@ -1,0 +1,461 @@
+"""Manager commands: ``run`` (a preset's grid, headless), ``history``, ``show``, ``tag`` and ``note``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from engine.errors import GaptuiError
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.workspace import Workspace
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.command("history")(history_cmd)
+    app.command("show")(show_cmd)
+    app.command("tag")(tag_cmd)
+    app.command("note")(note_cmd)
+
+
+def _parse_gpus(text: str | None) -> list[str] | None:
+    if text is None or text == "auto":
+        return None
+    if text in ("", "none"):
+        return []
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    for g in gpus:
+        if not g.isdigit():
+            raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
+    return gpus
+
+
+def run_cmd(
+    preset: Annotated[str, typer.Option("--preset", help="Preset name (presets/*.toml) or path to a TOML file.")],
+    workspace: WorkspaceOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan, run nothing.")] = False,
+    gpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
+    ] = None,
+    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")] = 1,
+    cpu_jobs: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--cpu-jobs", help="Concurrent CPU runs [default: half the cores when there is no GPU]."),
+    ] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run failed runs again.")] = False,
+    timeout: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
+    ] = None,
+) -> None:
+    """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid."""
+    from gaptui.history import History
+    from gaptui.presets import grid, load_preset
+    from gaptui.scheduler import Scheduler, make_slots
+
+    ws = Workspace.resolve(workspace)
+    spec_preset = load_preset(preset, ws)
+    specs = grid(spec_preset, ws)
+    if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
+        raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
+    slots = make_slots(_parse_gpus(gpus), jobs_per_gpu, cpu_jobs)
+    if not slots:
+        raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
+
+    if dry_run:
+        from gaptui.history import read_records
+
+        known = {r["hash"]: r["status"] for r in read_records(ws)}
+        plan = _plan(specs, known, retry_failed)
+        console.print(
+            f"preset [bold]{spec_preset.name}[/]: {len(specs)} runs; "
+            + ", ".join(f"{k} {len(v)}" for k, v in plan.items())
+            + f"; slots: {', '.join(s.name for s in slots)}",
+            highlight=False,
+        )
+        table = Table(title="runs to start (first 20)")
+        for col in ("run", "dataset", "noise", "model", "seed"):
+            table.add_column(col)
+        for spec in plan["to run"][:20]:
+            table.add_row(
+                spec.hash()[:12], spec.dataset["base"], f"{spec.dataset['noise']:g}", spec.model, str(spec.seed)
+            )
+        console.print(table)
+        return
+
+    with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
+        scheduler = Scheduler(
+            ws, history, slots, timeout=timeout or spec_preset.run.timeout, retries=spec_preset.run.retries
+        )
+        reattached, requeued = scheduler.recover()
+        if reattached or requeued:
+            err_console.print(
+                f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
+                "run(s) (queued again; they resume from their checkpoints)"
+            )
+        known = {r["hash"]: r["status"] for r in history.records()}
+        plan = _plan(specs, known, retry_failed)
+        attached = {job.run_hash for job in scheduler.running.values()}
+        todo = [s for s in plan["to run"] if s.hash() not in attached]
+        _build_datasets(todo, ws, scheduler)
+        todo = [s for s in todo if history.by_hash().get(s.hash(), {}).get("status") != "failed" or retry_failed]
+        scheduler.enqueue(todo, preset=spec_preset.name, planned_seeds=len(spec_preset.seeds))
+        skipped = len(plan["done"])
+        err_console.print(
+            f"preset {spec_preset.name}: {len(specs)} runs, {skipped} already done, {len(plan['failed'])} failed "
+            f"before{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
+            f"{len(todo) + len(attached)} to run on {len(slots)} slot(s)",
+            highlight=False,
+        )
+        hashes = {s.hash() for s in specs}
+        _drive(scheduler, history, hashes, spec_preset.name)
+        failed = [f for f in scheduler.finished if f.get("status") == "failed"]
+    _final_tables(ws, specs)
+    if failed:
+        err_console.print(
+            f"[red]{len(failed)} run(s) failed[/]; see `gaptui history --status failed` and `gaptui show RUN`; "
+            "rerun with --retry-failed"
+        )
+        raise typer.Exit(1)
+
+
+def _plan(specs: list[Any], known: dict[str, str], retry_failed: bool) -> dict[str, list[Any]]:
+    plan: dict[str, list[Any]] = {"done": [], "failed": [], "to run": []}
+    for spec in specs:
+        status = known.get(spec.hash())
+        if status == "done":
+            plan["done"].append(spec)
+        elif status == "failed" and not retry_failed:
+            plan["failed"].append(spec)
+        else:
+            plan["to run"].append(spec)
+    return plan
+
+
+def _build_datasets(specs: list[Any], ws: Workspace, scheduler: Any) -> None:
+    """Build every dataset the runs need, once each, before any worker starts; a failure fails its runs."""
+    from engine.datasets import build_dataset
+
+    needed: dict[str, Any] = {}
+    for spec in specs:
+        ds = spec.dataset_spec()
+        needed.setdefault(json.dumps(ds.canonical(), sort_keys=True), (ds, []))[1].append(spec)
+    for i, (ds, runs) in enumerate(needed.values(), 1):
+        try:
+            with err_console.status(f"dataset {i}/{len(needed)}: {ds.base} at noise {ds.noise:g} ..."):
+                build_dataset(ds, ws.datasets, ws.raw_data)
+        except GaptuiError as exc:
+            err_console.print(f"[red]dataset {ds.base} at noise {ds.noise:g} failed:[/] {escape(str(exc))}")
+            scheduler.enqueue(runs)
+            for spec in runs:
+                scheduler.queue.remove(spec)
+                scheduler.history.update(spec.hash(), status="failed", error=str(exc))
+
+
+def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
+    """Run the scheduler with a live display; Ctrl-C (or SIGTERM) stops every worker cleanly."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    started = time.time()
+    live_display = console.is_terminal
+    try:
+        with (
+            Live(
+                _progress(scheduler, history, hashes, preset, started),
+                console=console,
+                auto_refresh=False,
+                transient=False,
+            )
+            if live_display
+            else _NullLive() as live
+        ):
+            seen = 0
+            while scheduler.pending():
+                scheduler.step()
+                if live_display:
+                    live.update(_progress(scheduler, history, hashes, preset, started), refresh=True)
+                for item in scheduler.finished[seen:]:
+                    seen += 1
+                    if not live_display:
+                        _print_finished(history, item)
+                time.sleep(0.25)
+            for item in scheduler.finished[seen:]:
+                if not live_display:
+                    _print_finished(history, item)
+    except KeyboardInterrupt:
+        err_console.print("stopping: asking workers to checkpoint and exit ...")
+        scheduler.stop_all()
+        err_console.print("stopped; run the same command again to resume the grid")
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _NullLive:
+    def __enter__(self) -> _NullLive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _print_finished(history: Any, item: dict[str, Any]) -> None:
+    record = history.by_hash().get(item["hash"], {})
+    acc = record.get("metrics", {}).get("val_lap_acc")
+    extra = f"val LAP acc {acc:.4f}" if acc is not None else (record.get("error") or "")
+    console.print(
+        f"{record.get('status', '?'):>9}  {record.get('id')}  {record.get('dataset')} noise {record.get('noise'):g} "
+        f"{record.get('model')} seed {record.get('seed')}  {extra}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+
+
+def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, started: float) -> Group:
+    records = [r for r in history.records() if r["hash"] in hashes]
+    counts = {s: sum(1 for r in records if r["status"] == s) for s in ("done", "running", "failed", "queued")}
+    total = len(hashes)
+    finished_now = [f for f in scheduler.finished if f.get("duration")]
+    remaining = total - counts["done"] - counts["failed"]
+    eta = ""
+    if finished_now and remaining:
+        mean = statistics.fmean(f["duration"] for f in finished_now)
+        seconds = mean * remaining / max(1, len(scheduler.slots))
+        eta = f" · ETA {time.strftime('%H:%M:%S', time.gmtime(seconds))}"
+    head = Text.from_markup(
+        f"[bold]{preset}[/]: done {counts['done']} · running {counts['running']} · failed {counts['failed']}"
+        f" · queued {counts['queued']} · total {total} · elapsed "
+        f"{time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+    )
+    table = Table(box=None, pad_edge=False)
+    for col in ("run", "dataset", "noise", "model", "seed", "epoch", "val acc", "slot"):
+        table.add_column(col)
+    for job in scheduler.running.values():
+        last = job.last
+        epoch = f"{last.get('epoch', 0)}/{job.spec.epochs}" if last else "starting"
+        acc = last.get("val_acc") if last.get("event") == "epoch" else last.get("val_lap_acc")
+        table.add_row(
+            job.run_dir.name,
+            job.spec.dataset["base"],
+            f"{job.spec.dataset['noise']:g}",
+            escape(job.spec.model),
+            str(job.spec.seed),
+            epoch,
+            f"{acc:.3f}" if isinstance(acc, float) else "",
+            job.slot.name,
+        )
+    leaders = Table(box=None, pad_edge=False, title="leaders (mean val LAP acc over finished runs)")
+    leaders.add_column("dataset")
+    leaders.add_column("model")
+    leaders.add_column("acc")
+    by_ds: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        if r["status"] == "done" and r["model"] != "laplacian" and "val_lap_acc" in r.get("metrics", {}):
+            by_ds.setdefault(r["dataset"], {}).setdefault(r["model"], []).append(r["metrics"]["val_lap_acc"])
+    for ds, models in sorted(by_ds.items()):
+        model, accs = max(models.items(), key=lambda kv: statistics.fmean(kv[1]))
+        leaders.add_row(escape(ds), escape(model), f"{statistics.fmean(accs):.3f}")
+    return Group(head, table, leaders)
+
+
+def _final_tables(ws: Workspace, specs: list[Any]) -> None:
+    from gaptui import analysis
+    from gaptui.history import read_records
+
+    hashes = {s.hash() for s in specs}
+    records = [r for r in read_records(ws) if r["hash"] in hashes]
+    for table in analysis.build_tables(records):
+        console.print(analysis.render_rich(table, analysis.gap_analysis(table), width=console.width))
+
+
+def _record_row(r: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "id",
+        "hash",
+        "status",
+        "dataset",
+        "base",
+        "noise",
+        "noise_model",
+        "model",
+        "seed",
+        "metrics",
+        "params",
+        "duration",
+        "created",
+        "started",
+        "finished",
+        "tags",
+        "note",
+        "error",
+        "run_dir",
+        "preset",
+    )
+    return {k: r.get(k) for k in keys}
+
+
+def history_cmd(
+    workspace: WorkspaceOpt = None,
+    status: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--status", help="Only runs with this status (repeatable)."),
+    ] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Only this dataset label or base.")] = None,  # noqa: UP045
+    model: Annotated[Optional[str], typer.Option("--model", help="Only this model.")] = None,  # noqa: UP045
+    tag: Annotated[Optional[str], typer.Option("--tag", help="Only runs with this tag.")] = None,  # noqa: UP045
+    as_json: JsonOpt = False,
+) -> None:
+    """List the runs of the workspace."""
+    from engine.errors import did_you_mean
+    from gaptui.history import STATUSES, read_records
+
+    ws = Workspace.resolve(workspace)
+    for s in status or []:
+        if s not in STATUSES:
+            raise GaptuiError(
+                f"--status '{s}' is not a status{did_you_mean(s, STATUSES)}; known: {', '.join(STATUSES)}"
+            )
+    records = read_records(ws)
+    if status:
+        records = [r for r in records if r["status"] in status]
+    if dataset:
+        records = [r for r in records if dataset in (r["dataset"], r["base"])]
+    if model:
+        records = [r for r in records if r["model"] == model]
+    if tag:
+        records = [r for r in records if tag in (r.get("tags") or [])]
+    if as_json:
+        print_json([_record_row(r) for r in records])
+        return
+    if not records:
+        console.print(
+            f"no runs in {ws.history}" + (" matching the filters" if status or dataset or model or tag else "")
+        )
+        return
+    table = Table(title=f"{len(records)} runs in {ws.root}")
+    for col in ("id", "status", "dataset", "noise", "model", "seed", "val LAP acc", "params", "duration", "tags"):
+        table.add_column(
+            col, justify="right" if col in ("noise", "seed", "val LAP acc", "params", "duration") else "left"
+        )
+    for r in records:
+        acc = (r.get("metrics") or {}).get("val_lap_acc")
+        table.add_row(
+            r["id"],
+            r["status"],
+            escape(r["dataset"]),
+            f"{r['noise']:g}",
+            escape(r["model"]),
+            str(r["seed"]),
+            f"{acc:.4f}" if acc is not None else "",
+            f"{r['params']:,}" if r.get("params") is not None else "",
+            f"{r['duration']:.0f}s" if r.get("duration") else "",
+            escape(",".join(r.get("tags") or [])),
+        )
+    console.print(table)
+
+
+def show_cmd(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one run: spec, metrics, reproducibility record, and its training curves."""
+    from engine.events import read_events
+    from gaptui.history import History
+    from gaptui.plots import curves_plot
+
+    ws = Workspace.resolve(workspace)
+    with History(ws) as history:
+        record = history.get(run)
+    events = read_events(Path(record["run_dir"]) / "events.jsonl")[0]
+    if as_json:
+        print_json({**record, "events": events})
+        return
+    head = Table(title=f"run {record['id']} ({record['status']})", show_header=False)
+    head.add_column("key")
+    head.add_column("value")
+    for key in (
+        "dataset",
+        "noise",
+        "noise_model",
+        "model",
+        "seed",
+        "params",
+        "duration",
+        "preset",
+        "tags",
+        "note",
+        "error",
+        "run_dir",
+    ):
+        value = record.get(key)
+        if value not in (None, "", []):
+            head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
+    for key, value in (record.get("metrics") or {}).items():
+        head.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    repro = record.get("repro") or {}
+    for key in ("device_name", "versions", "project", "dataset_id"):
+        if repro.get(key):
+            value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
+            head.add_row(f"repro.{key}", escape(value))
+    console.print(head)
+    epochs = [e for e in events if e.get("event") == "epoch"]
+    if epochs:
+        console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
+    if record.get("log_tail") and record["status"] == "failed":
+        console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
+    console.print(f"spec: {json.dumps(record['spec'], sort_keys=True)}", highlight=False, soft_wrap=True, markup=False)
+
+
+def tag_cmd(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
+    tag: Annotated[str, typer.Argument(help="Tag to add (prefix with - to remove).")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Add a tag to a run (``-TAG`` removes it)."""
+    from gaptui.history import History
+
+    with History(Workspace.resolve(workspace), write=True, purpose="gaptui tag") as history:
+        record = history.get(run)
+        tags = list(record.get("tags") or [])
+        if tag.startswith("-"):
+            tags = [t for t in tags if t != tag[1:]]
+        elif tag not in tags:
+            tags.append(tag)
+        history.update(record["hash"], tags=tags)
+    console.print(f"{record['id']}: tags {', '.join(tags) or '(none)'}", highlight=False)
+
+
+def note_cmd(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
+    text: Annotated[str, typer.Argument(help="The note (replaces the previous one).")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Attach a note to a run."""
+    from gaptui.history import History
+
+    with History(Workspace.resolve(workspace), write=True, purpose="gaptui note") as history:
+        record = history.get(run)
+        history.update(record["hash"], note=text)
+    console.print(f"{record['id']}: note saved", highlight=False)
+
+
+def _stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

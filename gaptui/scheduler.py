@@ -1,0 +1,420 @@
+"""The scheduler: one worker subprocess per run, in its own process group, on GPU or CPU slots.
+
+It owns the history file while it runs (through :class:`~gaptui.history.History` with the workspace lock).
+Each worker is ``python -m engine --spec <run>/spec.json --out <run>`` (see :mod:`gaptui.runner`); the
+scheduler reads the worker's ``events.jsonl`` to follow it and its exit status to file the outcome:
+
+==========  =================================================================================
+exit        recorded status
+==========  =================================================================================
+0           ``done`` (metrics from ``result.json``)
+143         ``cancelled`` (the worker saved a checkpoint; re-queuing resumes it)
+other       ``failed`` with the last error event (or stderr line) and the log tail
+==========  =================================================================================
+
+After a crash of the manager, :meth:`Scheduler.recover` finds records left ``running``: a worker that is still
+alive is re-attached (followed by pid), a dead one is marked ``interrupted`` and queued again; its checkpoint
+makes it resume where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import EXIT_CANCELLED, read_events
+from engine.spec import RunSpec
+from gaptui.history import History, now
+from gaptui.runner import run_id, signal_group, start_worker
+from gaptui.workspace import Workspace
+
+#: Seconds a worker gets to checkpoint after SIGTERM before it is killed.
+GRACE = 30.0
+
+
+@dataclass
+class Slot:
+    """Where a worker runs: environment overrides (CUDA_VISIBLE_DEVICES, thread counts) and its occupant."""
+
+    name: str
+    env: dict[str, str]
+    busy: str | None = None
+
+
+def detect_gpus() -> list[str]:
+    """GPU indices visible to this process (``nvidia-smi -L``; honours CUDA_VISIBLE_DEVICES), no torch import."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU")]
+
+
+def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: int | None = None) -> list[Slot]:
+    """``jobs_per_gpu`` slots per GPU; CPU slots when there is no GPU (or when ``cpu_jobs`` is given)."""
+    gpus = detect_gpus() if gpus is None else gpus
+    cpus = len(os.sched_getaffinity(0))
+    slots = [
+        Slot(f"cuda:{g}#{k}", {"CUDA_VISIBLE_DEVICES": g, "OMP_NUM_THREADS": str(max(1, cpus // max(1, len(gpus))))})
+        for g in gpus
+        for k in range(jobs_per_gpu)
+    ]
+    if cpu_jobs is None:
+        cpu_jobs = 0 if slots else max(1, cpus // 2)
+    threads = str(max(1, cpus // max(1, cpu_jobs)))
+    slots += [
+        Slot(f"cpu#{k}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+        for k in range(cpu_jobs)
+    ]
+    return slots
+
+
+def dataset_label(canonical: dict[str, Any]) -> str:
+    """``base`` plus its non-default parameters, e.g. ``er[n=50]``: the row group of ranking tables."""
+    from engine.sources import SOURCES, params_dict, parse_params
+
+    source = SOURCES.get(canonical["base"])
+    defaults = params_dict(parse_params(source, {}))
+    changed = {k: v for k, v in canonical["params"].items() if defaults.get(k) != v}
+    if not changed:
+        return canonical["base"]
+    text = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changed.items())
+    return f"{canonical['base']}[{text}]"
+
+
+def new_record(spec: RunSpec, ws: Workspace, preset: str | None = None, planned_seeds: int | None = None) -> dict:
+    canonical = spec.canonical()
+    ds = canonical["dataset"]
+    rid = run_id(spec)
+    return {
+        "id": rid,
+        "hash": spec.hash(),
+        "status": "queued",
+        "dataset": dataset_label(ds),
+        "base": ds["base"],
+        "dataset_params": ds["params"],
+        "noise": ds["noise"],
+        "noise_model": ds["noise_model"],
+        "model": spec.model,
+        "seed": spec.seed,
+        "spec": spec.to_dict(),
+        "preset": preset,
+        "planned_seeds": planned_seeds,
+        "run_dir": str(ws.runs / rid),
+        "created": now(),
+        "started": None,
+        "finished": None,
+        "duration": None,
+        "attempts": 0,
+        "pid": None,
+        "slot": None,
+        "metrics": {},
+        "params": None,
+        "error": None,
+        "log_tail": [],
+        "repro": {},
+        "tags": [],
+        "note": "",
+    }
+
+
+def git_commit(folder: Path) -> dict[str, Any] | None:
+    """The git commit (and dirty flag) of the user's project in ``folder``, if it is a repository."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True, timeout=5
+        )
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            return fh.read().decode(errors="replace").splitlines()[-lines:]
+    except FileNotFoundError:
+        return []
+
+
+def pid_alive(pid: int, run_dir: str) -> bool:
+    """Whether ``pid`` is still the worker of ``run_dir`` (not a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"engine" in cmdline and run_dir.encode() in cmdline
+
+
+@dataclass
+class Job:
+    spec: RunSpec
+    run_hash: str
+    run_dir: Path
+    slot: Slot
+    pid: int
+    proc: subprocess.Popen[str] | None  # None when re-attached after a manager restart
+    started: float = field(default_factory=time.time)
+    offset: int = 0
+    stopping: float | None = None
+    timed_out: bool = False
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[str, str, dict[str, Any]], None]
+
+
+class Scheduler:
+    """Runs queued specs on slots until the queue is empty; every state change goes to the history.
+
+    ``listener(kind, run_hash, payload)`` is called (from the thread calling :meth:`step`) with ``kind`` in
+    ``status`` (payload = the updated record fields) and ``event`` (payload = a worker event), so a UI can
+    follow runs without reading files itself.
+    """
+
+    def __init__(
+        self,
+        ws: Workspace,
+        history: History,
+        slots: list[Slot],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
+        listener: Listener | None = None,
+    ) -> None:
+        if not slots:
+            raise ValueError("the scheduler needs at least one slot")
+        self.ws = ws
+        self.history = history
+        self.slots = slots
+        self.timeout = timeout
+        self.retries = retries
+        self.listener = listener
+        self.queue: deque[RunSpec] = deque()
+        self.running: dict[str, Job] = {}
+        self.finished: list[dict[str, Any]] = []
+        self.repro_base = {
+            "host": platform.node(),
+            "platform": platform.platform(),
+            "project": git_commit(Path.cwd()),
+        }
+
+    # ------------------------------------------------------------------------------------------- queueing
+
+    def enqueue(self, specs: list[RunSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+        known = self.history.by_hash()
+        fresh = []
+        for spec in specs:
+            h = spec.hash()
+            if h not in known:
+                fresh.append(new_record(spec, self.ws, preset, planned_seeds if spec.model != "laplacian" else 1))
+            elif known[h]["status"] != "queued":
+                self._status(h, status="queued")
+            self.queue.append(spec)
+        self.history.put_many(fresh)
+
+    def recover(self) -> tuple[list[str], list[str]]:
+        """Re-attach live workers left ``running`` by a previous manager; re-queue the dead ones."""
+        reattached, requeued = [], []
+        for record in self.history.records():
+            if record["status"] != "running":
+                continue
+            spec = RunSpec.from_dict(record["spec"])
+            pid = record.get("pid")
+            slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
+            if pid and pid_alive(pid, record["run_dir"]):
+                slot = slot or Slot(record.get("slot") or "attached", {})
+                slot.busy = record["hash"]
+                job = Job(spec, record["hash"], Path(record["run_dir"]), slot, pid, None)
+                job.started = float(record.get("started_ts") or time.time())
+                self.running[record["hash"]] = job
+                reattached.append(record["id"])
+            else:
+                self._status(record["hash"], status="interrupted", pid=None)
+                requeued.append(record["id"])
+        return reattached, requeued
+
+    # ------------------------------------------------------------------------------------------- the loop
+
+    def pending(self) -> bool:
+        return bool(self.queue or self.running)
+
+    def step(self) -> None:
+        """Start what fits, follow what runs, file what ended. Call it a few times per second."""
+        for job in list(self.running.values()):
+            self._follow(job)
+        for slot in self.slots:
+            if slot.busy is None and self.queue:
+                self._start(self.queue.popleft(), slot)
+
+    def run(self, poll: float = 0.25, should_stop: Callable[[], bool] = lambda: False) -> None:
+        while self.pending() and not should_stop():
+            self.step()
+            time.sleep(poll)
+
+    def _start(self, spec: RunSpec, slot: Slot) -> None:
+        h = spec.hash()
+        run_dir = self.ws.runs / run_id(spec)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        stderr = open(run_dir / "stderr.txt", "a")  # noqa: SIM115 - handed to the child
+        try:
+            proc = start_worker(spec, run_dir, env=slot.env, quiet=True, stdout=subprocess.DEVNULL, stderr=stderr)
+        finally:
+            stderr.close()
+        slot.busy = h
+        offset = (run_dir / "events.jsonl").stat().st_size if (run_dir / "events.jsonl").exists() else 0
+        self.running[h] = Job(spec, h, run_dir, slot, proc.pid, proc, offset=offset)
+        record = self.history.by_hash().get(h, {})
+        self._status(
+            h,
+            status="running",
+            started=now(),
+            started_ts=time.time(),
+            finished=None,
+            pid=proc.pid,
+            slot=slot.name,
+            attempts=int(record.get("attempts") or 0) + 1,
+            error=None,
+        )
+
+    def _follow(self, job: Job) -> None:
+        events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
+        for event in events:
+            job.last = event
+            if self.listener:
+                self.listener("event", job.run_hash, event)
+        code = self._exit_code(job)
+        if code is None:
+            elapsed = time.time() - job.started
+            if self.timeout and elapsed > self.timeout and job.stopping is None:
+                job.timed_out = True
+                self._terminate(job)
+            elif job.stopping is not None and time.monotonic() - job.stopping > GRACE:
+                signal_group(job.pid, signal.SIGKILL)
+            return
+        self._finish(job, code)
+
+    def _exit_code(self, job: Job) -> int | None:
+        if job.proc is not None:
+            return job.proc.poll()
+        if pid_alive(job.pid, str(job.run_dir)):
+            return None
+        # A re-attached worker is not our child: its exit status is lost, so read what it wrote.
+        last = read_events(job.run_dir / "events.jsonl")[0][-1:] or [{}]
+        return {"done": 0, "cancelled": EXIT_CANCELLED}.get(last[0].get("event", ""), 1)
+
+    def _finish(self, job: Job, code: int) -> None:
+        del self.running[job.run_hash]
+        job.slot.busy = None
+        result = _read_json(job.run_dir / "result.json")
+        fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
+        fields["duration"] = round(time.time() - job.started, 2)
+        if result:
+            fields["repro"] = {
+                **self.repro_base,
+                "versions": result.get("versions"),
+                "device": result.get("device"),
+                "device_name": result.get("device_name"),
+                "seed": job.spec.seed,
+                "dataset_seed": job.spec.dataset.get("seed", 0),
+                "dataset_id": result.get("dataset"),
+            }
+        if code == 0 and result.get("status") == "done":
+            fields.update(status="done", metrics=result.get("metrics", {}), params=result.get("params"), error=None)
+        elif code == EXIT_CANCELLED or (job.stopping is not None and not job.timed_out):
+            fields.update(status="cancelled", error=None)
+        else:
+            last = read_events(job.run_dir / "events.jsonl")[0]
+            errors = [e for e in last if e.get("event") == "error"]
+            message = errors[-1]["message"] if errors else (tail(job.run_dir / "stderr.txt", 1) or [""])[0]
+            if job.timed_out:
+                message = f"timed out after {self.timeout:g} s"
+            fields.update(status="failed", error=message or f"worker exited with status {code}")
+            record = self.history.by_hash().get(job.run_hash, {})
+            if int(record.get("attempts") or 0) <= self.retries:
+                self.queue.append(job.spec)
+        self._status(job.run_hash, **fields)
+        self.finished.append({"hash": job.run_hash, **fields})
+
+    # ------------------------------------------------------------------------------------------- stopping
+
+    def _terminate(self, job: Job) -> None:
+        job.stopping = time.monotonic()
+        signal_group(job.pid, signal.SIGTERM)
+
+    def cancel(self, run_hash: str) -> bool:
+        """Cancel a queued or running run. Returns False when it is neither."""
+        for spec in list(self.queue):
+            if spec.hash() == run_hash:
+                self.queue.remove(spec)
+                self._status(run_hash, status="cancelled")
+                return True
+        job = self.running.get(run_hash)
+        if job is None:
+            return False
+        if job.stopping is None:
+            self._terminate(job)
+        return True
+
+    def stop_all(self, wait: float = GRACE) -> None:
+        """Cancel everything: queued runs are dropped, workers get SIGTERM, then SIGKILL after ``wait`` s."""
+        for spec in list(self.queue):
+            self._status(spec.hash(), status="cancelled")
+        self.queue.clear()
+        for job in self.running.values():
+            if job.stopping is None:
+                self._terminate(job)
+        deadline = time.monotonic() + wait
+        while self.running and time.monotonic() < deadline:
+            for job in list(self.running.values()):
+                self._follow(job)
+            time.sleep(0.1)
+        for job in list(self.running.values()):
+            signal_group(job.pid, signal.SIGKILL)
+            if job.proc is not None:
+                job.proc.wait(timeout=10)
+            self._finish(job, EXIT_CANCELLED)
+
+    def detach(self) -> list[str]:
+        """Leave running workers alive (the next manager re-attaches them); returns their run ids."""
+        ids = [job.run_dir.name for job in self.running.values()]
+        self.running.clear()
+        return ids
+
+    def _status(self, run_hash: str, **fields: Any) -> None:
+        self.history.update(run_hash, **fields)
+        if self.listener:
+            self.listener("status", run_hash, fields)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}

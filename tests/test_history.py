@@ -1,0 +1,99 @@
+"""History store: atomic writes, corrupt files kept, schema version, the workspace lock."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.errors import GaptuiError
+from gaptui.history import SCHEMA_VERSION, History, read_records
+from gaptui.workspace import Workspace
+from tests.conftest import run_cli
+
+
+def _record(i: int, **kw) -> dict:
+    return {
+        "id": f"{i:012d}",
+        "hash": f"{i:064d}",
+        "status": "queued",
+        "dataset": "er",
+        "base": "er",
+        "noise": 0.1,
+        "model": "gcn",
+        "seed": 0,
+        "metrics": {},
+        **kw,
+    }
+
+
+def test_records_round_trip_and_schema(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    with History(ws, write=True) as h:
+        h.put_many([_record(1), _record(2)])
+        h.update(f"{1:064d}", status="done", metrics={"val_lap_acc": 0.5})
+        h.put_many([_record(1)])  # already there: not duplicated
+    data = json.loads(ws.history.read_text())
+    assert next(iter(data["meta"].values()))["schema"] == SCHEMA_VERSION
+    records = read_records(ws)
+    assert [r["status"] for r in records] == ["done", "queued"]
+    with History(ws) as h:
+        assert h.get("000000000001")["metrics"] == {"val_lap_acc": 0.5}
+        with pytest.raises(GaptuiError, match="ambiguous"):
+            h.get("0000")
+        with pytest.raises(GaptuiError, match="no run 'zzz'"):
+            h.get("zzz")
+
+
+def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = Workspace(tmp_path)
+    with History(ws, write=True) as h:
+        h.put_many([_record(1)])
+    before = ws.history.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("killed mid-write")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with History(ws, write=True) as h, pytest.raises(OSError):
+        h.update(f"{1:064d}", status="done")
+    assert ws.history.read_bytes() == before  # the old file is intact
+    monkeypatch.undo()
+    assert read_records(ws)[0]["status"] == "queued"
+
+
+def test_corrupt_history_is_reported_and_kept(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    ws.history.write_text('{"runs": {"1": {"id": ')
+    with pytest.raises(GaptuiError, match="corrupt"):
+        read_records(ws)
+    res = run_cli("history", "--workspace", str(tmp_path))
+    assert res.returncode == 2 and "corrupt" in res.stderr and "left untouched" in res.stderr
+    assert ws.history.read_text() == '{"runs": {"1": {"id": '
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    ws.history.write_text(json.dumps({"meta": {"1": {"schema": SCHEMA_VERSION + 1}}, "runs": {}}))
+    with pytest.raises(GaptuiError, match="newer than this gaptui"):
+        read_records(ws)
+
+
+def test_lock_stops_a_second_writer_but_not_readers(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    with History(ws, write=True, purpose="gaptui run --preset x") as h:
+        h.put_many([_record(1)])
+        with pytest.raises(GaptuiError, match="in use by gaptui run --preset x"):
+            History(ws, write=True)
+        res = run_cli("tag", "000000000001", "best", "--workspace", str(tmp_path))
+        assert res.returncode == 2 and "in use" in res.stderr
+        res = run_cli("history", "--json", "--workspace", str(tmp_path))
+        assert res.returncode == 0 and json.loads(res.stdout)[0]["id"] == "000000000001"
+    res = run_cli("tag", "000000000001", "best", "--workspace", str(tmp_path))
+    assert res.returncode == 0
+    res = run_cli("note", "0000000000", "looks good", "--workspace", str(tmp_path))
+    assert res.returncode == 0
+    record = read_records(ws)[0]
+    assert record["tags"] == ["best"] and record["note"] == "looks good"

@@ -1,0 +1,175 @@
+"""`gaptui run` end to end, in subprocesses: a grid, resume after SIGKILL, failures, Ctrl-C, two managers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gaptui.history import read_records
+from gaptui.workspace import Workspace
+from tests.conftest import ROOT, run_cli
+
+TINY = """
+description = "test grid"
+noise = {noise}
+models = {models}
+seeds = {seeds}
+laplacian = {laplacian}
+
+[run]
+epochs = {epochs}
+batch_size = 10
+budget = 5000
+out_dim = 8
+
+[[datasets]]
+base = "er"
+params = {{ n = 16, degree = 4 }}
+train = 20
+val = 6
+"""
+
+
+def _preset(
+    tmp_path: Path, name: str = "tiny", noise=(0.05, 0.2), models=("gcn", "gin"), seeds=(0,), laplacian=False, epochs=2
+) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        TINY.format(
+            noise=json.dumps(list(noise)),
+            models=json.dumps(list(models)),
+            seeds=json.dumps(list(seeds)),
+            laplacian=str(laplacian).lower(),
+            epochs=epochs,
+        )
+    )
+    return path
+
+
+def _manager(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "GAPTUI_OFFLINE": "1", "COLUMNS": "200"},
+    )
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+def _starts(run_dir: str) -> int:
+    path = Path(run_dir) / "events.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if '"event": "start"' in line) if path.exists() else 0
+
+
+def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    res = run_cli("run", "--preset", "smoke", "--workspace", str(ws), "--cpu-jobs", "2")
+    assert res.returncode == 0, res.stderr
+    records = read_records(Workspace(ws))
+    assert len(records) == 4 and {r["status"] for r in records} == {"done"}
+    for r in records:
+        assert 0 <= r["metrics"]["val_lap_acc"] <= 1 and r["params"] > 0 and r["duration"] > 0
+        assert r["repro"]["versions"]["torch"] and r["repro"]["seed"] == 0 and r["planned_seeds"] == 1
+    res = run_cli("table", "--format", "json", "--workspace", str(ws))
+    assert res.returncode == 0, res.stderr
+    tables = json.loads(res.stdout)
+    assert len(tables) == 1 and tables[0]["dataset"] == "er[degree=4,n=20]"
+    cells = tables[0]["cells"]
+    assert {(c["model"], c["noise"]) for c in cells} == {(m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)}
+    by_model = {(r["model"], r["noise"]): r["metrics"]["val_lap_acc"] for r in records}
+    for c in cells:
+        assert c["median"] == by_model[(c["model"], c["noise"])] and c["runs"] == 1
+    # the same command again is a no-op: everything is done
+    again = run_cli("run", "--preset", "smoke", "--workspace", str(ws))
+    assert again.returncode == 0 and "4 already done" in again.stderr
+    assert all(_starts(r["run_dir"]) == 1 for r in records)
+
+
+def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    preset = _preset(tmp_path, noise=(0.05, 0.2), models=("gcn", "gin"), epochs=3)
+    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
+
+    def two_done() -> bool:
+        try:
+            return sum(r["status"] == "done" for r in read_records(Workspace(ws))) >= 2
+        except Exception:  # noqa: BLE001 - the file may not exist yet
+            return False
+
+    _wait_for(two_done, timeout=180)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    done_before = {r["hash"] for r in read_records(Workspace(ws)) if r["status"] == "done"}
+    assert 2 <= len(done_before) < 4
+
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
+    assert res.returncode == 0, res.stderr
+    records = read_records(Workspace(ws))
+    assert len(records) == 4 and len({r["hash"] for r in records}) == 4
+    assert {r["status"] for r in records} == {"done"}
+    for r in records:
+        if r["hash"] in done_before:
+            assert _starts(r["run_dir"]) == 1  # no finished run redone
+        events = [json.loads(x) for x in (Path(r["run_dir"]) / "events.jsonl").read_text().splitlines()]
+        assert sorted(e["epoch"] for e in events if e["event"] == "epoch") == [1, 2, 3]
+
+
+def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    preset = _preset(tmp_path, noise=(0.1,), models=("tests.helpers_worker:CrashModel", "gcn"), laplacian=True)
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
+    assert res.returncode == 1
+    assert "1 run(s) failed" in res.stderr
+    records = {r["model"]: r for r in read_records(Workspace(ws))}
+    crashed = records["tests.helpers_worker:CrashModel"]
+    assert crashed["status"] == "failed" and "injected crash" in crashed["error"]
+    assert any("Traceback" in line or "RuntimeError" in line for line in crashed["log_tail"])
+    assert records["gcn"]["status"] == "done" and records["laplacian"]["status"] == "done"
+    # a plain rerun skips the failure; --retry-failed runs it again (and it fails again)
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
+    assert res.returncode == 0 and "1 failed before (skipped" in res.stderr
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--retry-failed")
+    assert res.returncode == 1
+    crashed = next(r for r in read_records(Workspace(ws)) if r["model"].endswith("CrashModel"))
+    assert crashed["attempts"] == 2
+
+
+def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=500)
+    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
+
+    def running() -> bool:
+        try:
+            return any(r["status"] == "running" and _starts(r["run_dir"]) for r in read_records(Workspace(ws)))
+        except Exception:  # noqa: BLE001
+            return False
+
+    _wait_for(running)
+    second = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
+    assert second.returncode == 2 and "is in use by gaptui run --preset tiny" in second.stderr
+    assert run_cli("history", "--workspace", str(ws)).returncode == 0  # readers still work
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    record = read_records(Workspace(ws))[0]
+    assert record["status"] == "cancelled"
+    events = (Path(record["run_dir"]) / "events.jsonl").read_text()
+    assert '"event": "cancelled"' in events  # the worker checkpointed and said so
+    pid = record.get("pid")
+    assert pid is None

@@ -1,0 +1,88 @@
+"""Presets: the shipped ones, validation of bad ones (through the CLI, as users meet it), TOML round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gaptui.presets import dump_preset, grid, load_preset, parse_preset
+from gaptui.workspace import Workspace
+from tests.conftest import run_cli
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def test_shipped_presets() -> None:
+    ws = Workspace(Path("/tmp/unused"))
+    smoke, quick, paper = (load_preset(n) for n in ("smoke", "quick", "paper"))
+    assert smoke.size == len(grid(smoke, ws)) == 4
+    assert quick.size == len(grid(quick, ws)) == 3 * 5 * 2 + 3
+    # Table D.3: 5 datasets x 8 noise levels x 5 models x 10 seeds, + the baseline per (dataset, noise)
+    assert paper.size == 5 * 8 * 5 * 10 + 5 * 8
+    specs = grid(paper, ws)
+    assert len({s.hash() for s in specs}) == len(specs) == 2040
+    assert {s.model for s in specs} == {"gcn", "gin", "gatedgcn", "gat", "gatv2", "laplacian"}
+    assert sorted({s.dataset["noise"] for s in specs}) == [0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.3]
+    assert all(s.epochs == 300 for s in specs)
+    # seed-major: the first 205 runs cover every (dataset, noise, model) cell once
+    first = specs[: 5 * 8 * 6]
+    assert {s.seed for s in first if s.model != "laplacian"} == {0}
+
+
+def test_round_trip_through_toml() -> None:
+    quick = load_preset("quick")
+    again = parse_preset(tomllib.loads(dump_preset(quick)))
+    assert dataclasses.replace(again, path=None) == dataclasses.replace(quick, path=None)
+
+
+BASE = """
+noise = [0.1]
+models = ["gcn"]
+seeds = [0]
+[[datasets]]
+base = "er"
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        (BASE.replace("models", "modles"), ["unknown key 'modles'", "did you mean 'models'?"]),
+        (BASE.replace('["gcn"]', '["gcnn"]'), ["key 'models' value 'gcnn'", "did you mean 'gcn'?"]),
+        (BASE.replace('"er"', '"err"'), ["datasets[0]", "unknown base dataset 'err'", "did you mean 'er'?"]),
+        (BASE.replace("[0.1]", "[1.5]"), ["key 'noise' value", "[0, 1)"]),
+        (BASE.replace("[0.1]", "[]"), ["key 'noise' is empty"]),
+        (BASE.replace("seeds = [0]", 'seeds = ["a"]'), ["key 'seeds' holds 'a'", "integer seeds"]),
+        (BASE + '[run]\nepochs = "many"\n', ["[run]", "key 'epochs' = 'many'", "expected an integer"]),
+        (BASE + "[run]\nepoch = 3\n", ["[run]", "unknown key 'epoch'", "did you mean 'epochs'?"]),
+        (BASE + "params = { degre = 3 }\n", ["datasets[0]", "no parameter 'degre'", "did you mean 'degree'?"]),
+        ("noise = [0.1\n", ["not valid TOML"]),
+    ],
+)
+def test_bad_presets_exit_2_naming_file_key_value(tmp_path: Path, text: str, needles: list[str]) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    res = run_cli("run", "--preset", str(path), "--dry-run", "--workspace", str(tmp_path / "ws"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert str(path) in lines[0]
+    for needle in needles:
+        assert needle in lines[0]
+    assert not (tmp_path / "ws").exists()  # nothing written for a bad preset
+
+
+def test_unknown_preset_name(tmp_path: Path) -> None:
+    res = run_cli("run", "--preset", "smok", "--dry-run", "--workspace", str(tmp_path))
+    assert res.returncode == 2 and "did you mean 'smoke'?" in res.stderr
+
+
+def test_dry_run_lists_the_plan(tmp_path: Path) -> None:
+    res = run_cli("run", "--preset", "quick", "--dry-run", "--workspace", str(tmp_path), "--cpu-jobs", "2")
+    assert res.returncode == 0, res.stderr
+    assert "33 runs" in res.stdout and "to run 33" in res.stdout and "cpu#1" in res.stdout
