@@ -320,9 +320,10 @@ def history_cmd(
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="Only this dataset label or base.")] = None,  # noqa: UP045
     model: Annotated[Optional[str], typer.Option("--model", help="Only this model.")] = None,  # noqa: UP045
     tag: Annotated[Optional[str], typer.Option("--tag", help="Only runs with this tag.")] = None,  # noqa: UP045
+    limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the runs of the workspace."""
+    """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.errors import did_you_mean
     from gaptui.history import STATUSES, read_records
 
@@ -349,7 +350,13 @@ def history_cmd(
             f"no runs in {ws.history}" + (" matching the filters" if status or dataset or model or tag else "")
         )
         return
-    table = Table(title=f"{len(records)} runs in {ws.root}")
+    total = len(records)
+    if limit and total > limit:
+        records = sorted(records, key=lambda r: r.get("created") or "")[-limit:]
+    title = f"{total} runs in {ws.root}" + (
+        f" (newest {len(records)}; --limit 0 for all)" if len(records) < total else ""
+    )
+    table = Table(title=title)
     for col in ("id", "status", "dataset", "noise", "model", "seed", "val LAP acc", "params", "duration", "tags"):
         table.add_column(
             col, justify="right" if col in ("noise", "seed", "val LAP acc", "params", "duration") else "left"
