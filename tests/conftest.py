@@ -21,6 +21,22 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Downloads through urllib fail at once; the list records the URLs that were attempted."""
+    import urllib.error
+    import urllib.request
+
+    attempts: list[str] = []
+
+    def refuse(url, *args, **kwargs):
+        attempts.append(str(getattr(url, "full_url", url)))
+        raise urllib.error.URLError("network disabled in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    return attempts
+
+
+@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return tmp_path / "ws"
 

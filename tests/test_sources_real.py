@@ -25,17 +25,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated
 
 
 @pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Offline by default (conftest), and any download attempt fails at once and is recorded."""
-    attempts: list[str] = []
-
-    def refuse(url, *args, **kwargs):
-        attempts.append(str(getattr(url, "full_url", url)))
-        raise urllib.error.URLError("network disabled in tests")
-
-    monkeypatch.setenv("GAPTUI_OFFLINE", "1")
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    return attempts
+def _offline(no_network: list[str]) -> None:
+    """Every test here runs with downloads refused (and recorded by ``no_network``)."""
 
 
 def load(name: str, root: Path, n_train: int | None = None, n_val: int | None = None, seed: int = 0, **params):
@@ -108,7 +99,7 @@ def test_aqsol_subset_is_deterministic(tmp_path: Path) -> None:
         load("aqsol", tmp_path, n_train=4)
 
 
-def test_aqsol_missing_files_offline_names_files_and_folder(tmp_path: Path, _no_network: list[str]) -> None:
+def test_aqsol_missing_files_offline_names_files_and_folder(tmp_path: Path, no_network: list[str]) -> None:
     with pytest.raises(GaptuiError) as err:
         load("aqsol", tmp_path)
     message = str(err.value)
@@ -116,29 +107,29 @@ def test_aqsol_missing_files_offline_names_files_and_folder(tmp_path: Path, _no_
     for name in ("train.pickle", "val.pickle", "test.pickle", "atom_dict.pickle", "bond_dict.pickle"):
         assert name in message
     assert str(tmp_path / "aqsol" / "raw") in message and "GAPTUI_OFFLINE" in message
-    assert _no_network == []
+    assert no_network == []
 
 
 def test_aqsol_failed_download_names_files_and_leaves_no_partial_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _no_network: list[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: list[str]
 ) -> None:
     monkeypatch.delenv("GAPTUI_OFFLINE")
     with pytest.raises(GaptuiError, match=r"download failed .*network disabled.*place train\.pickle") as err:
         load("aqsol", tmp_path)
     assert str(tmp_path / "aqsol" / "raw") in str(err.value)
-    assert len(_no_network) == 1 and "aqsol" in _no_network[0]
+    assert len(no_network) == 1 and "aqsol" in no_network[0]
     assert not list((tmp_path / "aqsol").iterdir())
 
 
 def test_partial_raw_files_are_never_replaced_by_a_download(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _no_network: list[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: list[str]
 ) -> None:
     monkeypatch.delenv("GAPTUI_OFFLINE")
     raw = write_aqsol(tmp_path)
     (raw / "bond_dict.pickle").unlink()
     with pytest.raises(GaptuiError, match=r"not downloading.*place bond_dict\.pickle in "):
         load("aqsol", tmp_path)
-    assert _no_network == [] and (raw / "train.pickle").exists()
+    assert no_network == [] and (raw / "train.pickle").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------

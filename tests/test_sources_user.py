@@ -18,15 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated
 
 
 @pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    attempts: list[str] = []
-
-    def refuse(url, *args, **kwargs):
-        attempts.append(str(getattr(url, "full_url", url)))
-        raise urllib.error.URLError("network disabled in tests")
-
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    return attempts
+def _offline(no_network: list[str]) -> None:
+    """Every test here runs with downloads refused (and recorded by ``no_network``)."""
 
 
 def load(
@@ -295,7 +288,7 @@ def test_pyg_fake_dataset_without_root() -> None:
         load("pyg", dataset="torch_geometric.datasets:FakeDataset", root="/tmp/x")
 
 
-def test_pyg_errors(tmp_path: Path, _no_network: list[str]) -> None:
+def test_pyg_errors(tmp_path: Path, no_network: list[str]) -> None:
     with pytest.raises(GaptuiError, match=r"--param dataset=module\.path:Class"):
         load("pyg")
     with pytest.raises(GaptuiError, match=r"PathGraphs\(root=.*, colour='red'\) rejected its arguments"):
@@ -308,7 +301,7 @@ def test_pyg_errors(tmp_path: Path, _no_network: list[str]) -> None:
         match=r"TUDataset\(root=.*name='MUTAG'\) needs to download .*GAPTUI_OFFLINE=1\): place them under .*tu$",
     ):
         load("pyg", dataset="torch_geometric.datasets:TUDataset", name="MUTAG", root=str(tmp_path / "tu"))
-    assert _no_network == []
+    assert no_network == []
 
 
 def test_user_sources_are_registered() -> None:

@@ -242,13 +242,19 @@ def undirected_edge_index(pairs: np.ndarray, num_nodes: int) -> tuple[np.ndarray
 
 
 @dataclass(frozen=True)
-class FolderParams:
-    #: Folder of edge-list files, one graph per file.
-    path: str = ""
+class _SplitParams:
+    """How a user's collection of graphs becomes train / validation base graphs."""
+
     #: 0: the graphs as they are; N' >= 2: BFS-sampled subgraphs of N' nodes.
     bfs: int = 0
     #: Share of the graphs held out for validation (rounded up).
     val_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class FolderParams(_SplitParams):
+    #: Folder of edge-list files, one graph per file.
+    path: str = ""
 
     def check(self) -> None:
         _check_split_params("folder", self.bfs, self.val_fraction)
@@ -316,15 +322,11 @@ class EdgeListFolder(Source):
 
 
 @dataclass(frozen=True)
-class PygParams:
+class PygParams(_SplitParams):
     #: The dataset class (or factory) as ``module.path:Class``, e.g. ``torch_geometric.datasets:TUDataset``.
     dataset: str = ""
     #: Its ``root`` folder; empty: ``<data root>/pyg/<Class>``.
     root: str = ""
-    #: 0: the graphs as they are; N' >= 2: BFS-sampled subgraphs of N' nodes.
-    bfs: int = 0
-    #: Share of the graphs held out for validation (rounded up).
-    val_fraction: float = 0.1
 
     def check(self) -> None:
         _check_split_params("pyg", self.bfs, self.val_fraction)
