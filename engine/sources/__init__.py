@@ -1,8 +1,11 @@
 """Base graph sources, selected by registry name: synthetic, real (PyG / OGB loaders) and the user's own."""
 
-from engine.sources import real, synthetic, user  # noqa: F401  (importing them registers their sources)
+# Importing the source modules registers them; synthetic first so listings start with what needs no download.
+from engine.sources import synthetic  # noqa: F401
+
+# isort: split
+from engine.sources import real, user  # noqa: F401
 from engine.sources.base import (
-    NOISE_MODELS,
     SOURCES,
     BaseSplits,
     Source,
@@ -14,7 +17,6 @@ from engine.sources.base import (
 )
 
 __all__ = [
-    "NOISE_MODELS",
     "SOURCES",
     "BaseSplits",
     "Source",

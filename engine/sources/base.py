@@ -15,7 +15,6 @@ import numpy as np
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.graphs import Graph, NormalisationReport, simple_graph
-from engine.noise import NOISE_MODELS  # noqa: F401  (re-exported)
 from engine.registry import Registry
 from engine.typed import coerce
 
