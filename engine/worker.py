@@ -72,6 +72,17 @@ def versions() -> dict[str, str]:
     }
 
 
+def cpu_name() -> str:
+    """The CPU model (``/proc/cpuinfo``), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def default_datasets_dir() -> Path:
     """Same default as the ``gaptui`` CLI: ``$GAPTUI_WORKSPACE/datasets`` or ``./gaptui-runs/datasets``."""
     return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
