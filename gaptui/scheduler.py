@@ -347,7 +347,7 @@ class Scheduler:
             }
         if code == 0 and result.get("status") == "done":
             fields.update(status="done", metrics=result.get("metrics", {}), params=result.get("params"), error=None)
-        elif code == EXIT_CANCELLED or (job.stopping is not None and not job.timed_out):
+        elif not job.timed_out and (code == EXIT_CANCELLED or job.stopping is not None):
             fields.update(status="cancelled", error=None)
         else:
             last = read_events(job.run_dir / "events.jsonl")[0]

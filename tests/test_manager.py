@@ -173,3 +173,16 @@ def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) 
     assert '"event": "cancelled"' in events  # the worker checkpointed and said so
     pid = record.get("pid")
     assert pid is None
+
+
+def test_per_run_timeout_fails_the_run_and_the_grid_goes_on(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=2000, laplacian=True)
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1", "--timeout", "6")
+    assert res.returncode == 1, res.stderr
+    records = {r["model"]: r for r in read_records(Workspace(ws))}
+    assert records["gcn"]["status"] == "failed" and records["gcn"]["error"] == "timed out after 6 s"
+    assert records["laplacian"]["status"] == "done"
+    # the worker was stopped through SIGTERM: it checkpointed, so a retry resumes rather than restarts
+    events = (Path(records["gcn"]["run_dir"]) / "events.jsonl").read_text()
+    assert '"event": "cancelled"' in events
