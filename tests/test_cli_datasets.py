@@ -67,6 +67,8 @@ def test_workspace_from_environment(tmp_path: Path) -> None:
         (["er", "--noise", "0.1", "--param", "novalue"], "expected key=value"),
         (["er", "--noise", "0.5", "--param", "n=10", "--param", "degree=8"], "p_add = eta*|E|"),
         (["er", "--noise", "0.1", "--noise-model", "remove"], "unknown noise model"),
+        (["aqsol", "--noise", "0.1"], "place train.pickle"),
+        (["folder", "--noise", "0.1"], "path"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(workspace: Path, args: list[str], needle: str) -> None:
