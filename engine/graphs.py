@@ -130,20 +130,143 @@ def triu_pair(k: np.ndarray, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarra
     return u, v
 
 
-def is_connected_per_graph(num_nodes: np.ndarray, edge_index: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """Whether each graph of a concatenated batch is connected. ``edge_index`` holds local ids per graph."""
-    from scipy.sparse import coo_matrix
+#: Most geometric gaps drawn at once by :func:`bernoulli_hits` (bounds its memory).
+_HIT_BLOCK = 1 << 22
+
+
+def bernoulli_hits(size: int, p: float, rng: np.random.Generator) -> np.ndarray:
+    """Sorted int64 positions in ``[0, size)`` hit by independent Bernoulli(``p``) coins, one per position.
+
+    Drawn as geometric gaps, one draw per hit instead of one coin per position: with ``E ~ Exp(1)`` and
+    ``lambda = -log(1 - p)``, ``floor(E / lambda) + 1`` is Geometric(p) on ``{1, 2, ...}`` exactly, since
+    ``P(gap > k) = P(E >= k lambda) = (1 - p)^k``, so the partial sums are the hits of i.i.d. coins. Gaps are
+    drawn in blocks of at most ``_HIT_BLOCK`` (memory stays bounded); a block continues from the last hit, which by
+    the memorylessness of the coins does not change the law.
+    """
+    size = int(size)
+    if size <= 0 or p <= 0:
+        return np.empty(0, dtype=np.int64)
+    if p >= 1:
+        return np.arange(size, dtype=np.int64)
+    with np.errstate(divide="ignore", over="ignore"):
+        scale = -1.0 / np.log1p(-p)
+    if not np.isfinite(scale):
+        # p is subnormal: a hit among fewer than 2^63 positions has probability below 1e-300.
+        return np.empty(0, dtype=np.int64)
+    # Exp(1) draws stay below 64 (the ziggurat's tail is -log of a 53-bit uniform, plus its 7.7 start), so
+    # a block's sum of gaps can only leave int64 when p is tiny.
+    overflow_guard = scale >= ((2**62 - size) / _HIT_BLOCK - 1) / 64
+    parts: list[np.ndarray] = []
+    last = -1  # the position of the last hit so far
+    while True:
+        mean = (size - 1 - last) * p
+        block = int(min(_HIT_BLOCK, mean + 6.0 * np.sqrt(mean) + 16))
+        gaps = rng.standard_exponential(block)
+        gaps *= scale
+        gaps += 1.0  # floor(x + 1) = floor(x) + 1 for x >= 0
+        if overflow_guard:
+            # A gap past the end ends the sequence anyway; capping it keeps the cumulative sum within int64.
+            np.minimum(gaps, size + 1.0, out=gaps)
+        hits = gaps.astype(np.int64)  # floor, the gaps being >= 1
+        hits[0] += last
+        np.cumsum(hits, out=hits)
+        inside = int(np.searchsorted(hits, size))
+        parts.append(hits[:inside])
+        if inside < block:
+            break
+        last = int(hits[-1])
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def stable_group(keys: np.ndarray, payload: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counting sort: ``payload [K]`` grouped by ``keys [K]`` (``0 <= key < size``), stable within a group.
+
+    Returns ``(ptr [size + 1], grouped [K])``: group ``k`` is ``grouped[ptr[k]:ptr[k + 1]]``, in input order.
+    O(K + size), no comparison sort: scipy's CSR -> CSC conversion of a one-row matrix is exactly this bucket
+    sort (it visits the entries in order, so ties keep their order; tests/test_graphs.py checks that it does).
+    """
+    from scipy.sparse import csr_array
+
+    keys = np.asarray(keys)
+    index = np.int32 if max(int(keys.size), int(size)) < np.iinfo(np.int32).max else np.int64
+    one_row = csr_array(
+        (payload, keys.astype(index, copy=False), np.array([0, keys.size], dtype=index)), shape=(1, int(size))
+    )
+    by_key = one_row.tocsc()
+    return by_key.indptr, by_key.data
+
+
+def component_counts(num_nodes: np.ndarray, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Connected components per graph, ``[P]``, of a batch given as one CSR over global node ids.
+
+    ``indptr [sum(num_nodes) + 1]`` and ``indices`` hold each graph's nodes consecutively (graph ``p`` owns
+    nodes ``node_ptr[p] .. node_ptr[p + 1] - 1``); edges are read as undirected. A graph without nodes has 0.
+    """
+    from scipy.sparse import csr_array
     from scipy.sparse.csgraph import connected_components
 
     num_nodes = np.asarray(num_nodes, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(num_nodes)[:-1]])
-    graph_of_edge = np.repeat(np.arange(len(num_nodes)), np.diff(ptr))
-    glob = edge_index + offsets[graph_of_edge]
     total = int(num_nodes.sum())
-    adj = coo_matrix((np.ones(glob.shape[1], dtype=np.int8), (glob[0], glob[1])), shape=(total, total))
+    adj = csr_array((np.ones(indices.size), indices, indptr), shape=(total, total))
     count, labels = connected_components(adj, directed=False)
     # A component never spans two graphs, so each label maps to one graph.
     graph_of_component = np.zeros(count, dtype=np.int64)
     graph_of_component[labels] = np.repeat(np.arange(len(num_nodes)), num_nodes)
-    components = np.bincount(graph_of_component, minlength=len(num_nodes))
-    return components == 1
+    return np.bincount(graph_of_component, minlength=len(num_nodes))
+
+
+def connected_symmetric(num_nodes: np.ndarray, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Whether each graph of a batch is connected, bool ``[P]``, for a *symmetric* CSR over global node ids.
+
+    ``indptr [sum(num_nodes) + 1]``, ``indices``: each edge stored in both directions, graph ``p`` owning nodes
+    ``node_ptr[p] .. node_ptr[p + 1] - 1``. Adds the root of :func:`connected_from_root` as an extra last node.
+    """
+    num_nodes = np.asarray(num_nodes, dtype=np.int64)
+    node_ptr = np.concatenate([[0], np.cumsum(num_nodes)]).astype(np.int64)
+    firsts = node_ptr[:-1][num_nodes > 0].astype(indices.dtype)
+    ptr = np.empty(indptr.size + 1, dtype=np.result_type(indptr.dtype, indices.dtype))
+    ptr[:-1] = indptr
+    ptr[-1] = indptr[-1] + firsts.size
+    return connected_from_root(num_nodes, ptr, np.concatenate([indices, firsts]))
+
+
+def connected_from_root(num_nodes: np.ndarray, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Whether each graph of a batch is connected, bool ``[P]``, given a symmetric CSR plus a root.
+
+    ``indptr [sum(num_nodes) + 2]``, ``indices``: the batch's edges in both directions on global node ids, then
+    one last node, the root, with an edge to the first node of every graph that has nodes. One breadth-first
+    search from the root: a graph is connected when the search reaches all of its nodes (a graph without nodes
+    is not). About half the work of :func:`component_counts`, which also builds and walks the transpose.
+    """
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import breadth_first_order
+
+    num_nodes = np.asarray(num_nodes, dtype=np.int64)
+    root = indptr.size - 2
+    adj = csr_array((np.ones(indices.size), indices, indptr), shape=(root + 1, root + 1))
+    reached = breadth_first_order(adj, root, directed=True, return_predecessors=False)[1:]
+    graph_of_node = np.repeat(np.arange(num_nodes.size), num_nodes)
+    return (np.bincount(graph_of_node[reached], minlength=num_nodes.size) == num_nodes) & (num_nodes > 0)
+
+
+def is_connected_per_graph(num_nodes: np.ndarray, edge_index: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Whether each graph of a concatenated batch is connected. ``edge_index`` holds local ids per graph.
+
+    ``num_nodes [P]``, ``edge_index [2, E]`` (directed entries, read as undirected), ``ptr [P + 1]``; returns
+    bool ``[P]``.
+    """
+    num_nodes = np.asarray(num_nodes, dtype=np.int64)
+    edge_index = np.asarray(edge_index).astype(np.int64, copy=False)
+    offsets = np.concatenate([[0], np.cumsum(num_nodes)]).astype(np.int64)[:-1]
+    total = int(num_nodes.sum())
+    index = np.int32 if max(total, edge_index.shape[1]) < np.iinfo(np.int32).max else np.int64
+    shift = np.repeat(offsets, np.diff(ptr))
+    src = edge_index[0] + shift
+    dst = (edge_index[1] + shift).astype(index)
+    if src.size and (np.diff(src) >= 0).all():
+        # Sources already ascending (the PairSplit layout): the CSR is the edge list itself.
+        indptr = np.zeros(total + 1, dtype=index)
+        np.cumsum(np.bincount(src, minlength=total), out=indptr[1:])
+    else:
+        indptr, dst = stable_group(src, dst, total)
+    return component_counts(num_nodes, indptr, dst) == 1

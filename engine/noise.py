@@ -18,12 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.graphs import Graph, is_connected_per_graph, triu_pair, triu_slot
+from engine.graphs import Graph, bernoulli_hits, connected_from_root, stable_group, triu_pair, triu_slot
 from engine.pairs import PairSplit
 
 NOISE_MODELS = ("add_remove", "add")
-#: Graphs with more node pairs than this draw their added edges sparsely instead of one coin per pair.
+#: Most coins drawn at once for the graphs whose non-edges are added with probability above 1/2.
 _DENSE_SLOTS = 1 << 22
+#: Nodes plus edges per chunk of graphs assembled together: small enough for the chunk's arrays to stay in cache.
+_CHUNK = 1 << 18
+#: Node pairs per chunk at most (the chunk's table of taken pairs). A graph with more pairs than this is a
+#: chunk of its own and draws its added edges by geometric gaps over its non-edges instead.
+_CHUNK_SLOTS = 1 << 22
 
 
 def check_noise(eta: float, where: str = "--noise") -> float:
@@ -99,114 +104,351 @@ class NoiseStats:
         }
 
 
-def _both_directions(edges: np.ndarray, graph_of_edge: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected local edges of many graphs -> ``[2, 2M]`` both directions sorted per graph, and ``ptr``."""
-    width = int(edges.max()) + 1 if edges.size else 1
-    gid = graph_of_edge.astype(np.int64) * width
-    # One int64 key per directed edge, (graph, source, target) in mixed radix: a single sort orders all three.
-    key = np.concatenate([(gid + edges[:, 0]) * width + edges[:, 1], (gid + edges[:, 1]) * width + edges[:, 0]])
-    key.sort()
-    index = np.empty((2, key.size), dtype=np.int64)
-    np.floor_divide(key, width, out=index[0])
-    np.remainder(key, width, out=index[1])
-    np.remainder(index[0], width, out=index[0])
-    ptr = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(2 * np.bincount(graph_of_edge, minlength=count), out=ptr[1:])
-    return index, ptr
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    """``[len + 1]`` int64 exclusive prefix sums: where each of consecutive blocks of ``sizes`` starts."""
+    out = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
 
 
-def _added_dense(
-    n: np.ndarray, p_add: np.ndarray, edge_slots: np.ndarray, edge_graph: np.ndarray, rng: np.random.Generator
+def _uniform_subsets(
+    want: np.ndarray,
+    free: np.ndarray,
+    slot_ptr: np.ndarray,
+    taken: np.ndarray,
+    owner: np.ndarray,
+    rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One Bernoulli(p_add) coin per non-edge of each graph; returns (graph index, slot) of added edges."""
-    slots = n * (n - 1) // 2
-    start = np.concatenate([[0], np.cumsum(slots)])
-    coins = rng.random(int(start[-1])) < np.repeat(p_add, slots)
-    coins[start[edge_graph] + edge_slots] = False
-    hit = np.flatnonzero(coins)
-    graph = np.searchsorted(start, hit, side="right") - 1
-    return graph, hit - start[graph]
+    """For each graph ``g`` of a chunk, ``want[g]`` distinct pairs drawn uniformly among its ``free[g]`` untaken ones.
 
+    ``want``, ``free`` ``[P]``; graph ``g`` owns the pair slots ``slot_ptr[g] .. slot_ptr[g + 1] - 1`` of the
+    chunk; ``taken`` (bool, the edges marked) and ``owner`` (int scratch) cover those slots. Returns
+    ``(graph, slot)``, both ``[sum(want)]``, the slots chunk-wide, and marks them taken.
 
-def _added_sparse(n: int, p_add: float, edge_slots: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Slots of the edges added to one large graph: Binomial count, then a uniform subset of non-edges.
-
-    Same distribution as one coin per non-edge, without materialising all ``n(n-1)/2`` pairs.
+    Rejection in rounds: each graph still short draws uniform slots (exact integers), as many as should give
+    what it lacks; a draw is kept if its slot is free and is the one draw of the round that ``owner`` keeps for
+    that slot, and a graph keeps its first such draws up to what it lacks. Which draws survive depends only on
+    where equal and taken values sit in the i.i.d. sequence, never on the free values themselves, so by symmetry
+    the chosen set is a uniform subset of the free slots.
     """
-    slots = n * (n - 1) // 2
-    free = slots - edge_slots.size
-    want = int(rng.binomial(free, p_add))
-    taken = np.sort(edge_slots)
-    chosen = np.empty(0, dtype=np.int64)
-    while chosen.size < want:
-        draw = rng.integers(0, slots, size=2 * (want - chosen.size) + 16)
-        draw = draw[~np.isin(draw, taken)]
-        _, first = np.unique(draw, return_index=True)
-        draw = draw[np.sort(first)]
-        draw = draw[~np.isin(draw, chosen)]
-        chosen = np.concatenate([chosen, draw[: want - chosen.size]])
-    return chosen
+    graphs: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
+    need, left = want.copy(), free.copy()
+    short = np.flatnonzero(need > 0)
+    while short.size:
+        sizes = slot_ptr[short + 1] - slot_ptr[short]
+        # Draw what is lacking; where most slots are taken, about lacking * sizes / left so that the graph
+        # does not need a round per slot (the surplus is cut below).
+        ratio = sizes / left[short]
+        lacking = need[short]
+        draws = np.where(ratio > 2, (lacking * ratio * 1.05).astype(np.int64) + 2, lacking)
+        graph = np.repeat(short, draws)
+        if sizes.min() == sizes.max():
+            # One bound for all (graphs of one order): numpy's scalar-bound path is several times faster.
+            draw = slot_ptr[graph] + rng.integers(0, int(sizes[0]), size=graph.size)
+        else:
+            draw = slot_ptr[graph] + rng.integers(0, np.repeat(sizes, draws))
+        index = np.arange(draw.size, dtype=owner.dtype)
+        owner[draw] = index
+        keep = owner[draw] == index
+        keep &= ~taken[draw]
+        if (draws > lacking).any():
+            # Rank of each kept draw within its graph's draws: keep the first ones, up to what the graph lacks.
+            rank = np.cumsum(keep)
+            rank -= np.repeat(np.concatenate([[0], rank])[_offsets(draws)[:-1]], draws)
+            keep &= rank <= np.repeat(lacking, draws)
+        draw, graph = draw[keep], graph[keep]
+        taken[draw] = True
+        graphs.append(graph)
+        slots.append(draw)
+        got = np.bincount(graph, minlength=need.size)
+        need -= got
+        left -= got
+        short = np.flatnonzero(need > 0)
+    if not graphs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(graphs), np.concatenate(slots)
+
+
+def _coin_hits(
+    ids: np.ndarray, p_add: np.ndarray, n: np.ndarray, edge_list: list[np.ndarray], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Added edges of the graphs ``ids`` by one Bernoulli(p_add) coin per node pair, for ``p_add > 1/2``.
+
+    There more than half of the non-edges are added, so a coin per pair costs at most twice the output, where
+    drawing a subset would reject more and more draws. Coins are drawn in blocks of at most ``_DENSE_SLOTS``
+    pairs (bounded memory whatever the graph size); coins falling on edges are discarded, which leaves exactly
+    one independent coin per non-edge. Returns ``(graph [A], slot [A])`` sorted, ``slot`` within the graph.
+    """
+    if ids.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    sizes = n[ids] * (n[ids] - 1) // 2
+    cum = _offsets(sizes)
+    edges = np.concatenate([edge_list[i] for i in ids]).reshape(-1, 2)
+    counts = np.fromiter((edge_list[i].shape[0] for i in ids), dtype=np.int64, count=ids.size)
+    taken = np.sort(triu_slot(edges[:, 0], edges[:, 1], np.repeat(n[ids], counts)) + np.repeat(cum[:-1], counts))
+    graphs: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
+    for a in range(0, int(cum[-1]), _DENSE_SLOTS):
+        b = min(a + _DENSE_SLOTS, int(cum[-1]))
+        s0 = int(np.searchsorted(cum, a, side="right")) - 1
+        s1 = int(np.searchsorted(cum, b, side="left"))
+        lens = np.minimum(cum[s0 + 1 : s1 + 1], b) - np.maximum(cum[s0:s1], a)
+        hit = np.flatnonzero(rng.random(b - a) < np.repeat(p_add[ids[s0:s1]], lens)) + a
+        if taken.size:
+            pos = np.minimum(np.searchsorted(taken, hit), taken.size - 1)
+            hit = hit[taken[pos] != hit]
+        seg = np.searchsorted(cum, hit, side="right") - 1
+        graphs.append(ids[seg])
+        slots.append(hit - cum[seg])
+    return np.concatenate(graphs), np.concatenate(slots)
+
+
+def _uniform_permutations(n: np.ndarray, node_ptr: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniform permutation of ``0 .. n_p - 1`` per graph, concatenated: ``[sum(n)]`` int64.
+
+    Graphs of equal order are shuffled together, one Fisher-Yates shuffle per row of a ``[graphs, order]``
+    array (``Generator.permuted``), so the cost is a few numpy calls per distinct order.
+    """
+    perm = np.empty(int(node_ptr[-1]), dtype=np.int64)
+    by_order = np.argsort(n, kind="stable")
+    cuts = np.flatnonzero(np.diff(n[by_order])) + 1
+    for group in np.split(by_order, cuts):
+        order = int(n[group[0]])
+        rows = rng.permuted(np.tile(np.arange(order, dtype=np.int64), (group.size, 1)), axis=1)
+        if group.size == n.size:
+            perm[:] = rows.ravel()
+        else:
+            perm[(node_ptr[group][:, None] + np.arange(order)).ravel()] = rows.ravel()
+    return perm
+
+
+def _upper_rows(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Undirected edges ``lo < hi`` (any order; ``hi == size`` marks an entry to drop) sorted by ``(lo, hi)``:
+    ``(lo [K], hi [K])`` of the kept ones.
+
+    A two-pass LSD radix sort by bucket passes, O(K + size) instead of a comparison sort: group by ``hi``
+    (dropped entries fall into the extra last bucket and are cut off), then the CSR -> CSC conversion of that
+    ``hi``-major matrix lists, for each ``lo``, its ``hi`` values in ascending order.
+    """
+    from scipy.sparse import csr_array
+
+    ptr, lo_by_hi = stable_group(hi, lo, size + 1)
+    kept = lo_by_hi[: int(ptr[size])]
+    # The entries carry their own lo as data, so the result also gives each entry's row without a repeat.
+    upper = csr_array((kept, kept, ptr[: size + 1]), shape=(size, size)).tocsc()
+    return upper.data, upper.indices
+
+
+def _both_directions(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Undirected edges ``lo < hi`` sorted by ``(lo, hi)`` -> symmetric CSR ``(indptr [size + 1], targets [2K])``,
+    each row's targets ascending, in one stable bucket pass by source.
+
+    Fed first the reversed edges (``hi -> lo`` in ``(lo, hi)`` order, so each source receives its smaller
+    targets ascending), then the edges themselves (each source receiving its larger targets ascending).
+    """
+    return stable_group(np.concatenate([hi, lo]), np.concatenate([lo, hi]), size)
+
+
+def _slot_pairs(
+    slot: np.ndarray, order: np.ndarray, table: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(u, v)`` of pair slots ``[A]`` in graphs of orders ``[A]``; ``table`` is ``triu_indices`` of the one order."""
+    if table is None:
+        return triu_pair(slot, order)
+    return table[0][slot], table[1][slot]
+
+
+def _write_local(
+    out: np.ndarray, indptr: np.ndarray, targets: np.ndarray, node_ptr: np.ndarray, local: np.ndarray
+) -> None:
+    """Chunk CSR ``(indptr [N + 1], targets [K])`` -> per-pair local ids in ``out [2, K]`` (int64).
+
+    ``node_ptr [P + 1]`` delimits the chunk's graphs, ``local [N]`` is each node's id within its graph.
+    """
+    out[0] = np.repeat(local, np.diff(indptr))
+    shift = np.repeat(node_ptr[:-1].astype(targets.dtype), np.diff(indptr[node_ptr]))
+    np.subtract(targets, shift, out=out[1])
+
+
+def _chunks(weight: np.ndarray, slots: np.ndarray, big: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive ``[start, stop)`` ranges of graphs, of total ``weight`` at most about ``_CHUNK`` and total
+    ``slots`` at most ``_CHUNK_SLOTS``; each ``big`` graph is a range of its own."""
+    cum_weight, cum_slots = np.cumsum(weight), np.cumsum(slots)
+    bigs = np.flatnonzero(big)
+    out = []
+    start = 0
+    while start < weight.size:
+        if big[start]:
+            stop = start + 1
+        else:
+            base_weight = int(cum_weight[start - 1]) if start else 0
+            base_slots = int(cum_slots[start - 1]) if start else 0
+            stop = min(
+                int(np.searchsorted(cum_weight, base_weight + _CHUNK, side="right")),
+                int(np.searchsorted(cum_slots, base_slots + _CHUNK_SLOTS, side="right")),
+                int(bigs[np.searchsorted(bigs, start)]) if bigs.size and bigs[-1] > start else weight.size,
+            )
+            stop = max(start + 1, stop)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def _empty_split() -> tuple[PairSplit, NoiseStats]:
+    none = np.zeros(0, dtype=np.int64)
+    index = np.zeros((2, 0), dtype=np.int64)
+    ptr = np.zeros(1, dtype=np.int64)
+    return PairSplit(none, index, ptr, index.copy(), ptr.copy(), none.copy()), NoiseStats(0, 0, 0, 0, 0)
 
 
 def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Generator) -> tuple[PairSplit, NoiseStats]:
-    """Build one alignment pair per base graph: noise, then a uniform random relabelling of the noised graph."""
+    """Build one alignment pair per base graph: noise, then a uniform random relabelling of the noised graph.
+
+    ``graphs``: ``P`` simple graphs. Returns the :class:`PairSplit` of the ``P`` pairs and their
+    :class:`NoiseStats`. Every random choice has the law of the description in the module docstring (one
+    independent coin per edge and per non-edge, a uniform permutation per pair), drawn with about one random
+    number per change instead of one per node pair:
+
+    - removals: the hits of one Bernoulli(p_remove) sequence over all edges (:func:`bernoulli_hits`);
+    - additions: per graph a Binomial(non-edges, p_add) count, then a uniform subset of that many non-edges
+      (:func:`_uniform_subsets`); coins for the graphs with ``p_add > 1/2`` (:func:`_coin_hits`), and for a
+      graph with more than ``_CHUNK_SLOTS`` node pairs the hits of a Bernoulli sequence over its non-edges;
+    - permutations: a Fisher-Yates shuffle per graph (:func:`_uniform_permutations`).
+
+    The pairs are assembled by chunks of graphs small enough for their arrays to stay in cache, on
+    chunk-global node ids, with bucket passes instead of sorts.
+    """
     count = len(graphs)
-    n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
-    m = np.array([g.num_edges for g in graphs], dtype=np.int64)
+    n = np.fromiter((g.num_nodes for g in graphs), dtype=np.int64, count=count)
+    edge_list = [g.edges for g in graphs]
+    m = np.fromiter((e.shape[0] for e in edge_list), dtype=np.int64, count=count)
     p_remove, p_add = noise_probability_arrays(model, eta, n, m)
-    edges = np.concatenate([g.edges for g in graphs]) if count else np.empty((0, 2), np.int64)
-    edge_graph = np.repeat(np.arange(count), m)
-    edge_slots = triu_slot(edges[:, 0], edges[:, 1], n[edge_graph])
-
-    keep = rng.random(edges.shape[0]) >= p_remove[edge_graph] if model == "add_remove" else np.ones(len(edges), bool)
-
-    # Added edges: dense coins for small graphs in chunks of bounded memory, sparse draws for large ones.
-    add_graph: list[np.ndarray] = []
-    add_slot: list[np.ndarray] = []
+    if count == 0:
+        return _empty_split()
+    node_ptr, edge_ptr = _offsets(n), _offsets(m)
     slots = n * (n - 1) // 2
-    small = np.flatnonzero(slots <= _DENSE_SLOTS)
-    edge_bounds = np.concatenate([[0], np.cumsum(m)])
-    chunk_start = 0
-    while chunk_start < small.size:
-        budget = np.cumsum(slots[small[chunk_start:]])
-        stop = chunk_start + max(1, int(np.searchsorted(budget, _DENSE_SLOTS, side="right")))
-        ids = small[chunk_start:stop]
-        local = np.full(count, -1, dtype=np.int64)
-        local[ids] = np.arange(ids.size)
-        sel = np.flatnonzero(local[edge_graph] >= 0)
-        local_graph = local[edge_graph[sel]]
-        g_idx, s_idx = _added_dense(n[ids], p_add[ids], edge_slots[sel], local_graph, rng)
-        add_graph.append(ids[g_idx])
-        add_slot.append(s_idx)
-        chunk_start = stop
-    for i in np.flatnonzero(slots > _DENSE_SLOTS):
-        s = _added_sparse(int(n[i]), float(p_add[i]), edge_slots[edge_bounds[i] : edge_bounds[i + 1]], rng)
-        add_graph.append(np.full(s.size, i, dtype=np.int64))
-        add_slot.append(s)
-    added_graph = np.concatenate(add_graph) if add_graph else np.empty(0, np.int64)
-    added_slot = np.concatenate(add_slot) if add_slot else np.empty(0, np.int64)
-    au, av = triu_pair(added_slot, n[added_graph])
+    free = slots - m
+    big = slots > _CHUNK_SLOTS
+    dense = ~big & (p_add > 0.5)
+    subset = ~big & ~dense & (p_add > 0)
 
-    # Uniform permutation per graph: the rank of a uniform key among the graph's nodes.
-    node_graph = np.repeat(np.arange(count), n)
-    node_start = np.concatenate([[0], np.cumsum(n)])
-    order = np.lexsort((rng.random(node_graph.size), node_graph))
-    perm = np.empty(node_graph.size, dtype=np.int64)
-    perm[order] = np.arange(node_graph.size) - node_start[node_graph[order]]
+    # What decides the output sizes is drawn first, for all graphs.
+    removed = (
+        bernoulli_hits(int(edge_ptr[-1]), float(p_remove[0]), rng)
+        if model == "add_remove"
+        else np.empty(0, dtype=np.int64)
+    )
+    want = np.zeros(count, dtype=np.int64)
+    want[subset] = rng.binomial(free[subset], p_add[subset])
+    big_ids = np.flatnonzero(big & (p_add > 0))
+    big_ranks = {int(i): bernoulli_hits(int(free[i]), float(p_add[i]), rng) for i in big_ids}
+    coin_graph, coin_slot = _coin_hits(np.flatnonzero(dense), p_add, n, edge_list, rng)
+    perm = _uniform_permutations(n, node_ptr, rng)
 
-    h_graph = np.concatenate([edge_graph[keep], added_graph])
-    h_local = np.concatenate([edges[keep], np.stack([au, av], axis=1)])
-    h_perm = perm[h_local + node_start[h_graph, None]]
+    removed_ptr = np.searchsorted(removed, edge_ptr)
+    coin_ptr = np.searchsorted(coin_graph, np.arange(count + 1))
+    added = want + np.diff(coin_ptr)
+    added[big_ids] = [big_ranks[int(i)].size for i in big_ids]
+    g_ptr, h_ptr = 2 * edge_ptr, 2 * _offsets(m - np.diff(removed_ptr) + added)
+    g_index = np.empty((2, int(g_ptr[-1])), dtype=np.int64)
+    h_index = np.empty((2, int(h_ptr[-1])), dtype=np.int64)
+    connected = np.empty(count, dtype=bool)
 
-    g_index, g_ptr = _both_directions(edges, edge_graph, count)
-    h_index, h_ptr = _both_directions(h_perm, h_graph, count)
+    chunks = _chunks(n + m, np.where(big, 0, slots), big)
+    # The chunks' table of taken pairs, and the scratch of _uniform_subsets, reused chunk after chunk.
+    table_size = max(int(slots[c0:c1].sum()) if not big[c0] else 0 for c0, c1 in chunks)
+    taken = np.zeros(table_size, dtype=bool)
+    owner = np.empty(table_size, dtype=np.int32 if table_size < np.iinfo(np.int32).max else np.int64)
+    # Slot -> (u, v) by table lookup when all graphs have one order (and the table is small next to the work).
+    pairs = None
+    if n.min() == n.max() and slots[0] <= max(int(added.sum()), 1 << 10) and not big[0]:
+        pairs = np.triu_indices(int(n[0]), 1)
+
+    for c0, c1 in chunks:
+        nc, mc = n[c0:c1], m[c0:c1]
+        cnode_ptr = node_ptr[c0 : c1 + 1] - node_ptr[c0]
+        cslot_ptr = _offsets(slots[c0:c1])
+        size = int(cnode_ptr[-1])
+        node_type = np.int32 if size < np.iinfo(np.int32).max else np.int64
+        edges = np.concatenate(edge_list[c0:c1]) if c1 - c0 > 1 else edge_list[c0]
+
+        if (edges[:, 0] >= edges[:, 1]).any():
+            raise ValueError("correlate expects simple graphs with edges (u, v), u < v")
+        # Chunk-global ids of the edges' ends: int64 for gathers (which convert narrower indices first), the
+        # narrow node type for the bucket passes. Each edge's slot in the chunk is row_base[u] + v.
+        node_offset = np.repeat(cnode_ptr[:-1], nc)
+        local = np.arange(size, dtype=np.int64) - node_offset
+        row_base = np.repeat(cslot_ptr[:-1] - cnode_ptr[:-1], nc) + local * (np.repeat(nc, nc) - 1)
+        row_base -= local * (local + 1) // 2 + 1
+        edge_offset = np.repeat(cnode_ptr[:-1], mc)
+        eu, ev = edges[:, 0] + edge_offset, edges[:, 1] + edge_offset
+        gu, gv = eu.astype(node_type), ev.astype(node_type)
+        gslot = row_base[eu] + ev
+        drop = removed[removed_ptr[c0] : removed_ptr[c1]] - edge_ptr[c0]
+        if gslot.size > 1 and (gslot[1:] <= gslot[:-1]).any():
+            # Graph.edges should already be sorted: sort if not (what follows relies on it), refuse duplicates.
+            order = np.argsort(gslot, kind="stable")
+            eu, ev, gu, gv, gslot = eu[order], ev[order], gu[order], gv[order], gslot[order]
+            if (gslot[1:] == gslot[:-1]).any():
+                raise ValueError("correlate expects simple graphs: a graph lists an edge twice")
+            dropped = np.zeros(gslot.size, dtype=bool)
+            dropped[drop] = True
+            drop = np.flatnonzero(dropped[order])
+
+        # Added edges, as (chunk graph, chunk slot).
+        if big[c0]:
+            # Non-edge rank -> slot: skip the edges before it, those with slot - (edges before it) <= rank.
+            rank = big_ranks.get(c0, np.empty(0, dtype=np.int64))
+            ag = np.zeros(rank.size, dtype=np.int64)
+            aslot = rank + np.searchsorted(gslot - np.arange(gslot.size), rank, side="right")
+        else:
+            table = taken[: int(cslot_ptr[-1])]
+            table[gslot] = True
+            ag, aslot = _uniform_subsets(want[c0:c1], free[c0:c1], cslot_ptr, table, owner, rng)
+            table[:] = False
+        if coin_ptr[c1] > coin_ptr[c0]:
+            cg = coin_graph[coin_ptr[c0] : coin_ptr[c1]] - c0
+            ag = np.concatenate([ag, cg])
+            aslot = np.concatenate([aslot, cslot_ptr[cg] + coin_slot[coin_ptr[c0] : coin_ptr[c1]]])
+        au, av = _slot_pairs(aslot - cslot_ptr[ag], nc[ag], pairs)
+        au += cnode_ptr[ag]
+        av += cnode_ptr[ag]
+        local = local.astype(node_type)
+
+        g_indptr, g_targets = _both_directions(gu, gv, size)
+        _write_local(g_index[:, g_ptr[c0] : g_ptr[c1]], g_indptr, g_targets, cnode_ptr, local)
+
+        # H: kept and added edges relabelled by perm, oriented lo < hi; removed ones go to the dropped bucket.
+        to_h = (perm[node_ptr[c0] : node_ptr[c1]] + node_offset).astype(node_type)
+        kept = gu.size
+        hi = np.empty(kept + au.size, dtype=node_type)
+        lo = np.empty(kept + au.size, dtype=node_type)
+        x, y = to_h[eu], to_h[ev]
+        np.maximum(x, y, out=hi[:kept])
+        np.minimum(x, y, out=lo[:kept])
+        x, y = to_h[au], to_h[av]
+        np.maximum(x, y, out=hi[kept:])
+        np.minimum(x, y, out=lo[kept:])
+        hi[drop] = size
+        lo, hi = _upper_rows(lo, hi, size)
+        # Both directions as for G, plus the root of connected_from_root (node `size`, sorted last).
+        firsts = cnode_ptr[:-1][nc > 0].astype(node_type)
+        h_indptr, h_targets = stable_group(
+            np.concatenate([hi, lo, np.full(firsts.size, size, dtype=node_type)]),
+            np.concatenate([lo, hi, firsts]),
+            size + 1,
+        )
+        entries = 2 * lo.size
+        _write_local(h_index[:, h_ptr[c0] : h_ptr[c1]], h_indptr[: size + 1], h_targets[:entries], cnode_ptr, local)
+        connected[c0:c1] = connected_from_root(nc, h_indptr, h_targets)
+
     split = PairSplit(n, g_index, g_ptr, h_index, h_ptr, perm)
-    connected = is_connected_per_graph(n, h_index, h_ptr) if count else np.empty(0, bool)
     stats = NoiseStats(
         pairs=count,
-        edges=int(m.sum()),
-        removed=int((~keep).sum()),
-        added=int(added_slot.size),
+        edges=int(edge_ptr[-1]),
+        removed=int(removed.size),
+        added=int(added.sum()),
         disconnected_h=int((~connected).sum()),
     )
     return split, stats

@@ -110,3 +110,32 @@ def test_bad_sizes_are_refused(tmp_path: Path) -> None:
         build_dataset(DatasetSpec("er", 0.1, n_train=-1), tmp_path)
     with pytest.raises(GaptuiError, match="noise model"):
         build_dataset(DatasetSpec("er", 0.1, noise_model="remove"), tmp_path)
+
+
+def test_stats_match_the_saved_pairs(tmp_path: Path) -> None:
+    from engine.graphs import is_connected_per_graph
+
+    ds, _ = build_dataset(small(noise=0.2), tmp_path)
+    for split in ("train", "val"):
+        st, pairs = ds.stats[split], ds.split(split)
+        connected = is_connected_per_graph(pairs.num_nodes, pairs.edge_index_h, pairs.edge_ptr_h)
+        assert st["disconnected_h_share"] == pytest.approx(float((~connected).mean()))
+        edges_g = pairs.edge_index_g.shape[1] // 2
+        edges_h = pairs.edge_index_h.shape[1] // 2
+        assert st["edges"] == edges_g
+        # |E_H| = |E_G| - removed + added
+        assert edges_h == pytest.approx(edges_g * (1 - st["removed_fraction"] + st["added_fraction"]), abs=1e-6)
+        for p in range(len(pairs)):
+            n, eg, eh, perm = pairs.pair(p)
+            assert sorted(perm.tolist()) == list(range(n))
+            for ei in (eg, eh):
+                assert (np.diff(ei[0] * n + ei[1]) > 0).all()
+
+
+def test_format_version_keys_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.datasets as datasets
+
+    current, _ = build_dataset(small(), tmp_path)
+    monkeypatch.setattr(datasets, "FORMAT_VERSION", datasets.FORMAT_VERSION - 1)
+    older, built = build_dataset(small(), tmp_path)
+    assert built and older.id != current.id  # datasets of the old generator are never served as new ones

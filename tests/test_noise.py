@@ -106,3 +106,181 @@ def test_large_graph_uses_sparse_sampler_with_the_same_law(monkeypatch: pytest.M
     _, stats = correlate(graphs, "add_remove", 0.2, rng)
     assert stats.added / stats.edges == pytest.approx(0.2, abs=0.02)
     assert stats.removed / stats.edges == pytest.approx(0.2, abs=0.02)
+
+
+def _noised_in_g_labels(split, p: int) -> set[tuple[int, int]]:
+    """Pair ``p``'s H mapped back to G's labels, as a set of undirected edges ``(u, v)``, ``u < v``."""
+    _, _, eh, perm = split.pair(p)
+    inverse = np.argsort(perm)
+    return {(int(a), int(b)) for a, b in inverse[eh].T if a < b}
+
+
+def _path(n: int) -> Graph:
+    return Graph(n, np.stack([np.arange(n - 1), np.arange(1, n)], axis=1))
+
+
+def test_counts_per_pair_are_binomial() -> None:
+    # Path on 6 nodes: 5 edges, 10 non-edges. eta 0.4: removed ~ Binomial(5, 0.4), added ~ Binomial(10, 0.2).
+    runs = 6000
+    split, stats = correlate([_path(6)] * runs, "add_remove", 0.4, np.random.default_rng(21))
+    base = {(u, u + 1) for u in range(5)}
+    removed, added = [], []
+    for p in range(runs):
+        noised = _noised_in_g_labels(split, p)
+        removed.append(len(base - noised))
+        added.append(len(noised - base))
+    assert sum(removed) == stats.removed and sum(added) == stats.added
+    # 4.5 sd of each estimate: means 0.014 / 0.016, variances 0.020 / 0.029.
+    assert np.mean(removed) == pytest.approx(5 * 0.4, abs=0.065)
+    assert np.var(removed) == pytest.approx(5 * 0.4 * 0.6, abs=0.09)
+    assert np.mean(added) == pytest.approx(10 * 0.2, abs=0.075)
+    assert np.var(added) == pytest.approx(10 * 0.2 * 0.8, abs=0.13)
+
+
+def test_removals_are_uniform_over_edges() -> None:
+    runs = 4000
+    split, _ = correlate([_path(6)] * runs, "add_remove", 0.3, np.random.default_rng(22))
+    kept = np.zeros(5)
+    for p in range(runs):
+        noised = _noised_in_g_labels(split, p)
+        kept += [(u, u + 1) in noised for u in range(5)]
+    assert np.abs(1 - kept / runs - 0.3).max() < 0.035  # sd 0.0072 per edge
+
+
+def test_dense_additions_use_exact_coins() -> None:
+    # 6 nodes, 9 edges, 6 non-edges; eta 0.6 -> p_add = 0.6 * 9 / 6 = 0.9 > 1/2: the coin path.
+    edges = np.array([[0, 1], [0, 2], [0, 3], [1, 2], [1, 4], [2, 5], [3, 4], [3, 5], [4, 5]])
+    graph = Graph(6, edges)
+    runs = 3000
+    split, stats = correlate([graph] * runs, "add", 0.6, np.random.default_rng(23))
+    base = {(int(a), int(b)) for a, b in edges}
+    non_edges = [(u, v) for u in range(6) for v in range(u + 1, 6) if (u, v) not in base]
+    counts = dict.fromkeys(non_edges, 0)
+    for p in range(runs):
+        noised = _noised_in_g_labels(split, p)
+        assert base <= noised  # the add model never removes
+        for key in noised - base:
+            counts[key] += 1
+    assert all(abs(c / runs - 0.9) < 0.025 for c in counts.values())  # sd 0.0055
+    assert stats.added == sum(counts.values())
+
+
+def test_graphs_above_the_chunk_size_draw_alone_with_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.noise as noise
+
+    monkeypatch.setattr(noise, "_CHUNK_SLOTS", 10)  # every graph is "large": geometric gaps over its non-edges
+    runs = 3000
+    split, stats = correlate([_path(6)] * runs, "add_remove", 0.5, np.random.default_rng(24))
+    base = {(u, u + 1) for u in range(5)}
+    counts: dict[tuple[int, int], int] = {}
+    for p in range(runs):
+        for key in _noised_in_g_labels(split, p) - base:
+            counts[key] = counts.get(key, 0) + 1
+    assert len(counts) == 10
+    assert all(abs(c / runs - 0.25) < 0.04 for c in counts.values())  # sd 0.0079
+    assert stats.removed / stats.edges == pytest.approx(0.5, abs=0.03)
+
+
+def test_many_small_chunks_keep_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.noise as noise
+
+    # A chunk every 2-3 graphs: the table of taken pairs is reused (and must be cleared) many times.
+    monkeypatch.setattr(noise, "_CHUNK", 25)
+    monkeypatch.setattr(noise, "_CHUNK_SLOTS", 40)
+    runs = 3000
+    split, stats = correlate([_path(6)] * runs, "add", 0.5, np.random.default_rng(25))
+    base = {(u, u + 1) for u in range(5)}
+    counts: dict[tuple[int, int], int] = {}
+    for p in range(runs):
+        noised = _noised_in_g_labels(split, p)
+        assert base <= noised
+        for key in noised - base:
+            counts[key] = counts.get(key, 0) + 1
+    assert len(counts) == 10
+    assert all(abs(c / runs - 0.25) < 0.04 for c in counts.values())
+    assert stats.added == sum(counts.values())
+
+
+def test_subsets_fill_almost_full_graphs() -> None:
+    # 5 nodes, 8 of 10 pairs taken, p_add = 0.2 * 8 / 2 = 0.8: coins. At eta 0.1, p_add = 0.4: subsets whose
+    # count is often the whole (2-slot) complement, the hardest case for rejection.
+    edges = np.array([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3], [2, 4], [3, 4]])
+    graph = Graph(5, edges)
+    runs = 4000
+    for eta, p_add in ((0.1, 0.4), (0.2, 0.8)):
+        split, stats = correlate([graph] * runs, "add", eta, np.random.default_rng(26))
+        counts = {(0, 4): 0, (1, 4): 0}
+        both = 0
+        for p in range(runs):
+            new = _noised_in_g_labels(split, p) - {(int(a), int(b)) for a, b in edges}
+            both += len(new) == 2
+            for key in new:
+                counts[key] += 1
+        assert all(abs(c / runs - p_add) < 0.04 for c in counts.values())  # sd <= 0.0078
+        assert both / runs == pytest.approx(p_add**2, abs=0.035)  # independent coins; sd <= 0.0075
+        assert stats.added == sum(counts.values())
+
+
+def test_permutations_are_uniform() -> None:
+    import itertools
+
+    runs = 6000
+    split, _ = correlate([_path(3)] * runs, "add", 0.0, np.random.default_rng(26))
+    seen: dict[tuple[int, ...], int] = {}
+    for p in range(runs):
+        key = tuple(split.pair(p)[3].tolist())
+        seen[key] = seen.get(key, 0) + 1
+    assert sorted(seen) == sorted(itertools.permutations(range(3)))
+    assert all(abs(c / runs - 1 / 6) < 0.025 for c in seen.values())  # sd 0.0048
+
+
+def test_mixed_orders_give_valid_pairs_and_exact_connectivity_stats() -> None:
+    from engine.graphs import is_connected_per_graph
+
+    rng = np.random.default_rng(27)
+    graphs = [g for order in (4, 7, 12, 5, 30, 9) for g in bernoulli_graphs(order, 0.3, 40, rng)]
+    graphs = [graphs[i] for i in rng.permutation(len(graphs))]
+    split, stats = correlate(graphs, "add_remove", 0.2, rng)
+    assert split.num_nodes.tolist() == [g.num_nodes for g in graphs]
+    for p, g in enumerate(graphs):
+        n, eg, eh, perm = split.pair(p)
+        assert sorted(perm.tolist()) == list(range(n))
+        assert eg.T.tolist() == g.edge_index().T.tolist()
+        keys = eh[0] * n + eh[1]
+        assert (np.diff(keys) > 0).all() and (eh < n).all() and (eh[0] != eh[1]).all()
+        assert {(a, b) for a, b in eh.T.tolist()} == {(b, a) for a, b in eh.T.tolist()}
+    connected = is_connected_per_graph(split.num_nodes, split.edge_index_h, split.edge_ptr_h)
+    assert stats.disconnected_h == int((~connected).sum())
+    assert stats.edges == sum(g.num_edges for g in graphs)
+    assert stats.edges - stats.removed + stats.added == split.edge_index_h.shape[1] // 2
+
+
+def test_same_rng_gives_identical_pairs() -> None:
+    graphs = bernoulli_graphs(30, 0.2, 50, np.random.default_rng(30))
+    a, sa = correlate(graphs, "add_remove", 0.12, np.random.default_rng(31))
+    b, sb = correlate(graphs, "add_remove", 0.12, np.random.default_rng(31))
+    assert sa == sb
+    assert all(np.array_equal(x, y) for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True))
+
+
+def test_unsorted_edge_lists_are_sorted_and_bad_ones_refused() -> None:
+    rng = np.random.default_rng(32)
+    graphs = bernoulli_graphs(15, 0.3, 20, rng)
+    shuffled = [Graph(g.num_nodes, g.edges[rng.permutation(g.num_edges)]) for g in graphs]
+    # The add model draws nothing per edge, so the input order of the edges cannot matter.
+    a, _ = correlate(graphs, "add", 0.2, np.random.default_rng(33))
+    b, _ = correlate(shuffled, "add", 0.2, np.random.default_rng(33))
+    assert all(np.array_equal(x, y) for x, y in zip(a.arrays().values(), b.arrays().values(), strict=True))
+    with pytest.raises(ValueError, match="u < v"):
+        correlate([Graph(4, np.array([[0, 1], [2, 1]]))], "add", 0.1, rng)
+    with pytest.raises(ValueError, match="twice"):
+        correlate([Graph(4, np.array([[0, 1], [1, 2], [0, 1]]))], "add", 0.1, rng)
+
+
+def test_empty_inputs() -> None:
+    split, stats = correlate([], "add_remove", 0.1, np.random.default_rng(0))
+    assert len(split) == 0 and stats.pairs == 0 and split.edge_index_h.shape == (2, 0)
+    lonely = [Graph(1, np.zeros((0, 2), dtype=np.int64)), Graph(3, np.zeros((0, 2), dtype=np.int64))]
+    split, stats = correlate(lonely, "add", 0.1, np.random.default_rng(0))
+    assert split.edge_ptr_g.tolist() == [0, 0, 0] and split.edge_ptr_h.tolist() == [0, 0, 0]
+    assert stats.disconnected_h == 1  # the single node is connected, the three isolated nodes are not

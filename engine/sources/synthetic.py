@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.graphs import Graph, simple_graph, triu_pair
+from engine.graphs import Graph, bernoulli_hits, simple_graph, triu_pair
 from engine.sources.base import BaseSplits, NormalisationReport, Source, register_source
 
 
@@ -23,20 +23,24 @@ def _edges_from_pairs(n: int, u: np.ndarray, v: np.ndarray) -> Graph:
 
 
 def bernoulli_graphs(n: int, p: float, count: int, rng: np.random.Generator) -> list[Graph]:
-    """``count`` G(n, p) graphs, each pair of nodes an edge independently with probability ``p``."""
+    """``count`` G(n, p) graphs, each pair of nodes an edge independently with probability ``p``.
+
+    The ``count * n(n-1)/2`` pair coins of all graphs, in graph-major then row-major slot order, are one
+    sequence of independent Bernoulli(p) coins, whose hits :func:`bernoulli_hits` draws directly (one random
+    number per edge instead of one per pair, the same law). The hits come out sorted, so each graph's edges are
+    already in the sorted ``(u, v)`` order of :class:`Graph` and all graphs share one ``[|E|, 2]`` buffer.
+    """
     slots = n * (n - 1) // 2
-    per_chunk = max(1, (1 << 22) // max(slots, 1))
-    out: list[Graph] = []
-    for start in range(0, count, per_chunk):
-        rows = min(per_chunk, count - start)
-        hit = rng.random((rows, slots)) < p
-        g_idx, k = np.nonzero(hit)
-        u, v = triu_pair(k, n)
-        bounds = np.searchsorted(g_idx, np.arange(rows + 1))
-        for r in range(rows):
-            lo, hi = bounds[r], bounds[r + 1]
-            out.append(Graph(n, np.stack([u[lo:hi], v[lo:hi]], axis=1)))
-    return out
+    hits = bernoulli_hits(count * slots, p, rng)
+    bounds = np.searchsorted(hits, np.arange(count + 1, dtype=np.int64) * slots).tolist()
+    local = hits - np.repeat(np.arange(count, dtype=np.int64) * slots, np.diff(bounds))
+    if local.size >= slots:
+        # Many edges per possible pair: look the pairs up in a table rather than inverting each slot.
+        table = np.stack(np.triu_indices(n, 1), axis=1)
+        edges = np.take(table, local, axis=0)  # several times faster than table[local] for [T, 2]
+    else:
+        edges = np.stack(triu_pair(local, n), axis=1)
+    return [Graph(n, edges[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 class _Synthetic(Source):
