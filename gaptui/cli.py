@@ -17,11 +17,28 @@ from gaptui.workspace import Workspace
 
 app = typer.Typer(
     name="gaptui",
-    help="Benchmark GNN architectures by graph alignment.",
-    no_args_is_help=True,
+    help="Benchmark GNN architectures by graph alignment. Without a command: the terminal UI.",
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback(invoke_without_command=True)
+def _open_tui_without_command(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
+
+        run_app()
+
+
+@app.command("tui")
+def tui_cmd(workspace: WorkspaceOpt = None) -> None:
+    """Open the terminal UI on the workspace (the same as `gaptui` without a command)."""
+    from gaptui.tui.app import run_app
+
+    run_app(workspace)
+
+
 datasets_app = typer.Typer(help="Build, list, inspect and export alignment datasets.", no_args_is_help=True)
 app.add_typer(datasets_app, name="datasets")
 
@@ -169,7 +186,7 @@ def datasets_export(
 
 
 @datasets_app.command("sources")
-def datasets_sources(as_json: JsonOpt = False) -> None:
+def datasets_sources(as_json: JsonOpt = False, workspace: WorkspaceOpt = None) -> None:
     """List the base datasets with their parameters and defaults."""
     import dataclasses
 

@@ -1,0 +1,421 @@
+"""GaptuiApp: the terminal experiment manager, and :func:`run_app`, its entry point.
+
+Structure
+    Four sections are Textual modes, each one installed screen that lives as long as the app: New experiment,
+    Runs, History and Ranking. Details, help and questions are pushed on top of them.
+
+    One thread worker runs :class:`~gaptui.tui.manager.ManagerLoop`, which alone touches the Scheduler and the
+    History (neither is thread-safe). The UI sends it commands through a thread-safe queue; it posts messages
+    (:mod:`gaptui.tui.messages`) back. The app's handlers keep :attr:`GaptuiApp.book` (a copy of the records)
+    current and tell the sections which runs changed; only handlers and timers touch widgets.
+
+    Every worker of the app runs on the app node, so one ``Worker.StateChanged`` handler reports failures;
+    :class:`GaptuiError` messages are shown verbatim.
+
+Locking
+    The app holds the workspace lock while it is open. When another manager holds it (``gaptui run`` in another
+    terminal), the app opens read-only: everything can be browsed and followed, nothing launched or edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from engine.errors import GaptuiError
+from gaptui.history import History, WorkspaceLock
+from gaptui.presets import Preset
+from gaptui.tui.manager import (
+    Cancel,
+    EditRecord,
+    Follow,
+    FollowLog,
+    Launch,
+    ManagerLoop,
+    Retry,
+    Shutdown,
+    StopAll,
+)
+from gaptui.tui.messages import (
+    LogTail,
+    ManagerClosed,
+    ManagerNotice,
+    RecordsAdded,
+    RecordsLoaded,
+    Recovered,
+    RunEvents,
+    RunUpdated,
+    SchedulerState,
+)
+from gaptui.tui.planning import SlotConfig
+from gaptui.tui.runbook import RunBook
+from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
+from gaptui.tui.screens.help import HelpScreen
+from gaptui.tui.screens.history import HistoryScreen, HistoryTable
+from gaptui.tui.screens.new_experiment import NewExperimentScreen
+from gaptui.tui.screens.ranking import RankingScreen
+from gaptui.tui.screens.run_detail import RunDetailScreen
+from gaptui.tui.screens.runs import RunsScreen
+from gaptui.tui.screens.section import SectionScreen
+from gaptui.workspace import Workspace
+
+SECTIONS = {
+    "new": NewExperimentScreen,
+    "runs": RunsScreen,
+    "history": HistoryScreen,
+    "ranking": RankingScreen,
+}
+
+
+class GaptuiApp(App[None]):
+    """The experiment manager. ``slots`` is the scheduler's slot set at start (runs re-attached or retried);
+    each launch brings its own."""
+
+    TITLE = "gaptui"
+    MODES: ClassVar[dict[str, str]] = {name: name for name in SECTIONS}  # type: ignore[assignment]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("f1,question_mark", "help", "Help"),
+        Binding("f2", "section('new')", "New"),
+        Binding("f3", "section('runs')", "Runs"),
+        Binding("f4", "section('history')", "History"),
+        Binding("f5", "section('ranking')", "Ranking"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+    CSS = """
+    .section-title { text-style: bold; color: $accent; margin-top: 1; }
+    """
+
+    def __init__(self, workspace: Workspace, slots: SlotConfig | None = None) -> None:
+        super().__init__()
+        self.ws = workspace
+        #: Why the workspace is read-only ("" when this app holds the lock).
+        self.read_only = ""
+        try:
+            self.history = History(workspace, write=True, purpose="gaptui tui")
+        except GaptuiError:
+            holder = _lock_holder(workspace)
+            self.read_only = f"workspace {workspace.root} is in use by {holder}"
+            self.history = History(workspace)
+        self.book = RunBook()
+        self.manager = ManagerLoop(
+            workspace, self.history, self.post_message, bool(self.read_only), slots or SlotConfig()
+        )
+        self.state = SchedulerState((), (), ())
+        #: Hashes of runs launched, retried or seen running in this session (the Runs screen shows them).
+        self.session: set[str] = set()
+        self.detached: list[str] = []
+        self.recovered: Recovered | None = None
+        self._quitting = ""
+        self._manager_worker: Worker[str] | None = None
+
+    # -------------------------------------------------------------------------------------- start-up
+
+    async def on_mount(self) -> None:
+        # Read once before the manager thread starts; afterwards only the manager touches the history.
+        self.book.load(self.history.records())
+        for name, screen_type in SECTIONS.items():
+            self.install_screen(screen_type(), name)
+        self._update_subtitle()
+        self._manager_worker = self._run_manager()
+        self._warm_up()
+        # Mount every section now: a section's first visit parses its widgets' CSS (a few hundred ms), which
+        # belongs to start-up rather than to the first key press that opens it.
+        first = "history" if len(self.book) else "new"
+        for name in [*(n for n in SECTIONS if n != first), first]:
+            await self.switch_mode(name)
+
+    @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
+    def _run_manager(self) -> str:
+        worker = get_current_worker()
+        return self.manager.run(lambda: worker.is_cancelled)
+
+    @work(thread=True, group="warm-up", name="import models", exit_on_error=False)
+    def _warm_up(self) -> None:
+        # The model registry imports torch (seconds): do it off the UI thread before a form or a launch needs it.
+        import engine.models  # noqa: F401
+        import engine.sources  # noqa: F401
+
+    def run_task(self, function: Any, *, name: str, group: str, exclusive: bool = False) -> Worker[Any]:
+        """Run ``function`` in a thread worker owned by the app (so failures reach :meth:`_worker_changed`)."""
+        return self.run_worker(function, name=name, group=group, exclusive=exclusive, thread=True, exit_on_error=False)
+
+    # -------------------------------------------------------------------------------------- sections
+
+    def section(self, name: str) -> SectionScreen:
+        """The installed screen of a section."""
+        screen = self.get_screen(name)
+        assert isinstance(screen, SectionScreen)
+        return screen
+
+    @property
+    def runs_screen(self) -> RunsScreen:
+        """The Runs section (it owns the live event lists)."""
+        screen = self.section("runs")
+        assert isinstance(screen, RunsScreen)
+        return screen
+
+    def action_section(self, name: str) -> None:
+        self.switch_mode(name)
+
+    def action_help(self) -> None:
+        # Widget-level bindings shown in a section's footer belong to its list too.
+        widget_bindings: dict[str, list[Any]] = {"history": list(HistoryTable.BINDINGS)}
+        sections: list[tuple[str, Any]] = [("Everywhere", self.BINDINGS)]
+        for name, screen_type in SECTIONS.items():
+            sections.append((screen_type.TITLE or name, [*widget_bindings.get(name, []), *screen_type.BINDINGS]))
+        sections.append(("Run details", RunDetailScreen.BINDINGS))
+        self.push_screen(HelpScreen(sections))
+
+    def open_in_history(self, run_hash: str) -> None:
+        """Show a run's details from the History section."""
+        self.switch_mode("history")
+        history = self.section("history")
+        assert isinstance(history, HistoryScreen)
+        history.reveal(run_hash)
+        self.push_screen(RunDetailScreen(run_hash))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Command palette entries for the main actions, then Textual's own (theme, screenshot ...)."""
+        yield SystemCommand("New experiment", "Compose a grid of runs and launch it (F2)", self._goto("new"))
+        yield SystemCommand("Runs", "Queued, running and finished runs with live curves (F3)", self._goto("runs"))
+        yield SystemCommand("History", "Every run of the workspace: filter, sort, details (F4)", self._goto("history"))
+        yield SystemCommand("Ranking", "Table D.3 per dataset and the accuracy-gap plot (F5)", self._goto("ranking"))
+        yield SystemCommand("Export ranking table", "Write the current table to <workspace>/exports", self._export)
+        yield SystemCommand("Stop all runs", "Cancel every queued and running run", self.action_stop_all)
+        yield SystemCommand("Keys", "Every key binding (F1)", self.action_help)
+        yield SystemCommand("Quit", "Quit gaptui, asking about runs in flight (Ctrl+Q)", self.action_quit)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Quit", "Keys"):
+                yield command
+
+    def _goto(self, name: str) -> Any:
+        return lambda: self.switch_mode(name)
+
+    def _export(self) -> None:
+        self.switch_mode("ranking")
+        ranking = self.section("ranking")
+        assert isinstance(ranking, RankingScreen)
+        ranking.action_export()
+
+    # -------------------------------------------------------------------------------------- commands to the manager
+
+    def writable(self) -> bool:
+        """True when commands that change runs or history can be sent; otherwise says why in a notification."""
+        if self.read_only:
+            self.notify(
+                f"{self.read_only}: launching, cancelling and editing are disabled", severity="error", markup=False
+            )
+            return False
+        if self._manager_worker is None or self._manager_worker.state != WorkerState.RUNNING or self._quitting:
+            self.notify("the scheduler is not running; restart gaptui", severity="error")
+            return False
+        return True
+
+    def launch(self, preset: Preset, slots: SlotConfig, retry_failed: bool = False) -> bool:
+        """Queue a grid (the manager validates it as `gaptui run` would); False when refused."""
+        if not self.writable():
+            return False
+        self.manager.submit(Launch(preset, slots, retry_failed))
+        self.notify(f"launching {preset.name}: {preset.size} runs (checking history, building datasets) ...")
+        return True
+
+    def cancel_runs(self, hashes: Iterable[str]) -> None:
+        """Cancel queued or running runs (workers checkpoint and exit)."""
+        hashes = tuple(hashes)
+        if hashes and self.writable():
+            self.manager.submit(Cancel(hashes))
+            self.notify(f"cancelling {len(hashes)} run(s): workers save a checkpoint and stop")
+
+    def retry_runs(self, hashes: Iterable[str]) -> None:
+        """Queue failed, cancelled or interrupted runs again."""
+        hashes = tuple(hashes)
+        if hashes and self.writable():
+            self.session.update(hashes)
+            self.manager.submit(Retry(hashes))
+            self.notify(f"queuing {len(hashes)} run(s) again (they resume from their checkpoints)")
+
+    def edit_record(self, run_hash: str, **fields: Any) -> bool:
+        """Write user fields (tags, note) through the history; False when refused."""
+        if not self.writable():
+            return False
+        self.manager.submit(EditRecord(run_hash, fields))
+        return True
+
+    def follow(self, runs: Iterable[tuple[str, str]]) -> None:
+        """Load the events of runs (hash, run dir) and keep them coming (RunEvents)."""
+        runs = tuple(runs)
+        if runs:
+            self.manager.submit(Follow(runs))
+
+    def follow_log(self, owner: str, run_hash: str | None, run_dir: str | None = None) -> None:
+        """Have ``owner`` (a view) follow the log of one run; ``None`` stops."""
+        self.manager.submit(FollowLog(owner, run_hash, run_dir))
+
+    def action_stop_all(self) -> None:
+        if not self.writable():
+            return
+        count = len(self.state.running) + len(self.state.queued)
+        if not count:
+            self.notify("no run is queued or running")
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice == "yes":
+                self.manager.submit(StopAll())
+                self.notify(f"stopping {count} run(s): workers save a checkpoint and stop ...")
+
+        self.push_screen(confirm(f"Stop all {count} queued and running runs?", "Stop all"), answer)
+
+    # -------------------------------------------------------------------------------------- messages
+
+    def _changed(self, hashes: set[str]) -> None:
+        if not hashes:
+            return
+        for record in (self.book.get(h) for h in hashes):
+            if record is not None and record["status"] in ("queued", "running"):
+                self.session.add(record["hash"])
+        for name in SECTIONS:
+            self.section(name).records_changed(hashes)
+        for run_hash in hashes:
+            for screen in RunDetailScreen.open_screens(run_hash):
+                screen.records_changed(hashes)
+        self._update_subtitle()
+
+    def on_records_loaded(self, message: RecordsLoaded) -> None:
+        self._changed(self.book.load(message.records))
+
+    def on_records_added(self, message: RecordsAdded) -> None:
+        self._changed(self.book.add(message.records))
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        if self.book.update(message.run_hash, message.fields):
+            self._changed({message.run_hash})
+
+    def on_run_events(self, message: RunEvents) -> None:
+        self.runs_screen.add_events(message.run_hash, message.events, message.reset)
+        for screen in RunDetailScreen.open_screens(message.run_hash):
+            screen.add_events(message.events, message.reset)
+
+    def on_log_tail(self, message: LogTail) -> None:
+        self.runs_screen.show_log(message.run_hash, message.lines)
+        for screen in RunDetailScreen.open_screens(message.run_hash):
+            screen.show_log(message.lines)
+
+    def on_scheduler_state(self, message: SchedulerState) -> None:
+        self.state = message
+        self.session.update(message.running, message.queued)
+        self.runs_screen.scheduler_changed(message)
+        self._update_subtitle()
+
+    def on_manager_notice(self, message: ManagerNotice) -> None:
+        self.notify(message.text, severity=message.severity, markup=False, timeout=8)  # type: ignore[arg-type]
+
+    def on_recovered(self, message: Recovered) -> None:
+        self.recovered = message
+        parts = []
+        if message.reattached:
+            parts.append(f"re-attached {len(message.reattached)} run(s) still running: {', '.join(message.reattached)}")
+        if message.refiled:
+            parts.append(f"{len(message.refiled)} run(s) finished while gaptui was closed: filing their results")
+        waiting = [r for r in message.interrupted if r not in message.refiled]
+        if waiting:
+            parts.append(
+                f"{len(waiting)} interrupted run(s) (their worker died): select them in Runs and press r to resume"
+            )
+        self.notify("; ".join(parts), title="Recovered", markup=False, timeout=12)
+
+    def on_manager_closed(self, message: ManagerClosed) -> None:
+        self.detached = message.detached
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state == WorkerState.ERROR:
+            error = worker.error
+            if isinstance(error, GaptuiError):
+                text = str(error)
+            else:
+                text = f"{worker.name or 'background task'} failed: {type(error).__name__}: {error}"
+            if worker is self._manager_worker:
+                text += " — the scheduler stopped; running workers go on and are re-attached at the next start"
+            self.notify(text, severity="error", markup=False, timeout=15)
+        if worker is self._manager_worker and event.state in (WorkerState.SUCCESS, WorkerState.ERROR):
+            if self._quitting:
+                self.exit()
+            self._update_subtitle()
+
+    def _update_subtitle(self) -> None:
+        parts = [str(self.ws.root), f"{len(self.book)} runs"]
+        if self.state.running or self.state.queued:
+            parts.append(f"{len(self.state.running)} running, {len(self.state.queued)} queued")
+        if self.state.building:
+            parts.append(self.state.building)
+        if self.read_only:
+            parts.append("READ-ONLY")
+        self.sub_title = " · ".join(parts)
+
+    # -------------------------------------------------------------------------------------- quitting
+
+    async def action_quit(self) -> None:
+        """Quit; with runs in flight, ask whether to stop them or leave them running for the next start."""
+        if self._quitting:
+            return
+        manager_alive = self._manager_worker is not None and self._manager_worker.state == WorkerState.RUNNING
+        if not manager_alive:
+            self.exit()
+            return
+        running, queued = len(self.state.running), len(self.state.queued)
+        if not running and not queued:
+            self._close("idle")
+            return
+        question = (
+            f"{running} run(s) running and {queued} queued.\n\n"
+            "Stop: workers save a checkpoint and are marked cancelled (retry resumes them).\n"
+            "Leave running: workers go on; the next gaptui start on this workspace re-attaches them "
+            "(queued runs are cancelled)."
+        )
+        choices = [
+            Choice("stop", "Stop runs", "s", "error"),
+            Choice("detach", "Leave running", "l", "warning"),
+            Choice("cancel", "Don't quit", "escape", "primary"),
+        ]
+        self.push_screen(ChoiceScreen(question, choices, title="Quit gaptui"), self._quit_answer)
+
+    def _quit_answer(self, choice: str | None) -> None:
+        if choice in ("stop", "detach"):
+            self._close(choice)
+
+    def _close(self, how: str) -> None:
+        self._quitting = how
+        if how == "stop":
+            self.notify("stopping runs: workers save a checkpoint and exit ...", timeout=30)
+        self.manager.submit(Shutdown(how))
+
+
+def _lock_holder(ws: Workspace) -> str:
+    try:
+        return WorkspaceLock(ws).path.read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+def run_app(workspace: str | Path | None = None) -> None:
+    """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``)."""
+    from gaptui.cli_common import err_console
+
+    app = GaptuiApp(Workspace.resolve(workspace))
+    app.run()
+    if app.detached:
+        err_console.print(
+            f"left {len(app.detached)} run(s) running: {', '.join(app.detached)}; "
+            "start gaptui on this workspace again to re-attach them",
+            highlight=False,
+        )

@@ -1,0 +1,428 @@
+"""The manager loop: the one thread that owns the Scheduler (and, in write mode, the History object).
+
+Neither :class:`~gaptui.scheduler.Scheduler` nor TinyDB is thread-safe, so the UI never calls them: it submits
+commands (small dataclasses) to :meth:`ManagerLoop.submit`, a thread-safe queue. The loop runs inside one Textual
+thread worker: it executes commands as they arrive and every :data:`POLL_SECONDS` steps the scheduler, tails the
+files of runs it does not drive itself (read-only mode, finished runs being inspected) and posts what changed as
+:mod:`gaptui.tui.messages` to the app. Dataset builds before runs happen here too (a launch blocks the loop while
+they are built, exactly like ``gaptui run``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textual.message import Message
+
+from engine.errors import GaptuiError
+from engine.events import read_events
+from gaptui.history import History
+from gaptui.presets import Preset, dump_preset, grid, parse_preset
+from gaptui.scheduler import Scheduler, Slot, tail
+from gaptui.tui.messages import (
+    LogTail,
+    ManagerClosed,
+    ManagerNotice,
+    RecordsAdded,
+    RecordsLoaded,
+    Recovered,
+    RunEvents,
+    RunUpdated,
+    SchedulerState,
+)
+from gaptui.tui.planning import RETRYABLE, SlotConfig
+from gaptui.workspace import Workspace
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+#: Seconds between scheduler steps (the CLI's pace).
+POLL_SECONDS = 0.25
+#: Seconds between checks of the history file when another manager writes it (read-only mode).
+HISTORY_POLL_SECONDS = 1.0
+#: Events that end a worker's stream.
+TERMINAL_EVENTS = ("done", "cancelled", "error")
+#: Runs whose files are tailed at once besides the scheduler's own (the selection of the UI).
+MAX_FOLLOWED = 32
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Queue a grid like ``gaptui run --preset``: skip done runs, build datasets, enqueue the rest."""
+
+    preset: Preset
+    slots: SlotConfig
+    retry_failed: bool = False
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel queued or running runs (running workers checkpoint and exit)."""
+
+    hashes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Queue failed, cancelled or interrupted runs again (they resume from their checkpoints)."""
+
+    hashes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EditRecord:
+    """Change user fields of a record (tags, note) through the history."""
+
+    run_hash: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Send the whole ``events.jsonl`` of runs, then keep tailing those no scheduler of ours drives."""
+
+    runs: tuple[tuple[str, str], ...]  # (run hash, run dir)
+
+
+@dataclass(frozen=True)
+class FollowLog:
+    """Tail ``log.txt`` of one run for ``owner`` (a view: each follows at most one log); ``None`` stops."""
+
+    owner: str
+    run_hash: str | None
+    run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class StopAll:
+    """Cancel everything in flight (SIGTERM, checkpoint, marked cancelled) and keep the loop going."""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """End the loop. ``stop``: stop every run first; ``detach``: leave workers running for the next manager."""
+
+    how: str = "stop"
+
+
+Command = Launch | Cancel | Retry | EditRecord | Follow | FollowLog | StopAll | Shutdown
+
+
+# ------------------------------------------------------------------------------------------ the loop
+
+
+@dataclass
+class _Tailed:
+    path: Path
+    offset: int = 0
+
+
+@dataclass
+class _LogTarget:
+    run_hash: str
+    path: Path
+    stamp: tuple[int, int] | None = None
+
+
+@dataclass
+class ManagerLoop:
+    """Owns the scheduler; call :meth:`run` in one thread and :meth:`submit` from any thread.
+
+    ``post`` delivers a message to the app (``App.post_message``, which is thread-safe). With ``read_only`` there
+    is no scheduler: the loop only follows files and re-reads the history another manager writes.
+    """
+
+    ws: Workspace
+    history: History
+    post: Callable[[Message], Any]
+    read_only: bool = False
+    slots: SlotConfig = field(default_factory=SlotConfig)
+    commands: queue.Queue[Command] = field(default_factory=queue.Queue)
+    closed: threading.Event = field(default_factory=threading.Event)
+    scheduler: Scheduler | None = None
+    _followed: dict[str, _Tailed] = field(default_factory=dict)
+    _logs: dict[str, _LogTarget] = field(default_factory=dict)
+    _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _state: SchedulerState | None = None
+    _building: str = ""
+    _history_stamp: tuple[int, int] | None = None
+    _next_history_poll: float = 0.0
+    _finished: str | None = None
+    _detached: list[str] = field(default_factory=list)
+
+    def submit(self, command: Command) -> None:
+        """Queue a command for the loop (thread-safe)."""
+        self.commands.put(command)
+
+    # -------------------------------------------------------------------------------------- lifecycle
+
+    def run(self, cancelled: Callable[[], bool]) -> str:
+        """Loop until a :class:`Shutdown` (or ``cancelled()``: the app went away without choosing, so stop every
+        run rather than orphan it). Returns how it ended. Closes the history (releases the workspace lock)."""
+        try:
+            self._start()
+            next_tick = time.monotonic()
+            while self._finished is None:
+                if cancelled():
+                    self._shutdown("stop")
+                    break
+                try:
+                    command = self.commands.get(timeout=max(0.0, next_tick - time.monotonic()))
+                except queue.Empty:
+                    command = None
+                if command is not None:
+                    self._execute(command)
+                    continue
+                self._tick()
+                next_tick = time.monotonic() + POLL_SECONDS
+            return self._finished or "stopped"
+        finally:
+            self.history.close()
+            self.closed.set()
+
+    def _start(self) -> None:
+        if self.read_only:
+            self._poll_history(force=True)
+            return
+        self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
+        reattached, interrupted = self.scheduler.recover()
+        refiled = self._refile_finished(interrupted)
+        if reattached or interrupted:
+            self.post(Recovered(reattached, interrupted, refiled))
+        self._post_state()
+
+    def _refile_finished(self, interrupted: list[str]) -> list[str]:
+        """Interrupted runs whose worker finished while no manager watched: queue them so a (no-op) worker start
+        files their result the normal way; the others wait for the user (retry resumes their checkpoint)."""
+        by_id = {r["id"]: r for r in self.history.records()}
+        finished = []
+        for run in interrupted:
+            run_dir = Path(by_id[run]["run_dir"]) if run in by_id else None
+            if run_dir is not None and (run_dir / "result.json").exists():
+                events = read_events(run_dir / "events.jsonl")[0]
+                if events and events[-1].get("event") == "done":
+                    finished.append(run)
+        if finished:
+            self._retry(tuple(by_id[run]["hash"] for run in finished), build=False)
+        return finished
+
+    def _shutdown(self, how: str) -> None:
+        if self.scheduler is not None and how == "detach":
+            # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
+            for spec in list(self.scheduler.queue):
+                self.scheduler.cancel(spec.hash())
+            self._detached = self.scheduler.detach()
+        elif self.scheduler is not None and self.scheduler.pending():
+            self.scheduler.stop_all()
+        self._flush_events()
+        self._finished = how
+        self.post(ManagerClosed(how, list(self._detached)))
+
+    # -------------------------------------------------------------------------------------- commands
+
+    def _execute(self, command: Command) -> None:
+        try:
+            if isinstance(command, Shutdown):
+                self._shutdown(command.how)
+            elif isinstance(command, Follow):
+                self._follow(command)
+            elif isinstance(command, FollowLog):
+                self._follow_log(command)
+                self._tail_logs()
+            elif self.scheduler is None:
+                raise GaptuiError(
+                    "the workspace is open read-only (another manager holds it): launching, cancelling and "
+                    "editing are disabled"
+                )
+            elif isinstance(command, Launch):
+                self._launch(command)
+            elif isinstance(command, Cancel):
+                self._cancel(command.hashes)
+            elif isinstance(command, Retry):
+                self._retry(command.hashes)
+            elif isinstance(command, EditRecord):
+                self.history.update(command.run_hash, **command.fields)
+                self.post(RunUpdated(command.run_hash, dict(command.fields)))
+            elif isinstance(command, StopAll):
+                self.scheduler.stop_all()
+        except GaptuiError as exc:
+            self.post(ManagerNotice(str(exc), "error"))
+        except Exception as exc:  # noqa: BLE001 - one failed command must not end the supervision of running workers
+            name = type(command).__name__.lower()
+            self.post(ManagerNotice(f"{name} failed: {type(exc).__name__}: {exc}", "error"))
+        finally:
+            self._flush_events()
+            self._post_state()
+
+    def _launch(self, command: Launch) -> None:
+        from gaptui.commands_manager import _build_datasets, _plan
+
+        assert self.scheduler is not None
+        # The same validation as `gaptui run --preset` (it builds each model once): what launches here runs there.
+        preset = parse_preset(tomllib.loads(dump_preset(command.preset)))
+        self._use_slots(command.slots.slots())
+        self.scheduler.timeout = preset.run.timeout
+        self.scheduler.retries = preset.run.retries
+        specs = grid(preset, self.ws)
+        known = {r["hash"]: r["status"] for r in self.history.records()}
+        plan = _plan(specs, known, command.retry_failed)
+        busy = set(self.scheduler.running) | {s.hash() for s in self.scheduler.queue}
+        todo = [s for s in plan["to run"] if s.hash() not in busy]
+        if todo:
+            self._building = f"building datasets for {len(todo)} run(s)"
+            self._post_state()
+            try:
+                _build_datasets(todo, self.ws, self.scheduler)
+            finally:
+                self._building = ""
+            failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
+            todo = [s for s in todo if s.hash() not in failed or command.retry_failed]
+            self.scheduler.enqueue(todo, preset=preset.name, planned_seeds=len(preset.seeds))
+        by_hash = self.history.by_hash()
+        self.post(RecordsAdded([by_hash[s.hash()] for s in specs if s.hash() in by_hash]))
+        parts = [f"{preset.name}: {len(specs)} runs", f"{len(plan['done'])} already done"]
+        if plan["failed"]:
+            parts.append(f"{len(plan['failed'])} failed before (skipped; tick 'retry failed' to rerun)")
+        if len(plan["to run"]) > len(todo):
+            parts.append(f"{len(plan['to run']) - len(todo)} already in flight or failed to build")
+        parts.append(f"{len(todo)} queued on {len(self.scheduler.slots)} slot(s)")
+        self.post(ManagerNotice(", ".join(parts)))
+
+    def _use_slots(self, slots: list[Slot]) -> None:
+        """Give the scheduler a new slot list; running workers keep (and later free) the slot they hold."""
+        assert self.scheduler is not None
+        by_name = {slot.name: slot for slot in slots}
+        for job in self.scheduler.running.values():
+            new = by_name.get(job.slot.name)
+            if new is not None and new.busy is None:
+                new.busy = job.run_hash
+                job.slot = new
+        self.scheduler.slots = slots
+
+    def _cancel(self, hashes: tuple[str, ...]) -> None:
+        assert self.scheduler is not None
+        missed = [h[:12] for h in hashes if not self.scheduler.cancel(h)]
+        if missed:
+            self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
+
+    def _retry(self, hashes: tuple[str, ...], build: bool = True) -> None:
+        from engine.spec import RunSpec
+        from gaptui.commands_manager import _build_datasets
+
+        assert self.scheduler is not None
+        by_hash = self.history.by_hash()
+        records = [by_hash[h] for h in hashes if h in by_hash and by_hash[h]["status"] in RETRYABLE]
+        skipped = len(hashes) - len(records)
+        if skipped:
+            self.post(
+                ManagerNotice(f"{skipped} run(s) not retried: only {', '.join(RETRYABLE)} runs can be", "warning")
+            )
+        specs = [RunSpec.from_dict(r["spec"]) for r in records]
+        if build and specs:
+            _build_datasets(specs, self.ws, self.scheduler)
+            failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
+            specs = [s for s in specs if s.hash() not in failed]
+        self.scheduler.enqueue(specs)
+
+    def _follow(self, command: Follow) -> None:
+        for run_hash, run_dir in command.runs:
+            path = Path(run_dir) / "events.jsonl"
+            events, offset = read_events(path)
+            self.post(RunEvents(run_hash, events, reset=True))
+            # Runs of our scheduler stream through its listener; tailing them as well would send events twice.
+            ours = self.scheduler is not None and (
+                run_hash in self.scheduler.running or any(s.hash() == run_hash for s in self.scheduler.queue)
+            )
+            ended = bool(events) and events[-1].get("event") in TERMINAL_EVENTS
+            if not ours and not ended:
+                self._followed[run_hash] = _Tailed(path, offset)
+        while len(self._followed) > MAX_FOLLOWED:
+            self._followed.pop(next(iter(self._followed)))
+
+    def _follow_log(self, command: FollowLog) -> None:
+        if command.run_hash is None or command.run_dir is None:
+            self._logs.pop(command.owner, None)
+        else:
+            self._logs[command.owner] = _LogTarget(command.run_hash, Path(command.run_dir) / "log.txt")
+
+    # -------------------------------------------------------------------------------------- each tick
+
+    def _listen(self, kind: str, run_hash: str, payload: dict[str, Any]) -> None:
+        """The scheduler's callback (this thread): events are batched per tick, status changes go out at once."""
+        if kind == "event":
+            self._pending_events.setdefault(run_hash, []).append(payload)
+            return
+        self._flush_events(run_hash)  # the events that led to a status change arrive before it
+        self.post(RunUpdated(run_hash, dict(payload)))
+
+    def _flush_events(self, only: str | None = None) -> None:
+        for run_hash in [only] if only is not None else list(self._pending_events):
+            events = self._pending_events.pop(run_hash, None)
+            if events:
+                self.post(RunEvents(run_hash, events))
+
+    def _tick(self) -> None:
+        if self.scheduler is not None and self.scheduler.pending():
+            self.scheduler.step()
+        self._flush_events()
+        for run_hash, tailed in list(self._followed.items()):
+            events, tailed.offset = read_events(tailed.path, tailed.offset)
+            if events:
+                self.post(RunEvents(run_hash, events))
+                if events[-1].get("event") in TERMINAL_EVENTS:
+                    del self._followed[run_hash]
+        self._tail_logs()
+        if self.read_only:
+            self._poll_history()
+        self._post_state()
+
+    def _tail_logs(self) -> None:
+        for target in self._logs.values():
+            try:
+                st = target.path.stat()
+            except FileNotFoundError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp != target.stamp:
+                target.stamp = stamp
+                self.post(LogTail(target.run_hash, tail(target.path, 200)))
+
+    def _poll_history(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_history_poll:
+            return
+        self._next_history_poll = now + HISTORY_POLL_SECONDS
+        try:
+            st = self.ws.history.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if force or stamp != self._history_stamp:
+            self._history_stamp = stamp
+            self.post(RecordsLoaded(self.history.records()))
+
+    def _state_fields(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        if self.scheduler is None:
+            return (), (), ()
+        return (
+            tuple(self.scheduler.running),
+            tuple(s.hash() for s in self.scheduler.queue),
+            tuple(s.name for s in self.scheduler.slots),
+        )
+
+    def _post_state(self) -> None:
+        state = SchedulerState(*self._state_fields(), building=self._building)
+        if self._state is None or state != self._state:
+            self._state = state
+            self.post(state)

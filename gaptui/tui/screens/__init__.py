@@ -1,0 +1,1 @@
+"""Screens of the TUI: one per section (new experiment, runs, history, ranking) plus dialogs."""

@@ -1,0 +1,189 @@
+"""HistoryScreen: every run of the workspace, filterable and sortable; Enter opens a run's details."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Input, Static
+
+from gaptui.tui.screens.section import SectionScreen
+from gaptui.tui.widgets.record_table import HISTORY_COLUMNS, RecordTable
+
+
+def haystack(record: dict[str, Any]) -> str:
+    """The text the filter searches: dataset, model, status, tags, plus id, preset, noise and seed."""
+    return " ".join(
+        str(v)
+        for v in (
+            record.get("dataset"),
+            record.get("base"),
+            record.get("model"),
+            record.get("status"),
+            *(record.get("tags") or []),
+            record.get("id"),
+            record.get("preset"),
+            f"η={record.get('noise'):g}" if isinstance(record.get("noise"), (int, float)) else "",
+            f"seed={record.get('seed')}",
+        )
+        if v
+    ).lower()
+
+
+def matches(record: dict[str, Any], words: list[str]) -> bool:
+    """Every word of the filter occurs in the record's searchable text (case-insensitive)."""
+    text = haystack(record)
+    return all(word in text for word in words)
+
+
+class HistoryTable(RecordTable):
+    """The history's table: Enter (or a click on the selected row) opens the run's details."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("enter", "select_cursor", "Details")]
+
+
+class HistoryScreen(SectionScreen):
+    """Type to filter (all words must match); ``s`` sorts by the next column, ``S`` reverses, or click a header."""
+
+    TITLE = "History"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("s", "sort_next", "Sort by next column"),
+        Binding("S", "sort_reverse", "Reverse sort"),
+        Binding("escape", "clear_filter", "Clear filter"),
+    ]
+    DEFAULT_CSS = """
+    HistoryScreen #history-bar { height: 1; padding: 0 1; }
+    HistoryScreen #history-filter { width: 1fr; }
+    HistoryScreen #history-info { width: auto; padding-left: 2; color: $text-muted; }
+    HistoryScreen #history-table { height: 1fr; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words: list[str] = []
+        # Searchable text by hash, reused while the record object is the same (records are replaced on change).
+        self._haystacks: dict[str, tuple[dict[str, Any], str]] = {}
+
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="history-bar"):
+            yield Input(
+                placeholder="filter (/): dataset, model, status, tag ... all words must match",
+                id="history-filter",
+                compact=True,
+            )
+            yield Static("", id="history-info", markup=False)
+        yield HistoryTable(HISTORY_COLUMNS, id="history-table")
+
+    @property
+    def table(self) -> RecordTable:
+        """The history's table."""
+        return self.query_one("#history-table", RecordTable)
+
+    def on_mount(self) -> None:
+        self.ready = True
+        self.table.sort_column, self.table.sort_reverse = "id", False
+        self._rebuild()
+        self.table.focus()
+
+    # -------------------------------------------------------------------------------------- contents
+
+    def _matches(self, record: dict[str, Any]) -> bool:
+        cached = self._haystacks.get(record["hash"])
+        if cached is None or cached[0] is not record:
+            cached = self._haystacks[record["hash"]] = (record, haystack(record))
+        return all(word in cached[1] for word in self.words)
+
+    def _visible(self) -> list[dict[str, Any]]:
+        return [r for r in self.gapp.book if self._matches(r)]
+
+    def _rebuild(self) -> None:
+        self.table.set_records(self._visible())
+        self._info()
+
+    def _info(self) -> None:
+        table = self.table
+        order = ""
+        if table.sort_column:
+            label = table.table_columns[table.sort_column].label
+            order = f" · sorted by {label} {'↓' if table.sort_reverse else '↑'}"
+        self.query_one("#history-info", Static).update(f"{table.record_count} of {len(self.gapp.book)} runs{order}")
+
+    def records_changed(self, hashes: set[str]) -> None:
+        if not self.ready:
+            return
+        table = self.table
+        appended = False
+        for run_hash in hashes:
+            record = self.gapp.book.get(run_hash)
+            if record is not None and self._matches(record):
+                appended |= table.upsert(record)
+            else:
+                table.remove(run_hash)
+        if appended:
+            table.resort()
+        self._info()
+
+    def reveal(self, run_hash: str) -> None:
+        """Put the cursor on a run, clearing the filter if it hides the run."""
+        record = self.gapp.book.get(run_hash)
+        if record is None:
+            return
+        if not self._matches(record):
+            self.query_one("#history-filter", Input).value = ""
+            self.words = []
+            self._rebuild()
+        self.table.move_to(run_hash)
+
+    # -------------------------------------------------------------------------------------- filter and sort
+
+    @on(Input.Changed, "#history-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        words = event.value.lower().split()
+        if words != self.words:
+            self.words = words
+            self._rebuild()
+
+    @on(Input.Submitted, "#history-filter")
+    def _filter_done(self) -> None:
+        self.table.focus()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#history-filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#history-filter", Input)
+        if box.value:
+            box.value = ""
+        self.table.focus()
+
+    def action_sort_next(self) -> None:
+        keys = list(self.table.table_columns)
+        current = self.table.sort_column
+        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
+        self.table.sort_by(following, reverse=False)
+        self._info()
+
+    def action_sort_reverse(self) -> None:
+        self.table.sort_by(self.table.sort_column or "id", reverse=not self.table.sort_reverse)
+        self._info()
+
+    @on(DataTable.HeaderSelected, "#history-table")
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        self.table.sort_by(str(event.column_key.value))
+        self._info()
+
+    # -------------------------------------------------------------------------------------- details
+
+    @on(DataTable.RowSelected, "#history-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self._open(event.row_key.value)
+
+    def _open(self, run_hash: str) -> None:
+        from gaptui.tui.screens.run_detail import RunDetailScreen
+
+        self.app.push_screen(RunDetailScreen(run_hash))

@@ -1,0 +1,415 @@
+"""NewExperimentScreen: compose a grid (datasets x noise x models x seeds), see what it costs, launch or save it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
+from textual.widgets.selection_list import Selection
+from textual.worker import get_current_worker
+
+from engine.errors import GaptuiError
+from gaptui.presets import Preset, dump_preset, load_preset, parse_preset, preset_names
+from gaptui.tui.planning import (
+    PAPER_NOISE,
+    DatasetDraft,
+    ExperimentDraft,
+    PlanSummary,
+    draft_from_preset,
+    format_noise_percent,
+    noise_key,
+    parse_noise_levels,
+    summarize,
+)
+from gaptui.tui.screens.confirm import confirm
+from gaptui.tui.screens.section import SectionScreen
+from gaptui.tui.widgets.dataset_row import DatasetRow
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+#: Seconds of quiet after an edit before the grid summary is recomputed.
+PLAN_DELAY = 0.3
+
+
+@dataclass
+class PlanComputed(Message):
+    """The summary of the grid the form describes (or why the form does not describe one yet)."""
+
+    summary: PlanSummary | None
+    error: str = ""
+
+
+@dataclass
+class PresetLoaded(Message):
+    """A preset file was read and validated."""
+
+    preset: Preset
+
+
+@dataclass
+class ModelNames(Message):
+    """The registered model names (the registry imports torch, so it is read in a worker)."""
+
+    names: list[str]
+
+
+# (input id, label, draft field, input type, placeholder) of the Training and Device-slot fields.
+RUN_FIELDS = (
+    ("seeds", "seeds", "seeds", "text", "0-9 or 0,3"),
+    ("epochs", "epochs", "epochs", "integer", ""),
+    ("batch-size", "batch size", "batch_size", "integer", ""),
+    ("budget", "param budget", "budget", "integer", ""),
+    ("out-dim", "out dim", "out_dim", "integer", "per dataset"),
+    ("eval-every", "eval every", "eval_every", "integer", "epochs"),
+    ("timeout", "timeout (s)", "timeout", "number", "none"),
+    ("retries", "retries", "retries", "integer", "on failure"),
+)
+SLOT_FIELDS = (
+    ("gpus", "GPUs", "gpus", "text", "all · none · 0,1"),
+    ("jobs-per-gpu", "runs per GPU", "jobs_per_gpu", "integer", ""),
+    ("cpu-jobs", "CPU runs", "cpu_jobs", "integer", "auto"),
+)
+
+
+class NewExperimentScreen(SectionScreen):
+    """The form; its summary line updates as you type: grid size, runs already in history, estimated time."""
+
+    TITLE = "New experiment"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("ctrl+l", "launch", "Launch"),
+        Binding("ctrl+s", "save", "Save preset"),
+        Binding("ctrl+o", "load_preset", "Load preset"),
+        Binding("ctrl+g", "paper_grid", "Paper noise grid"),
+        Binding("ctrl+n", "add_dataset", "Add dataset"),
+    ]
+    DEFAULT_CSS = """
+    NewExperimentScreen #form { height: 1fr; padding: 0 1; }
+    NewExperimentScreen .line { height: 1; margin-bottom: 1; }
+    NewExperimentScreen .line Label { width: auto; padding: 0 1 0 0; }
+    NewExperimentScreen .line Select { width: 30; }
+    NewExperimentScreen .line Input { width: 1fr; }
+    NewExperimentScreen .line Button { margin-left: 1; }
+    NewExperimentScreen #name { max-width: 24; }
+    NewExperimentScreen #datasets { height: auto; }
+    NewExperimentScreen #choices { height: auto; }
+    NewExperimentScreen #choices > Vertical { width: 1fr; height: auto; }
+    NewExperimentScreen SelectionList { height: auto; max-height: 12; }
+    NewExperimentScreen .fields { grid-size: 4; grid-gutter: 0 2; height: auto; }
+    NewExperimentScreen.-wide .fields { grid-size: 8; }
+    NewExperimentScreen .field { height: 2; }
+    NewExperimentScreen .field Label { color: $text-muted; }
+    NewExperimentScreen #retry-failed { margin-top: 1; }
+    NewExperimentScreen #launch-bar { dock: bottom; height: 3; padding: 0 1; background: $boost; }
+    NewExperimentScreen #plan { width: 1fr; height: 3; content-align: left middle; }
+    NewExperimentScreen #plan.error { color: $error; }
+    NewExperimentScreen #launch-bar Button { margin-left: 1; }
+    """
+
+    def __init__(self) -> None:
+        from engine.noise import NOISE_MODELS
+        from engine.sources import SOURCES
+
+        super().__init__()
+        self._bases = SOURCES.names()
+        self._noise_models = NOISE_MODELS
+        self._plan_timer: Timer | None = None
+        self._models: list[str] = []
+        self._pending_draft: ExperimentDraft | None = None
+        self.summary: PlanSummary | None = None
+
+    def compose_body(self) -> ComposeResult:
+        draft = ExperimentDraft()
+        with VerticalScroll(id="form"):
+            with Horizontal(classes="line"):
+                yield Label("preset")
+                yield Select(
+                    [(Content(n), n) for n in preset_names(self.gapp.ws)],
+                    prompt="load a preset ...",
+                    id="preset",
+                    compact=True,
+                )
+                yield Button("Load ^o", id="load", compact=True)
+            with Horizontal(classes="line"):
+                yield Label("name")
+                yield Input(draft.name, id="name", compact=True, tooltip="preset name (file name when saved)")
+                yield Label(" description")
+                yield Input(draft.description, placeholder="what this grid is for", id="description", compact=True)
+            yield Static(
+                "Base datasets: base · parameters key=value · noise model · train · val · seed",
+                classes="section-title",
+            )
+            yield Vertical(*(self._row(d) for d in draft.datasets), id="datasets")
+            yield Button("+ dataset ^n", id="add-dataset", compact=True)
+            with Horizontal(id="choices"):
+                with Vertical():
+                    yield Static("Noise levels η (^g: paper grid)", classes="section-title")
+                    yield SelectionList[float](
+                        *(Selection(format_noise_percent(n), n, n in draft.noise) for n in PAPER_NOISE), id="noise"
+                    )
+                    with Horizontal(classes="line"):
+                        yield Input(placeholder="more levels: 0.1 or 10%", id="noise-extra", compact=True)
+                        yield Button("Add", id="noise-add", compact=True)
+                with Vertical():
+                    yield Static("Models (laplacian: no training)", classes="section-title")
+                    yield SelectionList[str](id="models")
+            yield Static("Training", classes="section-title")
+            with Grid(classes="fields"):
+                for input_id, label, attr, kind, hint in RUN_FIELDS:
+                    yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
+            yield Static("Device slots", classes="section-title")
+            with Grid(classes="fields"):
+                for input_id, label, attr, kind, hint in SLOT_FIELDS:
+                    yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
+            yield Checkbox("retry runs that failed before", draft.retry_failed, id="retry-failed", compact=True)
+        with Horizontal(id="launch-bar"):
+            yield Static("", id="plan", markup=False)
+            yield Button("Launch ^l", id="launch", variant="success")
+            yield Button("Save ^s", id="save", variant="primary")
+
+    def _row(self, draft: DatasetDraft) -> DatasetRow:
+        return DatasetRow(draft, self._bases, self._noise_models)
+
+    @staticmethod
+    def _field(input_id: str, label: str, value: str, kind: str, hint: str) -> Vertical:
+        box = Input(value, placeholder=hint, id=input_id, type=kind, compact=True)  # type: ignore[arg-type]
+        return Vertical(Label(label), box, classes="field")
+
+    def on_mount(self) -> None:
+        self.ready = True
+        self.gapp.run_task(self._load_model_names, name="model names", group="model-names")
+        if self.gapp.read_only:
+            self.query_one("#launch", Button).disabled = True
+        self._schedule_plan()
+
+    def records_changed(self, hashes: set[str]) -> None:
+        # What the grid overlaps with in history changed; recompute only while the form is on screen.
+        if self.ready and self.is_current:
+            self._schedule_plan()
+
+    def on_screen_resume(self) -> None:
+        self._schedule_plan()
+
+    def _load_model_names(self) -> None:
+        from engine.models import names
+
+        self.post_message(ModelNames([*names(), "laplacian"]))
+
+    def on_model_names(self, message: ModelNames) -> None:
+        self._models = message.names
+        models = self.query_one("#models", SelectionList)
+        chosen = set(self._pending_draft.models) if self._pending_draft else set(models.selected)
+        models.clear_options()
+        models.add_options([Selection(name, name, name in chosen) for name in self._models])
+
+    # -------------------------------------------------------------------------------------- the draft
+
+    def draft(self) -> ExperimentDraft:
+        """The form as typed."""
+
+        def text(input_id: str) -> str:
+            return self.query_one(f"#{input_id}", Input).value
+
+        base = self._pending_draft or ExperimentDraft()
+        models = self.query_one("#models", SelectionList).selected if self._models else list(base.models)
+        fields = {attr: text(input_id) for input_id, _, attr, _, _ in (*RUN_FIELDS, *SLOT_FIELDS)}
+        return ExperimentDraft(
+            name=text("name"),
+            description=text("description"),
+            datasets=tuple(row.value() for row in self.query(DatasetRow)),
+            noise=tuple(self.query_one("#noise", SelectionList).selected),
+            models=tuple(models),
+            retry_failed=self.query_one("#retry-failed", Checkbox).value,
+            base_run=base.base_run,
+            **fields,
+        )
+
+    async def apply_draft(self, draft: ExperimentDraft) -> None:
+        """Fill the form with ``draft`` (a loaded preset)."""
+        self._pending_draft = draft
+        self.query_one("#name", Input).value = draft.name
+        self.query_one("#description", Input).value = draft.description
+        for input_id, _, attr, _, _ in (*RUN_FIELDS, *SLOT_FIELDS):
+            self.query_one(f"#{input_id}", Input).value = str(getattr(draft, attr))
+        self.query_one("#retry-failed", Checkbox).value = draft.retry_failed
+        datasets = self.query_one("#datasets", Vertical)
+        await datasets.remove_children()
+        await datasets.mount_all([self._row(d) for d in draft.datasets])
+        self._select_noise(draft.noise, exclusive=True)
+        models = self.query_one("#models", SelectionList)
+        if self._models:
+            models.deselect_all()
+            for name in draft.models:
+                if name in self._models:
+                    models.select(name)
+        self._schedule_plan()
+
+    def _select_noise(self, levels: tuple[float, ...] | list[float], exclusive: bool = False) -> None:
+        """Select ``levels`` (adding the ones not listed), keeping the list sorted by noise."""
+        noise = self.query_one("#noise", SelectionList)
+        listed = {noise_key(noise.get_option_at_index(i).value) for i in range(noise.option_count)}
+        chosen = {noise_key(eta) for eta in levels}
+        selected = chosen if exclusive else chosen | {noise_key(eta) for eta in noise.selected}
+        with self.prevent(SelectionList.SelectedChanged):
+            noise.clear_options()
+            noise.add_options(
+                [Selection(format_noise_percent(eta), eta, eta in selected) for eta in sorted(listed | chosen)]
+            )
+        self._schedule_plan()
+
+    # -------------------------------------------------------------------------------------- the summary line
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(SelectionList.SelectedChanged)
+    @on(Checkbox.Changed)
+    def _form_changed(self, event: Message) -> None:
+        if isinstance(event, Select.Changed) and event.select.id == "preset":
+            return
+        self._schedule_plan()
+
+    def _schedule_plan(self) -> None:
+        if self._plan_timer is not None:
+            self._plan_timer.stop()
+        self._plan_timer = self.set_timer(PLAN_DELAY, self._start_plan)
+
+    def _start_plan(self) -> None:
+        draft = self.draft()
+        records = dict(self.gapp.book.records)  # a snapshot: the book's records are replaced, never mutated
+        self.gapp.run_task(lambda: self._plan(draft, records), name="grid summary", group="plan", exclusive=True)
+
+    def _plan(self, draft: ExperimentDraft, records: dict[str, dict[str, Any]]) -> None:
+        from gaptui.presets import grid
+
+        worker = get_current_worker()
+        try:
+            preset = draft.preset()
+            slots = draft.slot_config().slots()
+            summary = summarize(grid(preset, self.gapp.ws), records, len(slots))
+            message = PlanComputed(summary)
+        except GaptuiError as exc:
+            message = PlanComputed(None, str(exc))
+        if not worker.is_cancelled:
+            self.post_message(message)
+
+    def on_plan_computed(self, message: PlanComputed) -> None:
+        self.summary = message.summary
+        plan = self.query_one("#plan", Static)
+        plan.set_class(message.summary is None, "error")
+        plan.update(message.summary.text() if message.summary else message.error)
+
+    # -------------------------------------------------------------------------------------- actions
+
+    def action_paper_grid(self) -> None:
+        self._select_noise(PAPER_NOISE)
+
+    async def action_add_dataset(self) -> None:
+        rows = list(self.query(DatasetRow))
+        template = rows[-1].value() if rows else DatasetDraft()
+        await self.query_one("#datasets", Vertical).mount(self._row(template))
+        self._schedule_plan()
+
+    @on(DatasetRow.Removed)
+    async def _remove_dataset(self, event: DatasetRow.Removed) -> None:
+        await event.row.remove()
+        self._schedule_plan()
+
+    @on(Button.Pressed, "#add-dataset")
+    async def _add_pressed(self) -> None:
+        await self.action_add_dataset()
+
+    @on(Button.Pressed, "#noise-add")
+    @on(Input.Submitted, "#noise-extra")
+    def _add_noise(self) -> None:
+        box = self.query_one("#noise-extra", Input)
+        try:
+            levels = parse_noise_levels(box.value)
+        except GaptuiError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        self._select_noise(levels)
+        box.value = ""
+
+    @on(Select.Changed, "#preset")
+    @on(Button.Pressed, "#load")
+    def action_load_preset(self) -> None:
+        name = self.query_one("#preset", Select).value
+        if name is Select.BLANK:
+            self.query_one("#preset", Select).focus()
+            self.notify("choose a preset in the list first")
+            return
+        ws = self.gapp.ws
+        self.notify(f"loading preset {name} ...")
+        self.gapp.run_task(
+            lambda: self.post_message(PresetLoaded(load_preset(str(name), ws))),
+            name=f"load preset {name}",
+            group="preset",
+        )
+
+    async def on_preset_loaded(self, message: PresetLoaded) -> None:
+        await self.apply_draft(draft_from_preset(message.preset, keep=self.draft()))
+        self.notify(f"loaded preset {message.preset.name} ({message.preset.size} runs)", markup=False)
+
+    @on(Button.Pressed, "#launch")
+    def action_launch(self) -> None:
+        if not self.gapp.writable():
+            return
+        draft = self.draft()
+        try:
+            preset = draft.preset()
+            slots = draft.slot_config()
+        except GaptuiError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        if self.gapp.launch(preset, slots, draft.retry_failed):
+            self.gapp.switch_mode("runs")
+
+    @on(Button.Pressed, "#save")
+    def action_save(self) -> None:
+        try:
+            preset = self.draft().preset()
+        except GaptuiError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        path = self.gapp.ws.root / "presets" / f"{preset.name}.toml"
+        if not path.exists():
+            self._write_preset(preset, overwrite=False)
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice == "yes":
+                self._write_preset(preset, overwrite=True)
+
+        self.app.push_screen(confirm(f"{path} exists. Overwrite it?", "Save preset"), answer)
+
+    def _write_preset(self, preset: Preset, overwrite: bool) -> None:
+        from gaptui.tui.messages import ManagerNotice
+
+        ws = self.gapp.ws
+        path = ws.root / "presets" / f"{preset.name}.toml"
+
+        def write() -> None:
+            text = dump_preset(preset)
+            # What `gaptui run --preset` will read back: refuse to save a preset it would refuse.
+            parse_preset(tomllib.loads(text), path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(path, "w" if overwrite else "x") as fh:
+                    fh.write(text)
+            except FileExistsError:
+                raise GaptuiError(f"{path} appeared meanwhile; save again to choose whether to overwrite it") from None
+            self.app.post_message(
+                ManagerNotice(f"saved {path}; run it headless with: gaptui run --preset {path} -w {ws.root}")
+            )
+
+        self.gapp.run_task(write, name="save preset", group="preset")

@@ -1,0 +1,212 @@
+"""RankingScreen: Table D.3 for one dataset at a time, its accuracy-gap plot, and export of the table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.content import Content
+from textual.widgets import Label, Select, Static
+
+from gaptui import analysis
+from gaptui.tui.messages import ManagerNotice
+from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
+from gaptui.tui.screens.section import SectionScreen
+from gaptui.tui.widgets.gap_plot import GapPlot
+from gaptui.tui.widgets.ranking_grid import RankingGrid
+
+#: Seconds between checks whether finished runs changed the tables (rebuilt only when they did).
+REFRESH_SECONDS = 1.0
+#: Export formats: choice key -> (file extension, renderer of a list of tables).
+EXPORTS = {
+    "md": ("md", analysis.render_markdown),
+    "csv": ("csv", analysis.render_csv),
+    "latex": ("tex", analysis.render_latex),
+}
+
+
+def export_path(exports: Path, dataset: str, metric: str, fmt: str) -> Path:
+    """``<workspace>/exports/<dataset>-<metric>.<ext>``, the dataset label made safe for a file name."""
+    slug = re.sub(r"[^\w.=-]+", "_", dataset).strip("_") or "dataset"
+    return exports / f"{slug}-{metric}.{EXPORTS[fmt][0]}"
+
+
+class RankingScreen(SectionScreen):
+    """Marks as in the paper: best bold red (``**``), within 1 point red (``*``), within 3 points blue (``+``)."""
+
+    TITLE = "Ranking"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("e", "export", "Export table"),
+        Binding("right_square_bracket", "dataset(1)", "Next dataset"),
+        Binding("left_square_bracket", "dataset(-1)", "Previous dataset"),
+        Binding("m", "next_metric", "Next metric"),
+    ]
+    DEFAULT_CSS = """
+    RankingScreen #ranking-bar { height: 1; padding: 0 1; }
+    RankingScreen #ranking-bar Label { padding: 0 1 0 0; }
+    RankingScreen #ranking-bar Select { width: 1fr; max-width: 40; margin-right: 2; }
+    RankingScreen #ranking-title { padding: 0 1; text-style: bold; }
+    RankingScreen #ranking-legend { padding: 0 1; color: $text-muted; height: auto; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.metric = analysis.DEFAULT_METRIC
+        self.dataset: str | None = None
+        self.tables: list[analysis.RankingTable] = []
+        self._dirty = True
+
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="ranking-bar"):
+            yield Label("dataset")
+            yield Select([], prompt="no finished runs", id="ranking-dataset", compact=True, allow_blank=True)
+            yield Label("metric")
+            yield Select(
+                [(m, m) for m in analysis.STANDARD_METRICS],
+                value=self.metric,
+                id="ranking-metric",
+                compact=True,
+                allow_blank=False,
+            )
+        yield Static("", id="ranking-title", markup=False)
+        yield RankingGrid(id="ranking-table")
+        yield Static("", id="ranking-legend")
+        yield GapPlot(id="gap-plot")
+
+    def on_mount(self) -> None:
+        self.ready = True
+        self.rebuild()
+        self.set_interval(REFRESH_SECONDS, self._refresh_if_dirty)
+
+    def on_screen_resume(self) -> None:
+        self._refresh_if_dirty()
+
+    def records_changed(self, hashes: set[str]) -> None:
+        self._dirty = True
+
+    def _refresh_if_dirty(self) -> None:
+        if self._dirty and self.is_current:
+            self.rebuild()
+
+    @property
+    def table(self) -> analysis.RankingTable | None:
+        """The table of the chosen dataset, or None without finished runs."""
+        return next((t for t in self.tables if t.dataset == self.dataset), None)
+
+    # -------------------------------------------------------------------------------------- contents
+
+    def rebuild(self) -> None:
+        """Recompute every table from the app's records and show the chosen dataset."""
+        self._dirty = False
+        records = list(self.gapp.book)
+        metrics = analysis.known_metrics(records)
+        self.tables = analysis.build_tables(records, self.metric)
+        metric_select = self.query_one("#ranking-metric", Select)
+        with self.prevent(Select.Changed):
+            metric_select.set_options([(m, m) for m in metrics])
+            metric_select.value = self.metric
+            labels = [t.dataset for t in self.tables]
+            if self.dataset not in labels:
+                self.dataset = labels[0] if labels else None
+            dataset_select = self.query_one("#ranking-dataset", Select)
+            dataset_select.set_options([(Content(label), label) for label in labels])
+            if self.dataset is not None:
+                dataset_select.value = self.dataset
+        self._show()
+
+    def _show(self) -> None:
+        table = self.table
+        self.query_one(RankingGrid).show(table)
+        title = self.query_one("#ranking-title", Static)
+        legend = self.query_one("#ranking-legend", Static)
+        if table is None:
+            title.update("no finished run yet: launch a grid in New experiment (F2)")
+            legend.update("")
+            self.query_one(GapPlot).draw(None)
+            return
+        gap = analysis.gap_analysis(table)
+        title.update(analysis._title(table))
+        # The legend of `render_rich`, in the colours of the marks.
+        legend.update(
+            Text(" ").join(
+                Text(words, style=analysis.RICH_STYLES[mark]) for mark, words in analysis._legend_parts(table.metric)
+            )
+        )
+        self.query_one(GapPlot).draw(gap)
+
+    @on(Select.Changed, "#ranking-dataset")
+    def _dataset_chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.BLANK and event.value != self.dataset:
+            self.dataset = str(event.value)
+            self._show()
+
+    @on(Select.Changed, "#ranking-metric")
+    def _metric_chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.BLANK and event.value != self.metric:
+            self.metric = str(event.value)
+            self.rebuild()
+
+    def action_dataset(self, step: int) -> None:
+        labels = [t.dataset for t in self.tables]
+        if labels:
+            index = labels.index(self.dataset) if self.dataset in labels else 0
+            self.dataset = labels[(index + step) % len(labels)]
+            with self.prevent(Select.Changed):
+                self.query_one("#ranking-dataset", Select).value = self.dataset
+            self._show()
+
+    def action_next_metric(self) -> None:
+        metrics = analysis.known_metrics(self.gapp.book)
+        self.metric = metrics[(metrics.index(self.metric) + 1) % len(metrics)] if self.metric in metrics else metrics[0]
+        self.rebuild()
+
+    # -------------------------------------------------------------------------------------- export
+
+    def action_export(self) -> None:
+        table = self.table
+        if table is None:
+            self.notify("nothing to export: no finished run yet", severity="warning")
+            return
+        exports = self.gapp.ws.exports
+        question = (
+            f"Export the {table.dataset} table ({table.metric}) to {exports}/ as Markdown, CSV or LaTeX "
+            "(rendered by the same code as `gaptui table`)?"
+        )
+        choices = [
+            Choice("md", "Markdown", "m", "primary"),
+            Choice("csv", "CSV", "c", "primary"),
+            Choice("latex", "LaTeX", "l", "primary"),
+        ]
+        self.app.push_screen(
+            ChoiceScreen(question, choices, title="Export table"), lambda fmt: self._export(table, fmt)
+        )
+
+    def _export(self, table: analysis.RankingTable, fmt: str | None) -> None:
+        if fmt not in EXPORTS:
+            return
+        path = export_path(self.gapp.ws.exports, table.dataset, table.metric, fmt)
+        if not path.exists():
+            self._write(table, fmt, path)
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice == "yes":
+                self._write(table, fmt, path)
+
+        self.app.push_screen(confirm(f"{path} exists. Overwrite it?", "Export table"), answer)
+
+    def _write(self, table: analysis.RankingTable, fmt: str, path: Path) -> None:
+        render = EXPORTS[fmt][1]
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            analysis._write_atomic(path, render([table]))
+            self.app.post_message(ManagerNotice(f"wrote {path}"))
+
+        self.gapp.run_task(write, name=f"export {path.name}", group="export")

@@ -1,0 +1,262 @@
+"""RecordTable: a DataTable of run records keyed by spec hash, updated in place and sortable by any column."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
+
+from gaptui.tui.planning import format_duration
+
+Record = dict[str, Any]
+
+STATUS_STYLES = {
+    "done": "green",
+    "running": "bold cyan",
+    "queued": "yellow",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "interrupted": "dark_orange",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: how a record shows in it and how it sorts (``None`` values sort last)."""
+
+    key: str
+    label: str
+    render: Callable[[Record], str | Text]
+    sort_value: Callable[[Record], Any]
+    width: int | None = None
+    justify: str = "left"
+
+
+def _metric(record: Record, key: str = "val_lap_acc") -> float | None:
+    value = (record.get("metrics") or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _status(record: Record) -> Text:
+    status = str(record.get("status", ""))
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _right(text: str) -> Text:
+    return Text(text, justify="right")
+
+
+ID = Column("id", "run", lambda r: r["id"], lambda r: r["id"], 12)
+DATASET = Column("dataset", "dataset", lambda r: Text(str(r.get("dataset", ""))), lambda r: r.get("dataset"), None)
+NOISE = Column("noise", "η", lambda r: _right(f"{r.get('noise', 0):g}"), lambda r: r.get("noise"), 5, "right")
+MODEL = Column("model", "model", lambda r: Text(str(r.get("model", ""))), lambda r: r.get("model"), None)
+SEED = Column("seed", "seed", lambda r: _right(str(r.get("seed", ""))), lambda r: r.get("seed"), 4, "right")
+STATUS = Column("status", "status", _status, lambda r: r.get("status"), 11)
+ACCURACY = Column(
+    "accuracy",
+    "LAP acc",
+    lambda r: _right("" if (v := _metric(r)) is None else f"{v * 100:.1f} %"),
+    _metric,
+    8,
+    "right",
+)
+DURATION = Column(
+    "duration",
+    "duration",
+    lambda r: _right(format_duration(r["duration"]) if r.get("duration") else ""),
+    lambda r: r.get("duration"),
+    9,
+    "right",
+)
+TAGS = Column(
+    "tags", "tags", lambda r: Text(", ".join(r.get("tags") or [])), lambda r: ",".join(r.get("tags") or []), None
+)
+HISTORY_COLUMNS = (ID, DATASET, NOISE, MODEL, SEED, STATUS, ACCURACY, DURATION, TAGS)
+
+
+def _sort_key(value: Any, reverse: bool = False) -> tuple[int, Any]:
+    # Missing values last in either direction; numbers before text so mixed types are never compared.
+    if value is None or value == "":
+        return (-1 if reverse else 2, 0)
+    if isinstance(value, (int, float)):
+        return (0, value)
+    return (1, str(value).lower())
+
+
+class RecordTable(DataTable):
+    """Rows keyed by run hash. :meth:`upsert` changes only the cells that differ, so the cursor and scroll stay.
+
+    Adding a row costs DataTable a measurement of each cell (tens of microseconds each), so a whole history
+    (thousands of rows) is added progressively: a screenful at once, the rest in chunks between frames. A key
+    press that refilters or re-sorts thus updates the screen at once and the rows below the fold follow within a
+    fraction of a second, while keys keep being handled between chunks.
+    """
+
+    #: Rows added per later chunk, and the pause between chunks (seconds) that lets input and painting through.
+    CHUNK_ROWS = 50
+    CHUNK_PAUSE = 0.02
+    #: Pause before the first later chunk: keys typed in a burst (a filter word) do not wait for chunks.
+    FIRST_PAUSE = 0.3
+
+    def __init__(self, columns: Sequence[Column], **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.table_columns = {c.key: c for c in columns}
+        self.sort_column: str | None = None
+        self.sort_reverse = False
+        self._records: dict[str, Record] = {}
+        #: Cells of the rows added so far (what update_cell diffs against).
+        self._cells: dict[str, tuple[str | Text, ...]] = {}
+        #: Rendered cells by hash, reused while the record object is the same (the run book replaces, never
+        #: mutates, a record that changes), so refiltering does not re-render thousands of rows.
+        self._rendered: dict[str, tuple[Record, tuple[str | Text, ...]]] = {}
+        self._pending: deque[str] = deque()
+        self._shown: set[str] = set()
+        self._keep: str | None = None
+        self._fill_generation = 0
+
+    def on_mount(self) -> None:
+        for column in self.table_columns.values():
+            self.add_column(column.label, key=column.key, width=column.width)
+
+    # -------------------------------------------------------------------------------------- queries
+
+    @property
+    def cursor_hash(self) -> str | None:
+        """The hash of the row under the cursor."""
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except CellDoesNotExist:
+            return None
+
+    @property
+    def record_count(self) -> int:
+        """Rows shown or still being added."""
+        return len(self._records)
+
+    @property
+    def filling(self) -> bool:
+        """True while rows are still being added progressively."""
+        return bool(self._pending)
+
+    def hashes(self) -> list[str]:
+        """Row hashes in display order (rows still to be added last)."""
+        return [row.key.value for row in self.ordered_rows if row.key.value is not None] + list(self._pending)
+
+    # -------------------------------------------------------------------------------------- updates
+
+    def _render(self, record: Record) -> tuple[str | Text, ...]:
+        cached = self._rendered.get(record["hash"])
+        if cached is not None and cached[0] is record:
+            return cached[1]
+        cells = tuple(column.render(record) for column in self.table_columns.values())
+        self._rendered[record["hash"]] = (record, cells)
+        return cells
+
+    def set_records(self, records: Iterable[Record]) -> None:
+        """Show exactly ``records`` (sorted by the current sort column), keeping the cursor on its run."""
+        keep = self._keep or self.cursor_hash
+        records = list(records)
+        if self.sort_column is not None:
+            column = self.table_columns[self.sort_column]
+            reverse = self.sort_reverse
+            records.sort(key=lambda r: _sort_key(column.sort_value(r), reverse), reverse=reverse)
+        self.clear()
+        self._records = {r["hash"]: r for r in records}
+        self._cells = {}
+        self._pending = deque(self._records)
+        self._shown = set()
+        self._keep = keep
+        self._fill_generation += 1
+        # A screenful (before the table is laid out, the terminal's height stands in for its own).
+        self._fill(self._fill_generation, (self.size.height or self.app.size.height) + 5, self.FIRST_PAUSE)
+
+    def _fill(self, generation: int, count: int, pause: float = CHUNK_PAUSE) -> None:
+        if generation != self._fill_generation:
+            return  # a newer set_records started over
+        for _ in range(min(count, len(self._pending))):
+            run_hash = self._pending.popleft()
+            cells = self._cells[run_hash] = self._render(self._records[run_hash])
+            self.add_row(*cells, key=run_hash)
+            self._shown.add(run_hash)
+        if self._keep in self._shown:
+            self.move_to(self._keep)
+            self._keep = None
+        if self._pending:
+            self.set_timer(pause, partial(self._fill, generation, self.CHUNK_ROWS))
+        else:
+            self._keep = None
+
+    def upsert(self, record: Record) -> bool:
+        """Update the row of ``record`` in place (only changed cells), or append it. True when appended."""
+        run_hash = record["hash"]
+        known = run_hash in self._records
+        self._records[run_hash] = record
+        if run_hash not in self._shown:
+            if not known:
+                self._pending.append(run_hash)
+                if len(self._pending) == 1:
+                    self._fill(self._fill_generation, self.CHUNK_ROWS)
+            return not known
+        cells = self._render(record)
+        old = self._cells[run_hash]
+        self._cells[run_hash] = cells
+        for column_key, before, after in zip(self.table_columns, old, cells, strict=True):
+            if before != after:
+                self.update_cell(run_hash, column_key, after)
+        return False
+
+    def remove(self, run_hash: str) -> None:
+        """Drop a run's row (shown or still to be added)."""
+        if self._records.pop(run_hash, None) is None:
+            return
+        self._cells.pop(run_hash, None)
+        self._rendered.pop(run_hash, None)
+        if run_hash in self._shown:
+            self._shown.discard(run_hash)
+            with contextlib.suppress(RowDoesNotExist):
+                self.remove_row(run_hash)
+        else:
+            self._pending.remove(run_hash)
+
+    # -------------------------------------------------------------------------------------- order
+
+    def sort_by(self, column_key: str, reverse: bool | None = None) -> None:
+        """Sort rows by a column (toggling the direction when it is already the sort column); keeps the cursor."""
+        if reverse is None:
+            reverse = not self.sort_reverse if column_key == self.sort_column else False
+        self.sort_column, self.sort_reverse = column_key, reverse
+        self.resort()
+
+    def resort(self) -> None:
+        """Apply the current sort again (after rows were appended); keeps the cursor."""
+        if self.sort_column is None or not self._records:
+            return
+        if self._pending:
+            self.set_records(list(self._records.values()))  # rows not added yet: order them all again
+            return
+        keep = self.cursor_hash
+        column = self.table_columns[self.sort_column]
+        reverse = self.sort_reverse
+        # The sort key sees cell values only: the run id cell leads back to the record behind the row.
+        by_id = {r["id"]: r for r in self._records.values()}
+        self.sort("id", key=lambda run_id: _sort_key(column.sort_value(by_id[run_id]), reverse), reverse=reverse)
+        self.move_to(keep)
+
+    def move_to(self, run_hash: str | None) -> None:
+        """Put the cursor on the row of ``run_hash``, scrolling it into view (as soon as the row is added)."""
+        if run_hash is None or run_hash not in self._records:
+            return
+        if run_hash not in self._shown:
+            self._keep = run_hash
+            return
+        with contextlib.suppress(RowDoesNotExist):
+            self.move_cursor(row=self.get_row_index(run_hash), scroll=True)

@@ -1,0 +1,520 @@
+"""The Textual app driven through Pilot: compose and launch a grid, follow it, cancel, detach and re-attach, the
+read-only mode, the pure helpers behind the form, and snapshots of the main screens."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, Select, SelectionList, Static, TabbedContent
+
+from engine.errors import GaptuiError
+from gaptui.history import History, read_records
+from gaptui.presets import DatasetEntry, Preset, RunOptions, load_preset
+from gaptui.tui.app import GaptuiApp
+from gaptui.tui.planning import (
+    DatasetDraft,
+    ExperimentDraft,
+    SlotConfig,
+    draft_from_preset,
+    estimate_seconds,
+    parse_noise_levels,
+    parse_seeds,
+)
+from gaptui.tui.screens.confirm import ChoiceScreen
+from gaptui.tui.screens.history import HistoryScreen, matches
+from gaptui.tui.screens.new_experiment import NewExperimentScreen
+from gaptui.tui.screens.ranking import RankingScreen, export_path
+from gaptui.tui.screens.run_detail import RunDetailScreen
+from gaptui.tui.widgets.banner import ReadOnlyBanner
+from gaptui.tui.widgets.ranking_grid import RankingGrid
+from gaptui.tui.widgets.record_table import RecordTable
+from gaptui.workspace import Workspace
+from tests.conftest import ROOT
+
+SIZE = (120, 40)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+async def wait_until(pilot: Pilot, predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
+    """Poll ``predicate`` between pilot pauses (subprocess progress cannot be awaited otherwise)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
+
+
+async def tasks_done(app: GaptuiApp) -> None:
+    """Wait for the app's background tasks (not the manager loop, which lives as long as the app)."""
+    tasks = [w for w in app.workers if w.group != "manager"]
+    if tasks:  # an empty list would mean "every worker" to wait_for_complete
+        await app.workers.wait_for_complete(tasks)
+
+
+async def type_into(pilot: Pilot, widget: Input, text: str) -> None:
+    """Replace an input's text by typing it, as a user would."""
+    widget.focus()
+    widget.value = ""
+    await pilot.press(*text)
+
+
+def tiny_preset(epochs: int = 2, noise: tuple[float, ...] = (0.05, 0.2), models: tuple[str, ...] = ("gcn",)) -> Preset:
+    return Preset(
+        name="tiny",
+        description="test grid",
+        datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
+        noise=noise,
+        models=models,
+        seeds=(0,),
+        run=RunOptions(epochs=epochs, batch_size=10, budget=5000, out_dim=8),
+    )
+
+
+def notices(app: GaptuiApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def epoch_events(record: dict[str, Any]) -> list[dict[str, Any]]:
+    path = Path(record["run_dir"]) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def kill_group(pid: int | None) -> None:
+    """SIGTERM a worker's process group (test clean-up; the worker checkpoints and exits)."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+
+
+def fixed_records(ws: Workspace) -> list[dict[str, Any]]:
+    """Deterministic history: 2 models x 3 noise levels x 2 seeds on ER, plus a failed run, with run dirs."""
+    from gaptui.presets import grid
+    from gaptui.scheduler import new_record
+
+    preset = Preset(
+        name="fixed",
+        description="",
+        datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
+        noise=(0.04, 0.12, 0.24),
+        models=("gcn", "gin"),
+        seeds=(0, 1),
+        run=RunOptions(epochs=3, batch_size=10, budget=5000, out_dim=8),
+    )
+    records = []
+    for i, spec in enumerate(grid(preset, ws)):
+        record = new_record(spec, ws, preset="fixed", planned_seeds=2)
+        noise = spec.dataset["noise"]
+        skill = {"gcn": 0.80, "gin": 0.86}[spec.model] - noise * (1.5 if spec.model == "gcn" else 1.0)
+        acc = round(skill + 0.01 * spec.seed, 4)
+        failed = i == 5
+        record.update(
+            status="failed" if failed else "done",
+            created=f"2025-01-01T10:{i:02d}:00+0000",
+            finished=None if failed else f"2025-01-01T11:{i:02d}:00+0000",
+            duration=30.0 + i,
+            attempts=1,
+            metrics={} if failed else {"val_lap_acc": acc, "val_loss": round(1 - acc, 4), "train_loss": 0.5},
+            params=4990,
+            error="injected failure" if failed else None,
+            tags=["baseline"] if spec.model == "gcn" else [],
+            repro={} if failed else {"host": "testhost", "seed": spec.seed, "versions": {"torch": "x"}},
+        )
+        run_dir = Path(record["run_dir"])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lines = [{"v": 1, "event": "start", "epochs": 3, "t": 0.0}]
+        lines += [
+            {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
+            for e in (1, 2, 3)
+        ]
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        records.append(record)
+    return records
+
+
+def seeded_workspace(root: Path) -> Workspace:
+    if root.exists():
+        shutil.rmtree(root)
+    ws = Workspace(root)
+    with History(ws, write=True) as history:
+        history.put_many(fixed_records(ws))
+    return ws
+
+
+# ------------------------------------------------------------------------------------------ pure helpers
+
+
+def test_the_engine_and_the_cli_never_import_textual() -> None:
+    code = (
+        "import sys, engine.worker, engine.training, engine.datasets, gaptui.cli; "
+        "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_cli_opens_the_tui_without_a_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import gaptui.tui.app as tui_app
+    from gaptui.cli import app as cli
+
+    calls: list[Any] = []
+    monkeypatch.setattr(tui_app, "run_app", lambda workspace=None: calls.append(workspace))
+    runner = CliRunner()
+    assert runner.invoke(cli, []).exit_code == 0
+    assert runner.invoke(cli, ["tui", "--workspace", "somewhere"]).exit_code == 0
+    assert calls == [None, Path("somewhere")]
+    assert "tui" in runner.invoke(cli, ["--help"]).output
+
+
+def test_form_parsers() -> None:
+    assert parse_noise_levels("0.05, 12% 30") == [0.05, 0.12, 0.3]
+    assert parse_seeds("0-2, 5 1") == [0, 1, 2, 5]
+    with pytest.raises(GaptuiError, match="noise level"):
+        parse_noise_levels("abc")
+    with pytest.raises(GaptuiError, match="must lie in"):
+        parse_noise_levels("150%")
+    with pytest.raises(GaptuiError, match="seeds"):
+        parse_seeds("x")
+    draft = ExperimentDraft(
+        name="mine",
+        datasets=(DatasetDraft("er", "n=16 degree=4", None, "20", "6", "0"),),
+        noise=(0.2, 0.05),
+        models=("gcn", "laplacian"),
+        seeds="0-1",
+        epochs="2",
+        out_dim="8",
+        cpu_jobs="2",
+    )
+    preset = draft.preset()
+    assert preset.datasets[0].params == {"n": 16, "degree": 4.0} and preset.datasets[0].train == 20
+    assert preset.noise == (0.05, 0.2) and preset.models == ("gcn",) and preset.laplacian
+    assert preset.seeds == (0, 1) and preset.run.epochs == 2 and preset.run.out_dim == 8
+    assert draft.slot_config() == SlotConfig(None, 1, 2)
+    # a loaded preset fills the form and gives back the same preset
+    again = draft_from_preset(preset).preset()
+    assert again == preset
+    with pytest.raises(GaptuiError, match="no parameter 'm'"):
+        ExperimentDraft(datasets=(DatasetDraft("er", "m=3"),), models=("gcn",)).preset()
+    with pytest.raises(GaptuiError, match="at least one model"):
+        ExperimentDraft().preset()
+
+
+def test_estimate_uses_the_model_mean_else_every_run() -> None:
+    records = [
+        {"status": "done", "model": "gcn", "duration": 10.0},
+        {"status": "done", "model": "gcn", "duration": 30.0},
+        {"status": "done", "model": "gin", "duration": 50.0},
+        {"status": "failed", "model": "gin", "duration": 999.0},
+    ]
+    # gcn: 20 each; gat unknown: the mean of every finished run, 30; two slots halve the wall time
+    assert estimate_seconds(["gcn", "gcn", "gat"], records, 1) == pytest.approx(70.0)
+    assert estimate_seconds(["gcn", "gcn", "gat"], records, 2) == pytest.approx(35.0)
+    assert estimate_seconds(["gcn"], [], 1) is None
+
+
+def test_history_filter_matches_every_word() -> None:
+    record = {"dataset": "er[n=16]", "base": "er", "model": "gcn", "status": "done", "tags": ["paper"], "noise": 0.12}
+    assert matches(record, ["gcn", "done"]) and matches(record, ["paper"]) and matches(record, ["η=0.12"])
+    assert not matches(record, ["gin"])
+
+
+# ------------------------------------------------------------------------------------------ the app, end to end
+
+
+@pytest.mark.asyncio
+async def test_compose_launch_follow_and_rank_a_smoke_grid(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.current_mode == "new"  # an empty workspace opens on the form
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        await wait_until(pilot, lambda: form.query_one("#models", SelectionList).option_count > 0, what="models")
+        # load the bundled smoke preset through its Select, then edit it in the form
+        form.query_one("#preset", Select).value = "smoke"
+        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "smoke", what="preset loaded")
+        await type_into(pilot, form.query_one("DatasetRow .params", Input), "n=16 degree=4")
+        await type_into(pilot, form.query_one("DatasetRow .train", Input), "20")
+        await type_into(pilot, form.query_one("DatasetRow .val", Input), "6")
+        await type_into(pilot, form.query_one("#out-dim", Input), "8")
+        await type_into(pilot, form.query_one("#cpu-jobs", Input), "2")
+        assert sorted(form.query_one("#models", SelectionList).selected) == ["gcn", "gin"]
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 4, what="grid summary")
+        assert form.summary.existing == 0 and form.summary.estimate_seconds is None
+        assert "grid 4 runs · 0 in history" in str(form.query_one("#plan", Static).render())
+
+        await pilot.press("ctrl+l")
+        assert app.current_mode == "runs"
+        runs = app.runs_screen
+        # live curve data streams in from the scheduler's events
+        await wait_until(pilot, lambda: any(len(f.epochs) >= 1 for f in runs.feeds.values()), 120, "epoch events")
+        await wait_until(
+            pilot,
+            lambda: len(app.book) == 4 and all(r["status"] == "done" for r in app.book),
+            180,
+            "the grid to finish",
+        )
+        assert runs.table.row_count == 4
+        records = list(app.book)
+        assert {r["dataset"] for r in records} == {"er[degree=4,n=16]"}
+        assert {(r["model"], r["noise"]) for r in records} == {(m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)}
+        for record in records:
+            assert record["spec"]["epochs"] == 2 and record["spec"]["out_dim"] == 8
+            assert record["spec"]["dataset"]["n_train"] == 20 and record["spec"]["budget"] == 5000
+            assert len(runs.feeds[record["hash"]].epochs) == 2
+        assert {r["hash"] for r in read_records(ws)} == {r["hash"] for r in records}
+
+        await pilot.press("f4")
+        history = app.screen
+        assert isinstance(history, HistoryScreen) and history.table.row_count == 4
+        assert "4 of 4 runs" in str(history.query_one("#history-info", Static).render())
+
+        await pilot.press("f5")
+        ranking = app.screen
+        assert isinstance(ranking, RankingScreen)
+        await wait_until(pilot, lambda: ranking.query_one(RankingGrid).row_count == 2, 10, "ranking rows")
+        grid = ranking.query_one(RankingGrid)
+        assert [str(k.value) for k in grid.rows] == ["gcn", "gin"]
+        cells = [str(c) for row in range(2) for c in grid.get_row_at(row)[1:]]
+        assert sum("**" in c for c in cells) >= 2  # one best per noise level
+
+        # the form now knows the grid is done
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.done == 4, 10, "summary")
+        assert form.summary.to_run == 0 and form.summary.estimate_seconds is not None
+        await pilot.press("ctrl+q")  # nothing in flight: quits without asking
+    assert app.return_code == 0 and not app.detached
+
+
+@pytest.mark.asyncio
+async def test_save_writes_a_preset_that_run_accepts_and_never_overwrites_silently(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    (ws.root / "presets").mkdir(parents=True)
+    (ws.root / "presets" / "bad.toml").write_text('noise = [0.1]\nmodels = ["gcn"]\nseeds = [0]\nepochs = 3\n')
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        await wait_until(pilot, lambda: form.query_one("#models", SelectionList).option_count > 0, what="models")
+        # a preset that does not validate: the worker's GaptuiError is shown verbatim
+        form.query_one("#preset", Select).value = "bad"
+        await wait_until(pilot, lambda: any("unknown key 'epochs'" in n for n in notices(app)), 30, "the error")
+        assert any(n.startswith(str(ws.root / "presets" / "bad.toml")) for n in notices(app))
+        await form.apply_draft(draft_from_preset(tiny_preset(models=("gcn", "gin")), keep=form.draft()))
+        await type_into(pilot, form.query_one("#name", Input), "mine")
+        await pilot.press("ctrl+s")
+        path = ws.root / "presets" / "mine.toml"
+        await wait_until(pilot, path.exists, 30, "the preset file")
+        await tasks_done(app)
+        saved = load_preset(str(path), ws)
+        assert saved.name == "mine" and saved.models == ("gcn", "gin") and saved.datasets[0].params["n"] == 16
+        path.write_text(path.read_text() + "# edited by hand\n")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ChoiceScreen)  # asks before overwriting
+        await pilot.press("n")
+        await tasks_done(app)
+        assert path.read_text().endswith("# edited by hand\n")
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.asyncio
+async def test_cancel_a_running_run(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.launch(tiny_preset(epochs=5000, noise=(0.05,)), SlotConfig(cpu_jobs=1))
+        await pilot.press("f3")
+        runs = app.runs_screen
+        await wait_until(pilot, lambda: any(len(f.epochs) >= 1 for f in runs.feeds.values()), 120, "a first epoch")
+        (run_hash,) = list(runs.feeds)
+        assert app.book.get(run_hash)["status"] == "running"
+        runs.table.move_to(run_hash)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: app.book.get(run_hash)["status"] == "cancelled", 60, "the cancellation")
+        events = epoch_events(app.book.get(run_hash))
+        assert events[-1]["event"] == "cancelled"
+        assert read_records(ws)[0]["status"] == "cancelled"
+        # retry resumes the run from its checkpoint; cancel it again
+        await pilot.press("r")
+        await wait_until(
+            pilot, lambda: sum(e["event"] == "start" for e in epoch_events(app.book.get(run_hash))) == 2, 60, "restart"
+        )
+        resumed = [e for e in epoch_events(app.book.get(run_hash)) if e["event"] == "start"][-1]
+        assert resumed["resumed_from"] is not None and app.book.get(run_hash)["attempts"] == 2
+        await pilot.press("c")
+        await wait_until(pilot, lambda: app.book.get(run_hash)["status"] == "cancelled", 60, "the second cancellation")
+        await pilot.press("o")  # open in history: the run's details over the History section
+        await pilot.pause()
+        assert app.current_mode == "history" and isinstance(app.screen, RunDetailScreen)
+        assert app.screen.run_hash == run_hash
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.asyncio
+async def test_leave_running_on_quit_then_reattach(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    first = GaptuiApp(ws)
+    pid = None
+    try:
+        async with first.run_test(size=SIZE) as pilot:
+            assert first.launch(tiny_preset(epochs=5000, noise=(0.05,)), SlotConfig(cpu_jobs=1))
+            await wait_until(
+                pilot, lambda: any(len(f.epochs) >= 1 for f in first.runs_screen.feeds.values()), 120, "a first epoch"
+            )
+            (record,) = list(first.book)
+            pid = record["pid"]
+            await pilot.press("ctrl+q")
+            await pilot.pause()
+            assert isinstance(first.screen, ChoiceScreen)
+            await pilot.press("l")  # leave running
+            await wait_until(pilot, lambda: not first.is_running, 30, "the app to exit")
+        assert first.detached == [record["id"]]
+        os.kill(pid, 0)  # the worker survived the UI
+
+        second = GaptuiApp(ws)
+        async with second.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: second.recovered is not None, 60, "recovery")
+            current = second.book.get(record["hash"])
+            reattached = record["id"] in second.recovered.reattached and current["status"] == "running"
+            finished = current["status"] == "done"
+            assert reattached or finished, (second.recovered, current["status"])
+            if reattached:
+                await wait_until(
+                    pilot, lambda: len(second.runs_screen.feeds.get(record["hash"]).epochs) >= 1, 30, "events"
+                )
+            await pilot.press("ctrl+q")
+            await pilot.pause()
+            assert isinstance(second.screen, ChoiceScreen)
+            await pilot.press("s")  # stop: SIGTERM, checkpoint, cancelled
+            await wait_until(pilot, lambda: not second.is_running, 60, "the app to stop its run and exit")
+        assert read_records(ws)[0]["status"] in ("cancelled", "done")
+    finally:
+        kill_group(pid)
+
+
+@pytest.mark.asyncio
+async def test_read_only_when_another_manager_holds_the_workspace(tmp_path: Path) -> None:
+    ws = seeded_workspace(tmp_path / "ws")
+    with History(ws, write=True, purpose="gaptui run --preset other"):
+        app = GaptuiApp(ws)
+        async with app.run_test(size=SIZE) as pilot:
+            assert "in use by gaptui run --preset other" in app.read_only
+            assert app.current_mode == "history"
+            titles = {c.title for c in app.get_system_commands(app.screen)}
+            assert {"New experiment", "Runs", "History", "Ranking", "Export ranking table", "Quit"} <= titles
+            history = app.screen
+            assert isinstance(history, HistoryScreen)
+            assert history.query(ReadOnlyBanner) and history.table.row_count == 12
+            # browsing works: filter, sort, details
+            await pilot.press("slash", *"gin done")
+            assert history.table.row_count == 5
+            await pilot.press("enter", "escape")
+            assert history.table.row_count == 12
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, RunDetailScreen) and app.screen.query_one("#tags", Input).disabled
+            await pilot.press("ctrl+s")  # editing is refused with a message
+            await pilot.press("escape", "f2")
+            await pilot.press("ctrl+l")
+            await pilot.pause()
+            assert "launching, cancelling and editing are disabled" in notices(app)[-1]
+            assert app.current_mode == "new" and not app.manager.commands.qsize()
+            await pilot.press("ctrl+q")
+    assert all(r["status"] in ("done", "failed") for r in read_records(ws))
+
+
+@pytest.mark.asyncio
+async def test_history_sorts_updates_rows_in_place_and_exports_the_ranking(tmp_path: Path) -> None:
+    ws = seeded_workspace(tmp_path / "ws")
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        history = app.screen
+        assert isinstance(history, HistoryScreen)
+        table: RecordTable = history.table
+        await pilot.press("s", "s", "s")  # id -> dataset -> noise -> model
+        assert table.sort_column == "model"
+        models = [app.book.get(h)["model"] for h in table.hashes()]
+        assert models == sorted(models)
+        await pilot.press("S")
+        assert [app.book.get(h)["model"] for h in table.hashes()] == sorted(models, reverse=True)
+        table.move_cursor(row=3)
+        cursor = table.cursor_hash
+        order = table.hashes()
+        # tag the run in its details (written through the history): its row updates in place, cursor kept
+        await pilot.press("enter")
+        await pilot.pause()
+        detail = app.screen
+        assert isinstance(detail, RunDetailScreen) and detail.run_hash == cursor
+        detail.query_one("#detail-tabs", TabbedContent).active = "tab-edit"
+        await type_into(pilot, detail.query_one("#tags", Input), "best, best ,keep")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.book.get(cursor)["tags"] == ["best", "keep"], 10, "the tags")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert table.hashes() == order and table.cursor_hash == cursor
+        assert "best, keep" in str(table.get_cell(cursor, "tags"))
+        # sorting by a header click
+        await pilot.click("#history-table", offset=(3, 0))  # the run id header
+        assert table.sort_column == "id"
+
+        await pilot.press("f5", "e")
+        await pilot.pause()
+        assert isinstance(app.screen, ChoiceScreen)
+        await pilot.press("m")
+        await tasks_done(app)
+        path = export_path(ws.exports, "er[degree=4,n=16]", "val_lap_acc", "md")
+        await wait_until(pilot, path.exists, 10, "the export")
+        text = path.read_text()
+        assert "| gin |" in text and "**" in text
+        await pilot.press("ctrl+q")
+    assert next(r for r in read_records(ws) if r["hash"] == cursor)["tags"] == ["best", "keep"]
+
+
+# ------------------------------------------------------------------------------------------ snapshots
+
+
+def snapshot_workspace(name: str) -> Workspace:
+    # A fixed path: the header shows the workspace, and snapshots must not depend on tmp_path.
+    return seeded_workspace(Path(tempfile.gettempdir()) / f"gaptui-tui-snapshot-{name}")
+
+
+def test_snapshot_history(snap_compare: Any) -> None:
+    assert snap_compare(GaptuiApp(snapshot_workspace("history")), terminal_size=SIZE)
+
+
+def test_snapshot_history_80x24(snap_compare: Any) -> None:
+    assert snap_compare(GaptuiApp(snapshot_workspace("history80")), terminal_size=(80, 24))
+
+
+def test_snapshot_ranking(snap_compare: Any) -> None:
+    assert snap_compare(GaptuiApp(snapshot_workspace("ranking")), press=["f5"], terminal_size=SIZE)
+
+
+def test_snapshot_run_detail(snap_compare: Any) -> None:
+    async def open_detail(pilot: Pilot) -> None:
+        await pilot.press("enter")
+        await pilot.pause(0.8)  # the curves redraw on their timer
+
+    assert snap_compare(GaptuiApp(snapshot_workspace("detail")), run_before=open_detail, terminal_size=SIZE)
+
+
+def test_snapshot_help(snap_compare: Any) -> None:
+    assert snap_compare(GaptuiApp(snapshot_workspace("help")), press=["f1"], terminal_size=SIZE)
