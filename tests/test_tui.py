@@ -4,6 +4,7 @@ read-only mode, the pure helpers behind the form, and snapshots of the main scre
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -491,21 +493,31 @@ async def test_history_sorts_updates_rows_in_place_and_exports_the_ranking(tmp_p
 # ------------------------------------------------------------------------------------------ snapshots
 
 
-def snapshot_workspace(name: str) -> Workspace:
-    # A fixed path: the header shows the workspace, and snapshots must not depend on tmp_path.
-    return seeded_workspace(Path(tempfile.gettempdir()) / f"gaptui-tui-snapshot-{name}")
+@contextmanager
+def snapshot_workspace(name: str) -> Iterator[Workspace]:
+    """A seeded workspace at a fixed path (the header shows the workspace, so snapshots must not depend on
+    tmp_path), held under an exclusive lock: other pytest sessions (a CI clone) use the same paths."""
+    with open(Path(tempfile.gettempdir()) / "gaptui-tui-snapshots.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield seeded_workspace(Path(tempfile.gettempdir()) / f"gaptui-tui-snapshot-{name}")
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def test_snapshot_history(snap_compare: Any) -> None:
-    assert snap_compare(GaptuiApp(snapshot_workspace("history")), terminal_size=SIZE)
+    with snapshot_workspace("history") as ws:
+        assert snap_compare(GaptuiApp(ws), terminal_size=SIZE)
 
 
 def test_snapshot_history_80x24(snap_compare: Any) -> None:
-    assert snap_compare(GaptuiApp(snapshot_workspace("history80")), terminal_size=(80, 24))
+    with snapshot_workspace("history80") as ws:
+        assert snap_compare(GaptuiApp(ws), terminal_size=(80, 24))
 
 
 def test_snapshot_ranking(snap_compare: Any) -> None:
-    assert snap_compare(GaptuiApp(snapshot_workspace("ranking")), press=["f5"], terminal_size=SIZE)
+    with snapshot_workspace("ranking") as ws:
+        assert snap_compare(GaptuiApp(ws), press=["f5"], terminal_size=SIZE)
 
 
 def test_snapshot_run_detail(snap_compare: Any) -> None:
@@ -513,8 +525,10 @@ def test_snapshot_run_detail(snap_compare: Any) -> None:
         await pilot.press("enter")
         await pilot.pause(0.8)  # the curves redraw on their timer
 
-    assert snap_compare(GaptuiApp(snapshot_workspace("detail")), run_before=open_detail, terminal_size=SIZE)
+    with snapshot_workspace("detail") as ws:
+        assert snap_compare(GaptuiApp(ws), run_before=open_detail, terminal_size=SIZE)
 
 
 def test_snapshot_help(snap_compare: Any) -> None:
-    assert snap_compare(GaptuiApp(snapshot_workspace("help")), press=["f1"], terminal_size=SIZE)
+    with snapshot_workspace("help") as ws:
+        assert snap_compare(GaptuiApp(ws), press=["f1"], terminal_size=SIZE)
