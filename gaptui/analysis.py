@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from engine.errors import GaptuiError, unknown
 
 DEFAULT_METRIC = "val_lap_acc"
@@ -447,7 +449,7 @@ def render_rich(table: RankingTable, gap: GapAnalysis | None = None, width: int 
     for g, columns in enumerate(groups):
         last = g == len(groups) - 1
         rich_table = Table(
-            title=_title(table) if g == 0 else f"{table.dataset} (continued)",
+            title=escape(_title(table) if g == 0 else f"{table.dataset} (continued)"),
             caption=caption if last else None,
             caption_justify="left",
             min_width=min(72, width or 72),
@@ -620,7 +622,7 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
     rendered = []
     for g, columns in enumerate(groups):
         title = f"{gap.dataset} — gap to the worst trained model ({unit}, {gap.metric})"
-        rich_table = Table(title=title if g == 0 else f"{gap.dataset} (continued)")
+        rich_table = Table(title=escape(title if g == 0 else f"{gap.dataset} (continued)"))
         rich_table.add_column("model")
         for i in columns:
             bold = "bold" if gap.noises[i] == gap.optimal_noise else ""

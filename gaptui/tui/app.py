@@ -19,6 +19,7 @@ Locking
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -131,6 +132,10 @@ class GaptuiApp(App[None]):
         first = "history" if len(self.book) else "new"
         for name in [*(n for n in SECTIONS if n != first), first]:
             await self.switch_mode(name)
+        # Everything loaded so far (modules, the history, the widgets) lives as long as the app: keep it out of
+        # the collector's full passes, which otherwise stall a key press now and then with a large history.
+        gc.collect()
+        gc.freeze()
 
     @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
     def _run_manager(self) -> str:
