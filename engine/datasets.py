@@ -82,18 +82,40 @@ class DatasetSpec:
         )
 
 
-def _digest(obj: Any) -> str:
+def content_digest(obj: Any) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``obj`` (sorted keys, no spaces): the cache's content hash."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def dataset_id(canonical: dict[str, Any]) -> str:
     """Readable, content-addressed id: ``<base>-<noise %>-<12 hex digits of the spec hash>``."""
-    return f"{canonical['base']}-n{canonical['noise'] * 100:g}-{_digest(canonical)[:12]}"
+    return f"{canonical['base']}-n{canonical['noise'] * 100:g}-{content_digest(canonical)[:12]}"
 
 
-def _rng(seed: int, key: dict[str, Any]) -> np.random.Generator:
-    words = [int(_digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
+def seeded_rng(seed: int, key: dict[str, Any]) -> np.random.Generator:
+    """A generator determined by ``seed`` and the content of ``key``: distinct specs draw independent streams."""
+    words = [int(content_digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
     return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh temporary sibling of ``final`` to build into (hidden, so cache listings skip it)."""
+    return final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def publish_dir(tmp: Path, final: Path, *, force: bool = False) -> bool:
+    """Rename the finished build ``tmp`` to ``final`` atomically; False when another builder's copy was kept.
+
+    Builds are deterministic, so when ``final`` appeared meanwhile (a concurrent builder won the race) that copy
+    is kept and ``tmp`` removed, unless ``force`` asks to replace it.
+    """
+    if final.exists():
+        if not force:
+            shutil.rmtree(tmp)
+            return False
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return True
 
 
 @dataclass(frozen=True)
@@ -138,12 +160,12 @@ def build_dataset(
     source = source_cls(parse_params(source_cls, canonical["params"]))
     base_key = {k: canonical[k] for k in ("format", "base", "params", "n_train", "n_val")}
     splits = source.load(
-        canonical["n_train"], canonical["n_val"], _rng(canonical["seed"], base_key), data_root(raw_root)
+        canonical["n_train"], canonical["n_val"], seeded_rng(canonical["seed"], base_key), data_root(raw_root)
     )
-    noise_rng = _rng(canonical["seed"], canonical)
+    noise_rng = seeded_rng(canonical["seed"], canonical)
 
     datasets_dir.mkdir(parents=True, exist_ok=True)
-    tmp = datasets_dir / f".tmp-{ident}-{os.getpid()}-{time.monotonic_ns()}"
+    tmp = staging_dir(final)
     try:
         stats: dict[str, Any] = {}
         for name, graphs in (("train", splits.train), ("val", splits.val)):
@@ -159,21 +181,17 @@ def build_dataset(
             "build_seconds": round(time.perf_counter() - started, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        _write_json(tmp / "meta.json", meta)
-        if final.exists():
-            # Another builder won the race (or --force): the dataset is deterministic, so keep one copy.
-            if not force:
-                shutil.rmtree(tmp)
-                return open_dataset(final), False
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        write_json(tmp / "meta.json", meta)
+        if not publish_dir(tmp, final, force=force):
+            return open_dataset(final), False
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return open_dataset(final), True
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON and fsync it (used inside staging folders, which are renamed whole)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         json.dump(obj, fh, indent=2, sort_keys=True)
