@@ -396,10 +396,11 @@ def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, A
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager
+    from gaptui import commands_analysis, commands_manager, commands_properties
 
     commands_manager.register(app)
     commands_analysis.register(app)
+    commands_properties.register(app)
 
 
 _register_commands()

@@ -1,0 +1,177 @@
+"""``gaptui properties``: the property suite's datasets (list, build, export in the published layout)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from engine.errors import GaptuiError
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.workspace import Workspace
+
+properties_app = typer.Typer(
+    help="The property suite: relation datasets (GraphRandom, GraphPerturb), build and export.", no_args_is_help=True
+)
+
+PropertyOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045 (Typer needs Optional on Python 3.10)
+    typer.Option("--property", "-p", help="Property name (repeatable) [default: all 16]."),
+]
+FamilyOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--family", "-f", help="random (GraphRandom) or perturb (GraphPerturb), repeatable [default: both]."),
+]
+GraphsOpt = Annotated[int, typer.Option("--graphs", help="Graphs per dataset (half positive).")]
+SizesOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--sizes", help="Keep the first K sizes of each property [default: all 11, base .. base+10]."),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Dataset seed.")]
+NegativesOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--negatives", help="GraphRandom negatives: solver or random [default: solver]."),
+]
+WorkersOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--workers", "-j", help="Parallel build processes [default: all cores]."),
+]
+
+
+@properties_app.command("list")
+def properties_list(as_json: JsonOpt = False) -> None:
+    """The 16 properties: definition, base size, sizes, and how many labelled positives the base size has."""
+    from engine.properties.definitions import BASE_SIZES, PROPERTIES, suite_sizes
+
+    rows = [
+        {
+            "property": name,
+            "definition": prop.definition,
+            "base": BASE_SIZES[name],
+            "sizes": suite_sizes(name),
+            "positives_at_base": prop.count(BASE_SIZES[name]),
+        }
+        for name, prop in PROPERTIES.items()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="relation properties (adjacency A\\[i]\\[j] = 1 means i -> j; diagonal = self-loops)")
+    for col in ("property", "definition", "base", "sizes", "positives at base"):
+        table.add_column(col, justify="right" if col in ("base", "positives at base") else "left")
+    for r in rows:
+        table.add_row(
+            r["property"], r["definition"], str(r["base"]), f"{r['sizes'][0]}..{r['sizes'][-1]}",
+            f"{r['positives_at_base']:,}",
+        )  # fmt: skip
+    console.print(table)
+
+
+def _specs(
+    prop: list[str] | None, family: list[str] | None, graphs: int, seed: int, negatives: str | None, sizes: int | None
+) -> list:
+    from engine.properties.datasets import FAMILIES
+    from engine.properties.definitions import PROPERTY_NAMES
+    from engine.properties.suite import suite_specs
+
+    if sizes is not None and sizes < 1:
+        raise GaptuiError(f"--sizes {sizes}: expected at least 1 size per property")
+    return suite_specs(prop or PROPERTY_NAMES, family or FAMILIES, graphs, seed, negatives, sizes)
+
+
+def _build_with_progress(specs: list, datasets_dir: Path, workers: int | None, quiet: bool) -> list:
+    from engine.properties.suite import build_suite
+
+    if quiet:
+        return build_suite(specs, datasets_dir, workers)
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )  # fmt: skip
+    with Progress(*columns, console=err_console) as progress:
+        task = progress.add_task("datasets", total=len(specs), last="")
+
+        def done(report) -> None:  # noqa: ANN001 - a BuildReport
+            how = f"built in {report.seconds:.1f} s" if report.built else "cached"
+            progress.update(task, advance=1, last=f"{report.dataset_id} ({how})")
+
+        return build_suite(specs, datasets_dir, workers, done)
+
+
+@properties_app.command("build")
+def properties_build(
+    prop: PropertyOpt = None,
+    family: FamilyOpt = None,
+    graphs: GraphsOpt = 10_000,
+    sizes: SizesOpt = None,
+    seed: SeedOpt = 0,
+    negatives: NegativesOpt = None,
+    workers: WorkersOpt = None,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the suite's datasets into the workspace cache, in parallel; cached ones are skipped (resumable)."""
+    ws = Workspace.resolve(workspace)
+    specs = _specs(prop, family, graphs, seed, negatives, sizes)
+    started = time.perf_counter()
+    reports = _build_with_progress(specs, ws.datasets, workers, as_json)
+    seconds = time.perf_counter() - started
+    built = sum(r.built for r in reports)
+    if as_json:
+        print_json(
+            {
+                "datasets": [{"id": r.dataset_id, "built": r.built, "seconds": round(r.seconds, 3)} for r in reports],
+                "built": built,
+                "cached": len(reports) - built,
+                "seconds": round(seconds, 3),
+            }
+        )
+        return
+    console.print(f"{len(reports)} datasets ({built} built, {len(reports) - built} cached) in {seconds:.1f} s")
+
+
+@properties_app.command("export")
+def properties_export(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the published layout into.")],
+    prop: PropertyOpt = None,
+    family: FamilyOpt = None,
+    graphs: GraphsOpt = 10_000,
+    sizes: SizesOpt = None,
+    seed: SeedOpt = 0,
+    negatives: NegativesOpt = None,
+    workers: WorkersOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist in --out.")] = False,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write datasets as CSV in the published layout (<Family>-Train/<property>.csv, <Family>-Test/...).
+
+    Datasets not yet cached are built first. Existing files are never overwritten without --force.
+    """
+    from engine.properties.suite import export_suite, export_targets
+
+    ws = Workspace.resolve(workspace)
+    specs = _specs(prop, family, graphs, seed, negatives, sizes)
+    targets = export_targets(out, specs)
+    if out.exists() and not out.is_dir():
+        raise GaptuiError(f"--out {out}: exists and is not a folder")
+    existing = sorted(p for p in targets if p.exists())
+    if existing and not force:
+        raise GaptuiError(f"--out {out}: {existing[0]} already exists ({len(existing)} files would be overwritten; "
+                          "use --force or another folder)")  # fmt: skip
+    _build_with_progress(specs, ws.datasets, workers, as_json)
+    export_suite(targets, ws.datasets)
+    files = sorted(str(p) for p in targets)
+    if as_json:
+        print_json({"out": str(out), "files": files})
+        return
+    console.print(f"wrote {len(files)} files under {out}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``properties`` to ``app``."""
+    app.add_typer(properties_app, name="properties")
