@@ -1,0 +1,152 @@
+"""Property study models: cycle features, pooling invariance, scores, training and resuming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import GaptuiError
+from engine.properties.backbone import IDGNNFast, cycle_counts
+from engine.properties.poolings import LABELS, POOLINGS, build_pooling
+from engine.properties.scores import mean_u, r_scores, table2, u_score
+from engine.properties.training import (
+    LabelledGraphs,
+    Stopped,
+    StudyData,
+    TrainOptions,
+    load_study_data,
+    train_and_evaluate,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def test_cycle_features_equal_the_diagonal_of_matrix_powers() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.random((3, 7, 7)) < 0.4
+    feats = cycle_counts(torch.as_tensor(a), k=5).numpy()
+    for g in range(3):
+        for k in range(1, 6):
+            expected = np.diagonal(np.linalg.matrix_power(a[g].astype(np.int64), k))
+            assert np.array_equal(feats[g, :, k - 1], expected)
+    assert np.array_equal(feats[:, :, 0], np.diagonal(a, axis1=1, axis2=2))  # k = 1 is the raw self-loop
+
+
+def test_self_loops_reach_the_features() -> None:
+    # The same graph with and without self-loops must look different to the model (reflexive vs irreflexive).
+    a = torch.zeros(1, 4, 4)
+    a[0, 0, 1] = a[0, 1, 2] = 1
+    looped = a.clone()
+    looped[0, range(4), range(4)] = 1
+    assert not torch.equal(cycle_counts(a), cycle_counts(looped))
+
+
+def test_every_study_pooling_is_registered_with_a_label() -> None:
+    assert list(POOLINGS) == list(LABELS) and len(LABELS) == 9
+
+
+@pytest.mark.parametrize("pooling", list(LABELS))
+def test_graph_level_permutation_invariance(pooling: str) -> None:
+    torch.manual_seed(0)
+    model = IDGNNFast(pooling, hidden=16, layers=2).eval()
+    a = (torch.rand(5, 8, 8) < 0.35).float()
+    perm = torch.randperm(8)
+    permuted = a[:, perm][:, :, perm]
+    with torch.no_grad():
+        assert torch.allclose(model(a), model(permuted), atol=1e-5)
+        # and it is not trivially constant
+        assert model(a).std() > 0
+
+
+def test_user_pooling_by_import_path_and_bad_paths() -> None:
+    module, width = build_pooling("engine.properties.poolings.sopool_attentional:SoPoolAttentional", 12)
+    assert width == 12 and isinstance(module, torch.nn.Module)
+    with pytest.raises(GaptuiError, match="cannot import module 'no_such_module'"):
+        build_pooling("no_such_module:Pool", 12)
+    with pytest.raises(GaptuiError, match="did you mean 'set2set'"):
+        build_pooling("set2se", 12)
+
+
+def test_u_and_r_scores_by_hand() -> None:
+    assert u_score({6: 1.0, 8: 0.5}) == pytest.approx((6 * 1.0 + 8 * 0.5) / 14)
+    u = mean_u(
+        [
+            ("mean", "reflexive", "generalisation", 0.8),
+            ("mean", "reflexive", "generalisation", 0.6),  # second seed: mean 0.7
+            ("sum", "reflexive", "generalisation", 0.9),
+            ("mean", "function", "generalisation", 0.5),
+            ("sum", "function", "generalisation", 1.0),
+        ]
+    )
+    assert u[("mean", "reflexive", "generalisation")] == pytest.approx(0.7)
+    r = r_scores(u)
+    assert r[("mean", "reflexive", "generalisation")] == pytest.approx(0.7 / 0.8)
+    assert r[("sum", "function", "generalisation")] == pytest.approx(1.0 / 0.75)
+    t2 = table2(r)
+    assert t2[("sum", "generalisation")] == pytest.approx((0.9 / 0.8 + 1.0 / 0.75) / 2)
+
+
+def _tiny_study(tmp_path: Path) -> StudyData:
+    return load_study_data("irreflexive", "random", datasets_dir=tmp_path, graphs=200, sizes=3)
+
+
+def test_training_learns_a_local_property(tmp_path: Path) -> None:
+    events: list[tuple[str, dict]] = []
+    options = TrainOptions(epochs=6, hidden=32)
+    data = _tiny_study(tmp_path)
+    metrics = train_and_evaluate(data, "sum", "random", options, 0, lambda e, **f: events.append((e, f)))
+    assert [e for e, _ in events] == ["epoch"] * 6 + ["eval", "eval"]
+    assert metrics["train_acc"] > 0.8 and metrics["u_generalisation"] > 0.7
+    assert set(metrics) >= {"acc_random_n6", "acc_random_n7", "acc_perturb_n7", "u_robustness"}
+    assert "u_sensitivity" not in metrics
+
+
+def test_stopped_run_resumes_to_the_same_result(tmp_path: Path) -> None:
+    data = _tiny_study(tmp_path)
+    options = TrainOptions(epochs=3, hidden=16, layers=2)
+    straight = train_and_evaluate(data, "mean", "random", options, 1, lambda *a, **k: None)
+    ckpt = tmp_path / "checkpoint.pt"
+    epochs_seen: list[int] = []
+
+    def emit(event: str, **fields: object) -> None:
+        if event == "epoch":
+            epochs_seen.append(int(fields["epoch"]))  # type: ignore[arg-type]
+
+    with pytest.raises(Stopped) as stop:
+        stop_after_one = lambda: bool(epochs_seen)  # noqa: E731
+        train_and_evaluate(data, "mean", "random", options, 1, emit, checkpoint=ckpt, should_stop=stop_after_one)
+    assert stop.value.epoch == 1 and ckpt.exists()
+    resumed = train_and_evaluate(data, "mean", "random", options, 1, emit, checkpoint=ckpt)
+    assert epochs_seen == [1, 2, 3]
+    assert resumed == straight
+
+
+def test_trains_on_a_published_folder(tmp_path: Path) -> None:
+    from engine.properties.published import write_csv
+
+    rng = np.random.default_rng(0)
+
+    def write(path: Path, n: int) -> None:
+        a = rng.random((40, n, n)) < 0.5
+        write_csv(path, a, (~np.diagonal(a, axis1=1, axis2=2).any(axis=1)).astype(np.uint8))
+
+    write(tmp_path / "GraphPerturb-Train" / "irreflexive.csv", 4)
+    write(tmp_path / "GraphPerturb-Test" / "irreflexive" / "irreflexive_new5.csv", 5)
+    write(tmp_path / "GraphPerturb-Test" / "irreflexive" / "irreflexive_new6.csv", 6)
+    data = load_study_data("irreflexive", "perturb", datasets_dir=tmp_path / "unused", published=tmp_path)
+    assert data.train.n == 4 and [g.n for g in data.tests["perturb"]] == [5, 6]
+    metrics = train_and_evaluate(data, "mean", "perturb", TrainOptions(epochs=1, hidden=8), 0, lambda *a, **k: None)
+    assert set(metrics) >= {"acc_perturb_n5", "acc_perturb_n6", "u_sensitivity"}
+    with pytest.raises(GaptuiError, match="file not found"):
+        load_study_data("irreflexive", "random", datasets_dir=tmp_path, published=tmp_path)
+
+
+def test_labelled_graphs_shapes() -> None:
+    g = LabelledGraphs(3, np.zeros((2, 3, 3), bool), np.array([0, 1], np.uint8))
+    assert g.adjacency.shape[1:] == (g.n, g.n)
