@@ -10,13 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from engine.datasets import DatasetSpec
-from engine.errors import GaptuiError
+from engine.errors import GaptuiError, did_you_mean
 from engine.typed import parse_dataclass
 
 TASKS = ("alignment",)
 CLIP_MODES = ("value", "norm")
 #: Fields that say where or how a run executes, not what it computes: left out of the hash.
 _PLACEMENT = ("device", "datasets_dir", "data_root")
+#: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
+#: existing runs (which all used the default) stay what they were.
+_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph"}
+#: Spec fields that are model options of the built-in scaffold (see engine.models.base.COMMON_OPTIONS).
+MODEL_FIELDS = ("input_layer", "norm")
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,13 @@ class RunSpec:
 
     ``model`` is a registered model name, ``laplacian`` (the training-free baseline) or ``module.path:Factory``.
     ``seed`` seeds training (initialisation, batch order); the dataset has its own seed in ``dataset``.
+
+    Where gaptui departs from the paper's package, the departure is a named field whose other value is the
+    paper's: ``features`` (``degree``: ``(1, log(1 + degree))`` inputs; the paper: ``ones``), ``input_layer``
+    (``linear`` projection; the paper: ``conv``, a per-model first message-passing layer) and ``norm``
+    (``per-graph`` GraphNorm in every block; the paper: ``whole-batch``, two GraphNorms over the whole batch).
+    The schedule fields default to the paper's (300 epochs, batch 100, AdamW with one-cycle to 3e-3 after 30
+    warm-up steps, gradient values clipped at 0.1).
     """
 
     dataset: dict[str, Any]
@@ -32,6 +44,8 @@ class RunSpec:
     task: str = "alignment"
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     features: str = "degree"
+    input_layer: str = "linear"
+    norm: str = "per-graph"
     budget: int = 60_000
     out_dim: int | None = None
     epochs: int = 300
@@ -98,12 +112,27 @@ class RunSpec:
             raise GaptuiError(f"{where}: out_dim = {self.out_dim} must be >= 1")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        from engine.models.base import INPUT_LAYERS, NORMS
         from engine.training import FEATURES
 
-        if self.features not in FEATURES:
-            raise GaptuiError(f"{where}: features '{self.features}' is not one of {', '.join(FEATURES)}")
-        if self.clip_mode not in CLIP_MODES:
-            raise GaptuiError(f"{where}: clip_mode '{self.clip_mode}' is not one of {', '.join(CLIP_MODES)}")
+        for key, choices in (
+            ("features", tuple(FEATURES)),
+            ("input_layer", INPUT_LAYERS),
+            ("norm", NORMS),
+            ("clip_mode", CLIP_MODES),
+        ):
+            value = getattr(self, key)
+            if value not in choices:
+                raise GaptuiError(
+                    f"{where}: {key} '{value}' is not one of {', '.join(choices)}{did_you_mean(value, choices)}"
+                )
+        for key in MODEL_FIELDS:
+            if key in self.model_kwargs:
+                raise GaptuiError(f"{where}: model_kwargs '{key}' duplicates the run option {key}; set it there")
+            if ":" in self.model and getattr(self, key) != _HASHED_WHEN_SET[key]:
+                raise GaptuiError(
+                    f"{where}: {key} = '{getattr(self, key)}' applies to built-in models only, not '{self.model}'"
+                )
         if any(k < 1 for k in self.topk):
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
@@ -116,9 +145,21 @@ class RunSpec:
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
-        out = {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT}
+        out = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in _PLACEMENT and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])
+        }
         out["dataset"] = self.dataset_spec().canonical()
         return out
+
+    def model_options(self) -> dict[str, Any]:
+        """Keywords for :func:`engine.models.build`: ``model_kwargs`` plus the scaffold fields when set.
+
+        Defaults are left out so that a user's import-path model is called exactly as before.
+        """
+        extra = {k: getattr(self, k) for k in MODEL_FIELDS if getattr(self, k) != _HASHED_WHEN_SET[k]}
+        return {**self.model_kwargs, **extra}
 
     def hash(self) -> str:
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))

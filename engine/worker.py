@@ -215,7 +215,7 @@ class Run:
             out_dim=self.out_dim(dataset),
             budget=spec.budget,
             in_dim=FEATURES[spec.features],
-            **spec.model_kwargs,
+            **spec.model_options(),
         ).to(device)
         params = models.count_parameters(model)
         train = PairTensors(dataset.split("train"), device)

@@ -225,8 +225,8 @@ def _numeric(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _noise_key(noise: Any) -> float:
-    # Rounded so that 0.12 computed two ways lands in one column.
+def noise_key(noise: Any) -> float:
+    """A noise level as a grouping key (rounded so that 0.12 computed two ways lands in one column)."""
     return round(float(noise), 6)
 
 
@@ -267,7 +267,7 @@ def build_tables(
         if dataset is not None and label != dataset:
             continue
         try:
-            key = (label, str(rec.get("model")), _noise_key(rec.get("noise")))
+            key = (label, str(rec.get("model")), noise_key(rec.get("noise")))
         except (TypeError, ValueError):
             continue
         if (p := _planned(rec.get("planned_seeds"))) is not None:

@@ -20,6 +20,15 @@ DatasetOpt = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--dataset", "-d", help=r"Only this dataset label, e.g. er or 'er\[n=50,degree=6]' (default: all)."),
 ]
+ReferenceOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--reference",
+        "-r",
+        help="Compare with reference results: 'paper' (Table D.3), a NAME from <workspace>/references/NAME.csv, "
+        "or a .csv path (format: README, 'Comparing with the paper').",
+    ),
+]
 MetricOpt = Annotated[
     str,
     typer.Option("--metric", "-m", help="Metrics key to rank by (losses rank lower-is-better)."),
@@ -50,10 +59,18 @@ def table_cmd(
     dataset: DatasetOpt = None,
     metric: MetricOpt = analysis.DEFAULT_METRIC,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, md, csv, latex or json.")] = "text",
+    reference: ReferenceOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Rank models per noise level like Table D.3: median ± std over seeds, best and near-best marked."""
+    """Rank models per noise level like Table D.3: median ± std over seeds, best and near-best marked.
+
+    With --reference, each cell is shown beside the reference's with the difference, and per noise level the
+    Kendall tau between the two model orders and whether the reference's best model is within 1 point of ours.
+    """
     analysis.check_format(fmt)
+    if reference is not None:
+        _table_with_reference(dataset, metric, fmt, reference, workspace)
+        return
     ws, records = _load(workspace)
     tables, why_empty = _tables(records, dataset, metric)
     if fmt == "json":
@@ -71,6 +88,42 @@ def table_cmd(
         return
     render = {"md": analysis.render_markdown, "csv": analysis.render_csv, "latex": analysis.render_latex}[fmt]
     sys.stdout.write(render(tables))
+
+
+def _table_with_reference(dataset: str | None, metric: str, fmt: str, name: str, workspace: Path | None) -> None:
+    from gaptui import reference as ref
+
+    analysis.check_format(fmt, ("text", "md", "csv", "json"))
+    ws, records = _load(workspace)
+    chosen = ref.load_reference(name, ws)
+    ref.check_metric(chosen, metric)
+    tables, why_empty = _tables(records, dataset, metric)
+    pairs = [(table, ref.compare(table, chosen)) for table in tables]
+    comparisons = [c for _, c in pairs if c is not None]
+    unmatched = [t.dataset for t, c in pairs if c is None]
+    if unmatched:
+        err_console.print(
+            f"[yellow]note:[/] reference '{chosen.name}' has no dataset {', '.join(map(repr, unmatched))} "
+            f"(it covers {', '.join(chosen.datasets)})",
+            highlight=False,
+        )
+    if fmt == "json":
+        print_json([ref.comparison_json(c) for c in comparisons])
+        return
+    if fmt == "csv":
+        sys.stdout.write(ref.render_csv(comparisons))
+        return
+    if fmt == "md":
+        sys.stdout.write(ref.render_markdown(comparisons))
+        return
+    if not tables:
+        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False)
+        return
+    for table, comparison in pairs:
+        if comparison is None:
+            console.print(analysis.render_rich(table, analysis.gap_analysis(table), width=console.width))
+        else:
+            console.print(ref.render_rich(comparison))
 
 
 def gap_cmd(

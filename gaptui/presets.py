@@ -67,6 +67,8 @@ class RunOptions:
     budget: int = 60_000
     out_dim: int | None = None
     features: str = "degree"
+    input_layer: str = "linear"
+    norm: str = "per-graph"
     eval_every: int = 1
     lr: float = 3e-3
     warmup_steps: int = 30
@@ -222,7 +224,14 @@ def _check_models(preset: Preset, where: str) -> None:
             continue  # user models are smoke-tested by the worker, in its own environment
         for out_dim in sorted(dims):
             try:
-                models.build(model, out_dim=out_dim, budget=preset.run.budget, in_dim=FEATURES[preset.run.features])
+                models.build(
+                    model,
+                    out_dim=out_dim,
+                    budget=preset.run.budget,
+                    in_dim=FEATURES[preset.run.features],
+                    input_layer=preset.run.input_layer,
+                    norm=preset.run.norm,
+                )
             except GaptuiError as exc:
                 raise GaptuiError(f"{where}: key 'models' value '{model}': {exc}") from None
 

@@ -15,13 +15,24 @@ from typing import Any, ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GraphNorm
+from torch_geometric.nn import GCNConv, GraphNorm
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.registry import Registry
 
 #: Conv factory: given the block width, return one message-passing layer mapping ``[N, width] -> [N, width]``.
 ConvFactory = Callable[[int], nn.Module]
+#: First-layer factory (``input_layer="conv"``): given ``(in_dim, width)``, a layer ``[N, in_dim] -> [N, width]``.
+FirstFactory = Callable[[int, int], nn.Module]
+
+
+def default_first(in_dim: int, width: int) -> nn.Module:
+    """The paper package's first layer for most models (GCN, GAT, GATv2, gated models): a ``GCNConv``.
+
+    On constant input its symmetric normalisation makes the output depend on the degrees, which breaks the
+    symmetry that would otherwise leave averaging layers (attention, mean) structure-blind.
+    """
+    return GCNConv(in_dim, width)
 
 
 # --------------------------------------------------------------------------------------------- options
@@ -66,11 +77,33 @@ def boolean(value: Any) -> bool:
     return value
 
 
+#: How raw node features enter the model: ``linear`` (ours) projects them with a Linear layer; ``conv`` (the
+#: paper's package) makes the first message-passing layer a per-model convolution from ``in_dim`` to the width.
+INPUT_LAYERS = ("linear", "conv")
+#: Where GraphNorm sits: ``per-graph`` (ours) normalises every block's update per graph of the batch;
+#: ``whole-batch`` (the paper's package) has two GraphNorms, on the state entering message-passing layer 1
+#: (0-based) and on the state entering the readout, each over all the nodes of the batch at once.
+NORMS = ("per-graph", "whole-batch")
+
+
+def choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    """A checker accepting one of ``choices`` (the error suggests the closest)."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}{did_you_mean(str(value), choices)}")
+        return value
+
+    return check
+
+
 #: Options every built-in model accepts. ``width=None`` means "chosen from the parameter budget".
 COMMON_OPTIONS: dict[str, Option] = {
-    "layers": Option(4, positive_int, "number of message-passing blocks"),
+    "layers": Option(4, positive_int, "number of message-passing layers (with input_layer=conv, the first one)"),
     "width": Option(None, optional_positive_int, "hidden width; overrides the parameter budget"),
     "dropout": Option(0.0, probability, "dropout on each block's update before the residual sum"),
+    "input_layer": Option("linear", choice(INPUT_LAYERS), "linear projection of the inputs, or conv (paper)"),
+    "norm": Option("per-graph", choice(NORMS), "GraphNorm per graph in every block, or whole-batch (paper)"),
 }
 
 
@@ -83,9 +116,10 @@ def bad_value(model: str, key: str, value: Any, expected: str) -> GaptuiError:
 
 
 class ResidualGNN(nn.Module):
-    r"""Input projection, ``layers`` residual message-passing blocks, linear readout.
+    r"""Input layer, residual message-passing blocks, linear readout.
 
-    With :math:`\operatorname{Conv}` the subclass's PyG layer and :math:`b` the batch vector,
+    With :math:`\operatorname{Conv}` the subclass's PyG layer and :math:`b` the batch vector, the default
+    (``input_layer="linear"``, ``norm="per-graph"``) is ``layers`` blocks after a linear projection:
 
     .. math::
 
@@ -98,6 +132,16 @@ class ResidualGNN(nn.Module):
     on the other graphs in the batch, and every operation is permutation-equivariant. There is no dropout
     unless ``dropout > 0`` is asked for, and no state updated in the forward pass, so ``eval()`` outputs
     are deterministic.
+
+    The paper's package (Table C.2 counts) differs in two places, each an option. ``input_layer="conv"``:
+    :math:`h^{(1)} = \operatorname{ReLU}(\operatorname{First}(x, A))` with a per-model convolution from
+    ``in_dim`` to the width (:class:`~torch_geometric.nn.GCNConv` unless the model says otherwise, e.g. GIN's
+    ``GINConv(Linear)``), which counts as the first of the ``layers`` message-passing layers, so ``layers - 1``
+    residual blocks follow; on constant input it is what tells nodes apart (by degree). ``norm="whole-batch"``:
+    no norm inside the blocks, :math:`h \leftarrow h + \operatorname{ReLU}(\operatorname{Conv}(h, A))`, and
+    two GraphNorms over the whole batch (statistics shared by every graph of the batch, so embeddings depend on
+    the batch they are computed in), on the state entering message-passing layer 1 (0-based) and on the state
+    entering the readout.
 
     Shapes: ``x`` ``[N, in_dim]`` float, ``edge_index`` ``[2, E]`` long (both directions of each edge),
     ``batch`` ``[N]`` long graph ids (``None``: a single graph) -> ``[N, out_dim]``.
@@ -123,6 +167,9 @@ class ResidualGNN(nn.Module):
         in_dim: int = 1,
         layers: int = 4,
         dropout: float = 0.0,
+        input_layer: str = "linear",
+        norm: str = "per-graph",
+        first: FirstFactory | None = None,
     ) -> None:
         super().__init__()
         for key, value in (("width", width), ("out_dim", out_dim), ("in_dim", in_dim), ("layers", layers)):
@@ -133,32 +180,57 @@ class ResidualGNN(nn.Module):
         self.in_dim = in_dim
         self.layers = layers
         self.dropout = dropout
-        self.input = nn.Linear(in_dim, width)
-        self.convs = nn.ModuleList(conv(width) for _ in range(layers))
-        self.norms = nn.ModuleList(GraphNorm(width) for _ in range(layers))
+        if input_layer not in INPUT_LAYERS:
+            raise ValueError(f"{type(self).__name__}: input_layer must be one of {INPUT_LAYERS}, got {input_layer!r}")
+        if norm not in NORMS:
+            raise ValueError(f"{type(self).__name__}: norm must be one of {NORMS}, got {norm!r}")
+        self.input_layer = input_layer
+        self.norm = norm
+        conv_input = input_layer == "conv"
+        self.input = (first or default_first)(in_dim, width) if conv_input else nn.Linear(in_dim, width)
+        blocks = layers - 1 if conv_input else layers
+        self.convs = nn.ModuleList(conv(width) for _ in range(blocks))
+        per_graph = norm == "per-graph"
+        self.norms = nn.ModuleList(GraphNorm(width) for _ in range(blocks if per_graph else 0))
+        # whole-batch: index (among the blocks) before which the first GraphNorm applies, then one before readout
+        self.batch_norms = nn.ModuleList(GraphNorm(width) for _ in range(0 if per_graph else 2))
+        self._norm_before = 0 if conv_input else 1
         self.output = nn.Linear(width, out_dim)
         self.num_parameters = count_parameters(self)
 
     def reset_parameters(self) -> None:
         """Re-draw every parameter with its layer's own initialisation."""
         self.input.reset_parameters()
-        for conv, norm in zip(self.convs, self.norms, strict=True):
-            conv.reset_parameters()  # type: ignore[operator]
-            norm.reset_parameters()
+        for module in (*self.convs, *self.norms, *self.batch_norms):
+            module.reset_parameters()  # type: ignore[operator]
         self.output.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
-        h = self.input(x)
-        for conv, norm in zip(self.convs, self.norms, strict=True):
-            update = F.relu(norm(conv(h, edge_index), batch))
+        h = F.relu(self.input(x, edge_index)) if self.input_layer == "conv" else self.input(x)
+        for i, conv in enumerate(self.convs):
+            if self.batch_norms and i == self._norm_before:
+                h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
+            update = conv(h, edge_index)
+            if self.norms:
+                update = self.norms[i](update, batch)
+            update = F.relu(update)
             if self.dropout:
                 update = F.dropout(update, p=self.dropout, training=self.training)
             h = h + update
+        if self.batch_norms:
+            if self._norm_before >= len(self.convs):  # too few blocks: the first norm falls on the readout too
+                h = self.batch_norms[0](h)
+            h = self.batch_norms[1](h)
         return self.output(h)
 
     def extra_repr(self) -> str:
-        return f"width={self.width}, layers={self.layers}, params={self.num_parameters}"
+        extra = "".join(
+            f", {key}={getattr(self, key)}"
+            for key, default in (("input_layer", "linear"), ("norm", "per-graph"))
+            if getattr(self, key) != default
+        )
+        return f"width={self.width}, layers={self.layers}{extra}, params={self.num_parameters}"
 
     # ----------------------------------------------------------------- hooks for build and the budget search
 

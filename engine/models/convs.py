@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from torch import nn
 from torch_geometric.nn import GatedGraphConv, GCNConv, GINConv, ResGatedGraphConv, SAGEConv
 
-from engine.models.base import Option, ResidualGNN, boolean, register
+from engine.models.base import Option, ResidualGNN, boolean, positive_int, register
 
 
 @register("gcn", "GCN (Kipf & Welling 2017): symmetric-normalised neighbourhood mean with self-loops")
@@ -38,7 +38,8 @@ class GIN(ResidualGNN):
     .. math:: c_i = W_2\,\operatorname{ReLU}\Big(W_1\big((1 + \epsilon)\,h_i + \sum_{j \in N(i)} h_j\big)
         + b_1\Big) + b_2
 
-    :math:`\epsilon = 0` unless ``train_eps=True`` makes it a learned scalar per block.
+    :math:`\epsilon = 0` unless ``train_eps=True`` makes it a learned scalar per block. With
+    ``input_layer="conv"`` the first layer is ``GINConv(Linear(in_dim, width))``, as in the paper's package.
     Shapes: ``x [N, in_dim]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, out_dim]``.
     ``reset_parameters()`` re-initialises every layer (inherited).
     """
@@ -52,7 +53,10 @@ class GIN(ResidualGNN):
             mlp = nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))
             return GINConv(mlp, train_eps=train_eps)
 
-        super().__init__(conv, width=width, **common)
+        def first(in_dim: int, w: int) -> nn.Module:
+            return GINConv(nn.Linear(in_dim, w), train_eps=train_eps)
+
+        super().__init__(conv, width=width, first=first, **common)
         self.train_eps = train_eps
 
 
@@ -85,8 +89,12 @@ class GGNN(ResidualGNN):
     The paper's own package trained this layer under the name "GatedGCN". Li et al. unroll one GRU cell
     shared over all propagation steps; here each block is ``GatedGraphConv(width, num_layers=1)`` with its
     own weights, so the model is built like every other one (same scaffold, one step per block, depth =
-    ``layers``) and the comparison is at equal depth and budget. Weight sharing across steps would need a
+    ``layers``) and the comparison is at equal depth and budget. Weight sharing across blocks would need a
     different budget search and breaks the one-block-one-conv structure, hence this choice.
+
+    ``steps=2`` gives each block two propagation steps (own weights per step, one GRU per block), which with
+    ``input_layer="conv"`` and ``norm="whole-batch"`` at width 48 is the paper's "GatedGCN" of Table C.2
+    (59,680 parameters).
 
     .. math:: m_i = \sum_{j \in N(i)} W h_j, \qquad c_i = \operatorname{GRU}(m_i, h_i)
 
@@ -94,8 +102,13 @@ class GGNN(ResidualGNN):
     ``reset_parameters()`` re-initialises every layer (inherited).
     """
 
-    def __init__(self, *, width: int, **common: Any) -> None:
-        super().__init__(lambda w: GatedGraphConv(w, num_layers=1), width=width, **common)
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "steps": Option(1, positive_int, "GRU propagation steps inside each block (the paper's package: 2)"),
+    }
+
+    def __init__(self, *, width: int, steps: int = 1, **common: Any) -> None:
+        super().__init__(lambda w: GatedGraphConv(w, num_layers=steps), width=width, **common)
+        self.steps = steps
 
 
 @register("sage", "GraphSAGE (Hamilton et al. 2017): root weight plus mean of neighbours")

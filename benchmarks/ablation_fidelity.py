@@ -1,0 +1,217 @@
+"""Fidelity ablation: what each of gaptui's departures from the paper's package does to the model ranking.
+
+Run from the repository root, one core, lowest priority (about an hour with the defaults on one core)::
+
+    nice -n 19 taskset -c 1 python benchmarks/ablation_fidelity.py --probe        # seconds per epoch, per model
+    nice -n 19 taskset -c 1 python benchmarks/ablation_fidelity.py --out ablation  # the ablation itself
+
+Variants, each one run option switched alone away from gaptui's defaults, plus all of them together:
+
+- ``ours``: ``features=degree``, ``input_layer=linear``, ``norm=per-graph`` (gaptui's defaults);
+- ``ones``: ``features=ones`` (the paper's constant inputs, with our linear input layer);
+- ``conv-input``: ``input_layer=conv`` (the paper's per-model first message-passing layer);
+- ``whole-batch-norm``: ``norm=whole-batch`` (the paper's two GraphNorms over the whole batch);
+- ``paper``: all three (the paper's package as Table C.2 and the issue describe it).
+
+Every run is ``python -m engine`` on a spec written here (the worker gaptui's scheduler starts), torch pinned to
+one thread, runs one after the other. Finished runs are skipped when the script is started again on the same
+``--out``. The printed tables give, per variant, each model's median final validation LAP accuracy (percent)
+over the seeds, the spread best - worst of those medians, the model order and the Kendall tau of that order
+against the ``ours`` order, then the same accuracies as differences from ``ours``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engine.spec import RunSpec  # noqa: E402
+from gaptui.reference import kendall_tau  # noqa: E402
+
+VARIANTS: dict[str, dict[str, str]] = {
+    "ours": {},
+    "ones": {"features": "ones"},
+    "conv-input": {"input_layer": "conv"},
+    "whole-batch-norm": {"norm": "whole-batch"},
+    "paper": {"features": "ones", "input_layer": "conv", "norm": "whole-batch"},
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("ablation-fidelity"), help="folder of runs and results")
+    parser.add_argument("--models", default="gcn,gat,gatv2", help="comma-separated model names")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants (see above)")
+    parser.add_argument("--seeds", default="0,1", help="comma-separated training seeds")
+    parser.add_argument("--noise", type=float, default=0.12)
+    parser.add_argument("--n", type=int, default=100, help="ER order")
+    parser.add_argument("--degree", type=float, default=8.0, help="ER average degree")
+    parser.add_argument("--train", type=int, default=300, help="training pairs")
+    parser.add_argument("--val", type=int, default=100, help="validation pairs")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--probe", action="store_true", help="time one epoch per (variant, model) and stop")
+    return parser.parse_args(argv)
+
+
+def make_spec(args: argparse.Namespace, variant: str, model: str, seed: int, epochs: int) -> RunSpec:
+    dataset = {
+        "base": "er",
+        "noise": args.noise,
+        "n_train": args.train,
+        "n_val": args.val,
+        "params": {"n": args.n, "degree": args.degree},
+    }
+    return RunSpec.from_dict(
+        {
+            "dataset": dataset,
+            "model": model,
+            "epochs": epochs,
+            "batch_size": args.batch_size,
+            "eval_every": min(args.eval_every, epochs),
+            "seed": seed,
+            "device": "cpu",
+            "datasets_dir": str((args.out / "datasets").resolve()),
+            **VARIANTS[variant],
+        },
+        where=f"ablation {variant}/{model}",
+    )
+
+
+def run(spec: RunSpec, folder: Path) -> dict[str, Any]:
+    """Run one spec with the engine worker (skipped when ``folder`` already holds its finished result)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "engine", "--spec", str(spec_path), "--out", str(folder), "--quiet"]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: run {folder} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return json.loads((folder / "result.json").read_text())
+
+
+def epoch_seconds(folder: Path) -> list[float]:
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line.strip()]
+    return [e["seconds"] for e in events if e.get("event") == "epoch"]
+
+
+def curve(folder: Path) -> list[tuple[int, float]]:
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line.strip()]
+    return [(e["epoch"], 100 * e["val_lap_acc"]) for e in events if e.get("event") == "eval"]
+
+
+def probe(args: argparse.Namespace, variants: list[str], models: list[str]) -> None:
+    print(f"one epoch of {args.train} pairs, batch {args.batch_size}, plus one evaluation of {args.val} pairs")
+    total = 0.0
+    for variant in variants:
+        for model in models:
+            spec = make_spec(args, variant, model, 0, 1)
+            folder = args.out / "probe" / variant / model
+            t0 = time.perf_counter()
+            run(spec, folder)
+            wall = time.perf_counter() - t0
+            train_s = epoch_seconds(folder)[0]
+            total += train_s
+            print(f"{variant:>18} {model:>9}: train epoch {train_s:6.2f} s, whole run {wall:6.2f} s")
+    runs = len(args.seeds.split(","))
+    estimate = total * args.epochs * runs / 60
+    print(f"estimated training time of the ablation: {estimate:.0f} min (+ evaluation and start-up)")
+
+
+def median_table(results: dict[str, dict[str, list[float]]], variants: list[str], models: list[str]) -> list[str]:
+    """Markdown rows: per variant, median accuracy per model, spread, order and tau against ``ours``."""
+    medians = {v: {m: statistics.median(results[v][m]) for m in models} for v in variants}
+    base_order = sorted(models, key=lambda m: -medians[variants[0]][m])
+    lines = [
+        "| variant | " + " | ".join(models) + " | spread best - worst | order | tau vs " + variants[0] + " |",
+        "|---|" + "---|" * (len(models) + 3),
+    ]
+    for v in variants:
+        row = medians[v]
+        cells = []
+        for m in models:
+            values = results[v][m]
+            span = f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else ""
+            cells.append(f"{row[m]:.1f}{span}")
+        order = sorted(models, key=lambda m: -row[m])
+        spread = max(row.values()) - min(row.values())
+        tau = kendall_tau([row[m] for m in base_order], [medians[variants[0]][m] for m in base_order])
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {spread:.1f} | {' > '.join(order)} | {tau:+.2f} |")
+    lines += ["", "| variant | " + " | ".join(f"{m} - ours" for m in models) + " |", "|---|" + "---|" * len(models)]
+    for v in variants[1:]:
+        diffs = [f"{medians[v][m] - medians[variants[0]][m]:+.1f}" for m in models]
+        lines.append(f"| {v} | " + " | ".join(diffs) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"error: --variants {','.join(unknown)}: known variants are {', '.join(VARIANTS)}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    load0 = os.getloadavg()
+    if args.probe:
+        probe(args, variants, models)
+        return 0
+    started = time.perf_counter()
+    results: dict[str, dict[str, list[float]]] = {v: {m: [] for m in models} for v in variants}
+    records = []
+    # Seed-major, so an interrupted ablation still covers every (variant, model) cell once.
+    for seed in seeds:
+        for variant in variants:
+            for model in models:
+                spec = make_spec(args, variant, model, seed, args.epochs)
+                folder = args.out / "runs" / variant / f"{model}-s{seed}"
+                t0 = time.perf_counter()
+                result = run(spec, folder)
+                acc = 100 * result["metrics"]["val_lap_acc"]
+                results[variant][model].append(acc)
+                records.append(
+                    {
+                        "variant": variant,
+                        "model": model,
+                        "seed": seed,
+                        "val_lap_acc": acc,
+                        "params": result.get("params"),
+                        "width": result.get("width"),
+                        "curve": curve(folder),
+                    }
+                )
+                print(f"{variant:>18} {model:>9} seed {seed}: {acc:5.1f}%  ({time.perf_counter() - t0:5.0f} s)")
+                sys.stdout.flush()
+    wall = time.perf_counter() - started
+    protocol = (
+        f"ER(n={args.n}, degree={args.degree:g}) at noise {args.noise:g}, {args.train} / {args.val} pairs, "
+        f"{args.epochs} epochs, batch {args.batch_size}, seeds {args.seeds}, AdamW one-cycle 3e-3 (30 warm-up "
+        f"steps), clip 0.1; final validation LAP accuracy, median over seeds (min-max in brackets)"
+    )
+    lines = [protocol, "", *median_table(results, variants, models), ""]
+    load1 = os.getloadavg()[0]
+    lines.append(f"wall time {wall / 60:.1f} min; load average {load0[0]:.1f} at start, {load1:.1f} at end")
+    text = "\n".join(lines)
+    print()
+    print(text)
+    (args.out / "results.json").write_text(json.dumps({"protocol": protocol, "runs": records}, indent=1))
+    (args.out / "table.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
