@@ -150,3 +150,28 @@ def test_trains_on_a_published_folder(tmp_path: Path) -> None:
 def test_labelled_graphs_shapes() -> None:
     g = LabelledGraphs(3, np.zeros((2, 3, 3), bool), np.array([0, 1], np.uint8))
     assert g.adjacency.shape[1:] == (g.n, g.n)
+
+
+def test_study_cells_share_one_training_between_generalisation_and_robustness(tmp_path: Path) -> None:
+    from engine.properties.study import cell_datasets, run_cell
+
+    options = TrainOptions(epochs=2, hidden=16, layers=2)
+    common = {"datasets_dir": tmp_path, "graphs": 100, "sizes": 3, "negatives": None, "data_seed": 0}
+    ckpt = tmp_path / "gen" / "checkpoint.pt"
+    ckpt.parent.mkdir()
+    events: list[str] = []
+    gen = run_cell(
+        "symmetric", "mean", "generalisation", 0, options, lambda e, **f: events.append(e), checkpoint=ckpt, **common
+    )
+    assert events == ["epoch", "epoch", "eval"]
+    assert set(gen) == {"u_score", "train_loss", "train_acc", "train_n", "acc_n6", "acc_n7"}
+    assert gen["u_score"] == pytest.approx((6 * gen["acc_n6"] + 7 * gen["acc_n7"]) / 13)
+    events.clear()
+    rob = run_cell(
+        "symmetric", "mean", "robustness", 0, options, lambda e, **f: events.append(e), trained=ckpt, **common
+    )
+    assert events == ["eval"] and set(rob) == set(gen)
+    with pytest.raises(GaptuiError, match="tests the model of its generalisation cell"):
+        run_cell("symmetric", "mean", "robustness", 0, options, lambda *a, **k: None, **common)
+    specs = cell_datasets("symmetric", "robustness", 100, 3, None, 0)
+    assert [(s.family, s.n) for s in specs] == [("random", 5), ("perturb", 6), ("perturb", 7)]

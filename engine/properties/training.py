@@ -70,12 +70,17 @@ def load_study_data(
     negatives: str | None = None,
     data_seed: int = 0,
     published: Path | None = None,
+    test_families: tuple[str, ...] | None = None,
 ) -> StudyData:
-    """Train set at the base size and test sets at the larger sizes, from the cache or a published folder."""
+    """Train set at the base size and test sets at the larger sizes, from the cache or a published folder.
+
+    ``test_families`` defaults to those of the dimensions that ``train_family`` serves.
+    """
     name = get_property(prop).name
     if train_family not in FAMILIES:
         raise unknown("training family", train_family, FAMILIES)
-    test_families = sorted({DIMENSIONS[d][1] for d in dimensions_of(train_family)})
+    if test_families is None:
+        test_families = tuple(sorted({DIMENSIONS[d][1] for d in dimensions_of(train_family)}))
     if published is not None:
         from engine.properties.published import published_test_sizes, read_published_test, read_published_train
 
@@ -136,10 +141,15 @@ class Stopped(Exception):
         self.epoch = epoch
 
 
-def train_and_evaluate(
-    data: StudyData,
+def build_model(pooling: str, options: TrainOptions, device: torch.device | str = "cpu") -> IDGNNFast:
+    if pooling not in POOLINGS:
+        POOLINGS.get(pooling)  # raises the did-you-mean error
+    return IDGNNFast(pooling, options.hidden, options.layers, options.cycle_k).to(torch.device(device))
+
+
+def train_model(
+    train: LabelledGraphs,
     pooling: str,
-    train_family: str,
     options: TrainOptions,
     seed: int,
     emit: Emit,
@@ -147,30 +157,29 @@ def train_and_evaluate(
     device: torch.device | str = "cpu",
     checkpoint: Path | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-) -> dict[str, Any]:
-    """Train, then test; returns the metrics (accuracy per test family and size, U per dimension, train figures).
+) -> tuple[IDGNNFast, dict[str, float]]:
+    """Train on ``train``; returns the model and its last epoch's ``train_loss`` and ``train_acc``.
 
-    Emits ``epoch`` events (``epoch``, ``train_loss``, ``train_acc``, ``seconds``) and one ``eval`` event per test
-    family (``family``, ``accuracy`` per size, ``seconds``). With ``checkpoint``, state is saved after every epoch
-    and a later call resumes from it; :class:`Stopped` is raised when ``should_stop()`` turns true.
+    Emits ``epoch`` events (``epoch``, ``train_loss``, ``train_acc``, ``seconds``). With ``checkpoint``, state is
+    saved after every epoch and a later call resumes from it (same result as an uninterrupted run);
+    :class:`Stopped` is raised between batches when ``should_stop()`` turns true.
     """
-    if pooling not in POOLINGS:
-        POOLINGS.get(pooling)  # raises the did-you-mean error
     device = torch.device(device)
     torch.manual_seed(seed)
-    model = IDGNNFast(pooling, options.hidden, options.layers, options.cycle_k).to(device)
+    model = build_model(pooling, options, device)
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
-    adj, labels = _tensors(data.train, device)
+    adj, labels = _tensors(train, device)
     start_epoch = 0
+    last = {"train_loss": float("nan"), "train_acc": float("nan")}
     if checkpoint is not None and checkpoint.exists():
         state = torch.load(checkpoint, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start_epoch = int(state["epoch"])
+        last = dict(state["last"])
     generator = torch.Generator().manual_seed(seed)
     for _ in range(start_epoch):
         torch.randperm(len(labels), generator=generator)  # replay the batch orders of finished epochs
-    train_loss = train_acc = float("nan")
     for epoch in range(start_epoch + 1, options.epochs + 1):
         t0 = time.perf_counter()
         model.train()
@@ -187,19 +196,64 @@ def train_and_evaluate(
             opt.step()
             loss_sum += float(loss.detach()) * len(ids)
             correct += int(((logits.detach() > 0).float() == labels[ids]).sum())
-        train_loss, train_acc = loss_sum / len(order), correct / len(order)
-        if not np.isfinite(train_loss):
+        last = {"train_loss": loss_sum / len(order), "train_acc": correct / len(order)}
+        if not np.isfinite(last["train_loss"]):
             raise FloatingPointError(f"non-finite training loss at epoch {epoch}")
         if checkpoint is not None:
             tmp = checkpoint.with_name(f".{checkpoint.name}.tmp-{os.getpid()}")
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, tmp)
+            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch, "last": last}
+            torch.save(state, tmp)
             os.replace(tmp, checkpoint)
-        emit("epoch", epoch=epoch, train_loss=train_loss, train_acc=train_acc, seconds=time.perf_counter() - t0)
-    metrics: dict[str, Any] = {"train_loss": train_loss, "train_acc": train_acc, "train_n": data.train.n}
+        emit("epoch", epoch=epoch, seconds=time.perf_counter() - t0, **last)
+    return model, last
+
+
+def load_trained(
+    checkpoint: Path, pooling: str, options: TrainOptions, device: torch.device | str = "cpu"
+) -> IDGNNFast:
+    """The model saved by :func:`train_model` in ``checkpoint`` (for evaluation only)."""
+    try:
+        state = torch.load(checkpoint, map_location=torch.device(device), weights_only=True)
+    except FileNotFoundError:
+        raise GaptuiError(f"{checkpoint}: no trained model there (has its training run finished?)") from None
+    if int(state["epoch"]) < options.epochs:
+        raise GaptuiError(f"{checkpoint}: trained for {state['epoch']} of {options.epochs} epochs only")
+    model = build_model(pooling, options, device)
+    model.load_state_dict(state["model"])
+    return model
+
+
+def evaluate_model(
+    model: IDGNNFast, sets: list[LabelledGraphs], device: torch.device | str = "cpu"
+) -> dict[int, float]:
+    """Accuracy per size."""
+    return {g.n: accuracy(model, g, torch.device(device)) for g in sets}
+
+
+def train_and_evaluate(
+    data: StudyData,
+    pooling: str,
+    train_family: str,
+    options: TrainOptions,
+    seed: int,
+    emit: Emit,
+    *,
+    device: torch.device | str = "cpu",
+    checkpoint: Path | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> dict[str, Any]:
+    """:func:`train_model`, then :func:`evaluate_model` on every test family: accuracy per family and size, U per
+    dimension of ``train_family``, train figures. Emits one ``eval`` event per test family (``family``,
+    ``accuracy`` per size, ``seconds``) after the epochs.
+    """
+    model, last = train_model(
+        data.train, pooling, options, seed, emit, device=device, checkpoint=checkpoint, should_stop=should_stop
+    )
+    metrics: dict[str, Any] = {**last, "train_n": data.train.n}
     by_family: dict[str, dict[int, float]] = {}
     for family, sets in data.tests.items():
         t0 = time.perf_counter()
-        by_family[family] = {g.n: accuracy(model, g, device) for g in sets}
+        by_family[family] = evaluate_model(model, sets, device)
         for n, acc in by_family[family].items():
             metrics[f"acc_{family}_n{n}"] = acc
         emit("eval", family=family, accuracy=by_family[family], seconds=time.perf_counter() - t0)
