@@ -122,15 +122,21 @@ def properties_build(
     seconds = time.perf_counter() - started
     built = sum(r.built for r in reports)
     if as_json:
-        print_json(
-            {
-                "datasets": [{"id": r.dataset_id, "built": r.built, "seconds": round(r.seconds, 3)} for r in reports],
-                "built": built,
-                "cached": len(reports) - built,
-                "seconds": round(seconds, 3),
-            }
-        )
+        rows = [
+            {"id": r.dataset_id, "built": r.built, "seconds": round(r.seconds, 3), "stats": r.stats} for r in reports
+        ]
+        print_json({"datasets": rows, "built": built, "cached": len(reports) - built, "seconds": round(seconds, 3)})
         return
+    table = Table(title="property datasets")
+    for col in ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build"):
+        table.add_column(col, justify="left" if col in ("property", "family", "id") else "right", no_wrap=True)
+    for r in sorted(reports, key=lambda r: (r.spec.property, r.spec.family, r.spec.n)):
+        table.add_row(
+            r.spec.property, r.spec.family, str(r.spec.n), str(r.stats["graphs"]),
+            str(r.stats["resampled"]) if r.spec.family == "perturb" else "-", f"{r.stats['density_accuracy']:.3f}",
+            r.dataset_id, f"{r.seconds:.1f} s" if r.built else "cached",
+        )  # fmt: skip
+    console.print(table)
     console.print(f"{len(reports)} datasets ({built} built, {len(reports) - built} cached) in {seconds:.1f} s")
 
 

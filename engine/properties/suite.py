@@ -55,6 +55,7 @@ class BuildReport:
     dataset_id: str
     built: bool
     seconds: float
+    stats: dict
 
 
 def _build_one(spec: PropertyDatasetSpec, datasets_dir: str) -> BuildReport:
@@ -63,7 +64,7 @@ def _build_one(spec: PropertyDatasetSpec, datasets_dir: str) -> BuildReport:
     started = time.perf_counter()
     with threadpool_limits(1):  # one core per process: the pool is the parallelism
         dataset, built = build_property_dataset(spec, Path(datasets_dir))
-    return BuildReport(spec, dataset.id, built, time.perf_counter() - started)
+    return BuildReport(spec, dataset.id, built, time.perf_counter() - started, dataset.stats)
 
 
 def build_suite(
@@ -80,7 +81,7 @@ def build_suite(
         if cached is None:
             todo.append(spec)
             continue
-        report = BuildReport(spec, cached.id, False, 0.0)
+        report = BuildReport(spec, cached.id, False, 0.0, cached.stats)
         reports.append(report)
         if on_done:
             on_done(report)
