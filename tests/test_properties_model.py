@@ -17,8 +17,9 @@ from engine.properties.training import (
     Stopped,
     StudyData,
     TrainOptions,
+    evaluate_model,
     load_study_data,
-    train_and_evaluate,
+    train_model,
 )
 
 
@@ -98,19 +99,20 @@ def _tiny_study(tmp_path: Path) -> StudyData:
 
 def test_training_learns_a_local_property(tmp_path: Path) -> None:
     events: list[tuple[str, dict]] = []
-    options = TrainOptions(epochs=6, hidden=32)
     data = _tiny_study(tmp_path)
-    metrics = train_and_evaluate(data, "sum", "random", options, 0, lambda e, **f: events.append((e, f)))
-    assert [e for e, _ in events] == ["epoch"] * 6 + ["eval", "eval"]
-    assert metrics["train_acc"] > 0.8 and metrics["u_generalisation"] > 0.7
-    assert set(metrics) >= {"acc_random_n6", "acc_random_n7", "acc_perturb_n7", "u_robustness"}
-    assert "u_sensitivity" not in metrics
+    options = TrainOptions(epochs=6, hidden=32)
+    model, last = train_model(data.train, "sum", options, 0, lambda e, **f: events.append((e, f)))
+    assert [e for e, _ in events] == ["epoch"] * 6 and [f["epoch"] for _, f in events] == list(range(1, 7))
+    assert last["train_acc"] > 0.8
+    assert sorted(data.tests) == ["perturb", "random"]
+    accuracy = evaluate_model(model, data.tests["random"])
+    assert list(accuracy) == [6, 7] and u_score(accuracy) > 0.7
 
 
 def test_stopped_run_resumes_to_the_same_result(tmp_path: Path) -> None:
     data = _tiny_study(tmp_path)
     options = TrainOptions(epochs=3, hidden=16, layers=2)
-    straight = train_and_evaluate(data, "mean", "random", options, 1, lambda *a, **k: None)
+    straight = train_model(data.train, "mean", options, 1, lambda *a, **k: None)
     ckpt = tmp_path / "checkpoint.pt"
     epochs_seen: list[int] = []
 
@@ -120,11 +122,13 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path: Path) -> None:
 
     with pytest.raises(Stopped) as stop:
         stop_after_one = lambda: bool(epochs_seen)  # noqa: E731
-        train_and_evaluate(data, "mean", "random", options, 1, emit, checkpoint=ckpt, should_stop=stop_after_one)
+        train_model(data.train, "mean", options, 1, emit, checkpoint=ckpt, should_stop=stop_after_one)
     assert stop.value.epoch == 1 and ckpt.exists()
-    resumed = train_and_evaluate(data, "mean", "random", options, 1, emit, checkpoint=ckpt)
+    resumed = train_model(data.train, "mean", options, 1, emit, checkpoint=ckpt)
     assert epochs_seen == [1, 2, 3]
-    assert resumed == straight
+    assert resumed[1] == straight[1]
+    for a, b in zip(resumed[0].state_dict().values(), straight[0].state_dict().values(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_trains_on_a_published_folder(tmp_path: Path) -> None:
@@ -141,8 +145,8 @@ def test_trains_on_a_published_folder(tmp_path: Path) -> None:
     write(tmp_path / "GraphPerturb-Test" / "irreflexive" / "irreflexive_new6.csv", 6)
     data = load_study_data("irreflexive", "perturb", datasets_dir=tmp_path / "unused", published=tmp_path)
     assert data.train.n == 4 and [g.n for g in data.tests["perturb"]] == [5, 6]
-    metrics = train_and_evaluate(data, "mean", "perturb", TrainOptions(epochs=1, hidden=8), 0, lambda *a, **k: None)
-    assert set(metrics) >= {"acc_perturb_n5", "acc_perturb_n6", "u_sensitivity"}
+    model, _ = train_model(data.train, "mean", TrainOptions(epochs=1, hidden=8), 0, lambda *a, **k: None)
+    assert list(evaluate_model(model, data.tests["perturb"])) == [5, 6]
     with pytest.raises(GaptuiError, match="file not found"):
         load_study_data("irreflexive", "random", datasets_dir=tmp_path, published=tmp_path)
 

@@ -27,7 +27,7 @@ from engine.properties.backbone import CYCLE_K, IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes
 from engine.properties.poolings import POOLINGS
-from engine.properties.scores import DIMENSIONS, dimensions_of, u_score
+from engine.properties.scores import DIMENSIONS, dimensions_of
 
 Emit = Callable[..., Any]
 
@@ -228,35 +228,3 @@ def evaluate_model(
 ) -> dict[int, float]:
     """Accuracy per size."""
     return {g.n: accuracy(model, g, torch.device(device)) for g in sets}
-
-
-def train_and_evaluate(
-    data: StudyData,
-    pooling: str,
-    train_family: str,
-    options: TrainOptions,
-    seed: int,
-    emit: Emit,
-    *,
-    device: torch.device | str = "cpu",
-    checkpoint: Path | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> dict[str, Any]:
-    """:func:`train_model`, then :func:`evaluate_model` on every test family: accuracy per family and size, U per
-    dimension of ``train_family``, train figures. Emits one ``eval`` event per test family (``family``,
-    ``accuracy`` per size, ``seconds``) after the epochs.
-    """
-    model, last = train_model(
-        data.train, pooling, options, seed, emit, device=device, checkpoint=checkpoint, should_stop=should_stop
-    )
-    metrics: dict[str, Any] = {**last, "train_n": data.train.n}
-    by_family: dict[str, dict[int, float]] = {}
-    for family, sets in data.tests.items():
-        t0 = time.perf_counter()
-        by_family[family] = evaluate_model(model, sets, device)
-        for n, acc in by_family[family].items():
-            metrics[f"acc_{family}_n{n}"] = acc
-        emit("eval", family=family, accuracy=by_family[family], seconds=time.perf_counter() - t0)
-    for dim in dimensions_of(train_family):
-        metrics[f"u_{dim}"] = u_score(by_family[DIMENSIONS[dim][1]])
-    return metrics
