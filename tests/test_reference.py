@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -194,3 +196,50 @@ def test_table_reference_errors(workspace: Workspace, tmp_path: Path) -> None:
         assert res.returncode == 2 and res.stdout == "", res.stdout
         (line,) = res.stderr.strip().splitlines()
         assert line.startswith(message), line
+
+
+# ------------------------------------------------------------------------------------------ the terminal app
+
+
+def shown(static: Any) -> str:
+    """The text a Static shows (its content rendered without colour)."""
+    from rich.console import Console
+
+    console = Console(width=200, color_system=None, record=True, file=io.StringIO())
+    console.print(static.content)
+    return console.export_text()
+
+
+@pytest.mark.asyncio
+async def test_ranking_screen_compares_with_the_paper(workspace: Workspace) -> None:
+    from textual.widgets import Select, Static
+
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.screens.ranking import RankingScreen
+    from gaptui.tui.widgets.ranking_grid import RankingGrid
+
+    app = GaptuiApp(workspace)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        ranking = app.screen
+        assert isinstance(ranking, RankingScreen)
+        ranking.action_dataset(0)  # make sure "er" is shown (labels are sorted: er, tree)
+        assert ranking.dataset == "er"
+        compare = ranking.query_one("#ranking-compare", Static)
+        assert not compare.display and ranking.query_one(RankingGrid).display
+        await pilot.press("r")
+        await pilot.pause()
+        assert ranking.reference == "paper"
+        assert ranking.query_one("#ranking-reference", Select).value == "paper"
+        text = shown(compare)
+        assert compare.display and not ranking.query_one(RankingGrid).display
+        assert "49.5 +14.0" in text and "+0.11" in text and "ours vs paper" in text
+        await pilot.press("right_square_bracket")  # the tree dataset: not in the paper
+        await pilot.pause()
+        assert ranking.dataset == "tree" and "has no dataset tree" in shown(compare)
+        assert ranking.query_one(RankingGrid).display
+        await pilot.press("r")  # back to none
+        await pilot.pause()
+        assert ranking.reference is None and not compare.display
+        await pilot.press("ctrl+q")

@@ -1,4 +1,5 @@
-"""RankingScreen: Table D.3 for one dataset at a time, its accuracy-gap plot, and export of the table."""
+"""RankingScreen: Table D.3 for one dataset at a time, its accuracy-gap plot, export of the table, and the
+comparison with a reference (the paper's Table D.3 or a user's file, as ``gaptui table --reference``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Label, Select, Static
 
-from gaptui import analysis
+from engine.errors import GaptuiError
+from gaptui import analysis, reference
 from gaptui.tui.messages import ManagerNotice
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.section import SectionScreen
@@ -46,6 +48,7 @@ class RankingScreen(SectionScreen):
         Binding("right_square_bracket", "dataset(1)", "Next dataset"),
         Binding("left_square_bracket", "dataset(-1)", "Previous dataset"),
         Binding("m", "next_metric", "Next metric"),
+        Binding("r", "next_reference", "Next reference"),
     ]
     DEFAULT_CSS = """
     RankingScreen #ranking-bar { height: 1; padding: 0 1; }
@@ -53,6 +56,7 @@ class RankingScreen(SectionScreen):
     RankingScreen #ranking-bar Select { width: 1fr; max-width: 40; margin-right: 2; }
     RankingScreen #ranking-title { padding: 0 1; text-style: bold; }
     RankingScreen #ranking-legend { padding: 0 1; color: $text-muted; height: auto; }
+    RankingScreen #ranking-compare { padding: 0 1; height: auto; }
     """
 
     def __init__(self) -> None:
@@ -60,6 +64,8 @@ class RankingScreen(SectionScreen):
         self.metric = analysis.DEFAULT_METRIC
         self.dataset: str | None = None
         self.tables: list[analysis.RankingTable] = []
+        #: Name of the reference compared with (None: plain ranking table).
+        self.reference: str | None = None
         self._dirty = True
 
     def compose_body(self) -> ComposeResult:
@@ -74,8 +80,17 @@ class RankingScreen(SectionScreen):
                 compact=True,
                 allow_blank=False,
             )
+            yield Label("reference")
+            yield Select(
+                [(name, name) for name in reference.reference_names(self.gapp.ws)],
+                prompt="none",
+                id="ranking-reference",
+                compact=True,
+                allow_blank=True,
+            )
         yield Static("", id="ranking-title", markup=False)
         yield RankingGrid(id="ranking-table")
+        yield Static("", id="ranking-compare")
         yield Static("", id="ranking-legend")
         yield GapPlot(id="gap-plot")
 
@@ -120,9 +135,31 @@ class RankingScreen(SectionScreen):
                 dataset_select.value = self.dataset
         self._show()
 
+    def _comparison(self, table: analysis.RankingTable) -> reference.Comparison | str:
+        """The comparison of ``table`` with the chosen reference, or why there is none (one line)."""
+        assert self.reference is not None
+        try:
+            chosen = reference.load_reference(self.reference, self.gapp.ws)
+            comparison = reference.compare(table, chosen)
+        except GaptuiError as exc:
+            return f"reference: {exc}"
+        if comparison is None:
+            return f"reference '{chosen.name}' has no dataset {table.dataset} (it covers {', '.join(chosen.datasets)})"
+        return comparison
+
     def _show(self) -> None:
         table = self.table
-        self.query_one(RankingGrid).show(table)
+        grid = self.query_one(RankingGrid)
+        compare = self.query_one("#ranking-compare", Static)
+        comparison = self._comparison(table) if table is not None and self.reference is not None else None
+        # With a comparison, it replaces the grid (it holds our medians and marks too).
+        grid.display = not isinstance(comparison, reference.Comparison)
+        compare.display = comparison is not None
+        if isinstance(comparison, reference.Comparison):
+            compare.update(reference.render_rich(comparison))
+        elif comparison is not None:
+            compare.update(Text(comparison, style="yellow"))
+        grid.show(table)
         title = self.query_one("#ranking-title", Static)
         legend = self.query_one("#ranking-legend", Static)
         if table is None:
@@ -142,13 +179,13 @@ class RankingScreen(SectionScreen):
 
     @on(Select.Changed, "#ranking-dataset")
     def _dataset_chosen(self, event: Select.Changed) -> None:
-        if event.value is not Select.BLANK and event.value != self.dataset:
+        if event.value is not Select.NULL and event.value != self.dataset:
             self.dataset = str(event.value)
             self._show()
 
     @on(Select.Changed, "#ranking-metric")
     def _metric_chosen(self, event: Select.Changed) -> None:
-        if event.value is not Select.BLANK and event.value != self.metric:
+        if event.value is not Select.NULL and event.value != self.metric:
             self.metric = str(event.value)
             self.rebuild()
 
@@ -160,6 +197,26 @@ class RankingScreen(SectionScreen):
             with self.prevent(Select.Changed):
                 self.query_one("#ranking-dataset", Select).value = self.dataset
             self._show()
+
+    @on(Select.Changed, "#ranking-reference")
+    def _reference_chosen(self, event: Select.Changed) -> None:
+        chosen = None if event.value is Select.NULL else str(event.value)
+        if chosen != self.reference:
+            self.reference = chosen
+            self._show()
+
+    def action_next_reference(self) -> None:
+        """Cycle none -> each reference -> none."""
+        names: list[str | None] = [None, *reference.reference_names(self.gapp.ws)]
+        self.reference = names[(names.index(self.reference) + 1) % len(names)] if self.reference in names else None
+        with self.prevent(Select.Changed):
+            select = self.query_one("#ranking-reference", Select)
+            select.set_options([(name, name) for name in names if name is not None])
+            if self.reference is None:
+                select.clear()
+            else:
+                select.value = self.reference
+        self._show()
 
     def action_next_metric(self) -> None:
         metrics = analysis.known_metrics(self.gapp.book)
