@@ -23,6 +23,8 @@ order. Builds are staged in a hidden folder and renamed into place.
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,8 +139,6 @@ def properties_dir(datasets_dir: Path) -> Path:
 
 
 def open_property_dataset(path: Path) -> PropertyDataset:
-    import json
-
     meta_path = Path(path) / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -186,8 +186,6 @@ def build_property_dataset(
         built = publish_dir(tmp, final, force=force)
     finally:
         if tmp.exists():
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
     return open_property_dataset(final), built
 
