@@ -226,3 +226,9 @@ def test_bad_specs_name_the_culprit(changes: dict, message: str) -> None:
     fields = {"property": "reflexive", "n": 5, **changes}
     with pytest.raises(GaptuiError, match=message):
         PropertyDatasetSpec(**fields).canonical()
+
+
+def test_random_negatives_exist_for_properties_that_fair_coins_rarely_violate(tmp_path) -> None:  # noqa: ANN001
+    # A fair coin per cell gives a 14-node relation an empty column with probability ~ 14 / 2**14.
+    ds, _ = build_property_dataset(PropertyDatasetSpec("surjective", 14, "random", 100, "random"), tmp_path)
+    _check_dataset(ds, "surjective", 14)

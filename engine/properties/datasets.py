@@ -7,7 +7,8 @@ every graph is re-checked by the plain checker of :mod:`engine.properties.defini
 - ``random`` (GraphRandom): negatives are drawn independently of the positives, either from the solver on the
   negated property (``negatives="solver"``: random phases around the density of a randomly chosen positive of the
   same dataset, so both classes share one density law wherever the property allows it) or uniformly at random
-  (``negatives="random"``: every cell a fair coin, rejected while it satisfies the property).
+  (``negatives="random"``: a density ``p ~ U(0, 1)`` per graph, every cell true with probability ``p``, rejected
+  while it satisfies the property).
 - ``perturb`` (GraphPerturb): each negative is one positive with 1 or 2 cells flipped (half of them aim at 1 flip,
   half at 2). The search checks every single flip at once and picks a violating one at random; pairs are tried
   among the cells of nodes with unusual in- or out-degree first, then further down the ranking. A positive with no
@@ -202,21 +203,28 @@ class _Distinct:
         self.budget = MAX_DRAWS_PER_GRAPH * wanted + 1_000
         self.draws = 0
         self.seen: set[bytes] = set()
+        self.kept: dict[str, int] = {}
 
-    def add(self, a: np.ndarray) -> bool:
-        """Count one draw; True when ``a`` is new (and now remembered)."""
-        self.draws += 1
+    def spend(self, draws: int = 1) -> None:
+        """Count ``draws`` draws; raise once the budget is spent."""
+        self.draws += draws
         if self.draws > self.budget:
             c = self.canonical
             base = BASE_SIZES[c["property"]]
             raise GaptuiError(
-                f"property '{c['property']}' on n = {c['n']} nodes: only {len(self.seen)} distinct {self.what} "
-                f"after {self.draws - 1} draws; use more nodes (the suite's base size is {base}) or fewer graphs"
+                f"property '{c['property']}' on n = {c['n']} nodes: only {self.kept.get(self.what, 0)} distinct "
+                f"{self.what} after {self.draws} draws; use more nodes (the suite's base size is {base}) "
+                "or fewer graphs"
             )
+
+    def add(self, a: np.ndarray) -> bool:
+        """Count one draw; True when ``a`` is new (and now remembered)."""
+        self.spend()
         key = np.packbits(a).tobytes()
         if key in self.seen:
             return False
         self.seen.add(key)
+        self.kept[self.what] = self.kept.get(self.what, 0) + 1
         return True
 
 
@@ -244,14 +252,16 @@ def draw_positives(
 def random_negatives(
     prop: Property, n: int, count: int, rng: np.random.Generator, distinct: _Distinct
 ) -> list[np.ndarray]:
-    """Uniform random relations (fair coin per cell) that violate the property."""
+    """Random relations that violate the property: per graph a density ``p ~ U(0, 1)``, every cell true with
+    probability ``p`` (a fair coin for every cell would make e.g. surjective relations almost never violate)."""
     out: list[np.ndarray] = []
     while len(out) < count:
-        batch = rng.random((256, n, n)) < 0.5
-        for a in batch[~prop(batch)]:
+        batch = rng.random((256, n, n)) < rng.random((256, 1, 1))
+        satisfied = prop(batch)
+        distinct.spend(int(satisfied.sum()))
+        for a in batch[~satisfied]:
             if len(out) < count and distinct.add(a):
                 out.append(a)
-        distinct.draws += int(prop(batch).sum())
     return out
 
 
