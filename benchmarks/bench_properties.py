@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from engine.properties.datasets import generate  # noqa: E402
 from engine.properties.definitions import BASE_SIZES, PROPERTY_NAMES, suite_sizes  # noqa: E402
-from engine.properties.poolings import LABELS  # noqa: E402
+from engine.properties.scores import POOLING_LABELS  # noqa: E402
 from engine.properties.training import LabelledGraphs, TrainOptions, train_model  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def section_training(graphs: int) -> None:
         a = rng.random((graphs, n, n)) < 0.3
         sets[n] = LabelledGraphs(n, a, (rng.random(graphs) < 0.5).astype(np.uint8))
     print(f"{'pooling':<20} {'n=6':>8} {'n=16':>8}")
-    for pooling in LABELS:
+    for pooling in POOLING_LABELS:
         row = f"{pooling:<20}"
         for data in sets.values():
             t0 = time.process_time()

@@ -10,8 +10,8 @@ import torch
 
 from engine.errors import GaptuiError
 from engine.properties.backbone import IDGNNFast, cycle_counts
-from engine.properties.poolings import LABELS, POOLINGS, build_pooling
-from engine.properties.scores import mean_u, r_scores, table2, u_score
+from engine.properties.poolings import POOLINGS, build_pooling
+from engine.properties.scores import POOLING_LABELS, mean_u, r_scores, table2, u_score
 from engine.properties.training import (
     LabelledGraphs,
     Stopped,
@@ -49,10 +49,10 @@ def test_self_loops_reach_the_features() -> None:
 
 
 def test_every_study_pooling_is_registered_with_a_label() -> None:
-    assert list(POOLINGS) == list(LABELS) and len(LABELS) == 9
+    assert list(POOLINGS) == list(POOLING_LABELS) and len(POOLING_LABELS) == 9
 
 
-@pytest.mark.parametrize("pooling", list(LABELS))
+@pytest.mark.parametrize("pooling", list(POOLING_LABELS))
 def test_graph_level_permutation_invariance(pooling: str) -> None:
     torch.manual_seed(0)
     model = IDGNNFast(pooling, hidden=16, layers=2).eval()

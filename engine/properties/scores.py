@@ -21,6 +21,20 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+#: The poolings compared by the study, in its order, with their table labels (registered in
+#: :mod:`engine.properties.poolings`; listed here so that reading them imports no torch).
+POOLING_LABELS: dict[str, str] = {
+    "mean": "Mean",
+    "sum": "Sum",
+    "deepsets": "DeepSets",
+    "set2set": "Set2Set",
+    "attention": "Soft attention",
+    "set_transformer": "Set Transformer",
+    "gmt": "GMT",
+    "sopool_bimap": "SoPool-BiMap",
+    "sopool_attentional": "SoPool-Attentional",
+}
+
 #: dimension -> (training family, test family)
 DIMENSIONS: dict[str, tuple[str, str]] = {
     "generalisation": ("random", "random"),

@@ -20,19 +20,6 @@ from engine.registry import Registry
 PoolingFactory = Callable[[int], nn.Module]
 POOLINGS: Registry[PoolingFactory] = Registry("pooling")
 
-#: Table labels, in the order of the study.
-LABELS = {
-    "mean": "Mean",
-    "sum": "Sum",
-    "deepsets": "DeepSets",
-    "set2set": "Set2Set",
-    "attention": "Soft attention",
-    "set_transformer": "Set Transformer",
-    "gmt": "GMT",
-    "sopool_bimap": "SoPool-BiMap",
-    "sopool_attentional": "SoPool-Attentional",
-}
-
 
 @POOLINGS.register("mean")
 def mean(channels: int) -> nn.Module:
