@@ -13,10 +13,14 @@ class Graph:
 
     ``edges`` is an int64 array of shape ``[m, 2]`` holding each undirected edge once as ``(u, v)`` with
     ``u < v``, rows sorted lexicographically, no duplicates; node ids are ``0 .. num_nodes - 1``.
+    Families that need them also carry ``node_types`` (int64 ``[num_nodes]``, e.g. atom types for an
+    ``nn.Embedding``) and a graph-level regression ``target``; alignment ignores both.
     """
 
     num_nodes: int
     edges: np.ndarray
+    node_types: np.ndarray | None = None
+    target: float | None = None
 
     @property
     def num_edges(self) -> int:

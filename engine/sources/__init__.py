@@ -4,10 +4,12 @@
 from engine.sources import synthetic  # noqa: F401
 
 # isort: split
-from engine.sources import real, user  # noqa: F401
+from engine.sources import molecules, real, user  # noqa: F401
 from engine.sources.base import (
     SOURCES,
     BaseSplits,
+    MoleculeSet,
+    MoleculeSource,
     Source,
     data_root,
     params_dict,
@@ -19,6 +21,8 @@ from engine.sources.base import (
 __all__ = [
     "SOURCES",
     "BaseSplits",
+    "MoleculeSet",
+    "MoleculeSource",
     "Source",
     "data_root",
     "params_dict",

@@ -162,3 +162,96 @@ def subset(graphs: list[Graph], count: int, rng: np.random.Generator) -> list[Gr
         return list(graphs)
     idx = np.sort(rng.choice(len(graphs), size=count, replace=False))
     return [graphs[i] for i in idx]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Molecule sources: graphs with atom types and a regression target, for downstream tasks and as alignment bases.
+
+MOLECULE_SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class MoleculeSet:
+    """The molecules of a molecule source, in source order, with their splits.
+
+    Every graph holds heavy atoms in RDKit atom order, ``node_types`` (int64 ``[num_nodes]``, atom types for an
+    ``nn.Embedding``) and ``target`` (float, ``nan`` when the source has none). ``splits`` maps ``train``, ``val``
+    and, where one exists, ``test`` to sorted int64 indices into ``graphs``; ``rows`` is each graph's row in the
+    source (0-based data rows or records) and ``skipped`` the rows left out, each reported once in ``notes``.
+    """
+
+    graphs: list[Graph]
+    splits: dict[str, np.ndarray]
+    rows: np.ndarray
+    skipped: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: Whether the splits are the dataset's official ones (else drawn from the seed).
+    official: bool = False
+    target_name: str = "target"
+
+
+def seeded_splits(
+    count: int, val_fraction: float, test_fraction: float, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Random train / val / test indices of ``count`` items (val and test rounded up; no test when 0)."""
+    import math
+
+    perm = rng.permutation(count)
+    k_val = math.ceil(round(val_fraction * count, 9))
+    k_test = math.ceil(round(test_fraction * count, 9))
+    if count - k_val - k_test < 1:
+        raise GaptuiError(
+            f"{count} molecules cannot be split with val_fraction={val_fraction} and test_fraction={test_fraction}: "
+            "no training molecule would be left"
+        )
+    out = {"train": np.sort(perm[k_val + k_test :]), "val": np.sort(perm[:k_val])}
+    if k_test:
+        out["test"] = np.sort(perm[k_val : k_val + k_test])
+    return out
+
+
+class MoleculeSource(Source):
+    """A source of molecules: :meth:`molecules` for downstream regression; :meth:`load` makes it an alignment base.
+
+    The alignment view takes the train and val molecules that have bonds (an alignment pair needs edges), then
+    ``n_train`` / ``n_val`` of them at random (``None``: all).
+    """
+
+    noise_model = "add"
+    embedding_dim = 32
+    sizes = (None, None)
+
+    def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
+        """Every molecule with its atom types, target and split (``rng`` draws seeded splits and subsets)."""
+        raise NotImplementedError
+
+    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
+        mols = self.molecules(rng, root)
+        report = NormalisationReport()
+        report.notes.extend(mols.notes)
+        picked: list[list[Graph]] = []
+        for split, count in (("train", n_train), ("val", n_val)):
+            bonded = [mols.graphs[i] for i in mols.splits[split] if mols.graphs[i].num_edges]
+            dropped = len(mols.splits[split]) - len(bonded)
+            if dropped:
+                report.notes.append(
+                    f"{self.name}: {dropped} {split} molecules without bonds left out of alignment pairs"
+                )
+            if count is not None and count > len(bonded):
+                raise GaptuiError(
+                    f"{self.name}: --{split} {count} asks for more molecules with bonds than the split holds "
+                    f"({len(bonded)})"
+                )
+            picked.append(bonded if count is None else subset(bonded, count, rng))
+        report.graphs = len(picked[0]) + len(picked[1])
+        return BaseSplits(picked[0], picked[1], report)
+
+
+def molecule_graph(num_atoms: int, edge_index: np.ndarray, atom_types: np.ndarray, target: float) -> Graph:
+    """A molecule as a :class:`Graph`: ``edge_index [2, E]`` (any direction) over ``num_atoms`` heavy atoms in the
+    source's atom order, ``atom_types [num_atoms]`` ints, ``target`` a float (``nan``: none)."""
+    graph, _ = simple_graph(num_atoms, edge_index)
+    types = np.asarray(atom_types, dtype=np.int64).reshape(-1)
+    if types.size != num_atoms:
+        raise ValueError(f"{types.size} atom types for {num_atoms} atoms")
+    return Graph(graph.num_nodes, graph.edges, types, float(target))

@@ -36,9 +36,12 @@ from engine.graphs import Graph
 from engine.sampling import bfs_subgraphs
 from engine.sources.base import (
     BaseSplits,
+    MoleculeSet,
+    MoleculeSource,
     NormalisationReport,
     Source,
     graphs_from_edge_lists,
+    molecule_graph,
     register_source,
     split_counts,
 )
@@ -145,6 +148,12 @@ def fetch_raw(name: str, folder: Path, files: Sequence[str], dataset_dir: Path, 
         raise missing_error(name, folder, still, "(the download did not provide them)")
 
 
+def first_items(rows: Sequence[int], count: int = 5) -> str:
+    """The first ``count`` of ``rows``, comma-separated, with an ellipsis when there are more."""
+    shown = ", ".join(str(r) for r in rows[:count])
+    return shown + (", ..." if len(rows) > count else "")
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.split())[:200]
@@ -199,16 +208,44 @@ def _molecule_splits(
     return BaseSplits(graphs[:n_train], graphs[n_train:], report)
 
 
+def pyg_molecules(name: str, splits: dict[str, Any], target_name: str) -> MoleculeSet:
+    """A :class:`MoleculeSet` from the official splits of a PyG molecule dataset (``x``: atom type ids).
+
+    Molecules are numbered split by split (train, val, test) in the dataset's order; ``rows`` are those numbers.
+    """
+    graphs = []
+    index: dict[str, np.ndarray] = {}
+    for split, ds in splits.items():
+        start = len(graphs)
+        for i in range(len(ds)):
+            data = ds[i]
+            num_nodes, edge_index = pyg_item(data, f"{name} {split} graph {i}")
+            types = data.x.detach().cpu().numpy().reshape(num_nodes, -1)[:, 0]
+            graphs.append(molecule_graph(num_nodes, edge_index, types, float(data.y.reshape(-1)[0])))
+        index[split] = np.arange(start, len(graphs), dtype=np.int64)
+    return MoleculeSet(graphs, index, np.arange(len(graphs), dtype=np.int64), official=True, target_name=target_name)
+
+
 AQSOL_FILES = ("train.pickle", "val.pickle", "test.pickle", "atom_dict.pickle", "bond_dict.pickle")
 
 
 @register_source
-class AqSol(Source):
+class AqSol(MoleculeSource):
     name = "aqsol"
-    description = "AQSOL molecules (heavy atoms, bonds), official train / val splits: 7,836 / 998 in the paper"
-    noise_model = "add"
-    embedding_dim = 32
-    sizes = (None, None)
+    description = (
+        "AQSOL molecules (heavy atoms, bonds; atom types, solubility), official train / val / test splits: "
+        "7,836 / 998 in the paper"
+    )
+
+    def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
+        from torch_geometric.datasets import AQSOL
+
+        folder = root / self.name
+
+        def make() -> dict[str, Any]:
+            return {split: AQSOL(str(folder), split=split) for split in ("train", "val", "test")}
+
+        return pyg_molecules(self.name, open_pyg(self.name, folder / "raw", AQSOL_FILES, folder, make), "solubility")
 
     def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
         from torch_geometric.datasets import AQSOL
@@ -232,13 +269,24 @@ class ZincParams:
 
 
 @register_source
-class Zinc(Source):
+class Zinc(MoleculeSource):
     name = "zinc"
-    description = "ZINC molecules (heavy atoms, bonds), official train / val splits; subset=true is the 12k subset"
+    description = (
+        "ZINC molecules (heavy atoms, bonds; atom types, constrained solubility), official train / val / test "
+        "splits; subset=true is the 12k subset"
+    )
     Params = ZincParams
-    noise_model = "add"
-    embedding_dim = 32
-    sizes = (None, None)
+
+    def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
+        from torch_geometric.datasets import ZINC
+
+        folder = root / self.name
+        keep = self.params.subset
+
+        def make() -> dict[str, Any]:
+            return {split: ZINC(str(folder), subset=keep, split=split) for split in ("train", "val", "test")}
+
+        return pyg_molecules(self.name, open_pyg(self.name, folder / "raw", ZINC_FILES, folder, make), "penalized logP")
 
     def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
         from torch_geometric.datasets import ZINC
@@ -266,36 +314,51 @@ def rdkit_chem() -> Any:
     return Chem
 
 
-def smiles_item(chem: Any, smiles: str) -> tuple[int, np.ndarray] | None:
-    """``(heavy atoms, edge_index [2, 2 * bonds])`` of a SMILES string, or None when rdkit cannot parse it.
+def mol_item(mol: Any) -> tuple[int, np.ndarray]:
+    """``(heavy atoms, edge_index [2, 2 * bonds])`` of an rdkit molecule (hydrogens already removed).
 
     Both directions of every bond are listed (as OGB's ``smiles2graph`` does), so normalisation has nothing to
     report for a well-formed molecule.
     """
-    mol = chem.MolFromSmiles(smiles)
-    if mol is None:
-        return None
     bonds = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()], dtype=np.int64).reshape(-1, 2)
     return mol.GetNumAtoms(), np.concatenate([bonds, bonds[:, ::-1]], axis=0).T
 
 
+def atomic_numbers(mol: Any) -> np.ndarray:
+    """Atom types of an rdkit molecule in its atom order: the atomic numbers, int64 ``[atoms]``."""
+    return np.array([a.GetAtomicNum() for a in mol.GetAtoms()], dtype=np.int64)
+
+
+def smiles_item(chem: Any, smiles: str) -> tuple[int, np.ndarray] | None:
+    """``(heavy atoms, edge_index [2, 2 * bonds])`` of a SMILES string, or None when rdkit cannot parse it."""
+    mol = chem.MolFromSmiles(smiles)
+    return None if mol is None else mol_item(mol)
+
+
 def read_smiles(path: Path, rows: set[int]) -> dict[int, str]:
-    """The SMILES of the given data rows (0-based, header excluded) of OGB's ``data.csv.gz``.
+    """The SMILES of the given data rows (0-based, header excluded) of OGB's ``data.csv.gz``."""
+    return {row: values[0] for row, values in read_columns(path, rows, ("smiles",)).items()}
+
+
+def read_columns(path: Path, rows: set[int], columns: Sequence[str]) -> dict[int, list[str]]:
+    """The values of ``columns`` in the given data rows (0-based, header excluded) of OGB's ``data.csv.gz``.
 
     Streams the file and stops after the last wanted row, so only the sampled molecules are ever parsed.
     """
-    out: dict[int, str] = {}
+    out: dict[int, list[str]] = {}
     if not rows:
         return out
     last = max(rows)
     with gzip.open(path, "rt", newline="") as f:
         header = next(csv.reader([f.readline()]), [])
-        if "smiles" not in header:
-            raise GaptuiError(f"pcqm4mv2: {path} has no 'smiles' column in its header (got {header})")
-        col = header.index("smiles")
+        absent = [c for c in columns if c not in header]
+        if absent:
+            raise GaptuiError(f"pcqm4mv2: {path} has no '{absent[0]}' column in its header (got {header})")
+        cols = [header.index(c) for c in columns]
         for row, line in enumerate(f):
             if row in rows:
-                out[row] = next(csv.reader([line]))[col]
+                values = next(csv.reader([line]))
+                out[row] = [values[c] for c in cols]
                 if row >= last:
                     break
     if len(out) < len(rows):
@@ -399,7 +462,7 @@ def sample_molecules(
 
 
 @register_source
-class Pcqm4mV2(Source):
+class Pcqm4mV2(MoleculeSource):
     """PCQM4Mv2 (OGB-LSC), read from OGB's raw files; only the sampled SMILES are converted with rdkit.
 
     Layout as OGB's ``PCQM4Mv2Dataset(root=<root>/pcqm4mv2)`` expects it:
@@ -408,16 +471,61 @@ class Pcqm4mV2(Source):
     """
 
     name = "pcqm4mv2"
-    description = "PCQM4Mv2 molecules (heavy atoms, bonds) sampled from the OGB-LSC train / valid splits"
-    noise_model = "add"
-    embedding_dim = 32
+    description = (
+        "PCQM4Mv2 molecules (heavy atoms, bonds) sampled from the OGB-LSC train / valid splits; as molecules: "
+        "20,000 / 2,000 sampled, atomic numbers, HOMO-LUMO gap (eV)"
+    )
     sizes = (35000, 2000)
+    #: Molecules sampled for downstream regression (seed 000, appendix F.1: the PCQM4Mv2 subset).
+    molecule_sizes = (20000, 2000)
 
-    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
+    def split_dict(self, root: Path) -> tuple[Path, dict[str, np.ndarray]]:
+        """The folder of the raw files (fetched unless offline) and OGB's split dict."""
         dataset_dir = root / self.name
         folder = dataset_dir / "pcqm4m-v2"
         fetch_raw(self.name, folder, PCQM4MV2_FILES, dataset_dir, lambda: download_zip(PCQM4MV2_URL, dataset_dir))
-        split = load_split_dict(folder / "split_dict.pt")
+        return folder, load_split_dict(folder / "split_dict.pt")
+
+    def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
+        from rdkit import RDLogger
+
+        chem = rdkit_chem()
+        folder, split = self.split_dict(root)
+        n_train, n_val = split_counts(self.name, split["train"].size, split["valid"].size, *self.molecule_sizes)
+        picked = {"train": pick(split["train"].size, n_train, rng), "val": pick(split["valid"].size, n_val, rng)}
+        wanted = {"train": split["train"][picked["train"]], "val": split["valid"][picked["val"]]}
+        values = read_columns(
+            folder / "raw" / "data.csv.gz",
+            {int(r) for rows in wanted.values() for r in rows},
+            ("smiles", "homolumogap"),
+        )
+        graphs, rows, skipped = [], [], []
+        index: dict[str, np.ndarray] = {}
+        RDLogger.DisableLog("rdApp.*")  # unparsable SMILES are counted once below, not printed one by one
+        try:
+            for name, split_rows in wanted.items():
+                start = len(graphs)
+                for r in sorted(int(x) for x in split_rows):
+                    smiles, gap = values[r]
+                    mol = chem.MolFromSmiles(smiles)
+                    if mol is None:
+                        skipped.append(r)
+                        continue
+                    num_atoms, edge_index = mol_item(mol)
+                    graphs.append(molecule_graph(num_atoms, edge_index, atomic_numbers(mol), float(gap)))
+                    rows.append(r)
+                index[name] = np.arange(start, len(graphs), dtype=np.int64)
+        finally:
+            RDLogger.EnableLog("rdApp.*")
+        notes = []
+        if skipped:
+            notes.append(
+                f"{self.name}: skipped {len(skipped)} SMILES rdkit could not parse (rows {first_items(skipped)})"
+            )
+        return MoleculeSet(graphs, index, np.array(rows, dtype=np.int64), skipped, notes, True, "HOMO-LUMO gap (eV)")
+
+    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
+        folder, split = self.split_dict(root)
         n_train = self.sizes[0] if n_train is None else n_train
         n_val = self.sizes[1] if n_val is None else n_val
         n_train, n_val = split_counts(self.name, split["train"].size, split["valid"].size, n_train, n_val)

@@ -1,0 +1,147 @@
+"""The frozen model of a finished alignment run, applied to any graphs: GAPE, graph alignment positional encodings.
+
+Each graph goes through the run's model alone (the siamese twin is not needed): its node embeddings
+``X [num_nodes, d]`` are the encoding. Built-in models normalise per graph, so a graph's encoding never depends
+on the other graphs of a batch, and they are permutation-equivariant: relabelling a graph permutes its rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from engine.errors import GaptuiError, did_you_mean
+from engine.graphs import Graph
+
+#: Nodes embedded per forward pass (bounds memory; a batch never splits a graph).
+BATCH_NODES = 32768
+
+
+def resolve_run(ref: str, runs_dir: Path | None) -> Path:
+    """The folder of run ``ref``: a path to a run folder, else a run id or unique id prefix under ``runs_dir``."""
+    as_path = Path(ref).expanduser()
+    if (as_path / "spec.json").is_file():
+        return as_path.resolve()
+    if runs_dir is None or not Path(runs_dir).is_dir():
+        raise GaptuiError(f"run '{ref}': not a run folder, and there is no runs folder {runs_dir} to look it up in")
+    runs = sorted(p.name for p in Path(runs_dir).iterdir() if (p / "spec.json").is_file())
+    matches = [r for r in runs if r.startswith(ref)]
+    if len(matches) == 1:
+        return (Path(runs_dir) / matches[0]).resolve()
+    if not matches:
+        raise GaptuiError(f"no run '{ref}' in {runs_dir}{did_you_mean(ref, runs)}")
+    raise GaptuiError(f"run id '{ref}' is ambiguous in {runs_dir}: {', '.join(matches[:5])}")
+
+
+@dataclass
+class FrozenEmbedder:
+    """A trained alignment model in eval mode with gradients off, and what it needs to be fed."""
+
+    run: str  # the run's full spec hash
+    run_dir: Path
+    model: nn.Module
+    features: str
+    out_dim: int
+    device: torch.device
+
+    @torch.no_grad()
+    def embed(self, num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray) -> np.ndarray:
+        """Embeddings of a list of graphs given as flat arrays, float32 ``[sum(num_nodes), out_dim]``.
+
+        ``num_nodes [G]``; ``edge_index [2, E]`` local node ids per graph, both directions of each edge; graph
+        ``g``'s edges are columns ``edge_ptr[g]:edge_ptr[g + 1]``. Rows follow the graphs in order.
+        """
+        from engine.training import node_features
+
+        num_nodes = np.asarray(num_nodes, dtype=np.int64)
+        node_ptr = np.concatenate([[0], np.cumsum(num_nodes)]).astype(np.int64)
+        out = np.zeros((int(node_ptr[-1]), self.out_dim), dtype=np.float32)
+        g = 0
+        while g < num_nodes.size:
+            # Whole graphs until the node budget is reached (at least one graph per pass).
+            stop = max(int(np.searchsorted(node_ptr, node_ptr[g] + BATCH_NODES, side="right")) - 1, g + 1)
+            stop = min(stop, num_nodes.size)
+            lo, hi = int(node_ptr[g]), int(node_ptr[stop])
+            e_lo, e_hi = int(edge_ptr[g]), int(edge_ptr[stop])
+            shift = np.repeat(node_ptr[g:stop] - lo, np.diff(edge_ptr[g : stop + 1]))
+            ei = torch.as_tensor(edge_index[:, e_lo:e_hi] + shift, device=self.device)
+            batch = torch.as_tensor(np.repeat(np.arange(stop - g), num_nodes[g:stop]), device=self.device)
+            x = node_features(self.features, ei, hi - lo)
+            out[lo:hi] = self.model(x, ei, batch).float().cpu().numpy()
+            g = stop
+        return out
+
+    def embed_graphs(self, graphs: list[Graph]) -> np.ndarray:
+        """Embeddings of ``graphs``, stacked in order: float32 ``[sum(num_nodes), out_dim]``."""
+        edge_index = [g.edge_index() for g in graphs]
+        edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for e in edge_index])]).astype(np.int64)
+        flat = np.concatenate(edge_index, axis=1) if edge_index else np.zeros((2, 0), np.int64)
+        return self.embed(np.array([g.num_nodes for g in graphs], dtype=np.int64), flat, edge_ptr)
+
+
+def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbedder:
+    """The model of the finished alignment run in ``run_dir``, frozen.
+
+    Rebuilt exactly as the worker built it (same name, dimensions, budget and options) and loaded from
+    ``checkpoint.pt``; refuses runs that are not done, the training-free baseline and checkpoints of another spec.
+    """
+    from engine import models
+    from engine.spec import RunSpec
+
+    run_dir = Path(run_dir)
+    spec = RunSpec.from_file(run_dir / "spec.json")
+    try:
+        result = json.loads((run_dir / "result.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        result = {}
+    if result.get("status") != "done":
+        raise GaptuiError(f"run {run_dir.name} has not finished (status: {result.get('status', 'no result yet')})")
+    if spec.model == "laplacian":
+        raise GaptuiError(
+            f"run {run_dir.name} is the training-free Laplacian baseline: there is no model to embed with"
+        )
+    ckpt_path = run_dir / "checkpoint.pt"
+    if not ckpt_path.is_file():
+        raise GaptuiError(f"run {run_dir.name} has no checkpoint.pt to take the model from")
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    if ckpt.get("run") != spec.hash():
+        raise GaptuiError(f"{ckpt_path} belongs to another run spec than {run_dir / 'spec.json'}")
+    with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's stream alone
+        model = models.build(
+            spec.model, out_dim=ckpt["out_dim"], budget=spec.budget, in_dim=ckpt["in_dim"], **spec.model_kwargs
+        )
+    model.load_state_dict(ckpt["model"])
+    device = torch.device(device)
+    model.to(device).eval().requires_grad_(False)
+    return FrozenEmbedder(spec.hash(), run_dir, model, str(ckpt["features"]), int(ckpt["out_dim"]), device)
+
+
+def write_embeddings(
+    out: Path, num_nodes: np.ndarray, pe: np.ndarray, skipped: np.ndarray, run: str, *, force: bool = False
+) -> Path:
+    """Write the ``.npz`` of ``gaptui gape embed`` (format in the README); an existing file needs ``force``."""
+    out = Path(out)
+    if out.suffix != ".npz":
+        raise GaptuiError(f"--out {out}: expected a file name ending in .npz")
+    if out.exists() and not force:
+        raise GaptuiError(f"--out {out} exists; choose another name or pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
+    try:
+        np.savez_compressed(
+            tmp,
+            num_nodes=np.asarray(num_nodes, dtype=np.int64),
+            pe=np.asarray(pe, dtype=np.float32),
+            skipped=np.asarray(skipped, dtype=np.int64),
+            run=np.array(run),
+        )
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

@@ -1,0 +1,121 @@
+"""GapeSpec: one downstream run of GAPE (a molecule dataset, a positional encoding, a transformer, a seed).
+
+Defaults follow seed 000, Table F.6 (AQSOL column): 12 layers, 8 heads, dropout 0.1, max lr 5e-4, weight decay
+1e-4, batch 512, one-cycle schedule with 75 warm-up steps, about 195k parameters. The ``gape`` preset sets
+the ZINC and PCQM4Mv2 columns per dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.gape.data import MoleculeSpec
+from engine.gape.pe import PESpec, parse_pe
+from engine.typed import parse_dataclass
+
+#: Fields that say where or how a run executes, not what it computes: left out of the hash.
+PLACEMENT = ("device", "datasets_dir", "data_root", "runs_dir")
+
+
+@dataclass(frozen=True)
+class GapeSpec:
+    """One downstream regression run. ``dataset`` is a molecule dataset ``{base, params, seed}``; ``pe`` a
+    positional encoding name (:func:`engine.gape.pe.parse_pe`); ``seed`` seeds training (initialisation, batch
+    order, ``r-lap`` flips)."""
+
+    dataset: dict[str, Any]
+    pe: str = "none"
+    task: str = "gape"
+    lap_k: int = 8
+    rwpe_steps: int = 20
+    layers: int = 12
+    heads: int = 8
+    dropout: float = 0.1
+    budget: int = 195_000
+    epochs: int = 100
+    batch_size: int = 512
+    lr: float = 5e-4
+    warmup_steps: int = 75
+    weight_decay: float = 1e-4
+    eval_every: int = 1
+    seed: int = 0
+    device: str = "auto"
+    datasets_dir: str | None = None
+    data_root: str | None = None
+    runs_dir: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "gape spec") -> GapeSpec:
+        spec = parse_dataclass(cls, raw, where)
+        spec.validate(where)
+        return spec
+
+    @classmethod
+    def from_file(cls, path: Path) -> GapeSpec:
+        try:
+            raw = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise GaptuiError(f"gape spec {path}: file not found") from None
+        except json.JSONDecodeError as exc:
+            raise GaptuiError(f"gape spec {path}: not valid JSON ({exc})") from None
+        return cls.from_dict(raw, where=f"gape spec {path}")
+
+    def molecule_spec(self) -> MoleculeSpec:
+        return MoleculeSpec.from_dict(self.dataset, "dataset")
+
+    def pe_spec(self) -> PESpec:
+        return parse_pe(self.pe)
+
+    def validate(self, where: str = "gape spec") -> None:
+        if self.task != "gape":
+            raise GaptuiError(f"{where}: task '{self.task}' is not gape")
+        self.molecule_spec().canonical()
+        self.pe_spec()
+        for key, low in (
+            ("lap_k", 1),
+            ("rwpe_steps", 1),
+            ("layers", 1),
+            ("heads", 1),
+            ("budget", 1),
+            ("epochs", 1),
+            ("batch_size", 1),
+            ("eval_every", 1),
+            ("warmup_steps", 0),
+        ):
+            if getattr(self, key) < low:
+                raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
+        if not 0 <= self.dropout < 1:
+            raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
+        if not self.lr > 0 or self.weight_decay < 0:
+            raise GaptuiError(f"{where}: lr must be > 0 and weight_decay >= 0 (got {self.lr}, {self.weight_decay})")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def canonical(self) -> dict[str, Any]:
+        """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,
+        so ``none`` with ``lap_k = 4`` and with ``lap_k = 8`` are one run."""
+        out = {k: v for k, v in self.to_dict().items() if k not in PLACEMENT}
+        out["dataset"] = self.molecule_spec().canonical()
+        pe = self.pe_spec()
+        out["pe"] = pe.name
+        if pe.kind not in ("lap", "abs-lap", "r-lap"):
+            out.pop("lap_k")
+        if pe.kind not in ("rwpe", "gape+rwpe"):
+            out.pop("rwpe_steps")
+        return out
+
+    def hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def replace(self, **changes: Any) -> GapeSpec:
+        return dataclasses.replace(self, **changes)
