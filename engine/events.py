@@ -27,6 +27,12 @@ and, by kind:
   exit 3; ``crash``: anything else, exit 1).
 
 Accuracies are shares in [0, 1] of all validation nodes (pooled over pairs).
+
+Downstream GAPE runs (:mod:`engine.gape.train`) use the same kinds: ``start`` adds ``pe`` (the positional encoding)
+with ``model`` = ``transformer``; ``epoch`` has ``val_mae`` (null when not evaluated) and ``val_acc`` absent;
+``eval`` has ``val_mae``, ``test_mae`` (when the dataset has a test split) and ``train_loss``, all mean absolute
+errors in the target's units; ``done``'s ``metrics`` add ``best_val_mae``, ``best_epoch`` and
+``test_mae_at_best``.
 """
 
 from __future__ import annotations

@@ -396,11 +396,12 @@ def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, A
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_properties
+    from gaptui import commands_analysis, commands_gape, commands_manager, commands_properties
 
     commands_manager.register(app)
     commands_analysis.register(app)
     commands_properties.register(app)
+    commands_gape.register(app)
 
 
 _register_commands()

@@ -12,7 +12,6 @@ dataset; concurrent builders keep one copy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,23 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from engine.datasets import content_digest, seeded_rng
 from engine.errors import GaptuiError
 from engine.graphs import Graph
 from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params
 
 #: Bump when the way molecules are read changes: old cache entries are then never confused with new ones.
 FORMAT_VERSION = 1
-
-
-def digest(obj: Any) -> str:
-    """SHA-256 of the canonical JSON of ``obj``."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def seeded_rng(seed: int, key: Any) -> np.random.Generator:
-    """A generator keyed by ``seed`` and the content of ``key``."""
-    words = [int(digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
 
 
 def molecule_source(base: str) -> type[MoleculeSource]:
@@ -79,7 +68,7 @@ class MoleculeSpec:
 
 
 def molecule_id(canonical: dict[str, Any]) -> str:
-    return f"mol-{canonical['base']}-{digest(canonical)[:12]}"
+    return f"mol-{canonical['base']}-{content_digest(canonical)[:12]}"
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,55 @@ def write_embeddings(
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+@dataclass
+class SourceEmbedding:
+    """What ``gaptui gape embed`` writes: per-graph node counts in source order, the stacked embeddings, the
+    source rows left out, and the run."""
+
+    num_nodes: np.ndarray
+    pe: np.ndarray
+    skipped: np.ndarray
+    run: str
+    notes: list[str]
+
+
+def embed_source(
+    frozen: FrozenEmbedder,
+    base: str,
+    params: dict[str, str],
+    *,
+    seed: int,
+    datasets_dir: Path,
+    raw_root: Path | None,
+) -> SourceEmbedding:
+    """Embed every graph of source ``base``.
+
+    Molecule sources give all their molecules (every split) in source row order, with the rows they could not
+    read as ``skipped``; other sources give their train then validation graphs at their default sizes, drawn
+    from ``seed`` as an alignment dataset of that seed would draw them.
+    """
+    from engine.gape.data import MoleculeSpec, build_molecules
+    from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params
+
+    cls = SOURCES.get(base)
+    if isinstance(cls, type) and issubclass(cls, MoleculeSource):
+        data, _ = build_molecules(MoleculeSpec(base, dict(params), seed), datasets_dir, raw_root)
+        order = np.argsort(data.arrays["rows"], kind="stable")
+        graphs = data.graphs()
+        graphs = [graphs[int(i)] for i in order]
+        skipped = data.arrays["skipped"]
+        notes = list(data.meta.get("notes", []))
+    else:
+        from engine.datasets import FORMAT_VERSION, seeded_rng
+
+        source = cls(parse_params(cls, params))
+        key = {"format": FORMAT_VERSION, "base": cls.name, "params": params_dict(source.params)}
+        key.update({"n_train": cls.sizes[0], "n_val": cls.sizes[1]})
+        splits = source.load(None, None, seeded_rng(seed, key), data_root(raw_root))
+        graphs = splits.train + splits.val
+        skipped = np.zeros(0, dtype=np.int64)
+        notes = [n for n in [splits.report.summary(), *splits.report.notes] if n]
+    num_nodes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+    return SourceEmbedding(num_nodes, frozen.embed_graphs(graphs), np.asarray(skipped, np.int64), frozen.run, notes)

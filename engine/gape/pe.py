@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from engine.errors import GaptuiError
-from engine.gape.data import MoleculeData, atomic_build, digest
+from engine.datasets import content_digest
+from engine.gape.data import MoleculeData, atomic_build
 
 #: Bump when an encoding's computation changes.
 PE_FORMAT = 1
@@ -149,7 +150,7 @@ def _cached_part(
 ) -> np.ndarray:
     """The array of one encoding part, computed once per (molecule dataset, part) and cached atomically."""
     canonical = {"format": PE_FORMAT, "molecules": data.id, **key}
-    final = Path(datasets_dir) / "pe" / data.id / f"{key['part']}-{digest(canonical)[:12]}"
+    final = Path(datasets_dir) / "pe" / data.id / f"{key['part']}-{content_digest(canonical)[:12]}"
     if not (final / "meta.json").exists():
         started = time.perf_counter()
         values = np.ascontiguousarray(compute(), dtype=np.float32)
@@ -183,7 +184,7 @@ def encoding(data: MoleculeData, pe: PESpec, datasets_dir: Path, options: Encodi
         return Encoding(np.zeros((total, 0), dtype=np.float32))
     parts: list[np.ndarray] = []
     if pe.kind in ("lap", "abs-lap", "r-lap"):
-        seed = int(digest({"lap": data.id})[:8], 16)
+        seed = int(content_digest({"lap": data.id})[:8], 16)
         lap = _cached_part(
             data, datasets_dir, {"part": "lap", "k": options.lap_k}, lambda: laplacian_pe(data, options.lap_k, seed)
         )
