@@ -339,3 +339,19 @@ def test_rings_are_counted_with_rwpe_and_gape_but_not_without_a_pe(pretrained: P
     assert maes["none"] >= 0.9 * constant
     assert maes["rwpe"] <= 0.3 * constant
     assert maes["gape"] <= 0.3 * constant
+
+
+def test_spec_identity_and_steps() -> None:
+    base = {"dataset": {"base": "ringmol"}, "device": "cpu"}
+    none = GapeSpec.from_dict({**base, "pe": "none", "lap_k": 4})
+    assert none.hash() == GapeSpec.from_dict({**base, "pe": "none", "lap_k": 8}).hash()  # lap_k unused by none
+    assert none.hash() == none.replace(device="cuda", datasets_dir="/elsewhere").hash()  # placement is not identity
+    assert (
+        GapeSpec.from_dict({**base, "pe": "lap", "lap_k": 4}).hash() != GapeSpec.from_dict({**base, "pe": "lap"}).hash()
+    )
+    # Table F.6 counts steps: 10,000 steps of batch 512 over AQSOL's 7,831 training molecules are 625 epochs.
+    assert GapeSpec.from_dict({**base, "steps": 10_000, "batch_size": 512}).epochs_for(7831) == 625
+    with pytest.raises(GaptuiError, match="gape spec: unknown key 'pes'"):
+        GapeSpec.from_dict({**base, "pes": "lap"})
+    with pytest.raises(GaptuiError, match="positional encoding 'lapx'"):
+        GapeSpec.from_dict({**base, "pe": "lapx"})

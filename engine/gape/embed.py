@@ -31,7 +31,8 @@ def resolve_run(ref: str, runs_dir: Path | None) -> Path:
     if runs_dir is None or not Path(runs_dir).is_dir():
         raise GaptuiError(f"run '{ref}': not a run folder, and there is no runs folder {runs_dir} to look it up in")
     runs = sorted(p.name for p in Path(runs_dir).iterdir() if (p / "spec.json").is_file())
-    matches = [r for r in runs if r.startswith(ref)]
+    # A run folder is named by the first 12 hex digits of the spec hash; a longer reference is a full hash.
+    matches = [r for r in runs if r.startswith(ref) or (len(ref) > len(r) and ref.startswith(r))]
     if len(matches) == 1:
         return (Path(runs_dir) / matches[0]).resolve()
     if not matches:

@@ -39,6 +39,8 @@ class GapeSpec:
     dropout: float = 0.1
     budget: int = 195_000
     epochs: int = 100
+    #: Total optimiser steps (Table F.6 counts steps); when set, the epochs are as many as these steps need.
+    steps: int | None = None
     batch_size: int = 512
     lr: float = 5e-4
     warmup_steps: int = 75
@@ -90,6 +92,8 @@ class GapeSpec:
         ):
             if getattr(self, key) < low:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
+        if self.steps is not None and self.steps < 1:
+            raise GaptuiError(f"{where}: steps = {self.steps} must be >= 1")
         if not 0 <= self.dropout < 1:
             raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
         if not self.lr > 0 or self.weight_decay < 0:
@@ -111,11 +115,19 @@ class GapeSpec:
             out.pop("lap_k")
         if pe.kind not in ("rwpe", "gape+rwpe"):
             out.pop("rwpe_steps")
+        if self.steps is not None:
+            out.pop("epochs")  # derived from the steps
         return out
 
     def hash(self) -> str:
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def epochs_for(self, n_train: int) -> int:
+        """Epochs of the run: :attr:`epochs`, or as many as :attr:`steps` optimiser steps need over ``n_train``."""
+        if self.steps is None:
+            return self.epochs
+        return -(-self.steps // -(-n_train // self.batch_size))
 
     def replace(self, **changes: Any) -> GapeSpec:
         return dataclasses.replace(self, **changes)

@@ -139,7 +139,8 @@ def run_gape(
     tensors = MoleculeTensors(data, enc, device, mean, std)
     n_train = len(splits["train"])
     steps_per_epoch = -(-n_train // spec.batch_size)
-    opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, spec.epochs * steps_per_epoch, spec.warmup_steps)
+    epochs = spec.epochs_for(n_train)
+    opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, epochs * steps_per_epoch, spec.warmup_steps)
     epoch, step = 0, 0
     metrics: dict[str, float] = {}
     best = {"best_val_mae": math.inf, "best_epoch": 0}
@@ -181,7 +182,7 @@ def run_gape(
         device=str(device),
         n_train=n_train,
         n_val=len(splits["val"]),
-        epochs=spec.epochs,
+        epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         resumed_from=resumed_from,
         pid=os.getpid(),
@@ -189,7 +190,7 @@ def run_gape(
     )
     log(f"transformer: {params} parameters, width {model.width}, ff {model.ff}; PE {spec.pe} ({enc.dim} dims)")
     model.train()
-    while epoch < spec.epochs:
+    while epoch < epochs:
         t0 = time.perf_counter()
         order = splits["train"][epoch_order(spec.seed, epoch + 1, n_train)]
         flips = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch + 1) if enc.flip else None
@@ -213,7 +214,7 @@ def run_gape(
         train_loss = loss_sum / n_train * std
         seconds = time.perf_counter() - t0
         val_mae = None
-        if epoch % spec.eval_every == 0 or epoch == spec.epochs:
+        if epoch % spec.eval_every == 0 or epoch == epochs:
             t1 = time.perf_counter()
             val_mae = mae(model, tensors, splits["val"], spec.batch_size, std)
             metrics = {"val_mae": val_mae, "train_loss": train_loss}
@@ -228,10 +229,10 @@ def run_gape(
         lr = opt.param_groups[0]["lr"]
         emit("epoch", epoch=epoch, step=step, train_loss=train_loss, lr=lr, seconds=round(seconds, 4), val_mae=val_mae)
         shown = f" val MAE {val_mae:.4f}" if val_mae is not None else ""
-        log(f"epoch {epoch}/{spec.epochs} train MAE {train_loss:.4f}{shown} lr {lr:.2e} {seconds:.2f}s")
-        if should_stop() and epoch < spec.epochs:
+        log(f"epoch {epoch}/{epochs} train MAE {train_loss:.4f}{shown} lr {lr:.2e} {seconds:.2f}s")
+        if should_stop() and epoch < epochs:
             return {"status": "cancelled", "epoch": epoch, "step": step, **fields}
     metrics = {**metrics, **best}
     emit("done", metrics=metrics, params=params, seconds=round(time.perf_counter() - started, 3))
     log(f"done: val MAE {metrics['val_mae']:.4f}")
-    return {"status": "done", "metrics": metrics, "epochs": spec.epochs, **fields}
+    return {"status": "done", "metrics": metrics, "epochs": epochs, **fields}
