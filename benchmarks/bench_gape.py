@@ -80,7 +80,7 @@ def main() -> None:
         budget=195_218, num_atom_types=data.num_atom_types, pe_dim=8, layers=12, heads=8, dropout=0.1
     )
     tensors = MoleculeTensors(data, enc, torch.device("cpu"), 0.0, 1.0)
-    opt, sched = make_optimiser(net, 5e-4, 1e-4, args.steps + 2, 1)
+    opt, sched = make_optimiser(net, 5e-4, 1e-4, args.steps + 4, 2)
     gen = torch.Generator().manual_seed(0)
 
     def step() -> None:
