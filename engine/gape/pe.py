@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.errors import GaptuiError
 from engine.datasets import content_digest
+from engine.errors import GaptuiError
 from engine.gape.data import MoleculeData, atomic_build
 
 #: Bump when an encoding's computation changes.
