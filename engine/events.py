@@ -57,13 +57,28 @@ EXIT_CANCELLED = 143
 
 
 class EventWriter:
-    """Appends events to ``events.jsonl`` (flushed per line) and echoes them to ``stdout``."""
+    """Appends events to ``events.jsonl`` (flushed per line) and echoes them to ``stdout``.
+
+    A file whose last line was torn by a killed writer gets a newline first, so the torn fragment stays one bad
+    line (which readers skip) instead of swallowing the next event. When the echo's reader goes away (broken
+    pipe), echoing stops quietly and the file goes on.
+    """
 
     def __init__(self, path: Path, echo: TextIO | None = sys.stdout) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the writer
+        self._fh = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - lives as long as the writer
+        if self._fh.tell() > 0:
+            self._fh.seek(-1, os.SEEK_END)
+            if self._fh.read(1) != b"\n":
+                self._fh.write(b"\n")
         self._echo = echo
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def emit(self, name: str, /, **fields: Any) -> dict[str, Any]:
         """Write event ``name`` (one of :data:`KINDS`) with ``fields``; returns the event as written."""
@@ -71,14 +86,26 @@ class EventWriter:
             raise ValueError(f"unknown event kind {name!r}")
         event = {"v": SCHEMA_VERSION, "event": name, "t": time.time(), **fields}
         line = json.dumps(event, default=_jsonable)
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        self._fh.write((line + "\n").encode())
         if name in ("done", "cancelled", "error"):
             os.fsync(self._fh.fileno())
         if self._echo is not None:
-            self._echo.write(line + "\n")
-            self._echo.flush()
+            try:
+                self._echo.write(line + "\n")
+                self._echo.flush()
+            except BrokenPipeError:
+                self._silence_echo()
         return event
+
+    def _silence_echo(self) -> None:
+        # Point the echo's descriptor at /dev/null so that the interpreter's final flush cannot fail either.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._echo.fileno())  # type: ignore[union-attr]
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        self._echo = None
 
     def close(self) -> None:
         self._fh.close()
@@ -105,9 +132,9 @@ def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
     for raw in data[:end].splitlines():
         try:
             event = json.loads(raw)
-        except json.JSONDecodeError:
+        except ValueError:  # a torn or garbled line (also invalid UTF-8): skipped
             continue
-        if isinstance(event, dict) and int(event.get("v", 0)) <= SCHEMA_VERSION:
+        if isinstance(event, dict) and isinstance(event.get("v", 0), int) and event.get("v", 0) <= SCHEMA_VERSION:
             events.append(event)
     return events, offset + end
 

@@ -4,15 +4,19 @@ Reads a :class:`~engine.spec.RunSpec`, builds (or finds) its dataset, trains and
 ``RUN_DIR``: ``spec.json``, ``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt``,
 ``checkpoint.pt`` (readable with ``torch.load(..., weights_only=True)``) and ``result.json``.
 
-SIGTERM (or SIGINT) stops at the next batch boundary: the checkpoint is saved with the exact position in the
-epoch, a ``cancelled`` event is written and the worker exits with status 143. Starting the worker again on the
-same ``RUN_DIR`` resumes from that checkpoint; a finished run is not redone.
+SIGTERM (or SIGINT, SIGHUP) stops at the next batch boundary: the checkpoint is saved with the exact position in
+the epoch, a ``cancelled`` event is written and the worker exits with status 143. Starting the worker again on
+the same ``RUN_DIR`` resumes from that checkpoint; a finished run is not redone.
+
+One worker owns a run folder at a time (``worker.lock``); a folder that holds another run's ``spec.json`` is
+refused. Each checkpoint is written with its size and SHA-256 (``checkpoint.json``) and the previous one is kept
+as ``checkpoint.prev.pt``: a checkpoint that fails its check is moved aside (``*.corrupt-<time>``) and the run
+resumes from the previous one, or from the start when there is none.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import signal
@@ -25,19 +29,45 @@ from typing import Any, TextIO
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
+from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
 from engine.spec import RunSpec
 
 CHECKPOINT_FORMAT = 1
+#: Files of a run folder, by role (the worker's whole on-disk interface).
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+LOCK = "worker.lock"
+#: Every file a worker writes into its run folder (what ``train --out --force`` may replace).
+RUN_FILES = (
+    "spec.json",
+    "events.jsonl",
+    "log.txt",
+    "stderr.txt",
+    "result.json",
+    CHECKPOINT,
+    "checkpoint.json",
+    PREVIOUS_CHECKPOINT,
+    "checkpoint.prev.json",
+    LOCK,
+)
+#: Set (to anything) in a worker's environment to stop it, with a checkpoint, when its parent process dies.
+ENV_STOP_WITH_PARENT = "GAPTUI_STOP_WITH_PARENT"
+#: Temporary files a worker that was killed may leave; the next worker on the folder removes them.
+TEMPORARY = (".checkpoint.pt.tmp", ".result.json.tmp", ".spec.json.tmp")
 
 
 class _Stop:
-    """Set by SIGTERM / SIGINT; the training loop polls it between batches."""
+    """Set by SIGTERM / SIGINT / SIGHUP, or by the death of the parent when it asked for that (a foreground
+    ``gaptui train`` killed outright); the training loop polls it between batches."""
 
     def __init__(self) -> None:
         self.requested = False
         self.signal: int | None = None
+        self.parent = os.getppid() if os.environ.get(ENV_STOP_WITH_PARENT) else None
 
     def __call__(self) -> bool:
+        if self.parent is not None and os.getppid() != self.parent:
+            self.requested = True
         return self.requested
 
     def install(self) -> None:
@@ -45,8 +75,8 @@ class _Stop:
             self.requested = True
             self.signal = signum
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, handler)
 
 
 def versions() -> dict[str, str]:
@@ -89,12 +119,97 @@ def default_datasets_dir() -> Path:
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write_json(path, obj, indent=2, sort_keys=True)
+
+
+def check_run_folder(out: Path, spec: RunSpec) -> None:
+    """Refuse a run folder that is a file or holds another run's ``spec.json`` (never overwrite another run)."""
+    if out.exists() and not out.is_dir():
+        raise GaptuiError(f"run folder {out} exists and is a file, not a folder")
+    existing = out / "spec.json"
+    if not existing.exists():
+        return
+    raw = read_json(existing)
+    try:
+        other = RunSpec.from_dict(raw, where=str(existing)) if isinstance(raw, dict) else None
+    except GaptuiError:
+        other = None
+    if other is None:
+        raise GaptuiError(f"{existing} is not a readable run spec; choose another run folder")
+    if other.hash() != spec.hash():
+        raise GaptuiError(
+            f"run folder {out} holds another run ({other.hash()[:12]}: {other.model} on {other.dataset['base']}); "
+            "choose another folder (or pass --force to replace it)"
+        )
+
+
+class Checkpoints:
+    """The run's checkpoint, its fingerprint and the previous one; loading falls back past corrupt files."""
+
+    def __init__(self, out: Path, log: Any) -> None:
+        self.path = out / CHECKPOINT
+        self.previous = out / PREVIOUS_CHECKPOINT
+        self.log = log
+
+    @staticmethod
+    def sums(path: Path) -> Path:
+        return path.with_suffix(".json")
+
+    def save(self, payload: dict[str, Any]) -> None:
+        """Write ``payload`` with ``torch.save``; the current checkpoint becomes the previous one."""
+        import torch
+
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        torch.save(payload, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        sums = fingerprint(tmp)
+        # The order keeps one consistent (file, fingerprint) pair at every instant: a file without its
+        # fingerprint is checked by loading it instead.
+        if self.path.exists():
+            if self.sums(self.path).exists():
+                os.replace(self.sums(self.path), self.sums(self.previous))
+            else:
+                self.sums(self.previous).unlink(missing_ok=True)
+            os.replace(self.path, self.previous)
+        os.replace(tmp, self.path)
+        _atomic_json(self.sums(self.path), sums)
+
+    def load(self, device: Any) -> dict[str, Any] | None:
+        """The newest checkpoint that passes its check, or None; corrupt ones are moved aside with a log line."""
+        for path in (self.path, self.previous):
+            ckpt = self._load_checked(path, device)
+            if ckpt is not None:
+                if path == self.previous:
+                    self.log(f"resuming from the previous checkpoint {path.name}")
+                return ckpt
+        return None
+
+    def _load_checked(self, path: Path, device: Any) -> dict[str, Any] | None:
+        import torch
+
+        if not path.exists():
+            return None
+        expected = read_json(self.sums(path))
+        problem = mismatch(path, expected) if isinstance(expected, dict) else ""
+        ckpt = None
+        if not problem:
+            try:
+                ckpt = torch.load(path, map_location=device, weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
+                problem = f"unreadable ({type(exc).__name__})"
+            else:
+                if not isinstance(ckpt, dict) or "state" not in ckpt:
+                    problem, ckpt = "not a gaptui checkpoint", None
+        if problem:
+            aside = move_aside(path)
+            if self.sums(path).exists():
+                os.replace(self.sums(path), aside.with_name(aside.name + ".json"))
+            message = f"checkpoint {path} is corrupt ({problem}); moved aside to {aside.name}"
+            self.log(f"warning: {message}")
+            print(f"warning: {message}", file=sys.stderr)
+            return None
+        return ckpt
 
 
 class Run:
@@ -153,6 +268,7 @@ class Run:
     # ------------------------------------------------------------------------------------------------ runs
 
     def run(self) -> int:
+        self.spec.check_memory()
         dataset = self.dataset()
         if self.spec.model == "laplacian":
             return self.run_laplacian(dataset)
@@ -180,17 +296,18 @@ class Run:
             pid=os.getpid(),
         )
         t0 = time.perf_counter()
-        scores = laplacian_scores(val, k=k, ks=self.spec.topk)
-        metrics = metrics_of(scores, float("nan"))
-        metrics.pop("val_loss")
-        self.events.emit("eval", epoch=0, seconds=round(time.perf_counter() - t0, 3), **metrics)
-        self.log(f"laplacian baseline (k={k}): val LAP accuracy {metrics['val_lap_acc']:.4f}")
+        metrics: dict[str, float] = {}
+        if len(val):  # without validation pairs there is no metric: it stays missing, never a 0 % score
+            scores = laplacian_scores(val, k=k, ks=self.spec.topk)
+            metrics = metrics_of(scores, float("nan"))
+            metrics.pop("val_loss")
+            self.events.emit("eval", epoch=0, seconds=round(time.perf_counter() - t0, 3), **metrics)
+        self.log(f"laplacian baseline (k={k}): val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         self.result("done", dataset=dataset.id, model="laplacian", params=0, width=k, epochs=0, metrics=metrics)
         self.events.emit("done", metrics=metrics, params=0, seconds=round(time.perf_counter() - self.started, 3))
         return EXIT_OK
 
     def run_training(self, dataset: Any) -> int:
-        import torch
 
         from engine import models
         from engine.evaluation import LapEvaluator
@@ -225,11 +342,11 @@ class Run:
         state = TrainState()
         metrics: dict[str, float] = {}
         resumed_from = None
-        ckpt_path = self.out / "checkpoint.pt"
-        if ckpt_path.exists():
-            ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
+        checkpoints = Checkpoints(self.out, self.log)
+        ckpt = checkpoints.load(device)
+        if ckpt is not None:
             if ckpt.get("run") != spec.hash():
-                raise GaptuiError(f"{ckpt_path} belongs to another run spec; use a fresh --out folder")
+                raise GaptuiError(f"{checkpoints.path} belongs to another run spec; use a fresh --out folder")
             model.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             sched.load_state_dict(ckpt["scheduler"])
@@ -239,8 +356,7 @@ class Run:
             self.log(f"resuming from epoch {state.epoch}, batch {state.batch_in_epoch} (step {state.step})")
 
         def save_checkpoint() -> None:
-            tmp = ckpt_path.with_name(".checkpoint.pt.tmp")
-            torch.save(
+            checkpoints.save(
                 {
                     "format": CHECKPOINT_FORMAT,
                     "run": spec.hash(),
@@ -255,10 +371,8 @@ class Run:
                     "model": model.state_dict(),
                     "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(),
-                },
-                tmp,
+                }
             )
-            os.replace(tmp, ckpt_path)
 
         width = int(getattr(model, "width", 0) or 0)
         self.events.emit(
@@ -277,6 +391,7 @@ class Run:
             pid=os.getpid(),
         )
         self.log(f"model {spec.model}: {params} parameters, width {width}, device {device}")
+        train_loss = float("nan")
         with LapEvaluator(ks=spec.topk) as evaluator:
             while state.epoch < spec.epochs:
                 t0 = time.perf_counter()
@@ -305,7 +420,8 @@ class Run:
                 train_loss = state.loss_sum / max(state.loss_nodes, 1)
                 seconds = time.perf_counter() - t0
                 val_acc = None
-                if epoch % spec.eval_every == 0 or epoch == spec.epochs:
+                # Without validation pairs there is no metric: it stays missing (never a 0 % that could rank).
+                if len(val) and (epoch % spec.eval_every == 0 or epoch == spec.epochs):
                     t1 = time.perf_counter()
                     scores, val_loss = evaluate(model, val, spec.batch_size, evaluator, spec.features)
                     metrics = {**metrics_of(scores, val_loss), "train_loss": train_loss}
@@ -327,7 +443,7 @@ class Run:
                 self.log(f"epoch {epoch}/{spec.epochs} loss {train_loss:.4f}{acc} lr {lr:.2e} {seconds:.2f}s")
                 if self.stop():
                     return self.cancel(save_checkpoint, state)
-        metrics["train_loss"] = metrics.get("train_loss", float("nan"))
+        metrics.setdefault("train_loss", train_loss)
         self.result(
             "done",
             dataset=dataset.id,
@@ -356,17 +472,50 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     stop = _Stop()
     stop.install()
+    try:
+        if out.exists() and not out.is_dir():
+            raise GaptuiError(f"run folder {out} exists and is a file, not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+    except GaptuiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        from engine.files import describe_os_error
+
+        print(f"error: {describe_os_error(exc, 'creating the run folder')}", file=sys.stderr)
+        return EXIT_INPUT
+    lock = FileLock(out / LOCK, f"worker of {out}")
+    if not lock.acquire():
+        # Another worker trains this folder: touch nothing (not even its events).
+        print(f"error: run folder {out} is in use by {lock.current_holder()}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        return _run_locked(args, out, stop)
+    finally:
+        lock.release()
+
+
+def _run_locked(args: argparse.Namespace, out: Path, stop: _Stop) -> int:
+    own_spec = out / "spec.json"
+    try:
+        spec = RunSpec.from_file(args.spec)
+        check_run_folder(out, spec)
+    except GaptuiError as exc:
+        if not own_spec.exists() or args.spec.resolve() == own_spec.resolve():
+            with EventWriter(out / "events.jsonl", echo=None) as events:
+                events.emit("error", message=str(exc), kind="input")
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    for name in TEMPORARY:
+        (out / name).unlink(missing_ok=True)
     events = EventWriter(out / "events.jsonl", echo=None if args.quiet else sys.stdout)
     with open(out / "log.txt", "a") as log:
         try:
-            spec = RunSpec.from_file(args.spec)
-            if args.spec.resolve() != (out / "spec.json").resolve():
-                _atomic_json(out / "spec.json", spec.to_dict())
-            done = _finished(out, spec)
-            if done:
+            if args.spec.resolve() != own_spec.resolve():
+                _atomic_json(own_spec, spec.to_dict())
+            if _finished(out, spec):
                 log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} already done; nothing to do\n")
                 return EXIT_OK
             return Run(spec, out, events, log, stop).run()
@@ -386,8 +535,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _finished(out: Path, spec: RunSpec) -> bool:
-    try:
-        result = json.loads((out / "result.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
-    return result.get("status") == "done" and result.get("run") == spec.hash()
+    result = read_json(out / "result.json")
+    return isinstance(result, dict) and result.get("status") == "done" and result.get("run") == spec.hash()

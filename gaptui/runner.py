@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,11 +18,14 @@ def run_id(spec: RunSpec) -> str:
 
 
 def write_spec(spec: RunSpec, out: Path) -> Path:
+    """Write ``out/spec.json``; a folder holding another run's spec is refused before anything is written."""
+    from engine.files import atomic_write_json
+    from engine.worker import check_run_folder
+
+    check_run_folder(out, spec)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "spec.json"
-    tmp = out / ".spec.json.tmp"
-    tmp.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_json(path, spec.to_dict(), indent=2, sort_keys=True)
     return path
 
 

@@ -174,7 +174,10 @@ def test_worker_starts_quickly_enough_to_be_cancelled(tmp_path: Path) -> None:
     # SIGTERM during set-up (dataset build, model build) still ends the worker cleanly.
     out = tmp_path / "run"
     proc = _worker(_spec(tmp_path, epochs=200), out)
-    time.sleep(1.0)
+    # The lock file is taken right after the signal handlers are installed: from then on SIGTERM is handled.
+    deadline = time.monotonic() + 120
+    while not (out / "worker.lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert proc.returncode in (143, 0)
