@@ -2,12 +2,14 @@
 
 Layout of one cached dataset (``<datasets dir>/<id>/``)::
 
-    meta.json            spec, stats per split, normalisation report, build time
+    meta.json            spec, stats per split, normalisation report, build time, size + SHA-256 of each array
     train/<array>.npy    the arrays of :class:`engine.pairs.PairSplit` (six files)
     val/<array>.npy
 
 A build writes into a temporary sibling folder and renames it into place, so the cache never holds a
-half-written dataset.
+half-written dataset. Opening a cached dataset checks every array against its size and checksum; a dataset that
+fails (a truncated or altered file) is moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built
+again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GaptuiError
+from engine.files import fingerprint, mismatch, move_aside
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
 from engine.sources import SOURCES, data_root, params_dict, parse_params
@@ -56,6 +59,8 @@ class DatasetSpec:
         for flag, value in (("--train", n_train), ("--val", n_val)):
             if value is not None and value < 0:
                 raise GaptuiError(f"{flag} {value}: expected a count >= 0")
+        if int(self.seed) < 0:
+            raise GaptuiError(f"dataset seed {self.seed}: expected a seed >= 0")
         if n_train == 0:
             raise GaptuiError("--train 0: a dataset needs at least one training pair")
         return {
@@ -137,7 +142,12 @@ class Dataset:
     def split(self, name: str) -> PairSplit:
         if name not in SPLITS:
             raise GaptuiError(f"unknown split '{name}': expected one of {', '.join(SPLITS)}")
-        return PairSplit.load(self.path / name)
+        try:
+            return PairSplit.load(self.path / name)
+        except (ValueError, OSError, EOFError) as exc:
+            raise GaptuiError(
+                f"dataset {self.path}: cannot read {name}/ ({exc}); rebuild it with `gaptui datasets build --force`"
+            ) from None
 
 
 def build_dataset(
@@ -153,8 +163,13 @@ def build_dataset(
     datasets_dir = Path(datasets_dir)
     final = datasets_dir / ident
     if (final / "meta.json").exists() and not force:
-        return open_dataset(final), False
+        cached = _open_verified(final)
+        if cached is not None:
+            return cached, False
 
+    from engine.memory import check_fits
+
+    check_fits(canonical, what=f"dataset {ident}")
     started = time.perf_counter()
     source_cls = SOURCES.get(canonical["base"])
     source = source_cls(parse_params(source_cls, canonical["params"]))
@@ -172,6 +187,7 @@ def build_dataset(
             pairs, noise_stats = correlate(graphs, canonical["noise_model"], canonical["noise"], noise_rng)
             pairs.save(tmp / name)
             stats[name] = noise_stats.to_dict(pairs)
+        files = {f"{split}/{a}.npy": fingerprint(tmp / split / f"{a}.npy") for split in SPLITS for a in ARRAYS}
         meta = {
             "id": ident,
             "spec": canonical,
@@ -180,6 +196,7 @@ def build_dataset(
             "normalisation_note": splits.report.summary(),
             "build_seconds": round(time.perf_counter() - started, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files,
         }
         write_json(tmp / "meta.json", meta)
         if not publish_dir(tmp, final, force=force):
@@ -199,14 +216,55 @@ def write_json(path: Path, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
+def verify_dataset(dataset: Dataset) -> str:
+    """Why a cached dataset's arrays do not match what was written (``""`` when they do).
+
+    Datasets cached before checksums were recorded are checked by loading every array instead.
+    """
+    files = dataset.meta.get("files")
+    if isinstance(files, dict):
+        for name, expected in sorted(files.items()):
+            problem = mismatch(dataset.path / name, expected)
+            if problem:
+                return f"{name}: {problem}"
+        return ""
+    for split in SPLITS:
+        try:
+            dataset.split(split)
+        except (ValueError, OSError, EOFError) as exc:
+            return f"{split}/: {exc}"
+    return ""
+
+
+def _open_verified(path: Path) -> Dataset | None:
+    """The cached dataset at ``path``; None (after moving it aside with a warning) when it is corrupt."""
+    import sys
+
+    try:
+        dataset = open_dataset(path)
+        problem = verify_dataset(dataset)
+    except GaptuiError as exc:
+        problem = str(exc)
+    if not problem:
+        return dataset
+    aside = move_aside(path)
+    print(
+        f"warning: cached dataset {path.name} is corrupt ({problem}); moved aside to {aside}; rebuilding it",
+        file=sys.stderr,
+    )
+    return None
+
+
 def open_dataset(path: Path) -> Dataset:
     meta_path = Path(path) / "meta.json"
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_bytes())
     except FileNotFoundError:
         raise GaptuiError(f"no dataset at {path} (missing {meta_path.name})") from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:
         raise GaptuiError(f"{meta_path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or not all(k in meta for k in ("id", "spec", "stats")):
+        raise GaptuiError(f"{meta_path}: not a gaptui dataset description (needs id, spec and stats)")
     for split in SPLITS:
         missing = [a for a in ARRAYS if not (Path(path) / split / f"{a}.npy").exists()]
         if missing:
@@ -244,11 +302,18 @@ def find_dataset(datasets_dir: Path, ident: str) -> Dataset:
     raise GaptuiError(f"dataset id '{ident}' is ambiguous: {', '.join(d.id for d in matches)}")
 
 
-def export_npz(dataset: Dataset, out: Path) -> Path:
-    """Write ``<split>_<array>`` for every split into one ``.npz`` (format documented in the README)."""
+def export_npz(dataset: Dataset, out: Path, force: bool = False) -> Path:
+    """Write ``<split>_<array>`` for every split into one ``.npz`` (format documented in the README).
+
+    An existing file is replaced only with ``force``; the file is written whole or not at all.
+    """
     out = Path(out)
     if out.suffix != ".npz":
         raise GaptuiError(f"--out {out}: expected a file name ending in .npz")
+    if out.is_dir():
+        raise GaptuiError(f"--out {out}: is a directory; expected a .npz file name")
+    if out.exists() and not force:
+        raise GaptuiError(f"--out {out} exists; choose another file or pass --force to replace it")
     arrays: dict[str, np.ndarray] = {}
     for split in SPLITS:
         for name, arr in dataset.split(split).arrays().items():

@@ -62,6 +62,11 @@ class RunSpec:
     datasets_dir: str | None = None
     data_root: str | None = None
 
+    def __post_init__(self) -> None:
+        # Registered model names are case-insensitive: canonicalise before hashing so GCN and gcn are one run.
+        if isinstance(self.model, str) and ":" not in self.model:
+            object.__setattr__(self, "model", self.model.lower())
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "run spec") -> RunSpec:
         spec = parse_dataclass(cls, raw, where)
@@ -112,6 +117,9 @@ class RunSpec:
             raise GaptuiError(f"{where}: out_dim = {self.out_dim} must be >= 1")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        for key in ("weight_decay", "clip", "seed"):
+            if getattr(self, key) < 0:
+                raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
         from engine.models.base import INPUT_LAYERS, NORMS
         from engine.training import FEATURES
 
@@ -137,6 +145,13 @@ class RunSpec:
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+
+    def check_memory(self) -> None:
+        """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory."""
+        from engine.memory import check_fits
+
+        if self.model != "laplacian":
+            check_fits(self.dataset_spec().canonical(), self.batch_size, what=f"{self.model} on {self.dataset['base']}")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

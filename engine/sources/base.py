@@ -58,6 +58,12 @@ class Source:
         """Return ``n_train`` training and ``n_val`` validation base graphs (``None``: the source's default)."""
         raise NotImplementedError
 
+    @classmethod
+    def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
+        """``(nodes per graph, mean degree, draws an n x n matrix per graph)`` known from the parameters alone,
+        for memory estimates before building (:mod:`engine.memory`); None when only loading tells."""
+        return None
+
 
 SOURCES: Registry[type[Source]] = Registry("base dataset")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,6 +46,17 @@ def bernoulli_graphs(n: int, p: float, count: int, rng: np.random.Generator) -> 
 
 class _Synthetic(Source):
     """I.i.d. graphs: the two splits are simply the first ``n_train`` and the next ``n_val`` draws."""
+
+    #: Whether generating one graph draws an ``n x n`` matrix (memory grows with the square of the order).
+    dense_generation: ClassVar[bool] = False
+
+    @classmethod
+    def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
+        return float(params.n), cls.mean_degree(params), cls.dense_generation
+
+    @classmethod
+    def mean_degree(cls, params: Any) -> float:
+        return float(params.degree)
 
     def one(self, rng: np.random.Generator) -> Graph:
         raise NotImplementedError
@@ -102,6 +114,10 @@ class BarabasiAlbert(_Synthetic):
     description = "Barabasi-Albert preferential attachment, m edges per new node (average degree about 2m)"
     Params = BAParams
 
+    @classmethod
+    def mean_degree(cls, params: Any) -> float:
+        return 2.0 * params.m
+
     def one(self, rng: np.random.Generator) -> Graph:
         n, m = self.params.n, self.params.m
         # Start from a star on m + 1 nodes so every early node has degree >= 1, then attach proportionally
@@ -139,6 +155,11 @@ class WattsStrogatz(_Synthetic):
     name = "ws"
     description = "Watts-Strogatz small world: ring of degree k, each edge rewired with probability p"
     Params = WSParams
+    dense_generation = True
+
+    @classmethod
+    def mean_degree(cls, params: Any) -> float:
+        return float(params.k)
 
     def one(self, rng: np.random.Generator) -> Graph:
         n, k, p = self.params.n, self.params.k, self.params.p
@@ -182,6 +203,12 @@ class StochasticBlockModel(_Synthetic):
     name = "sbm"
     description = "stochastic block model: equal blocks, edge probability p_in inside and p_out across"
     Params = SBMParams
+    dense_generation = True
+
+    @classmethod
+    def mean_degree(cls, params: Any) -> float:
+        block = params.n / params.blocks
+        return (block - 1) * params.p_in + (params.n - block) * params.p_out
 
     def one(self, rng: np.random.Generator) -> Graph:
         n = self.params.n
@@ -255,6 +282,7 @@ class RandomGeometric(_Synthetic):
     name = "geometric"
     description = "random geometric graph on the unit torus, radius set so the expected degree is `degree`"
     Params = GeometricParams
+    dense_generation = True
 
     def one(self, rng: np.random.Generator) -> Graph:
         n = self.params.n
@@ -280,6 +308,11 @@ class RandomTree(_Synthetic):
     name = "tree"
     description = "uniform random labelled tree (Pruefer sequence); noise adds edges only"
     Params = TreeParams
+
+    @classmethod
+    def mean_degree(cls, params: Any) -> float:
+        return 2.0 * (params.n - 1) / params.n
+
     noise_model = "add"
 
     def one(self, rng: np.random.Generator) -> Graph:
