@@ -1,17 +1,19 @@
-"""Run history: a TinyDB file in the workspace, written only by the manager that holds the workspace lock.
+"""Run history: a TinyDB file in the workspace.
 
-Writes are atomic (temporary file, flush, fsync, rename, fsync of the folder), so a SIGKILL at any moment
-leaves either the old or the new file, never a torn one. A corrupt file is reported and kept as it is.
+One manager (``gaptui run``, the terminal app) holds the workspace lock at a time; short writers (``tag``,
+``note``, a foreground ``train``) may write while it runs. Every write is a read-modify-write under a short lock
+on the history file alone (``history.lock``), and atomic (temporary file, fsync, rename, fsync of the folder), so
+a SIGKILL at any moment leaves either the old or the new file, never a torn one, and no writer loses another's
+change. A corrupt file (not JSON, not UTF-8, the wrong shape) is reported in one line and kept as it is.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
+import errno
 import os
-import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from gaptui.workspace import Workspace
 
 SCHEMA_VERSION = 1
@@ -34,92 +37,119 @@ class AtomicJSONStorage(Storage):
         self.path = Path(path)
         self.read_only = read_only
         self._cache: dict[str, Any] | None = None
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
 
     def read(self) -> dict[str, Any] | None:
         try:
             st = self.path.stat()
+            # Every write renames a new file into place, so the inode tells a change apart even within one tick.
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._cache is not None and stamp == self._stamp:
+                return self._cache
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        stamp = (st.st_mtime_ns, st.st_size)
-        if self._cache is not None and stamp == self._stamp:
-            return self._cache
-        text = self.path.read_text()
-        if not text.strip():
+        except IsADirectoryError:
+            raise GaptuiError(f"history file {self.path} is a directory; move it aside") from None
+        except OSError as exc:
+            raise os_error(exc, "reading the history") from None
+        data = parse_history(raw, self.path)
+        if data is None:
             return None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise GaptuiError(
-                f"history file {self.path} is corrupt ({exc.msg} at line {exc.lineno}); it was left untouched: "
-                "move it aside to start a new history"
-            ) from None
-        if not isinstance(data, dict):
-            raise GaptuiError(f"history file {self.path} is corrupt (not a JSON object); it was left untouched")
         self._cache, self._stamp = data, stamp
         return data
 
     def write(self, data: dict[str, Any]) -> None:
+        import json
+
         if self.read_only:
             raise GaptuiError(f"history {self.path} is open read-only")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        st = self.path.stat()
-        self._cache, self._stamp = data, (st.st_mtime_ns, st.st_size)
+            atomic_write_text(self.path, json.dumps(data, separators=(",", ":")))
+            fsync_dir(self.path.parent)
+            st = self.path.stat()
+        except OSError as exc:
+            raise os_error(exc, "writing the history (it was left as it was)") from None
+        self._cache, self._stamp = data, (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def close(self) -> None:
         pass
 
 
+def parse_history(raw: bytes, path: Path) -> dict[str, Any] | None:
+    """The history document in ``raw``, checked for the shape gaptui writes; one-line errors otherwise."""
+    import json
+
+    kept = "it was left untouched: move it aside to start a new history"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GaptuiError(f"history file {path} is corrupt (not UTF-8 text); {kept}") from None
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GaptuiError(f"history file {path} is corrupt ({exc.msg} at line {exc.lineno}); {kept}") from None
+    if not isinstance(data, dict):
+        raise GaptuiError(f"history file {path} is corrupt (not a JSON object); {kept}")
+    for table, rows in data.items():
+        if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+            raise GaptuiError(f"history file {path} is corrupt (table '{table}' is not a table of records); {kept}")
+    for doc_id, record in (data.get("runs") or {}).items():
+        missing = [k for k in RECORD_KEYS if not isinstance(record.get(k), str)]
+        if missing:
+            raise GaptuiError(
+                f"history file {path} is corrupt (run record {doc_id} lacks {', '.join(missing)}); {kept}"
+            )
+    return data
+
+
+#: Keys every run record must hold (as strings) for any command to use it.
+RECORD_KEYS = ("id", "hash", "status")
+
+
 class WorkspaceLock:
-    """Exclusive lock of a workspace for the one manager process allowed to write its history."""
+    """Exclusive lock of a workspace for the one manager process allowed to schedule runs in it."""
 
     def __init__(self, ws: Workspace, purpose: str = "gaptui") -> None:
         self.path = ws.root / "manager.lock"
-        self.purpose = purpose
-        self._fh: Any = None
+        self._lock = FileLock(self.path, purpose)
 
     def acquire(self) -> WorkspaceLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the life of the lock
+        check_workspace(self.path.parent)
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
+            taken = self._lock.acquire()
+        except OSError as exc:
+            raise os_error(exc, "locking the workspace") from None
+        if not taken:
             raise GaptuiError(
-                f"workspace {self.path.parent} is in use by {holder}; wait for it or use another --workspace "
-                "(read-only commands such as history, show and table still work)"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{self.purpose} (pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')})")
-        fh.flush()
-        self._fh = fh
+                f"workspace {self.path.parent} is in use by {self._lock.current_holder()}; wait for it or use "
+                "another --workspace (read-only commands such as history, show and table still work)"
+            )
         return self
 
     def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+        self._lock.release()
 
     def __enter__(self) -> WorkspaceLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def check_workspace(root: Path) -> None:
+    """One line when the workspace path cannot be a workspace (a file, or under one)."""
+    for parent in (root, *root.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise GaptuiError(f"workspace {root}: {parent} is a file, not a folder; choose another --workspace")
+            return
+
+
+#: Temporary files a killed writer may leave in a workspace, removed when a manager opens it.
+STALE_TEMPS = (".history.json.*.tmp", "datasets/.tmp-*")
 
 
 def now() -> str:
@@ -129,21 +159,42 @@ def now() -> str:
 class History:
     """The run records of a workspace, keyed by run id (the first 12 hex digits of the spec hash).
 
-    ``History(ws, write=True)`` takes the workspace lock (a second manager gets a clear error);
-    ``History(ws)`` is read-only and never locks.
+    ``History(ws, write=True)`` is a manager: it takes the workspace lock (a second manager gets a clear error).
+    ``History(ws, write=True, exclusive=False)`` writes without it (``tag``, ``note``, ``train``), each write under
+    the short history lock. ``History(ws)`` is read-only and never locks.
     """
 
-    def __init__(self, ws: Workspace, *, write: bool = False, purpose: str = "gaptui") -> None:
+    def __init__(self, ws: Workspace, *, write: bool = False, purpose: str = "gaptui", exclusive: bool = True) -> None:
         self.ws = ws
         self.write = write
-        self.lock = WorkspaceLock(ws, purpose).acquire() if write else None
+        self.purpose = purpose
+        self.lock = WorkspaceLock(ws, purpose).acquire() if write and exclusive else None
         try:
+            if write:
+                check_workspace(ws.root)
+                ws.root.mkdir(parents=True, exist_ok=True)
+            if self.lock is not None:
+                clean_stale_temps(ws.root, STALE_TEMPS)
             self.storage = AtomicJSONStorage(ws.history, read_only=not write)
             self.db = TinyDB(storage=lambda: self.storage)  # type: ignore[arg-type]
             self.runs = self.db.table("runs", cache_size=0)
             self._check_schema()
+        except OSError as exc:
+            self.close()
+            raise os_error(exc, "opening the workspace") from None
         except BaseException:
             self.close()
+            raise
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The short lock around one read-modify-write of the file."""
+        try:
+            with locked(self.ws.root / "history.lock", self.purpose):
+                yield
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+                raise os_error(exc, "writing the history (it was left as it was)") from None
             raise
 
     def _check_schema(self) -> None:
@@ -152,7 +203,11 @@ class History:
         stored = next(iter(meta.values()), {}).get("schema") if meta else None
         if stored is None:
             if self.write:
-                self.db.table("meta").insert({"schema": SCHEMA_VERSION, "created": now()})
+                with self._writing():
+                    if not self.db.table("meta").all():
+                        self.db.table("meta").insert({"schema": SCHEMA_VERSION, "created": now()})
+        elif not isinstance(stored, int):
+            raise GaptuiError(f"history file {self.ws.history} is corrupt (schema {stored!r} is not a number)")
         elif stored > SCHEMA_VERSION:
             raise GaptuiError(
                 f"history {self.ws.history} has schema {stored}, newer than this gaptui understands "
@@ -173,40 +228,84 @@ class History:
     # ------------------------------------------------------------------------------------------ queries
 
     def records(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.runs.all()]
+        return [self._loaded(r) for r in self.runs.all()]
+
+    def _loaded(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A record as callers use it: ``run_dir`` absolute. Stored relative to the workspace, so a copied or
+        moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
+        to the workspace's own folder of that run)."""
+        out = dict(record)
+        run_dir = out.get("run_dir")
+        if isinstance(run_dir, str) and run_dir:
+            path = Path(run_dir)
+            if not path.is_absolute():
+                path = self.ws.root / path
+            elif not path.exists() and (self.ws.runs / out["id"]).is_dir():
+                path = self.ws.runs / out["id"]
+            out["run_dir"] = str(path)
+        return out
+
+    def _stored(self, fields: dict[str, Any]) -> dict[str, Any]:
+        run_dir = fields.get("run_dir")
+        if isinstance(run_dir, str) and Path(run_dir).is_absolute():
+            try:
+                return {**fields, "run_dir": str(Path(run_dir).relative_to(self.ws.root))}
+            except ValueError:
+                return fields  # a folder outside the workspace (``train --out``) stays absolute
+        return fields
 
     def get(self, run: str) -> dict[str, Any]:
         """A record by run id, unique id prefix, or full hash."""
-        found = [r for r in self.runs.all() if r["id"].startswith(run) or r["hash"] == run]
+        records = self.runs.all()
+        exact = [r for r in records if r["id"] == run or r["hash"] == run]
+        found = exact or [r for r in records if r["id"].startswith(run)]
         if len(found) == 1:
-            return dict(found[0])
+            return self._loaded(found[0])
         if not found:
-            ids = [r["id"] for r in self.runs.all()]
+            ids = [r["id"] for r in records]
             raise GaptuiError(f"no run '{run}' in {self.ws.history}{did_you_mean(run, ids)}")
         raise GaptuiError(f"run id '{run}' is ambiguous: {', '.join(r['id'] for r in found[:5])} ...")
 
     def by_hash(self) -> dict[str, dict[str, Any]]:
-        return {r["hash"]: dict(r) for r in self.runs.all()}
+        return {r["hash"]: self._loaded(r) for r in self.runs.all()}
 
     # ------------------------------------------------------------------------------------------ writes
 
     def put(self, record: dict[str, Any]) -> None:
-        """Insert or replace the record with this ``hash``."""
-        self.runs.upsert(record, Query().hash == record["hash"])
+        """Insert or replace the record with this ``hash`` (refused when another run has its id)."""
+        with self._writing():
+            self._refuse_taken_ids([record])
+            self.runs.upsert(self._stored(record), Query().hash == record["hash"])
 
     def put_many(self, records: Iterable[dict[str, Any]]) -> None:
-        """Insert many new records in one write (a 2,000-run grid is queued with one file replacement)."""
-        existing = {r["hash"] for r in self.runs.all()}
-        fresh = [r for r in records if r["hash"] not in existing]
-        if fresh:
-            self.runs.insert_multiple(fresh)
+        """Insert new records in one write (a 2,000-run grid is queued with one file replacement).
+
+        Records whose hash is already stored (or repeated in ``records``) are skipped: one run, one record.
+        """
+        with self._writing():
+            existing = {r["hash"] for r in self.runs.all()}
+            fresh: dict[str, dict[str, Any]] = {}
+            for r in records:
+                if r["hash"] not in existing:
+                    fresh.setdefault(r["hash"], self._stored(r))
+            self._refuse_taken_ids(list(fresh.values()))
+            if fresh:
+                self.runs.insert_multiple(list(fresh.values()))
+
+    def _refuse_taken_ids(self, records: list[dict[str, Any]]) -> None:
+        taken = {r["id"]: r["hash"] for r in self.runs.all()}
+        for r in records:
+            if taken.setdefault(r["id"], r["hash"]) != r["hash"]:
+                raise GaptuiError(f"history {self.ws.history} already holds a different run with id {r['id']}")
 
     def update(self, run_hash: str, **fields: Any) -> None:
-        self.runs.update(fields, Query().hash == run_hash)
+        with self._writing():
+            self.runs.update(self._stored(fields), Query().hash == run_hash)
 
 
 def read_records(ws: Workspace) -> list[dict[str, Any]]:
     """All run records of a workspace, without locking (safe while a manager writes: writes are atomic)."""
+    check_workspace(ws.root)
     if not ws.history.exists():
         return []
     with History(ws) as history:

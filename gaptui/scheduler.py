@@ -13,13 +13,13 @@ other       ``failed`` with the last error event (or stderr line) and the log ta
 ==========  =================================================================================
 
 After a crash of the manager, :meth:`Scheduler.recover` finds records left ``running``: a worker that is still
-alive is re-attached (followed by pid), a dead one is marked ``interrupted`` and queued again; its checkpoint
-makes it resume where it stopped.
+alive is re-attached (followed by pid); a dead one that finished meanwhile is filed from what it wrote (``done``
+with its own training time, ``cancelled`` or ``failed``); any other dead one is marked ``interrupted`` and its
+checkpoint makes it resume where it stopped when it is queued again.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
+from engine.files import read_json
 from engine.spec import RunSpec
 from gaptui.history import History, now
 from gaptui.runner import run_id, signal_group, start_worker
@@ -66,17 +68,27 @@ def detect_gpus() -> list[str]:
 
 
 def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: int | None = None) -> list[Slot]:
-    """``jobs_per_gpu`` slots per GPU; CPU slots when there is no GPU (or when ``cpu_jobs`` is given)."""
+    """``jobs_per_gpu`` slots per GPU; CPU slots when there is no GPU (or when ``cpu_jobs`` is given).
+
+    The cores are split between the slots' workers (``OMP_NUM_THREADS``), never above a thread count the caller
+    already pinned in its own environment.
+    """
     gpus = detect_gpus() if gpus is None else gpus
     cpus = len(os.sched_getaffinity(0))
+    pinned = os.environ.get("OMP_NUM_THREADS", "")
+    cap = int(pinned) if pinned.isdigit() and int(pinned) > 0 else cpus
+
+    def share(jobs: int) -> str:
+        return str(max(1, min(cap, cpus // max(1, jobs))))
+
     slots = [
-        Slot(f"cuda:{g}#{k}", {"CUDA_VISIBLE_DEVICES": g, "OMP_NUM_THREADS": str(max(1, cpus // max(1, len(gpus))))})
+        Slot(f"cuda:{g}#{k}", {"CUDA_VISIBLE_DEVICES": g, "OMP_NUM_THREADS": share(len(gpus))})
         for g in gpus
         for k in range(jobs_per_gpu)
     ]
     if cpu_jobs is None:
         cpu_jobs = 0 if slots else max(1, cpus // 2)
-    threads = str(max(1, cpus // max(1, cpu_jobs)))
+    threads = share(cpu_jobs)
     slots += [
         Slot(f"cpu#{k}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         for k in range(cpu_jobs)
@@ -97,7 +109,14 @@ def dataset_label(canonical: dict[str, Any]) -> str:
     return f"{canonical['base']}[{text}]"
 
 
-def new_record(spec: RunSpec, ws: Workspace, preset: str | None = None, planned_seeds: int | None = None) -> dict:
+def new_record(
+    spec: RunSpec,
+    ws: Workspace,
+    preset: str | None = None,
+    planned_seeds: int | None = None,
+    run_dir: Path | None = None,
+) -> dict:
+    """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``."""
     canonical = spec.canonical()
     ds = canonical["dataset"]
     rid = run_id(spec)
@@ -115,11 +134,12 @@ def new_record(spec: RunSpec, ws: Workspace, preset: str | None = None, planned_
         "spec": spec.to_dict(),
         "preset": preset,
         "planned_seeds": planned_seeds,
-        "run_dir": str(ws.runs / rid),
+        "run_dir": str(run_dir or ws.runs / rid),
         "created": now(),
         "started": None,
         "finished": None,
         "duration": None,
+        "exit_code": None,
         "attempts": 0,
         "pid": None,
         "slot": None,
@@ -219,6 +239,8 @@ class Scheduler:
         self.queue: deque[RunSpec] = deque()
         self.running: dict[str, Job] = {}
         self.finished: list[dict[str, Any]] = []
+        #: Run ids that :meth:`recover` found finished (their worker ended while no manager watched).
+        self.refiled: list[str] = []
         self.repro_base = {
             "host": platform.node(),
             "platform": platform.platform(),
@@ -228,10 +250,15 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- queueing
 
     def enqueue(self, specs: list[RunSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+        """Queue specs (a spec already queued or running is not queued twice: one run, one worker)."""
         known = self.history.by_hash()
+        busy = set(self.running) | {s.hash() for s in self.queue}
         fresh = []
         for spec in specs:
             h = spec.hash()
+            if h in busy:
+                continue
+            busy.add(h)
             if h not in known:
                 fresh.append(new_record(spec, self.ws, preset, planned_seeds if spec.model != "laplacian" else 1))
             elif known[h]["status"] != "queued":
@@ -240,7 +267,11 @@ class Scheduler:
         self.history.put_many(fresh)
 
     def recover(self) -> tuple[list[str], list[str]]:
-        """Re-attach live workers left ``running`` by a previous manager; re-queue the dead ones."""
+        """Re-attach live workers left ``running`` by a previous manager and file the dead ones.
+
+        Returns ``(reattached, interrupted)`` run ids; runs whose worker finished meanwhile are filed from their
+        files (see :meth:`_finish`) and listed in :attr:`refiled`.
+        """
         reattached, requeued = [], []
         for record in self.history.records():
             if record["status"] != "running":
@@ -255,6 +286,11 @@ class Scheduler:
                 job.started = float(record.get("started_ts") or time.time())
                 self.running[record["hash"]] = job
                 reattached.append(record["id"])
+            elif (code := self._code_from_files(Path(record["run_dir"]), record.get("started_ts"))) is not None:
+                job = Job(spec, record["hash"], Path(record["run_dir"]), slot or Slot("recovered", {}), 0, None)
+                job.started = float(record.get("started_ts") or 0)
+                self._finish(job, code, requeue=False)
+                self.refiled.append(record["id"])
             else:
                 self._status(record["hash"], status="interrupted", pid=None)
                 requeued.append(record["id"])
@@ -278,15 +314,27 @@ class Scheduler:
             self.step()
             time.sleep(poll)
 
+    def run_dir(self, spec: RunSpec) -> Path:
+        """The run's folder: what its record says (``train --out``), else ``<workspace>/runs/<run id>``."""
+        record = self.history.by_hash().get(spec.hash())
+        return Path(record["run_dir"]) if record and record.get("run_dir") else self.ws.runs / run_id(spec)
+
     def _start(self, spec: RunSpec, slot: Slot) -> None:
         h = spec.hash()
-        run_dir = self.ws.runs / run_id(spec)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        stderr = open(run_dir / "stderr.txt", "a")  # noqa: SIM115 - handed to the child
+        run_dir = self.run_dir(spec)
         try:
-            proc = start_worker(spec, run_dir, env=slot.env, quiet=True, stdout=subprocess.DEVNULL, stderr=stderr)
-        finally:
-            stderr.close()
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "stderr.txt", "a") as stderr:
+                proc = start_worker(spec, run_dir, env=slot.env, quiet=True, stdout=subprocess.DEVNULL, stderr=stderr)
+        except (GaptuiError, OSError) as exc:
+            # The folder cannot be this run's (another run's, a file, no space): fail the run, not the manager.
+            from engine.files import describe_os_error
+
+            message = describe_os_error(exc, "starting the worker") if isinstance(exc, OSError) else str(exc)
+            fields = {"status": "failed", "error": message, "finished": now(), "pid": None}
+            self._status(h, **fields)
+            self.finished.append({"hash": h, **fields})
+            return
         slot.busy = h
         offset = (run_dir / "events.jsonl").stat().st_size if (run_dir / "events.jsonl").exists() else 0
         self.running[h] = Job(spec, h, run_dir, slot, proc.pid, proc, offset=offset)
@@ -326,15 +374,26 @@ class Scheduler:
         if pid_alive(job.pid, str(job.run_dir)):
             return None
         # A re-attached worker is not our child: its exit status is lost, so read what it wrote.
-        last = read_events(job.run_dir / "events.jsonl")[0][-1:] or [{}]
-        return {"done": 0, "cancelled": EXIT_CANCELLED}.get(last[0].get("event", ""), 1)
+        code = self._code_from_files(job.run_dir, job.started)
+        return 1 if code is None else code
 
-    def _finish(self, job: Job, code: int) -> None:
-        del self.running[job.run_hash]
+    @staticmethod
+    def _code_from_files(run_dir: Path, since: float | None) -> int | None:
+        """The exit status a dead worker's last event implies; None when the attempt started at ``since`` wrote no
+        final event (an older attempt's ``done`` or ``cancelled`` says nothing about this one)."""
+        last = read_events(run_dir / "events.jsonl")[0][-1:] or [{}]
+        if since is not None and float(last[0].get("t", 0)) < float(since):
+            return None
+        return {"done": 0, "cancelled": EXIT_CANCELLED, "error": 1}.get(last[0].get("event", ""))
+
+    def _finish(self, job: Job, code: int, requeue: bool = True) -> None:
+        self.running.pop(job.run_hash, None)
         job.slot.busy = None
         result = _read_json(job.run_dir / "result.json")
+        record = self.history.by_hash().get(job.run_hash, {})
         fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
-        fields["duration"] = round(time.time() - job.started, 2)
+        fields["exit_code"] = code
+        fields["duration"] = _duration(job, result, record)
         if result:
             fields["repro"] = {
                 **self.repro_base,
@@ -356,8 +415,7 @@ class Scheduler:
             if job.timed_out:
                 message = f"timed out after {self.timeout:g} s"
             fields.update(status="failed", error=message or f"worker exited with status {code}")
-            record = self.history.by_hash().get(job.run_hash, {})
-            if int(record.get("attempts") or 0) <= self.retries:
+            if requeue and int(record.get("attempts") or 0) <= self.retries:
                 self.queue.append(job.spec)
         self._status(job.run_hash, **fields)
         self.finished.append({"hash": job.run_hash, **fields})
@@ -414,7 +472,19 @@ class Scheduler:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+    data = read_json(path)
+    return data if isinstance(data, dict) else {}
+
+
+def _duration(job: Job, result: dict[str, Any], record: dict[str, Any]) -> float:
+    """Seconds the run took: from its start to its result; for a result older than this attempt (a finished run
+    re-checked) the time recorded before, else the worker's own measure, never the re-check's."""
+    path = job.run_dir / "result.json"
+    if result.get("status") == "done" and path.exists():
+        end = path.stat().st_mtime
+    else:
+        last = read_events(job.run_dir / "events.jsonl")[0][-1:]
+        end = float(last[0].get("t", 0)) if last else time.time()
+    if end >= job.started:
+        return round(end - job.started, 2)
+    return record.get("duration") or result.get("seconds") or 0.0

@@ -329,7 +329,7 @@ class GaptuiApp(App[None]):
         if message.reattached:
             parts.append(f"re-attached {len(message.reattached)} run(s) still running: {', '.join(message.reattached)}")
         if message.refiled:
-            parts.append(f"{len(message.refiled)} run(s) finished while gaptui was closed: filing their results")
+            parts.append(f"{len(message.refiled)} run(s) finished while gaptui was closed: their results are filed")
         waiting = [r for r in message.interrupted if r not in message.refiled]
         if waiting:
             parts.append(

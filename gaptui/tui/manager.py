@@ -197,25 +197,10 @@ class ManagerLoop:
             return
         self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
         reattached, interrupted = self.scheduler.recover()
-        refiled = self._refile_finished(interrupted)
-        if reattached or interrupted:
+        refiled = list(self.scheduler.refiled)
+        if reattached or interrupted or refiled:
             self.post(Recovered(reattached, interrupted, refiled))
         self._post_state()
-
-    def _refile_finished(self, interrupted: list[str]) -> list[str]:
-        """Interrupted runs whose worker finished while no manager watched: queue them so a (no-op) worker start
-        files their result the normal way; the others wait for the user (retry resumes their checkpoint)."""
-        by_id = {r["id"]: r for r in self.history.records()}
-        finished = []
-        for run in interrupted:
-            run_dir = Path(by_id[run]["run_dir"]) if run in by_id else None
-            if run_dir is not None and (run_dir / "result.json").exists():
-                events = read_events(run_dir / "events.jsonl")[0]
-                if events and events[-1].get("event") == "done":
-                    finished.append(run)
-        if finished:
-            self._retry(tuple(by_id[run]["hash"] for run in finished), build=False)
-        return finished
 
     def _shutdown(self, how: str) -> None:
         if self.scheduler is not None and how == "detach":
