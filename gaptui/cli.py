@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -13,7 +15,7 @@ from rich.table import Table
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
-from gaptui.workspace import Workspace
+from gaptui.workspace import ENV_WORKSPACE, Workspace
 
 app = typer.Typer(
     name="gaptui",
@@ -24,11 +26,14 @@ app = typer.Typer(
 
 
 @app.callback(invoke_without_command=True)
-def _open_tui_without_command(ctx: typer.Context) -> None:
+def _open_tui_without_command(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     if ctx.invoked_subcommand is None:
         from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
 
-        run_app()
+        run_app(workspace)
+    elif workspace is not None:
+        # `gaptui --workspace X history` means what `gaptui history --workspace X` means.
+        os.environ[ENV_WORKSPACE] = str(workspace)
 
 
 @app.command("tui")
@@ -175,13 +180,14 @@ def datasets_stats(
 def datasets_export(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Dataset id (or a unique prefix).")],
     out: Annotated[Path, typer.Option("--out", help="Output .npz file.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Export a dataset as one .npz (format in the README)."""
     from engine.datasets import export_npz, find_dataset
 
     dataset = find_dataset(Workspace.resolve(workspace).datasets, ident)
-    path = export_npz(dataset, out)
+    path = export_npz(dataset, out, force=force)
     console.print(f"wrote {path}", highlight=False)
 
 
@@ -279,10 +285,15 @@ def train_cmd(
         Optional[Path],  # noqa: UP045
         typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace another run's files in the --out folder.")] = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Train one model on one alignment dataset in the foreground and print its final metrics."""
+    """Train one model on one alignment dataset in the foreground and print its final metrics.
+
+    The run is recorded in the workspace history like the runs of a grid; Ctrl-C (or SIGTERM, SIGHUP) stops
+    the worker with a checkpoint, and the same command resumes it.
+    """
     from engine.datasets import build_dataset
     from engine.sources import parse_param_args
     from engine.spec import RunSpec
@@ -306,13 +317,15 @@ def train_cmd(
         },
         where="gaptui train",
     )
-    folder = out or ws.runs / run_id(spec)
+    folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
+    _claim_run_folder(folder, spec, force)
+    spec.check_memory()
     if as_json:
         build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
     else:
         with err_console.status(f"preparing dataset {base} at noise {noise:g} ..."):
             build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
-    result = _run_foreground(spec, folder, show_progress=not as_json)
+    result = _run_foreground(spec, folder, ws, show_progress=not as_json)
     if as_json:
         print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return
@@ -321,9 +334,31 @@ def train_cmd(
     table.add_column("value", justify="right")
     table.add_row("parameters", f"{result.get('params', 0):,}")
     for key, value in result.get("metrics", {}).items():
-        table.add_row(key, f"{value:.4f}")
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
+
+
+def _claim_run_folder(folder: Path, spec: Any, force: bool) -> None:
+    """Refuse a folder that belongs to another run (or to no run) before anything is written; ``--force``
+    removes the other run's files first."""
+    from engine.worker import RUN_FILES, check_run_folder
+
+    try:
+        check_run_folder(folder, spec)
+    except GaptuiError:
+        if not force or not folder.is_dir():
+            raise
+        for name in RUN_FILES:
+            (folder / name).unlink(missing_ok=True)
+        return
+    if folder.is_dir() and not (folder / "spec.json").exists():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in RUN_FILES)
+        if foreign:
+            raise GaptuiError(
+                f"--out {folder} is not a run folder (it holds {foreign[0]}{' ...' if len(foreign) > 1 else ''}); "
+                "choose a new or empty folder"
+            )
 
 
 def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -337,13 +372,18 @@ def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, Any]:
-    """Run one worker, mirror its events in a progress bar, forward Ctrl-C as SIGTERM; returns result.json."""
+def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool) -> dict[str, Any]:
+    """Run one worker through the scheduler (so the run is in the history), mirror its events in a progress bar;
+    SIGINT, SIGTERM and SIGHUP stop it with a checkpoint, and it never outlives this process. Returns
+    result.json."""
+    import signal
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from gaptui.runner import signal_group, start_worker
+    from engine.worker import ENV_STOP_WITH_PARENT, LOCK
+    from gaptui.history import History
+    from gaptui.scheduler import Scheduler, Slot, new_record, pid_alive
 
-    proc = start_worker(spec, folder)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -354,45 +394,70 @@ def _run_foreground(spec: Any, folder: Path, show_progress: bool) -> dict[str, A
         console=err_console,
         disable=not show_progress,
     )
-    error = ""
-    cancelled = False
-    with progress:
-        task = progress.add_task(spec.model, total=spec.epochs, info="")
+    task = progress.add_task(spec.model, total=spec.epochs, info="")
+
+    def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
+        if kind != "event":
+            return
+        if event.get("event") == "start" and event.get("resumed_from"):
+            progress.update(task, completed=event["resumed_from"]["epoch"])
+        elif event.get("event") == "epoch":
+            acc = event.get("val_acc")
+            info = f"loss {event['train_loss']:.3f}" + (f"  val acc {acc:.3f}" if acc is not None else "")
+            progress.update(task, completed=event["epoch"], info=info)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    h = spec.hash()
+    with History(ws, write=True, exclusive=False, purpose="gaptui train") as history:
+        record = history.by_hash().get(h)
+        if (
+            record
+            and record["status"] == "running"
+            and record.get("pid")
+            and pid_alive(record["pid"], record["run_dir"])
+        ):
+            raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
+        from engine.files import FileLock
+
+        probe = FileLock(folder / LOCK, "gaptui train")
+        if folder.is_dir() and not probe.acquire():
+            raise GaptuiError(f"run folder {folder} is in use by {probe.current_holder()}")
+        probe.release()
+        if record is None:
+            history.put(new_record(spec, ws, run_dir=folder))
+        elif Path(record["run_dir"]) != folder:
+            history.update(h, run_dir=str(folder))
+        slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
+        scheduler = Scheduler(ws, history, [slot], listener=on_event)
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                kind = event.get("event")
-                if kind == "start" and event.get("resumed_from"):
-                    progress.update(task, completed=event["resumed_from"]["epoch"])
-                elif kind == "epoch":
-                    acc = event.get("val_acc")
-                    info = f"loss {event['train_loss']:.3f}" + (f"  val acc {acc:.3f}" if acc is not None else "")
-                    progress.update(task, completed=event["epoch"], info=info)
-                elif kind == "error":
-                    error = event.get("message", "")
-                elif kind == "cancelled":
-                    cancelled = True
-            proc.wait()
+            with progress:
+                scheduler.enqueue([spec])
+                while scheduler.pending():
+                    scheduler.step()
+                    time.sleep(0.1)
         except KeyboardInterrupt:
-            signal_group(proc.pid)
-            proc.wait()
-            cancelled = True
-    stderr = proc.stderr.read() if proc.stderr else ""
-    if cancelled or proc.returncode == 143:
-        raise GaptuiError(f"cancelled; checkpoint saved in {folder}: run the same command again to resume")
-    if proc.returncode != 0:
-        last = error or (stderr.strip().splitlines() or ["worker failed"])[-1]
-        if proc.returncode == 2:
-            raise GaptuiError(last.removeprefix("error: "))
-        err_console.print(
-            f"[red]error:[/] run failed (exit {proc.returncode}): {escape(last)}; log: {folder / 'log.txt'}"
-        )
-        raise typer.Exit(1)
-    return json.loads((folder / "result.json").read_text())
+            err_console.print("stopping: the worker saves a checkpoint ...")
+        finally:
+            # Never leave the worker behind: SIGTERM, a grace period to checkpoint, then SIGKILL.
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if scheduler.pending():
+                scheduler.stop_all()
+        record = history.by_hash()[h]
+    status = record["status"]
+    if status == "done":
+        return json.loads((folder / "result.json").read_text())
+    if status == "cancelled":
+        err_console.print(f"cancelled; checkpoint saved in {folder}: run the same command again to resume")
+        raise typer.Exit(130)
+    message = record.get("error") or f"worker exited with status {record.get('exit_code')}"
+    if record.get("exit_code") == 2:
+        raise GaptuiError(message.removeprefix("error: "))
+    err_console.print(f"[red]error:[/] run failed: {escape(message)}; log: {folder / 'log.txt'}")
+    raise typer.Exit(1)
 
 
 def _register_commands() -> None:
@@ -409,11 +474,22 @@ _register_commands()
 
 def main() -> None:
     """Console entry point: bad input -> one ``error:`` line on stderr and exit status 2."""
+    from engine.files import describe_os_error
+
     try:
         app()
     except GaptuiError as exc:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # The reader of our output went away (`gaptui history | head`): nothing left to say to anyone.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except OSError as exc:
+        # One guard for the filesystem (a workspace that is a file, read-only or full disks, missing folders):
+        # one line naming the path; the writes that failed were atomic, so nothing the user had is damaged.
+        err_console.print(f"[red]error:[/] {escape(describe_os_error(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         sys.exit(130)

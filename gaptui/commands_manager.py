@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import statistics
 import sys
@@ -26,7 +27,8 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
     app.command("history")(history_cmd)
     app.command("show")(show_cmd)
-    app.command("tag")(tag_cmd)
+    # "-TAG" removes a tag: it must reach the command as an argument, not be parsed as an option.
+    app.command("tag", context_settings={"ignore_unknown_options": True})(tag_cmd)
     app.command("note")(note_cmd)
 
 
@@ -63,18 +65,28 @@ def run_cmd(
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid."""
     from gaptui.history import History
-    from gaptui.presets import grid, load_preset
+    from gaptui.presets import check_run_options, grid, load_preset
     from gaptui.scheduler import Scheduler, make_slots
 
+    check_run_options(timeout, None, "--timeout")
     ws = Workspace.resolve(workspace)
     spec_preset = load_preset(preset, ws)
+    for note in spec_preset.notes:
+        err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
     specs = grid(spec_preset, ws)
     if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
         raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
+    cores = len(os.sched_getaffinity(0))
+    if cpu_jobs is not None and cpu_jobs > cores:
+        err_console.print(
+            f"[yellow]warning:[/] --cpu-jobs {cpu_jobs} is more than the {cores} cores of this machine; runs will "
+            "compete for them and each will be slower"
+        )
     slots = make_slots(_parse_gpus(gpus), jobs_per_gpu, cpu_jobs)
     if not slots:
         raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
 
+    _check_plan_memory(specs)
     if dry_run:
         from gaptui.history import read_records
 
@@ -94,6 +106,8 @@ def run_cmd(
                 spec.hash()[:12], spec.dataset["base"], f"{spec.dataset['noise']:g}", spec.model, str(spec.seed)
             )
         console.print(table)
+        for line in _memory_lines(specs):
+            console.print(line, highlight=False, markup=False)
         return
 
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
@@ -123,6 +137,7 @@ def run_cmd(
         hashes = {s.hash() for s in specs}
         _drive(scheduler, history, hashes, spec_preset.name)
         failed = [f for f in scheduler.finished if f.get("status") == "failed"]
+        skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, specs)
     if failed:
         err_console.print(
@@ -130,6 +145,42 @@ def run_cmd(
             "rerun with --retry-failed"
         )
         raise typer.Exit(1)
+    if skipped_failed:
+        # The grid is not complete while failed cells remain: say so in the exit status too.
+        err_console.print(
+            f"[red]{len(skipped_failed)} run(s) of the preset are failed[/] (skipped); rerun with --retry-failed"
+        )
+        raise typer.Exit(1)
+
+
+def _distinct_memory(specs: list[Any]) -> dict[str, Any]:
+    """One spec per (dataset, batch size): what the memory of a grid depends on."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if spec.model != "laplacian":
+            key = json.dumps([spec.dataset_spec().canonical(), spec.batch_size], sort_keys=True)
+            out.setdefault(key, spec)
+    return out
+
+
+def _check_plan_memory(specs: list[Any]) -> None:
+    for spec in _distinct_memory(specs).values():
+        spec.check_memory()
+
+
+def _memory_lines(specs: list[Any]) -> list[str]:
+    from engine.memory import estimate, human, machine_memory
+
+    total = machine_memory()
+    lines = []
+    for spec in _distinct_memory(specs).values():
+        est = estimate(spec.dataset_spec().canonical(), spec.batch_size)
+        if est is not None:
+            lines.append(
+                f"memory: {spec.dataset['base']} batch {spec.batch_size}: peak about {human(est.peak)} "
+                f"({est.describe()})" + (f" of {human(total)}" if total else "")
+            )
+    return lines
 
 
 def _plan(specs: list[Any], known: dict[str, str], retry_failed: bool) -> dict[str, list[Any]]:
@@ -436,18 +487,23 @@ def tag_cmd(
     tag: Annotated[str, typer.Argument(help="Tag to add (prefix with - to remove).")],
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Add a tag to a run (``-TAG`` removes it)."""
+    """Add a tag to a run (``-TAG`` removes it). Works while a grid runs."""
     from gaptui.history import History
 
-    with History(Workspace.resolve(workspace), write=True, purpose="gaptui tag") as history:
+    name = tag[1:] if tag.startswith("-") else tag
+    if not name.strip() or name != name.strip() or "," in name:
+        raise GaptuiError(f"tag '{tag}': expected a non-empty word without commas or surrounding spaces")
+    with History(Workspace.resolve(workspace), write=True, exclusive=False, purpose="gaptui tag") as history:
         record = history.get(run)
         tags = list(record.get("tags") or [])
         if tag.startswith("-"):
-            tags = [t for t in tags if t != tag[1:]]
-        elif tag not in tags:
-            tags.append(tag)
+            if name not in tags:
+                raise GaptuiError(f"run {record['id']} has no tag '{name}' (tags: {', '.join(tags) or 'none'})")
+            tags = [t for t in tags if t != name]
+        elif name not in tags:
+            tags.append(name)
         history.update(record["hash"], tags=tags)
-    console.print(f"{record['id']}: tags {', '.join(tags) or '(none)'}", highlight=False)
+    console.print(f"{record['id']}: tags {', '.join(tags) or '(none)'}", highlight=False, markup=False)
 
 
 def note_cmd(
@@ -455,10 +511,10 @@ def note_cmd(
     text: Annotated[str, typer.Argument(help="The note (replaces the previous one).")],
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Attach a note to a run."""
+    """Attach a note to a run. Works while a grid runs."""
     from gaptui.history import History
 
-    with History(Workspace.resolve(workspace), write=True, purpose="gaptui note") as history:
+    with History(Workspace.resolve(workspace), write=True, exclusive=False, purpose="gaptui note") as history:
         record = history.get(run)
         history.update(record["hash"], note=text)
     console.print(f"{record['id']}: note saved", highlight=False)

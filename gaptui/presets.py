@@ -19,7 +19,7 @@ A preset names base datasets (with parameters and sizes), noise levels, models, 
     val = 200
 
 ``--preset NAME`` looks for ``NAME`` as a path, then ``<workspace>/presets/NAME.toml``, then the presets shipped
-in this repository's ``presets/`` folder.
+with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-BUNDLED = Path(__file__).resolve().parents[1] / "presets"
+BUNDLED = Path(__file__).resolve().parent / "presets"
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,8 @@ class Preset:
     laplacian: bool = False
     run: RunOptions = field(default_factory=RunOptions)
     path: Path | None = None
+    #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def size(self) -> int:
@@ -113,9 +115,13 @@ def preset_names(ws: Workspace | None = None) -> list[str]:
 
 def find_preset(name: str, ws: Workspace | None = None) -> Path:
     path = Path(name).expanduser()
+    if path.is_dir():
+        raise GaptuiError(f"--preset {name}: is a directory; expected a preset name or a .toml file")
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
-            raise GaptuiError(f"--preset {name}: file not found")
+            shipped = path.stem in preset_names(ws) and path.parent == Path(".")
+            hint = f" (to use the shipped preset, write --preset {path.stem})" if shipped else ""
+            raise GaptuiError(f"--preset {name}: file not found{hint}")
         return path
     for folder in ([ws.root / "presets"] if ws else []) + [BUNDLED]:
         candidate = folder / f"{name}.toml"
@@ -128,7 +134,11 @@ def find_preset(name: str, ws: Workspace | None = None) -> Path:
 def load_preset(name: str, ws: Workspace | None = None) -> Preset:
     path = find_preset(name, ws)
     try:
-        raw = tomllib.loads(path.read_text())
+        # utf-8-sig: a byte-order mark (some editors write one) is not part of the TOML
+        text = path.read_bytes().decode("utf-8-sig")
+        raw = tomllib.loads(text)
+    except UnicodeDecodeError as exc:
+        raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); a preset is a TOML text file") from None
     except tomllib.TOMLDecodeError as exc:
         raise GaptuiError(f"{path}: not valid TOML ({exc})") from None
     return parse_preset(raw, path)
@@ -168,13 +178,22 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         check_noise(eta, where=f"{where}: key 'noise' value")
     models = _list(where, "models", raw["models"], str, "model names")
     for model in models:
-        if model != "laplacian" and model not in MODELS:
+        if ":" in model:
+            # A user model: import it once here, so a typo fails the plan rather than every run of the grid.
+            try:
+                MODELS.get(model)
+            except GaptuiError as exc:
+                raise GaptuiError(f"{where}: key 'models' value '{model}': {exc}") from None
+        elif model.lower() != "laplacian" and model not in MODELS:
             known = [*MODELS.names(), "laplacian"]
             raise GaptuiError(
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
     seeds = _list(where, "seeds", raw["seeds"], int, "integer seeds")
+    for seed in seeds:
+        if seed < 0:
+            raise GaptuiError(f"{where}: key 'seeds' holds {seed}: expected seeds >= 0")
     entries = _list(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
     for i, entry in enumerate(entries):
@@ -188,8 +207,14 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         except GaptuiError as exc:
             raise GaptuiError(f"{here}: {exc}") from None
         datasets.append(ds)
+    notes: list[str] = []
+    noise = _unique(noise, float, "noise", notes)
+    models = _unique([_canonical_model(m) for m in models], str, "models", notes)
+    seeds = _unique(seeds, int, "seeds", notes)
+    datasets = _unique(datasets, _dataset_key, "datasets", notes)
     run_raw = raw.get("run", {})
     run = parse_dataclass(RunOptions, run_raw, f"{where}: [run]")
+    check_run_options(run.timeout, run.retries, f"{where}: [run]")
     laplacian = raw.get("laplacian", False)
     if not isinstance(laplacian, bool):
         raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
@@ -203,6 +228,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         laplacian=laplacian or "laplacian" in models,
         run=run,
         path=path,
+        notes=tuple(notes),
     )
     if not preset.models and not preset.laplacian:
         raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")
@@ -211,6 +237,43 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     grid(preset, Workspace(Path(".")), limit=1)
     _check_models(preset, where)
     return preset
+
+
+def check_run_options(timeout: float | None, retries: int | None, where: str) -> None:
+    """How the scheduler treats runs, checked once at planning (the run spec checks the rest)."""
+    if timeout is not None and not timeout > 0:
+        raise GaptuiError(f"{where}: timeout = {timeout:g}: expected seconds > 0 (or no timeout)")
+    if retries is not None and retries < 0:
+        raise GaptuiError(f"{where}: retries = {retries}: expected a count >= 0")
+
+
+def _canonical_model(name: str) -> str:
+    return name if ":" in name else name.lower()
+
+
+def _dataset_key(entry: DatasetEntry) -> str:
+    """Entries that resolve to the same datasets (defaults filled in, names canonical) are one grid value."""
+    import json
+
+    from engine.datasets import DatasetSpec
+
+    canonical = DatasetSpec(entry.base, 0.0, entry.noise_model, entry.train, entry.val, entry.seed, entry.params)
+    return json.dumps(canonical.canonical(), sort_keys=True)
+
+
+def _unique(values: list[Any], key: Any, name: str, notes: list[str]) -> list[Any]:
+    """``values`` without repeats (by ``key``), canonical forms kept; a note says what was merged."""
+    seen: dict[Any, Any] = {}
+    repeated: list[str] = []
+    for value in values:
+        k = key(value)
+        if k in seen:
+            repeated.append(str(value.base if isinstance(value, DatasetEntry) else value))
+        else:
+            seen[k] = value
+    if repeated:
+        notes.append(f"key '{name}' repeats {', '.join(repeated)}: merged (a grid is a set of runs)")
+    return list(seen.values())
 
 
 def _check_models(preset: Preset, where: str) -> None:
@@ -237,18 +300,25 @@ def _check_models(preset: Preset, where: str) -> None:
 
 
 def grid(preset: Preset, ws: Workspace, limit: int | None = None) -> list[RunSpec]:
-    """The run specs of a preset, seed-major so that early results cover every cell once before repeating."""
+    """The run specs of a preset, seed-major so that early results cover every cell once before repeating.
+
+    A grid is a set: a spec whose hash is already planned is dropped (one run id, one record, one folder).
+    """
     specs: list[RunSpec] = []
+    seen: set[str] = set()
     where = str(preset.path or preset.name)
     common = {**preset.run.spec_fields(), "datasets_dir": str(ws.datasets), "data_root": str(ws.raw_data)}
     for seed_index, seed in enumerate(preset.seeds):
         for entry in preset.datasets:
             for eta in preset.noise:
                 dataset = entry.dataset_dict(eta)
-                if preset.laplacian and seed_index == 0:
-                    specs.append(RunSpec.from_dict({**common, "dataset": dataset, "model": "laplacian"}, where))
-                for model in preset.models:
-                    specs.append(RunSpec.from_dict({**common, "dataset": dataset, "model": model, "seed": seed}, where))
+                cell = [{"model": "laplacian"}] if preset.laplacian and seed_index == 0 else []
+                cell += [{"model": model, "seed": seed} for model in preset.models]
+                for extra in cell:
+                    spec = RunSpec.from_dict({**common, "dataset": dataset, **extra}, where)
+                    if spec.hash() not in seen:
+                        seen.add(spec.hash())
+                        specs.append(spec)
                 if limit is not None and len(specs) >= limit:
                     return specs
     return specs

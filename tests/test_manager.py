@@ -142,7 +142,8 @@ def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None
     assert records["gcn"]["status"] == "done" and records["laplacian"]["status"] == "done"
     # a plain rerun skips the failure; --retry-failed runs it again (and it fails again)
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
-    assert res.returncode == 0 and "1 failed before (skipped" in res.stderr
+    assert res.returncode == 1 and "1 failed before (skipped" in res.stderr  # not complete: not exit 0
+    assert "1 run(s) of the preset are failed" in res.stderr
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--retry-failed")
     assert res.returncode == 1
     crashed = next(r for r in read_records(Workspace(ws)) if r["model"].endswith("CrashModel"))
@@ -151,7 +152,7 @@ def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None
 
 def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=500)
+    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=20000)
     proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
 
     def running() -> bool:
