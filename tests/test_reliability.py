@@ -1,0 +1,289 @@
+"""Nothing corrupts, nothing is silently overwritten, no worker is orphaned: each class run as a user meets it
+(CLI and worker subprocesses, real files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import GaptuiError
+from engine.events import read_events
+from engine.files import FileLock
+from gaptui.history import History, read_records
+from gaptui.scheduler import Scheduler, Slot, new_record
+from gaptui.workspace import Workspace
+from tests.conftest import ROOT, run_cli
+from tests.test_manager import _preset
+
+SPEC = {
+    "dataset": {"base": "er", "noise": 0.05, "n_train": 20, "n_val": 6, "params": {"n": 16, "degree": 4}},
+    "model": "gcn",
+    "epochs": 2,
+    "batch_size": 10,
+    "budget": 3000,
+    "out_dim": 8,
+}
+TRAIN = ["train", "--base", "er", "--noise", "0.05", "--model", "gcn", "--train", "20", "--val", "6"]
+TRAIN += ["-p", "n=16", "-p", "degree=4", "--batch-size", "10"]
+
+
+def _spec_file(tmp_path: Path, **overrides) -> Path:
+    path = tmp_path / "spec.in.json"
+    path.write_text(json.dumps({**SPEC, "datasets_dir": str(tmp_path / "datasets"), **overrides}))
+    return path
+
+
+def _worker(spec: Path, out: Path, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "--spec", str(spec), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        **kw,
+    )
+
+
+def _wait_for(predicate, timeout: float = 180.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached in {timeout:g} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------ repeated cells
+
+
+def test_repeated_grid_cells_are_one_run(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    preset = _preset(tmp_path, noise=(0.1, 0.1), models=("GCN", "gcn"), seeds=(0, 0), epochs=1)
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
+    assert res.returncode == 0, res.stderr
+    assert "merged" in res.stderr and "repeats GCN" not in res.stderr  # names canonical before comparing
+    records = read_records(Workspace(ws))
+    assert len(records) == 1 and records[0]["model"] == "gcn" and records[0]["status"] == "done"
+    events = read_events(Path(records[0]["run_dir"]) / "events.jsonl")[0]
+    assert [e["event"] for e in events].count("start") == 1
+    show = run_cli("show", records[0]["id"], "--workspace", str(ws))
+    assert show.returncode == 0 and "ambiguous" not in show.stderr
+
+
+def test_history_refuses_a_second_record_for_an_id(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    record = {"id": "a" * 12, "hash": "a" * 64, "status": "queued", "run_dir": str(ws.runs / ("a" * 12))}
+    with History(ws, write=True) as history:
+        history.put_many([record, dict(record)])
+        assert len(history.records()) == 1
+        with pytest.raises(GaptuiError, match="already holds a different run with id a{12}"):
+            history.put({**record, "hash": "a" * 12 + "b" * 52})
+    # stored relative to the workspace, read back absolute
+    assert json.loads(ws.history.read_text())["runs"]["1"]["run_dir"] == "runs/" + "a" * 12
+    assert read_records(ws)[0]["run_dir"] == str(ws.runs / ("a" * 12))
+
+
+def test_one_worker_per_run_folder(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    lock = FileLock(out / "worker.lock", "another worker")
+    assert lock.acquire()
+    try:
+        res = _worker(_spec_file(tmp_path), out)
+    finally:
+        lock.release()
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [f"error: run folder {out} is in use by " + lock.current_holder()]
+    assert not (out / "events.jsonl").exists() and not (out / "spec.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ corrupt artefacts
+
+
+def test_corrupt_checkpoint_resumes_from_the_previous_one_and_torn_events_are_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    spec = _spec_file(tmp_path)
+    assert _worker(spec, out).returncode == 0
+    # Simulate a crash during the last epoch: no result yet, a truncated newest checkpoint, a torn event line.
+    (out / "result.json").unlink()
+    ckpt = out / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    with open(out / "events.jsonl", "a") as fh:
+        fh.write('{"v": 1, "event": "epo')
+    res = _worker(spec, out)
+    assert res.returncode == 0, res.stderr
+    warning = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(warning) == 1 and warning[0].startswith(f"warning: checkpoint {ckpt} is corrupt (")
+    aside = sorted(p.name for p in out.glob("checkpoint.pt.corrupt-*"))
+    assert len(aside) == 2 and aside[1] == aside[0] + ".json"  # the file and its fingerprint, kept
+    events = read_events(out / "events.jsonl")[0]
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["resumed_from"]["epoch"] == 1  # the previous checkpoint, not scratch
+    assert events[-1]["event"] == "done"
+    # the torn fragment stays one skipped line: the writer started the next event on a fresh line
+    lines = (out / "events.jsonl").read_text().splitlines()
+    assert '{"v": 1, "event": "epo' in lines
+
+
+def test_corrupt_checkpoints_everywhere_restart_from_scratch(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    spec = _spec_file(tmp_path)
+    assert _worker(spec, out).returncode == 0
+    (out / "result.json").unlink()
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        (out / name).write_bytes(b"\0" * 10)
+    res = _worker(spec, out)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("is corrupt") == 2 and "Traceback" not in res.stderr
+    starts = [e for e in read_events(out / "events.jsonl")[0] if e["event"] == "start"]
+    assert starts[-1]["resumed_from"] is None
+
+
+def test_corrupt_cached_dataset_is_moved_aside_and_rebuilt(workspace: Path) -> None:
+    args = ["datasets", "build", "er", "--noise", "0.1", "--train", "10", "--val", "4", "-p", "n=20", "--json"]
+    first = json.loads(run_cli(*args, "--workspace", str(workspace)).stdout)
+    perm = Path(first["path"]) / "train" / "perm.npy"
+    perm.write_bytes(perm.read_bytes()[:-7])
+    res = run_cli(*args, "--workspace", str(workspace))
+    assert res.returncode == 0, res.stderr
+    again = json.loads(res.stdout)
+    assert again["built"] is True and again["id"] == first["id"]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is corrupt (train/perm.npy:" in lines[0] and "rebuilding" in lines[0]
+    aside = list((workspace / "datasets").glob(f"{first['id']}.corrupt-*"))
+    assert len(aside) == 1 and (aside[0] / "train" / "perm.npy").exists()  # kept, not deleted
+
+
+# ------------------------------------------------------------------------------------------ no silent overwrite
+
+
+def test_export_never_replaces_a_file_without_force(workspace: Path, tmp_path: Path) -> None:
+    built = run_cli("datasets", "build", "er", "--noise", "0.1", "--train", "5", "--val", "2", "-p", "n=12", "--json")
+    ident = json.loads(run_cli(*built.args[3:], "--workspace", str(workspace)).stdout)["id"]
+    out = tmp_path / "mine.npz"
+    out.write_bytes(b"precious")
+    res = run_cli("datasets", "export", ident, "--out", str(out), "--workspace", str(workspace))
+    assert res.returncode == 2 and out.read_bytes() == b"precious"
+    assert res.stderr.strip() == f"error: --out {out} exists; choose another file or pass --force to replace it"
+    res = run_cli("datasets", "export", ident, "--out", str(out), "--force", "--workspace", str(workspace))
+    assert res.returncode == 0 and out.read_bytes() != b"precious"
+
+
+def test_train_refuses_another_runs_folder(workspace: Path) -> None:
+    first = run_cli(*TRAIN, "--epochs", "1", "--json", "--workspace", str(workspace))
+    assert first.returncode == 0, first.stderr
+    folder = Path(json.loads(first.stdout)["out"])
+    before = (folder / "spec.json").read_bytes()
+    res = run_cli(*TRAIN, "--epochs", "2", "--out", str(folder), "--workspace", str(workspace))
+    assert res.returncode == 2 and (folder / "spec.json").read_bytes() == before
+    assert res.stderr.startswith(f"error: run folder {folder} holds another run (")
+    res = run_cli(*TRAIN, "--epochs", "2", "--out", str(folder), "--force", "--json", "--workspace", str(workspace))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((folder / "spec.json").read_text())["epochs"] == 2
+
+
+# ------------------------------------------------------------------------------------------ foreground train
+
+
+def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", "3000", "--workspace", str(workspace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+    def worker_started() -> bool:
+        records = read_records(Workspace(workspace)) if (workspace / "history.json").exists() else []
+        return bool(records) and any(e["event"] == "epoch" for e in _events(records[0]))
+
+    _wait_for(worker_started, what="the first epoch")
+    record = read_records(Workspace(workspace))[0]
+    pid = record["pid"]
+    assert record["status"] == "running" and record["preset"] is None and _alive(pid)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert not _alive(pid)
+    record = read_records(Workspace(workspace))[0]
+    assert record["status"] == "cancelled" and _events(record)[-1]["event"] == "cancelled"
+
+    # killed outright, the CLI cannot forward anything: the worker notices its parent is gone and stops itself
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", "3000", "--workspace", str(workspace)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    _wait_for(lambda: read_records(Workspace(workspace))[0]["status"] == "running", what="the resumed run")
+    _wait_for(lambda: _events(read_records(Workspace(workspace))[0])[-1]["event"] == "epoch", what="an epoch")
+    pid = read_records(Workspace(workspace))[0]["pid"]
+    proc.kill()
+    proc.wait()
+    _wait_for(lambda: not _alive(pid), timeout=60, what="the worker's exit")
+    assert _events(read_records(Workspace(workspace))[0])[-1]["event"] == "cancelled"
+
+
+def _events(record: dict) -> list[dict]:
+    return read_events(Path(record["run_dir"]) / "events.jsonl")[0]
+
+
+def test_worker_exits_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine", "--spec", str(_spec_file(tmp_path, epochs=4)), "--out", str(tmp_path / "r")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()  # the start event, then the reader goes away
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, stderr
+    assert "BrokenPipe" not in stderr and "Traceback" not in stderr
+    assert read_events(tmp_path / "r" / "events.jsonl")[0][-1]["event"] == "done"
+
+
+# ------------------------------------------------------------------------------------------ recovery
+
+
+def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    from engine.spec import RunSpec
+
+    spec = RunSpec.from_dict({**SPEC, "datasets_dir": str(ws.datasets)})
+    with History(ws, write=True) as history:
+        record = new_record(spec, ws)
+        started = time.time()
+        history.put({**record, "status": "running", "pid": 2**22 + 7, "started_ts": started})
+    assert _worker(_spec_file(tmp_path), Path(record["run_dir"])).returncode == 0
+    finished_at = (Path(record["run_dir"]) / "result.json").stat().st_mtime
+    time.sleep(0.05)  # the re-check happens strictly later than the worker's end
+    with History(ws, write=True) as history:
+        scheduler = Scheduler(ws, history, [Slot("cpu#0", {})])
+        reattached, interrupted = scheduler.recover()
+        filed = history.get(record["id"])
+    assert reattached == [] and interrupted == [] and scheduler.refiled == [record["id"]]
+    assert filed["status"] == "done" and filed["metrics"]["val_lap_acc"] >= 0
+    assert filed["duration"] == pytest.approx(finished_at - started, abs=0.02)
