@@ -231,8 +231,8 @@ def verify_dataset(dataset: Dataset) -> str:
     for split in SPLITS:
         try:
             dataset.split(split)
-        except (ValueError, OSError, EOFError) as exc:
-            return f"{split}/: {exc}"
+        except GaptuiError as exc:
+            return str(exc)
     return ""
 
 
