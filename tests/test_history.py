@@ -99,3 +99,16 @@ def test_lock_stops_a_second_manager_but_not_readers_tags_or_notes(tmp_path: Pat
     assert record["tags"] == ["best"] and record["note"] == "looks good" and record["status"] == "done"
     res = run_cli("tag", "000000000001", "-best", "--workspace", str(tmp_path))
     assert res.returncode == 0 and read_records(ws)[0]["tags"] == []
+
+
+def test_a_manager_removes_temp_files_left_by_crashed_writers(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    dead = 2**22 + 11  # above the largest pid: no live process owns these
+    stale = [tmp_path / f".history.json.{dead}.tmp", tmp_path / "datasets" / f".tmp-er-n5-abc-{dead}-123456789012"]
+    stale[1].mkdir(parents=True)
+    stale[0].write_text("{")
+    live = tmp_path / f".history.json.{os.getpid()}.tmp"  # a writer that is still running keeps its file
+    live.write_text("{")
+    with History(ws, write=True):
+        pass
+    assert not any(p.exists() for p in stale) and live.exists()
