@@ -107,7 +107,7 @@ def test_a_manager_removes_temp_files_left_by_crashed_writers(tmp_path: Path) ->
     stale = [tmp_path / f".history.json.{dead}.tmp", tmp_path / "datasets" / f".tmp-er-n5-abc-{dead}-123456789012"]
     stale[1].mkdir(parents=True)
     stale[0].write_text("{")
-    live = tmp_path / f".history.json.{os.getpid()}.tmp"  # a writer that is still running keeps its file
+    live = tmp_path / f".history.json.{os.getppid()}.tmp"  # a writer that is still running keeps its file
     live.write_text("{")
     with History(ws, write=True):
         pass
