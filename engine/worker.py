@@ -186,21 +186,9 @@ class Checkpoints:
         return None
 
     def _load_checked(self, path: Path, device: Any) -> dict[str, Any] | None:
-        import torch
-
         if not path.exists():
             return None
-        expected = read_json(self.sums(path))
-        problem = mismatch(path, expected) if isinstance(expected, dict) else ""
-        ckpt = None
-        if not problem:
-            try:
-                ckpt = torch.load(path, map_location=device, weights_only=True)
-            except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
-                problem = f"unreadable ({type(exc).__name__})"
-            else:
-                if not isinstance(ckpt, dict) or "state" not in ckpt:
-                    problem, ckpt = "not a gaptui checkpoint", None
+        ckpt, problem = check_checkpoint(path, device)
         if problem:
             aside = move_aside(path)
             if self.sums(path).exists():
@@ -210,6 +198,32 @@ class Checkpoints:
             print(f"warning: {message}", file=sys.stderr)
             return None
         return ckpt
+
+
+def check_checkpoint(path: Path, device: Any = "cpu") -> tuple[dict[str, Any] | None, str]:
+    """``(checkpoint, "")`` when ``path`` matches its fingerprint (``<stem>.json``, when written) and loads as a
+    gaptui checkpoint; ``(None, why)`` otherwise."""
+    import torch
+
+    expected = read_json(Checkpoints.sums(path))
+    problem = mismatch(path, expected) if isinstance(expected, dict) else ""
+    if problem:
+        return None, problem
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
+        return None, f"unreadable ({type(exc).__name__})"
+    if not isinstance(ckpt, dict) or "state" not in ckpt:
+        return None, "not a gaptui checkpoint"
+    return ckpt, ""
+
+
+def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
+    """The checkpoint at ``path`` after its check; one-line :class:`GaptuiError` when it is corrupt."""
+    ckpt, problem = check_checkpoint(path, device)
+    if ckpt is None:
+        raise GaptuiError(f"checkpoint {path} is corrupt ({problem}); train the run again to get its model back")
+    return ckpt
 
 
 class Run:

@@ -94,6 +94,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     """
     from engine import models
     from engine.spec import RunSpec
+    from engine.worker import read_checkpoint
 
     run_dir = Path(run_dir)
     spec = RunSpec.from_file(run_dir / "spec.json")
@@ -110,7 +111,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     ckpt_path = run_dir / "checkpoint.pt"
     if not ckpt_path.is_file():
         raise GaptuiError(f"run {run_dir.name} has no checkpoint.pt to take the model from")
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    ckpt = read_checkpoint(ckpt_path)
     if ckpt.get("run") != spec.hash():
         raise GaptuiError(f"{ckpt_path} belongs to another run spec than {run_dir / 'spec.json'}")
     with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's stream alone
