@@ -147,7 +147,9 @@ def run_gape(
     ckpt_path = run_dir / "checkpoint.pt"
     resumed_from = None
     if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
+        from engine.worker import read_checkpoint
+
+        ckpt = read_checkpoint(ckpt_path, device)
         if ckpt.get("run") != spec.hash():
             raise GaptuiError(f"{ckpt_path} belongs to another run spec; use a fresh run folder")
         model.load_state_dict(ckpt["model"])
