@@ -155,22 +155,22 @@ def run_gape(
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
-        epoch, step, metrics, best = ckpt["epoch"], ckpt["step"], dict(ckpt["metrics"]), dict(ckpt["best"])
+        epoch, step = ckpt["state"]["epoch"], ckpt["state"]["step"]
+        metrics, best = dict(ckpt["metrics"]), dict(ckpt["best"])
         resumed_from = {"epoch": epoch, "batch": 0, "step": step}
         log(f"resuming after epoch {epoch} (step {step})")
 
     def save() -> None:
         tmp = ckpt_path.with_name(".checkpoint.pt.tmp")
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
+        weights = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
         torch.save(
             {
                 "format": CHECKPOINT_FORMAT,
                 "run": spec.hash(),
-                "epoch": epoch,
-                "step": step,
+                "state": {"epoch": epoch, "step": step},
                 "metrics": metrics,
                 "best": best,
-                **state,
+                **weights,
             },
             tmp,
         )
