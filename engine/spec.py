@@ -1,22 +1,20 @@
-"""RunSpec: everything that defines one training (or baseline) run; its canonical hash is the run's identity."""
+"""RunSpec: everything that defines one alignment run (training or baseline); its canonical hash is its identity.
+
+The spec of the ``alignment`` task family (:mod:`engine.tasks.alignment`); the generic parts (hash, placement
+fields, dict form) come from :class:`engine.tasks.TaskSpec`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.datasets import DatasetSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.typed import parse_dataclass
+from engine.tasks import TaskSpec, load_spec_file
 
-TASKS = ("alignment",)
 CLIP_MODES = ("value", "norm")
-#: Fields that say where or how a run executes, not what it computes: left out of the hash.
-_PLACEMENT = ("device", "datasets_dir", "data_root")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
 _HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph"}
@@ -25,7 +23,7 @@ MODEL_FIELDS = ("input_layer", "norm")
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(TaskSpec):
     """One run of the alignment benchmark.
 
     ``model`` is a registered model name, ``laplacian`` (the training-free baseline) or ``module.path:Factory``.
@@ -68,20 +66,11 @@ class RunSpec:
             object.__setattr__(self, "model", self.model.lower())
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: str = "run spec") -> RunSpec:
-        spec = parse_dataclass(cls, raw, where)
-        spec.validate(where)
-        return spec
-
-    @classmethod
     def from_file(cls, path: Path) -> RunSpec:
-        try:
-            raw = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise GaptuiError(f"run spec {path}: file not found") from None
-        except json.JSONDecodeError as exc:
-            raise GaptuiError(f"run spec {path}: not valid JSON ({exc})") from None
-        return cls.from_dict(raw, where=f"run spec {path}")
+        spec = load_spec_file(path)
+        if not isinstance(spec, RunSpec):
+            raise GaptuiError(f"run spec {path}: task '{spec.task}' is not an alignment run")
+        return spec
 
     def dataset_spec(self) -> DatasetSpec:
         d = self.dataset
@@ -98,8 +87,8 @@ class RunSpec:
     def validate(self, where: str = "run spec") -> None:
         from engine.models import MODELS
 
-        if self.task not in TASKS:
-            raise GaptuiError(f"{where}: task '{self.task}' is not one of {', '.join(TASKS)}")
+        if self.task != "alignment":
+            raise GaptuiError(f"{where}: task '{self.task}' is not alignment")
         allowed = {"base", "noise", "noise_model", "n_train", "n_val", "seed", "params"}
         extra = set(self.dataset) - allowed
         if extra or "base" not in self.dataset or "noise" not in self.dataset:
@@ -153,18 +142,9 @@ class RunSpec:
         if self.model != "laplacian":
             check_fits(self.dataset_spec().canonical(), self.batch_size, what=f"{self.model} on {self.dataset['base']}")
 
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["topk"] = list(self.topk)
-        return out
-
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
-        out = {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in _PLACEMENT and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])
-        }
+        out = {k: v for k, v in super().canonical().items() if not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
         out["dataset"] = self.dataset_spec().canonical()
         return out
 
@@ -175,10 +155,3 @@ class RunSpec:
         """
         extra = {k: getattr(self, k) for k in MODEL_FIELDS if getattr(self, k) != _HASHED_WHEN_SET[k]}
         return {**self.model_kwargs, **extra}
-
-    def hash(self) -> str:
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def replace(self, **changes: Any) -> RunSpec:
-        return dataclasses.replace(self, **changes)

@@ -1,8 +1,10 @@
 """The run worker: ``python -m engine --spec spec.json --out RUN_DIR``.
 
-Reads a :class:`~engine.spec.RunSpec`, builds (or finds) its dataset, trains and evaluates, and writes into
-``RUN_DIR``: ``spec.json``, ``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt``,
-``checkpoint.pt`` (readable with ``torch.load(..., weights_only=True)``) and ``result.json``.
+Reads a run spec, looks up its task family (:mod:`engine.tasks`) by the spec's ``task`` field and runs the
+family's loop, which writes into ``RUN_DIR`` what it needs (alignment: ``checkpoint.pt``, readable with
+``torch.load(..., weights_only=True)``, through :class:`Checkpoints`). The worker itself writes ``spec.json``,
+``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt`` and ``result.json`` (status, run
+hash, task, spec, metrics, parameter count, package versions, seconds, plus the family's extra fields).
 
 SIGTERM (or SIGINT, SIGHUP) stops at the next batch boundary: the checkpoint is saved with the exact position in
 the epoch, a ``cancelled`` event is written and the worker exits with status 143. Starting the worker again on
@@ -23,14 +25,13 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
-from engine.spec import RunSpec
+from engine.tasks import Cancelled, RunContext, RunFailed, TaskSpec, family, load_spec, load_spec_file
 
 CHECKPOINT_FORMAT = 1
 #: Files of a run folder, by role (the worker's whole on-disk interface).
@@ -122,7 +123,7 @@ def _atomic_json(path: Path, obj: Any) -> None:
     atomic_write_json(path, obj, indent=2, sort_keys=True)
 
 
-def check_run_folder(out: Path, spec: RunSpec) -> None:
+def check_run_folder(out: Path, spec: TaskSpec) -> None:
     """Refuse a run folder that is a file or holds another run's ``spec.json`` (never overwrite another run)."""
     if out.exists() and not out.is_dir():
         raise GaptuiError(f"run folder {out} exists and is a file, not a folder")
@@ -131,14 +132,14 @@ def check_run_folder(out: Path, spec: RunSpec) -> None:
         return
     raw = read_json(existing)
     try:
-        other = RunSpec.from_dict(raw, where=str(existing)) if isinstance(raw, dict) else None
+        other = load_spec(raw, where=str(existing)) if isinstance(raw, dict) else None
     except GaptuiError:
         other = None
     if other is None:
         raise GaptuiError(f"{existing} is not a readable run spec; choose another run folder")
     if other.hash() != spec.hash():
         raise GaptuiError(
-            f"run folder {out} holds another run ({other.hash()[:12]}: {other.model} on {other.dataset['base']}); "
+            f"run folder {out} holds another run ({other.hash()[:12]}: {family(other.task).describe(other)}); "
             "choose another folder (or pass --force to replace it)"
         )
 
@@ -227,9 +228,9 @@ def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
 
 
 class Run:
-    """One worker execution over a run folder."""
+    """One worker execution over a run folder: the family's loop, framed by result.json and the final event."""
 
-    def __init__(self, spec: RunSpec, out: Path, events: EventWriter, log: TextIO, stop: _Stop) -> None:
+    def __init__(self, spec: TaskSpec, out: Path, events: EventWriter, log: TextIO, stop: _Stop) -> None:
         self.spec = spec
         self.out = out
         self.events = events
@@ -241,37 +242,12 @@ class Run:
         self.log_fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
         self.log_fh.flush()
 
-    # ------------------------------------------------------------------------------------------------ set-up
-
-    def dataset(self) -> Any:
-        from engine.datasets import build_dataset
-
-        spec = self.spec
-        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
-        raw = Path(spec.data_root) if spec.data_root else None
-        dataset, built = build_dataset(spec.dataset_spec(), datasets_dir, raw)
-        self.log(f"dataset {dataset.id} ({'built' if built else 'cached'}) at {dataset.path}")
-        return dataset
-
-    def out_dim(self, dataset: Any) -> int:
-        from engine.sources import SOURCES
-
-        return self.spec.out_dim or SOURCES.get(dataset.spec["base"]).embedding_dim
-
     def result(self, status: str, **fields: Any) -> dict[str, Any]:
-        import torch
-
-        from engine.training import resolve_device
-
-        device = resolve_device(self.spec.device)
         record = {
             "status": status,
             "run": self.spec.hash(),
+            "task": self.spec.task,
             "spec": self.spec.to_dict(),
-            "device": str(device),
-            "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else platform.processor() or platform.machine(),
             "versions": versions(),
             "seconds": round(time.perf_counter() - self.started, 3),
             **fields,
@@ -279,203 +255,25 @@ class Run:
         _atomic_json(self.out / "result.json", record)
         return record
 
-    # ------------------------------------------------------------------------------------------------ runs
-
     def run(self) -> int:
-        self.spec.check_memory()
-        dataset = self.dataset()
-        if self.spec.model == "laplacian":
-            return self.run_laplacian(dataset)
-        return self.run_training(dataset)
-
-    def run_laplacian(self, dataset: Any) -> int:
-        from engine.laplacian import laplacian_scores
-        from engine.training import metrics_of
-
-        k = self.out_dim(dataset)
-        val = dataset.split("val")
-        self.events.emit(
-            "start",
-            run=self.spec.hash(),
-            model="laplacian",
-            params=0,
-            width=k,
-            device="cpu",
-            dataset=dataset.id,
-            n_train=0,
-            n_val=len(val),
-            epochs=0,
-            steps_per_epoch=0,
-            resumed_from=None,
-            pid=os.getpid(),
-        )
-        t0 = time.perf_counter()
-        metrics: dict[str, float] = {}
-        if len(val):  # without validation pairs there is no metric: it stays missing, never a 0 % score
-            scores = laplacian_scores(val, k=k, ks=self.spec.topk)
-            metrics = metrics_of(scores, float("nan"))
-            metrics.pop("val_loss")
-            self.events.emit("eval", epoch=0, seconds=round(time.perf_counter() - t0, 3), **metrics)
-        self.log(f"laplacian baseline (k={k}): val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
-        self.result("done", dataset=dataset.id, model="laplacian", params=0, width=k, epochs=0, metrics=metrics)
-        self.events.emit("done", metrics=metrics, params=0, seconds=round(time.perf_counter() - self.started, 3))
+        ctx = RunContext(self.out, self.events.emit, self.log, self.stop)
+        try:
+            outcome = family(self.spec.task).run(self.spec, ctx)
+        except Cancelled as stop:
+            self.events.emit("cancelled", **stop.where)
+            where = ", ".join(f"{k} {v}" for k, v in stop.where.items())
+            self.log(f"cancelled{' at ' + where if where else ''}; checkpoint saved")
+            return EXIT_CANCELLED
+        except RunFailed as exc:
+            self.log(f"error: {exc}")
+            self.result("failed", error=str(exc), **exc.fields)
+            self.events.emit("error", message=str(exc), kind=exc.kind, **exc.event)
+            return EXIT_NAN if exc.kind == "nan" else EXIT_CRASH
+        metrics = outcome.metrics
+        self.result("done", **outcome.extra, params=outcome.params, metrics=metrics)
+        seconds = round(time.perf_counter() - self.started, 3)
+        self.events.emit("done", metrics=metrics, params=outcome.params, seconds=seconds)
         return EXIT_OK
-
-    def run_training(self, dataset: Any) -> int:
-
-        from engine import models
-        from engine.evaluation import LapEvaluator
-        from engine.training import (
-            FEATURES,
-            NonFiniteLoss,
-            PairTensors,
-            TrainState,
-            evaluate,
-            make_optimiser,
-            metrics_of,
-            resolve_device,
-            seed_everything,
-            train_epoch,
-        )
-
-        spec = self.spec
-        device = resolve_device(spec.device)
-        seed_everything(spec.seed)
-        model = models.build(
-            spec.model,
-            out_dim=self.out_dim(dataset),
-            budget=spec.budget,
-            in_dim=FEATURES[spec.features],
-            **spec.model_options(),
-        ).to(device)
-        params = models.count_parameters(model)
-        train = PairTensors(dataset.split("train"), device)
-        val = PairTensors(dataset.split("val"), device)
-        steps_per_epoch = -(-len(train) // spec.batch_size)
-        opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, spec.epochs * steps_per_epoch, spec.warmup_steps)
-        state = TrainState()
-        metrics: dict[str, float] = {}
-        resumed_from = None
-        checkpoints = Checkpoints(self.out, self.log)
-        ckpt = checkpoints.load(device)
-        if ckpt is not None:
-            if ckpt.get("run") != spec.hash():
-                raise GaptuiError(f"{checkpoints.path} belongs to another run spec; use a fresh --out folder")
-            model.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["optimizer"])
-            sched.load_state_dict(ckpt["scheduler"])
-            state = TrainState(**ckpt["state"])
-            metrics = dict(ckpt.get("metrics", {}))
-            resumed_from = {"epoch": state.epoch, "batch": state.batch_in_epoch, "step": state.step}
-            self.log(f"resuming from epoch {state.epoch}, batch {state.batch_in_epoch} (step {state.step})")
-
-        def save_checkpoint() -> None:
-            checkpoints.save(
-                {
-                    "format": CHECKPOINT_FORMAT,
-                    "run": spec.hash(),
-                    "model_name": spec.model,
-                    "width": int(getattr(model, "width", 0) or 0),
-                    "params": params,
-                    "in_dim": FEATURES[spec.features],
-                    "out_dim": self.out_dim(dataset),
-                    "features": spec.features,
-                    "state": asdict(state),
-                    "metrics": metrics,
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                }
-            )
-
-        width = int(getattr(model, "width", 0) or 0)
-        self.events.emit(
-            "start",
-            run=spec.hash(),
-            model=spec.model,
-            params=params,
-            width=width,
-            device=str(device),
-            dataset=dataset.id,
-            n_train=len(train),
-            n_val=len(val),
-            epochs=spec.epochs,
-            steps_per_epoch=steps_per_epoch,
-            resumed_from=resumed_from,
-            pid=os.getpid(),
-        )
-        self.log(f"model {spec.model}: {params} parameters, width {width}, device {device}")
-        train_loss = float("nan")
-        with LapEvaluator(ks=spec.topk) as evaluator:
-            while state.epoch < spec.epochs:
-                t0 = time.perf_counter()
-                try:
-                    finished = train_epoch(
-                        model,
-                        train,
-                        opt,
-                        sched,
-                        state,
-                        batch_size=spec.batch_size,
-                        seed=spec.seed,
-                        clip=spec.clip,
-                        clip_mode=spec.clip_mode,
-                        features=spec.features,
-                        should_stop=self.stop,
-                    )
-                except NonFiniteLoss as exc:
-                    self.log(f"error: {exc}")
-                    self.result("failed", dataset=dataset.id, model=spec.model, params=params, error=str(exc))
-                    self.events.emit("error", message=str(exc), kind="nan", epoch=exc.epoch, step=exc.step)
-                    return EXIT_NAN
-                if not finished:
-                    return self.cancel(save_checkpoint, state)
-                epoch = state.epoch + 1
-                train_loss = state.loss_sum / max(state.loss_nodes, 1)
-                seconds = time.perf_counter() - t0
-                val_acc = None
-                # Without validation pairs there is no metric: it stays missing (never a 0 % that could rank).
-                if len(val) and (epoch % spec.eval_every == 0 or epoch == spec.epochs):
-                    t1 = time.perf_counter()
-                    scores, val_loss = evaluate(model, val, spec.batch_size, evaluator, spec.features)
-                    metrics = {**metrics_of(scores, val_loss), "train_loss": train_loss}
-                    val_acc = metrics["val_lap_acc"]
-                    self.events.emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **metrics)
-                state.epoch, state.batch_in_epoch, state.loss_sum, state.loss_nodes = epoch, 0, 0.0, 0
-                save_checkpoint()
-                lr = opt.param_groups[0]["lr"]
-                self.events.emit(
-                    "epoch",
-                    epoch=epoch,
-                    step=state.step,
-                    train_loss=train_loss,
-                    lr=lr,
-                    seconds=round(seconds, 4),
-                    val_acc=val_acc,
-                )
-                acc = f" val LAP acc {val_acc:.4f}" if val_acc is not None else ""
-                self.log(f"epoch {epoch}/{spec.epochs} loss {train_loss:.4f}{acc} lr {lr:.2e} {seconds:.2f}s")
-                if self.stop():
-                    return self.cancel(save_checkpoint, state)
-        metrics.setdefault("train_loss", train_loss)
-        self.result(
-            "done",
-            dataset=dataset.id,
-            model=spec.model,
-            params=params,
-            width=width,
-            epochs=spec.epochs,
-            metrics=metrics,
-        )
-        self.events.emit("done", metrics=metrics, params=params, seconds=round(time.perf_counter() - self.started, 3))
-        self.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
-        return EXIT_OK
-
-    def cancel(self, save_checkpoint: Any, state: Any) -> int:
-        save_checkpoint()
-        self.events.emit("cancelled", epoch=state.epoch, step=state.step, batch=state.batch_in_epoch)
-        self.log(f"cancelled at epoch {state.epoch}, batch {state.batch_in_epoch}; checkpoint saved")
-        return EXIT_CANCELLED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -514,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run_locked(args: argparse.Namespace, out: Path, stop: _Stop) -> int:
     own_spec = out / "spec.json"
     try:
-        spec = RunSpec.from_file(args.spec)
+        spec = load_spec_file(args.spec)
         check_run_folder(out, spec)
     except GaptuiError as exc:
         if not own_spec.exists() or args.spec.resolve() == own_spec.resolve():
@@ -548,6 +346,6 @@ def _run_locked(args: argparse.Namespace, out: Path, stop: _Stop) -> int:
             events.close()
 
 
-def _finished(out: Path, spec: RunSpec) -> bool:
+def _finished(out: Path, spec: TaskSpec) -> bool:
     result = read_json(out / "result.json")
     return isinstance(result, dict) and result.get("status") == "done" and result.get("run") == spec.hash()

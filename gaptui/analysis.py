@@ -1,35 +1,35 @@
-"""Ranking tables and accuracy gaps over finished runs (paper Table D.3 and section 5), plus their renderers.
+"""Ranking tables and gaps over finished runs (paper Table D.3, section 5, Table 1), plus their renderers.
 
 Everything here is a pure function of run records (the dicts stored in the history); the only I/O is
-:func:`export_all`. Records are grouped once by (dataset label, model, noise), so building every table of a
-2,000-run history is a single pass.
+:func:`export_all`. What a table is made of comes from the run's task family (:mod:`engine.tasks`): its
+:class:`~engine.tasks.TableLayout` says which axis makes one table per value (alignment: dataset), which axis gives
+the rows (model) and which the columns (noise); its declared :class:`~engine.tasks.Metric` gives the direction
+(never guessed from a name), the unit and the display name. Records are grouped once, so building every table of
+a 2,000-run history is a single pass.
 
 Statistics
-    A cell is one (dataset, model, noise). Its value is the **median** over seeds of one metric and its spread the
+    A cell is one (group, row, column). Its value is the **median** over seeds of one metric and its spread the
     **sample standard deviation** (``ddof=1``; 0 for a single run). Only ``status == "done"`` records with a finite
     numeric value of the metric count. When one seed was run more than once (a re-run), the run that finished last
     stands for that seed, so a cell never holds more values than seeds.
 
 Units
-    Metrics whose key ends in ``_acc`` are shares in [0, 1] and are shown in percent with one decimal, like
-    Table D.3 ("97.6 ± 0.4"). Other metrics (losses, custom keys) are shown as they are, with three decimals.
+    Metrics declared with unit ``%`` are shares in [0, 1] and are shown in percent with one decimal, like
+    Table D.3 ("97.6 ± 0.4"). Other metrics (losses, MAE) are shown as they are, with three decimals.
     Machine-readable outputs (CSV, JSON) keep the metric's own units (shares for accuracies).
 
-Direction
-    Metrics whose key contains ``loss`` are better when lower; every other metric is better when higher.
-
-Marks (per noise column, paper colours: red = best and within 1 %, blue = within 3 %)
-    The best cell has the best median among **trained** models; the Laplacian baseline is shown but is never
-    marked and never counts as the best. Ties all get ``best``. Another cell is ``within1`` when its median is at
-    most 1 **absolute percentage point** of accuracy from the best (e.g. 96.6 vs 97.6), ``within3`` when at most
-    3 points. For metrics that are not shares (losses) percentage points mean nothing, so the thresholds are
-    relative: within 1 % (3 %) of the best value. Comparisons use the unrounded medians with a 1e-9 tolerance.
-    Without colour the marks read as suffixes: ``**`` best, ``*`` within 1, ``+`` within 3.
+Marks (per column, paper colours: red = best and within 1 %, blue = within 3 %)
+    The best cell has the best median among rows that are not baselines (alignment: the Laplacian baseline is
+    shown but is never marked and never counts as the best). Ties all get ``best``. Another cell is ``within1``
+    when its median is at most 1 **absolute percentage point** from the best (shares, e.g. 96.6 vs 97.6),
+    ``within3`` when at most 3 points. For metrics that are not shares percentage points mean nothing, so the
+    thresholds are relative: within 1 % (3 %) of the best value. Comparisons use the unrounded medians with a
+    1e-9 tolerance. Without colour the marks read as suffixes: ``**`` best, ``*`` within 1, ``+`` within 3.
 
 Gap (paper section 5)
-    At each noise level, gap(model) = median(model) − median(worst trained model), measured in the better
-    direction (so it is >= 0 for losses too); the spread is best − worst among trained models. The optimal noise
-    level maximises the spread; ties go to the lower noise.
+    In each column, gap(row) = median(row) − median(worst non-baseline row), measured in the better direction
+    (so it is >= 0 for losses too); the spread is best − worst. The optimal column maximises the spread; ties go
+    to the first column (the lower noise level for alignment).
 """
 
 from __future__ import annotations
@@ -50,13 +50,8 @@ from typing import Any
 from rich.markup import escape
 
 from engine.errors import GaptuiError, unknown
+from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, Metric, TaskFamily, family
 
-DEFAULT_METRIC = "val_lap_acc"
-#: The metrics every finished run reports; any other key found in the records is accepted as well.
-STANDARD_METRICS = ("val_lap_acc", "val_argmax_acc", "val_top5_acc", "val_top10_acc", "val_loss", "train_loss")
-BASELINE = "laplacian"
-#: Row order of Table D.3; models not listed follow alphabetically.
-PAPER_ORDER = ("gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2")
 FORMATS = ("text", "md", "csv", "latex", "json")
 
 BEST = "best"
@@ -71,60 +66,76 @@ RICH_STYLES = {BEST: "bold red", WITHIN_1: "red", WITHIN_3: "blue", "": ""}
 EMPTY = "–"
 _TOLERANCE = 1e-9
 
-CSV_COLUMNS = ("dataset", "model", "noise", "median", "std", "runs", "planned", "mark")
+CELL_FIELDS = ("median", "std", "runs", "planned", "mark")
 EXPORT_FILES = ("tables.csv", "tables.md", "tables.tex", "runs.json")
 EXPORT_MANIFEST = ".gaptui-export.json"
 
 
-# ------------------------------------------------------------------------------------------ metric conventions
+# ------------------------------------------------------------------------------------------ records and metadata
 
 
-def is_share(metric: str) -> bool:
-    """True for accuracies (shares in [0, 1], shown in percent)."""
-    return metric.endswith("_acc")
+def record_task(record: dict[str, Any]) -> str:
+    """The task family of a record (records written before families were alignment runs)."""
+    return str(record.get("task") or DEFAULT_TASK)
 
 
-def higher_is_better(metric: str) -> bool:
-    """False for losses (any key containing ``loss``), True otherwise."""
-    return "loss" not in metric
+def task_records(records: Iterable[dict[str, Any]], task: str) -> list[dict[str, Any]]:
+    """The records of one task family."""
+    return [r for r in records if record_task(r) == task]
 
 
-def display_scale(metric: str) -> float:
-    """Factor from the metric's units to display units (100 for shares, else 1)."""
-    return 100.0 if is_share(metric) else 1.0
+def axis_value(record: dict[str, Any], key: str) -> Any:
+    """The value of axis ``key`` of a record (``None`` when the record has no such axis)."""
+    return (record.get("axes") or {}).get(key)
 
 
-def format_number(value: float, metric: str) -> str:
+def record_tasks(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Families present in ``records`` (registered ones first, in registry order), for pickers."""
+    present = {record_task(r) for r in records}
+    known = [name for name in FAMILIES.names() if name in present]
+    return known + sorted(present - set(known))
+
+
+def check_task(task: str) -> TaskFamily:
+    """The family ``task`` or :class:`GaptuiError` with a did-you-mean."""
+    return family(task)
+
+
+def format_number(value: float, metric: Metric) -> str:
     """One value in display units: ``97.6`` for a share of 0.976, ``0.123`` for a loss."""
-    return f"{value * 100:.1f}" if is_share(metric) else f"{value:.3f}"
+    return f"{value * 100:.1f}" if metric.share else f"{value:.3f}"
 
 
-def format_noise(noise: float) -> str:
-    """A noise level as written in column headers (``0.12``)."""
-    return f"{noise:g}"
+def display_scale(metric: Metric) -> float:
+    """Factor from the metric's units to display units (100 for shares, else 1)."""
+    return 100.0 if metric.share else 1.0
 
 
-def model_order(models: Iterable[str]) -> list[str]:
-    """Laplacian first, then the paper order, then the others alphabetically."""
-    rank = {name: i for i, name in enumerate((BASELINE, *PAPER_ORDER))}
-    return sorted(set(models), key=lambda m: (rank.get(m, len(rank)), m))
-
-
-def known_metrics(records: Iterable[dict[str, Any]]) -> list[str]:
-    """The standard metrics plus every numeric metric key found in finished records."""
-    found = set(STANDARD_METRICS)
+def known_metrics(records: Iterable[dict[str, Any]], task: str = DEFAULT_TASK) -> list[str]:
+    """The metrics ``task`` declares plus the declared-by-pattern ones found in its finished records."""
+    fam = family(task)
+    found = {m.key for m in fam.metrics}
     for rec in records:
-        if rec.get("status") == "done":
-            found.update(k for k, v in (rec.get("metrics") or {}).items() if _numeric(v) is not None)
-    return sorted(found)
+        if rec.get("status") == "done" and record_task(rec) == task:
+            for key, value in (rec.get("metrics") or {}).items():
+                if key not in found and _numeric(value) is not None:
+                    try:
+                        fam.metric(key)
+                    except GaptuiError:
+                        continue  # undeclared: its direction is unknown, so it is never ranked
+                    found.add(key)
+    declared = [m.key for m in fam.metrics]
+    return declared + sorted(found - set(declared))
 
 
-def check_metric(metric: str, records: Iterable[dict[str, Any]]) -> str:
-    """Return ``metric`` or raise :class:`GaptuiError` with a did-you-mean suggestion."""
-    choices = known_metrics(records)
-    if metric not in choices:
-        raise unknown("metric", metric, choices)
-    return metric
+def check_metric(metric: str | None, records: Iterable[dict[str, Any]], task: str = DEFAULT_TASK) -> Metric:
+    """The declared metric (``None``: the family's default) or :class:`GaptuiError` with a did-you-mean."""
+    fam = family(task)
+    key = metric or fam.default_metric
+    choices = known_metrics(records, task)
+    if key not in choices:
+        raise unknown("metric", key, choices)
+    return fam.metric(key)
 
 
 def check_format(fmt: str, choices: Sequence[str] = FORMATS) -> str:
@@ -134,17 +145,24 @@ def check_format(fmt: str, choices: Sequence[str] = FORMATS) -> str:
     return fmt
 
 
-def done_datasets(records: Iterable[dict[str, Any]]) -> list[str]:
-    """Sorted dataset labels that have at least one finished run."""
-    return sorted({str(r.get("dataset")) for r in records if r.get("status") == "done"})
+def done_groups(records: Iterable[dict[str, Any]], task: str = DEFAULT_TASK) -> list[str]:
+    """Sorted table-group labels (alignment: dataset labels) of ``task`` with at least one finished run."""
+    key = family(task).table.group
+    done = [r for r in records if r.get("status") == "done" and record_task(r) == task]
+    if key is None:
+        return [""] if done else []
+    return sorted({str(axis_value(r, key)) for r in done})
 
 
-def check_dataset(dataset: str, records: Iterable[dict[str, Any]]) -> str:
-    """Return ``dataset`` or raise :class:`GaptuiError` naming the labels with finished runs."""
-    labels = done_datasets(records)
-    if dataset not in labels:
-        raise unknown("dataset", dataset, labels)
-    return dataset
+def check_group(group: str, records: Iterable[dict[str, Any]], task: str = DEFAULT_TASK) -> str:
+    """Return ``group`` or raise :class:`GaptuiError` naming the labels with finished runs."""
+    fam = family(task)
+    labels = done_groups(records, task)
+    if fam.table.group is None:
+        raise GaptuiError(f"task '{task}' has a single table: there is no {fam.table.rows} group to choose")
+    if group not in labels:
+        raise unknown(fam.axis(fam.table.group).name, group, labels)
+    return group
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -152,11 +170,11 @@ def check_dataset(dataset: str, records: Iterable[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (dataset, model, noise) entry: median and sample std over seeds, in the metric's own units."""
+    """One (group, row, column) entry: median and sample std over seeds, in the metric's own units."""
 
-    dataset: str
-    model: str
-    noise: float
+    group: str
+    row: str
+    column: Any
     values: tuple[float, ...]
     median: float
     std: float
@@ -173,49 +191,76 @@ class Cell:
         """Fewer finished seeds than the preset planned."""
         return self.planned is not None and self.runs < self.planned
 
-    def text(self, metric: str) -> str:
+    def text(self, metric: Metric) -> str:
         """Display text without mark, e.g. ``97.6 ± 0.4`` or ``97.6 ± 0.4 (3/10)``."""
         body = f"{format_number(self.median, metric)} ± {format_number(self.std, metric)}"
         return f"{body} ({self.runs}/{self.planned})" if self.incomplete else body
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON/CSV form, in the metric's own units."""
-        return {
-            "dataset": self.dataset,
-            "model": self.model,
-            "noise": self.noise,
-            "median": self.median,
-            "std": self.std,
-            "runs": self.runs,
-            "planned": self.planned,
-            "mark": self.mark,
-        }
+    def marked_text(self, metric: Metric) -> str:
+        """:meth:`text` plus the mark's suffix (``**``, ``*``, ``+``)."""
+        return self.text(metric) + (f" {MARKERS[self.mark]}" if self.mark else "")
 
 
 @dataclass(frozen=True)
 class RankingTable:
-    """Table D.3 for one dataset label: rows are models, columns noise levels ascending."""
+    """One ranking table of a task family: rows and columns as its layout says (alignment: models x noise)."""
 
-    dataset: str
-    metric: str
-    models: tuple[str, ...]
-    noises: tuple[float, ...]
-    cells: dict[tuple[str, float], Cell] = field(repr=False)
+    task: str
+    group: str
+    metric: Metric
+    rows: tuple[str, ...]
+    columns: tuple[Any, ...]
+    cells: dict[tuple[str, Any], Cell] = field(repr=False)
 
-    def cell(self, model: str, noise: float) -> Cell | None:
-        """The cell, or None when the model has no finished run at this noise."""
-        return self.cells.get((model, noise))
+    @property
+    def family(self) -> TaskFamily:
+        return family(self.task)
 
-    def best(self, noise: float) -> list[Cell]:
-        """The cells marked best at this noise (several on a tie; empty without trained models)."""
-        return [c for m in self.models if (c := self.cell(m, noise)) is not None and c.mark == BEST]
+    @property
+    def row_axis(self) -> Axis:
+        return self.family.axis(self.family.table.rows)
+
+    @property
+    def column_axis(self) -> Axis:
+        return self.family.axis(self.family.table.columns)
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        return self.family.table.baselines
+
+    def cell(self, row: str, column: Any) -> Cell | None:
+        """The cell, or None when the row has no finished run in this column."""
+        return self.cells.get((row, column))
+
+    def best(self, column: Any) -> list[Cell]:
+        """The cells marked best in this column (several on a tie; empty without non-baseline rows)."""
+        return [c for r in self.rows if (c := self.cell(r, column)) is not None and c.mark == BEST]
 
     def iter_cells(self) -> Iterable[Cell]:
         """All non-empty cells, row by row."""
-        for model in self.models:
-            for noise in self.noises:
-                if (c := self.cell(model, noise)) is not None:
+        for row in self.rows:
+            for column in self.columns:
+                if (c := self.cell(row, column)) is not None:
                     yield c
+
+    def header(self, column: Any) -> str:
+        """Column header, e.g. ``η=0.12``."""
+        return self.column_axis.header(column)
+
+    def coordinates(self, cell: Cell) -> dict[str, Any]:
+        """The cell's axis values keyed by axis key (``{"dataset": ..., "model": ..., "noise": ...}``)."""
+        layout = self.family.table
+        out: dict[str, Any] = {layout.group: cell.group} if layout.group else {}
+        return {**out, layout.rows: cell.row, layout.columns: cell.column}
+
+    def cell_dict(self, cell: Cell) -> dict[str, Any]:
+        """JSON/CSV form of a cell, in the metric's own units."""
+        values = {"median": cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
+        return {**self.coordinates(cell), **values, "mark": cell.mark}
+
+    def csv_columns(self) -> tuple[str, ...]:
+        layout = self.family.table
+        return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + CELL_FIELDS
 
 
 def _numeric(value: Any) -> float | None:
@@ -225,20 +270,15 @@ def _numeric(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def noise_key(noise: Any) -> float:
-    """A noise level as a grouping key (rounded so that 0.12 computed two ways lands in one column)."""
-    return round(float(noise), 6)
-
-
 def _planned(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _mark(median: float, best: float, metric: str) -> str:
+def _mark(median: float, best: float, metric: Metric) -> str:
     distance = abs(best - median)
     if distance <= _TOLERANCE:
         return BEST
-    if is_share(metric):
+    if metric.share:
         points = distance * 100.0
     elif best != 0:
         points = distance / abs(best) * 100.0
@@ -252,29 +292,44 @@ def _mark(median: float, best: float, metric: str) -> str:
 
 
 def build_tables(
-    records: Iterable[dict[str, Any]], metric: str = DEFAULT_METRIC, dataset: str | None = None
+    records: Iterable[dict[str, Any]],
+    metric: str | Metric | None = None,
+    group: str | None = None,
+    *,
+    task: str = DEFAULT_TASK,
 ) -> list[RankingTable]:
-    """One :class:`RankingTable` per dataset label (sorted), from finished records holding ``metric``.
+    """One :class:`RankingTable` per group label (sorted) of ``task``, from finished records holding ``metric``.
 
-    ``planned`` of a cell is the largest ``planned_seeds`` of any record (any status) in that cell, so a grid
-    still running shows "3/10". Datasets, models and noise levels appear only once a run of them has finished.
+    ``metric`` defaults to the family's ``default_metric``. ``planned`` of a cell is the largest
+    ``planned_seeds`` of any record (any status) in that cell, so a grid still running shows "3/10". Groups,
+    rows and columns appear only once a run of them has finished.
     """
+    fam = family(task)
+    layout = fam.table
+    m = metric if isinstance(metric, Metric) else fam.metric(metric or fam.default_metric)
+    row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
     # seed -> (finished, value): the last finished run of a seed wins.
-    per_seed: dict[tuple[str, str, float], dict[Any, tuple[str, float]]] = defaultdict(dict)
-    planned: dict[tuple[str, str, float], int] = {}
+    per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
+    planned: dict[tuple[str, str, Any], int] = {}
     for rec in records:
-        label = str(rec.get("dataset"))
-        if dataset is not None and label != dataset:
+        if record_task(rec) != task:
+            continue
+        label = "" if layout.group is None else str(axis_value(rec, layout.group))
+        if group is not None and label != group:
             continue
         try:
-            key = (label, str(rec.get("model")), noise_key(rec.get("noise")))
+            key = (
+                label,
+                row_axis.key_of(axis_value(rec, layout.rows)),
+                col_axis.key_of(axis_value(rec, layout.columns)),
+            )
         except (TypeError, ValueError):
             continue
         if (p := _planned(rec.get("planned_seeds"))) is not None:
             planned[key] = max(p, planned.get(key, 0))
         if rec.get("status") != "done":
             continue
-        value = _numeric((rec.get("metrics") or {}).get(metric))
+        value = _numeric((rec.get("metrics") or {}).get(m.key))
         if value is None:
             continue
         finished = str(rec.get("finished") or "")
@@ -283,42 +338,42 @@ def build_tables(
         if seed not in seeds or finished >= seeds[seed][0]:
             seeds[seed] = (finished, value)
 
-    grouped: dict[str, dict[tuple[str, float], tuple[float, ...]]] = defaultdict(dict)
-    for (label, model, noise), seeds in per_seed.items():
-        grouped[label][(model, noise)] = tuple(v for _, v in seeds.values())
+    grouped: dict[str, dict[tuple[str, Any], tuple[float, ...]]] = defaultdict(dict)
+    for (label, row, column), seeds in per_seed.items():
+        grouped[label][(row, column)] = tuple(v for _, v in seeds.values())
 
     tables = []
     for label in sorted(grouped):
-        groups = grouped[label]
-        models = tuple(model_order(m for m, _ in groups))
-        noises = tuple(sorted({n for _, n in groups}))
-        medians = {k: statistics.median(v) for k, v in groups.items()}
-        best_at = _best_per_noise(medians, metric)
+        cells_values = grouped[label]
+        rows = tuple(sorted({r for r, _ in cells_values}, key=row_axis.sort_key))
+        columns = tuple(sorted({c for _, c in cells_values}, key=col_axis.sort_key))
+        medians = {k: statistics.median(v) for k, v in cells_values.items()}
+        best_at = _best_per_column(medians, m, layout.baselines)
         cells = {}
-        for (model, noise), values in groups.items():
-            median = medians[(model, noise)]
-            mark = "" if model == BASELINE or noise not in best_at else _mark(median, best_at[noise], metric)
-            cells[(model, noise)] = Cell(
-                dataset=label,
-                model=model,
-                noise=noise,
+        for (row, column), values in cells_values.items():
+            median = medians[(row, column)]
+            mark = "" if row in layout.baselines or column not in best_at else _mark(median, best_at[column], m)
+            cells[(row, column)] = Cell(
+                group=label,
+                row=row,
+                column=column,
                 values=values,
                 median=median,
                 std=statistics.stdev(values) if len(values) > 1 else 0.0,
-                planned=planned.get((label, model, noise)),
+                planned=planned.get((label, row, column)),
                 mark=mark,
             )
-        tables.append(RankingTable(label, metric, models, noises, cells))
+        tables.append(RankingTable(task, label, m, rows, columns, cells))
     return tables
 
 
-def _best_per_noise(medians: dict[tuple[str, float], float], metric: str) -> dict[float, float]:
-    pick = max if higher_is_better(metric) else min
-    by_noise: dict[float, list[float]] = defaultdict(list)
-    for (model, noise), median in medians.items():
-        if model != BASELINE:
-            by_noise[noise].append(median)
-    return {noise: pick(values) for noise, values in by_noise.items()}
+def _best_per_column(medians: dict[tuple[str, Any], float], metric: Metric, baselines: tuple[str, ...]) -> dict:
+    pick = max if metric.higher_is_better else min
+    by_column: dict[Any, list[float]] = defaultdict(list)
+    for (row, column), median in medians.items():
+        if row not in baselines:
+            by_column[column].append(median)
+    return {column: pick(values) for column, values in by_column.items()}
 
 
 # ------------------------------------------------------------------------------------------ gap
@@ -326,79 +381,101 @@ def _best_per_noise(medians: dict[tuple[str, float], float], metric: str) -> dic
 
 @dataclass(frozen=True)
 class GapAnalysis:
-    """Accuracy gap to the worst trained model per noise level (metric units), and the optimal noise level."""
+    """Gap to the worst non-baseline row per column (metric units), and the optimal column."""
 
-    dataset: str
-    metric: str
-    noises: tuple[float, ...]
-    models: tuple[str, ...]
-    gaps: dict[str, dict[float, float]]
-    spread: dict[float, float]
-    optimal_noise: float | None
+    table: RankingTable = field(repr=False)
+    columns: tuple[Any, ...]
+    rows: tuple[str, ...]
+    gaps: dict[str, dict[Any, float]]
+    spread: dict[Any, float]
+    optimal: Any | None
+
+    @property
+    def group(self) -> str:
+        return self.table.group
+
+    @property
+    def metric(self) -> Metric:
+        return self.table.metric
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form, in the metric's own units."""
+        layout = self.table.family.table
+        head = {layout.group: self.group} if layout.group else {}
         return {
-            "dataset": self.dataset,
-            "metric": self.metric,
-            "optimal_noise": self.optimal_noise,
-            "spread": [{"noise": n, "spread": self.spread[n]} for n in self.noises],
+            "task": self.table.task,
+            **head,
+            "metric": self.metric.key,
+            "column_axis": layout.columns,
+            "optimal": self.optimal,
+            "spread": [{layout.columns: c, "spread": self.spread[c]} for c in self.columns],
             "gaps": [
-                {"model": m, "noise": n, "gap": self.gaps[m][n]}
-                for m in self.models
-                for n in self.noises
-                if n in self.gaps[m]
+                {layout.rows: r, layout.columns: c, "gap": self.gaps[r][c]}
+                for r in self.rows
+                for c in self.columns
+                if c in self.gaps[r]
             ],
         }
 
 
 def gap_analysis(table: RankingTable) -> GapAnalysis:
-    """Gaps and optimal noise of one table; the Laplacian baseline is left out (it is not trained)."""
-    sign = 1.0 if higher_is_better(table.metric) else -1.0
-    trained = tuple(m for m in table.models if m != BASELINE)
-    gaps: dict[str, dict[float, float]] = {m: {} for m in trained}
-    spread: dict[float, float] = {}
-    for noise in table.noises:
+    """Gaps and optimal column of one table; baseline rows are left out (they are not trained)."""
+    sign = 1.0 if table.metric.higher_is_better else -1.0
+    trained = tuple(r for r in table.rows if r not in table.baselines)
+    gaps: dict[str, dict[Any, float]] = {r: {} for r in trained}
+    spread: dict[Any, float] = {}
+    for column in table.columns:
         # Scores in the better direction, so "worst" is the minimum for every metric.
-        scores = {m: sign * c.median for m in trained if (c := table.cell(m, noise)) is not None}
+        scores = {r: sign * c.median for r in trained if (c := table.cell(r, column)) is not None}
         if not scores:
             continue
         worst = min(scores.values())
-        for model, score in scores.items():
-            gaps[model][noise] = score - worst
-        spread[noise] = max(scores.values()) - worst
-    noises = tuple(n for n in table.noises if n in spread)
+        for row, score in scores.items():
+            gaps[row][column] = score - worst
+        spread[column] = max(scores.values()) - worst
+    columns = tuple(c for c in table.columns if c in spread)
     optimal = None
-    for noise in noises:  # ascending, and only a strictly larger spread moves it: ties keep the lower noise
-        if optimal is None or spread[noise] > spread[optimal] + _TOLERANCE:
-            optimal = noise
-    return GapAnalysis(table.dataset, table.metric, noises, trained, gaps, spread, optimal)
+    for column in columns:  # in column order, and only a strictly larger spread moves it: ties keep the first
+        if optimal is None or spread[column] > spread[optimal] + _TOLERANCE:
+            optimal = column
+    return GapAnalysis(table, columns, trained, gaps, spread, optimal)
 
 
 # ------------------------------------------------------------------------------------------ renderers
 
 
-def _title(table: RankingTable) -> str:
-    unit = " (%)" if is_share(table.metric) else ""
-    direction = "higher" if higher_is_better(table.metric) else "lower"
-    return f"{table.dataset} — {table.metric}{unit}, median ± std over seeds; {direction} is better"
+def table_title(table: RankingTable) -> str:
+    """``er — LAP acc (%), median ± std over seeds; higher is better`` (the group is left out when there is one)."""
+    unit = f" ({table.metric.unit})" if table.metric.unit else ""
+    head = f"{table.group} — " if table.group else f"{table.task} — "
+    return f"{head}{table.metric.name}{unit}, median ± std over seeds; {table.metric.direction} is better"
 
 
-def _legend_parts(metric: str) -> list[tuple[str, str]]:
+def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
     """(mark, words) pairs of the legend; mark "" is plain text."""
-    unit = "percentage point" if is_share(metric) else "% of the best value"
-    return [
+    unit = "percentage point" if table.metric.share else "% of the best value"
+    parts = [
         (BEST, f"{MARKERS[BEST]} best"),
         (WITHIN_1, f"{MARKERS[WITHIN_1]} within 1 {unit}"),
         (WITHIN_3, f"{MARKERS[WITHIN_3]} within 3"),
-        ("", f"(trained models only; {BASELINE} = training-free baseline, never marked; (k/n) = k of n planned seeds)"),
     ]
+    if table.baselines:
+        names = ", ".join(table.baselines)
+        parts.append(("", f"({names} = training-free baseline, never marked; (k/n) = k of n planned seeds)"))
+    else:
+        parts.append(("", "((k/n) = k of n planned seeds)"))
+    return parts
 
 
-def legend(metric: str) -> str:
+def legend(table: RankingTable) -> str:
     """The meaning of marks and counts, in words (used by every renderer)."""
-    parts = [words for _, words in _legend_parts(metric)]
+    parts = [words for _, words in legend_parts(table)]
     return ", ".join(parts[:-1]) + " " + parts[-1]
+
+
+def _optimal_line(gap: GapAnalysis) -> str:
+    axis = gap.table.column_axis
+    return f"optimal {axis.name} (largest best − worst spread): {axis.format(gap.optimal)}"
 
 
 def _split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list[list[int]]:
@@ -416,55 +493,53 @@ def _split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list
     return groups
 
 
-def _marked_text(c: Cell, metric: str) -> str:
-    return c.text(metric) + (f" {MARKERS[c.mark]}" if c.mark else "")
-
-
 def render_rich(table: RankingTable, gap: GapAnalysis | None = None, width: int | None = None) -> Any:
     """Rich table(s): best bold red, within 1 red, within 3 blue, ``**``/``*``/``+`` suffixes and a legend.
 
-    With ``width`` (the console's), a grid too wide for it is split into several tables over the noise levels
-    (each repeating the model column) instead of letting Rich squeeze every column to nothing.
+    With ``width`` (the console's), a grid too wide for it is split into several tables over the columns
+    (each repeating the row column) instead of letting Rich squeeze every column to nothing.
     """
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     caption = Text()
-    parts = _legend_parts(table.metric)
+    parts = legend_parts(table)
     for i, (mark, words) in enumerate(parts):
         caption.append(", " if 0 < i < len(parts) - 1 else " " if i else "")
         caption.append(words, style=RICH_STYLES[mark])
-    if gap is not None and gap.optimal_noise is not None:
-        caption.append(f"\noptimal noise (largest best − worst spread): {format_noise(gap.optimal_noise)}")
-    headers = [f"η={format_noise(n)}" for n in table.noises]
+    if gap is not None and gap.optimal is not None and len(table.columns) > 1:
+        caption.append("\n" + _optimal_line(gap))
+    headers = [table.header(c) for c in table.columns]
+    row_name = table.row_axis.name
     # Rich draws one space of padding each side and one border per column.
     widths = [
-        3 + max(len(h), *(len(_marked_text(c, table.metric)) for m in table.models if (c := table.cell(m, n))))
-        for h, n in zip(headers, table.noises, strict=True)
+        3 + max(len(h), *(len(c.marked_text(table.metric)) for r in table.rows if (c := table.cell(r, col))))
+        for h, col in zip(headers, table.columns, strict=True)
     ]
-    fixed = 4 + max(len("model"), *map(len, table.models))
+    fixed = 4 + max(len(row_name), *map(len, table.rows))
     groups = _split_columns(widths, fixed, width)
+    label = table.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
         last = g == len(groups) - 1
         rich_table = Table(
-            title=escape(_title(table) if g == 0 else f"{table.dataset} (continued)"),
+            title=escape(table_title(table) if g == 0 else f"{label} (continued)"),
             caption=caption if last else None,
             caption_justify="left",
             min_width=min(72, width or 72),
         )
-        rich_table.add_column("model")
+        rich_table.add_column(row_name)
         for i in columns:
             rich_table.add_column(headers[i], justify="right")
-        for model in table.models:
-            row: list[Any] = [Text(model, style="dim" if model == BASELINE else "")]
+        for row in table.rows:
+            cells: list[Any] = [Text(row, style="dim" if row in table.baselines else "")]
             for i in columns:
-                c = table.cell(model, table.noises[i])
-                row.append(
-                    Text(EMPTY, style="dim") if c is None else Text(_marked_text(c, table.metric), RICH_STYLES[c.mark])
+                c = table.cell(row, table.columns[i])
+                cells.append(
+                    Text(EMPTY, style="dim") if c is None else Text(c.marked_text(table.metric), RICH_STYLES[c.mark])
                 )
-            rich_table.add_row(*row)
+            rich_table.add_row(*cells)
         rendered.append(rich_table)
     return rendered[0] if len(rendered) == 1 else Group(*rendered)
 
@@ -480,7 +555,7 @@ def render_text(tables: Sequence[RankingTable], width: int = 160) -> str:
     return buffer.getvalue()
 
 
-def _md_cell(c: Cell | None, metric: str) -> str:
+def _md_cell(c: Cell | None, metric: Metric) -> str:
     if c is None:
         return EMPTY
     text = c.text(metric)
@@ -491,35 +566,42 @@ def _md_cell(c: Cell | None, metric: str) -> str:
 
 
 def render_markdown(tables: Sequence[RankingTable]) -> str:
-    """GitHub Markdown: one section per dataset; best in bold; markers escaped so they stay visible."""
+    """GitHub Markdown: one section per table; best in bold; markers escaped so they stay visible."""
     out: list[str] = []
     for table in tables:
         gap = gap_analysis(table)
-        out.append(f"## {table.dataset}\n")
-        out.append(f"{_title(table)}\n")
-        out.append("| model | " + " | ".join(f"η={format_noise(n)}" for n in table.noises) + " |")
-        out.append("|---|" + "---:|" * len(table.noises))
-        for model in table.models:
-            cells = [_md_cell(table.cell(model, n), table.metric) for n in table.noises]
-            out.append(f"| {model} | " + " | ".join(cells) + " |")
+        out.append(f"## {table.group or table.task}\n")
+        out.append(f"{table_title(table)}\n")
+        out.append(f"| {table.row_axis.name} | " + " | ".join(table.header(c) for c in table.columns) + " |")
+        out.append("|---|" + "---:|" * len(table.columns))
+        for row in table.rows:
+            cells = [_md_cell(table.cell(row, c), table.metric) for c in table.columns]
+            out.append(f"| {row} | " + " | ".join(cells) + " |")
         out.append("")
-        out.append(legend(table.metric).replace("*", r"\*") + ".")
-        if gap.optimal_noise is not None:
-            out.append(f"Optimal noise (largest best − worst spread): {format_noise(gap.optimal_noise)}.")
+        out.append(legend(table).replace("*", r"\*") + ".")
+        if gap.optimal is not None and len(table.columns) > 1:
+            out.append(_optimal_line(gap)[0].upper() + _optimal_line(gap)[1:] + ".")
         out.append("")
     return "\n".join(out)
 
 
-def render_csv(tables: Sequence[RankingTable]) -> str:
-    """One row per cell: dataset, model, noise, median, std, runs, planned, mark (metric units; empty = none)."""
+def render_csv(tables: Sequence[RankingTable], task: str = DEFAULT_TASK) -> str:
+    """One row per cell: the cell's axes (group, row, column), median, std, runs, planned, mark (metric units)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    columns = tables[0].csv_columns() if tables else csv_columns(task)
+    writer.writerow(columns)
     for table in tables:
         for c in table.iter_cells():
-            row = c.as_dict()
-            writer.writerow(["" if row[k] is None else row[k] for k in CSV_COLUMNS])
+            row = table.cell_dict(c)
+            writer.writerow(["" if row[k] is None else row[k] for k in columns])
     return buffer.getvalue()
+
+
+def csv_columns(task: str = DEFAULT_TASK) -> tuple[str, ...]:
+    """The CSV header of ``task``'s tables: its layout's axis keys, then the cell fields."""
+    layout = family(task).table
+    return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + CELL_FIELDS
 
 
 _LATEX_SPECIALS = {
@@ -541,7 +623,7 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
 
 
-def _latex_cell(c: Cell | None, metric: str) -> str:
+def _latex_cell(c: Cell | None, metric: Metric) -> str:
     if c is None:
         return "--"
     body = f"{format_number(c.median, metric)} $\\pm$ {format_number(c.std, metric)}"
@@ -556,6 +638,13 @@ def _latex_cell(c: Cell | None, metric: str) -> str:
     return body
 
 
+def _latex_header(table: RankingTable, column: Any) -> str:
+    axis = table.column_axis
+    if axis.prefix == "η=":
+        return f"$\\eta={axis.format(column)}$"
+    return latex_escape(axis.header(column))
+
+
 def render_latex(tables: Sequence[RankingTable]) -> str:
     """booktabs tabulars: best ``\\textbf`` + ``**``, within 1 ``\\underline`` + ``*``, within 3 ``+``.
 
@@ -563,17 +652,17 @@ def render_latex(tables: Sequence[RankingTable]) -> str:
     """
     out: list[str] = []
     for table in tables:
-        out.append(f"% {latex_escape(_title(table))}")
-        out.append(f"% {latex_escape(legend(table.metric))}")
-        out.append("\\begin{tabular}{l" + "r" * len(table.noises) + "}")
+        out.append(f"% {latex_escape(table_title(table))} [{latex_escape(table.metric.key)}]")
+        out.append(f"% {latex_escape(legend(table))}")
+        out.append("\\begin{tabular}{l" + "r" * len(table.columns) + "}")
         out.append("\\toprule")
-        header = " & ".join(f"$\\eta={format_noise(n)}$" for n in table.noises)
-        out.append(f"{latex_escape(table.dataset)} & {header} \\\\")
+        header = " & ".join(_latex_header(table, c) for c in table.columns)
+        out.append(f"{latex_escape(table.group or table.row_axis.name)} & {header} \\\\")
         out.append("\\midrule")
-        for model in table.models:
-            cells = " & ".join(_latex_cell(table.cell(model, n), table.metric) for n in table.noises)
-            out.append(f"{latex_escape(model)} & {cells} \\\\")
-            if model == BASELINE and len(table.models) > 1:
+        for row in table.rows:
+            cells = " & ".join(_latex_cell(table.cell(row, c), table.metric) for c in table.columns)
+            out.append(f"{latex_escape(row)} & {cells} \\\\")
+            if row in table.baselines and len(table.rows) > 1:
                 out.append("\\midrule")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")
@@ -582,53 +671,61 @@ def render_latex(tables: Sequence[RankingTable]) -> str:
 
 
 def tables_json(tables: Sequence[RankingTable]) -> list[dict[str, Any]]:
-    """One object per dataset: metric, direction, noises, models, optimal noise and the list of cells."""
+    """One object per table: task, group, metric, direction, axes, rows, columns, optimal column and the cells."""
     docs = []
     for table in tables:
         gap = gap_analysis(table)
+        layout = table.family.table
         docs.append(
             {
-                "dataset": table.dataset,
-                "metric": table.metric,
-                "higher_is_better": higher_is_better(table.metric),
-                "noises": list(table.noises),
-                "models": list(table.models),
-                "optimal_noise": gap.optimal_noise,
-                "cells": [{**c.as_dict(), "display": c.text(table.metric)} for c in table.iter_cells()],
+                "task": table.task,
+                **({layout.group: table.group} if layout.group else {}),
+                "metric": table.metric.key,
+                "metric_name": table.metric.name,
+                "unit": table.metric.unit,
+                "higher_is_better": table.metric.higher_is_better,
+                "row_axis": layout.rows,
+                "column_axis": layout.columns,
+                "rows": list(table.rows),
+                "columns": list(table.columns),
+                "optimal": gap.optimal,
+                "cells": [{**table.cell_dict(c), "display": c.text(table.metric)} for c in table.iter_cells()],
             }
         )
     return docs
 
 
 def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
-    """Rich table(s) of gaps (display units) per model and noise plus the spread row; the optimal column bold.
+    """Rich table(s) of gaps (display units) per row and column plus the spread row; the optimal column bold.
 
     Split over several tables like :func:`render_rich` when wider than ``width``.
     """
     from rich.console import Group
     from rich.table import Table
 
-    unit = "pp" if is_share(gap.metric) else gap.metric
+    table = gap.table
+    unit = "pp" if gap.metric.share else gap.metric.unit or gap.metric.name
     scale = display_scale(gap.metric)
     spread_label = "spread (best − worst)"
-    headers = [f"η={format_noise(n)}" + (" (optimal)" if n == gap.optimal_noise else "") for n in gap.noises]
+    headers = [table.header(c) + (" (optimal)" if c == gap.optimal else "") for c in gap.columns]
     values = {
-        model: [f"{gap.gaps[model][n] * scale:.1f}" if n in gap.gaps[model] else EMPTY for n in gap.noises]
-        for model in gap.models
+        row: [f"{gap.gaps[row][c] * scale:.1f}" if c in gap.gaps[row] else EMPTY for c in gap.columns]
+        for row in gap.rows
     }
-    values[spread_label] = [f"{gap.spread[n] * scale:.1f}" for n in gap.noises]
+    values[spread_label] = [f"{gap.spread[c] * scale:.1f}" for c in gap.columns]
     widths = [3 + max(len(h), *(len(v[i]) for v in values.values())) for i, h in enumerate(headers)]
     groups = _split_columns(widths, 4 + max(map(len, values)), width)
+    label = gap.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
-        title = f"{gap.dataset} — gap to the worst trained model ({unit}, {gap.metric})"
-        rich_table = Table(title=escape(title if g == 0 else f"{gap.dataset} (continued)"))
-        rich_table.add_column("model")
+        title = f"{label} — gap to the worst {table.row_axis.name} ({unit}, {gap.metric.name})"
+        rich_table = Table(title=escape(title if g == 0 else f"{label} (continued)"))
+        rich_table.add_column(table.row_axis.name)
         for i in columns:
-            bold = "bold" if gap.noises[i] == gap.optimal_noise else ""
+            bold = "bold" if gap.columns[i] == gap.optimal else ""
             rich_table.add_column(headers[i], justify="right", style=bold, header_style=bold or "bold")
-        for model in gap.models:
-            rich_table.add_row(model, *(values[model][i] for i in columns))
+        for row in gap.rows:
+            rich_table.add_row(row, *(values[row][i] for i in columns))
         rich_table.add_section()
         rich_table.add_row(spread_label, *(values[spread_label][i] for i in columns))
         rendered.append(rich_table)
@@ -638,29 +735,51 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
 _PLOT_MARKERS = ("•", "x", "+", "o", "*", "#", "@", "%", "&", "=")
 
 
-def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: bool = False) -> str:
-    """A plotext line plot of gap vs noise per model, the optimal noise as a vertical line; returns the text.
+def draw_gap_plot(plt: Any, gap: GapAnalysis, short: bool = False) -> None:
+    """Draw the gap of each row against the column axis on a plotext module or a widget's ``plt``.
 
-    Each model gets its own marker character, so the plot reads without colour too.
+    Numeric columns (noise) are placed at their values, others one tick apart; each row has its own marker so
+    the plot reads without colour; the optimal column is a red vertical line. ``short`` titles fit 80 columns.
     """
+    table = gap.table
+    axis = table.column_axis
+    scale = display_scale(gap.metric)
+    numeric = axis.numeric
+    position = {c: (float(c) if numeric else float(i)) for i, c in enumerate(gap.columns)}
+    for i, row in enumerate(gap.rows):
+        xs = [c for c in gap.columns if c in gap.gaps[row]]
+        if xs:
+            ys = [gap.gaps[row][c] * scale for c in xs]
+            plt.plot([position[c] for c in xs], ys, label=row, marker=_PLOT_MARKERS[i % len(_PLOT_MARKERS)])
+    if gap.optimal is not None:
+        plt.vline(position[gap.optimal], "red")
+        if short:
+            spread = gap.spread[gap.optimal] * scale
+            unit = " pp" if gap.metric.share else ""
+            plt.title(
+                f"gap to the worst {table.row_axis.name} · optimal {table.header(gap.optimal)} "
+                f"(spread {spread:.1f}{unit})"
+            )
+        else:
+            label = gap.group or table.task
+            plt.title(
+                f"{label}: gap to worst {table.row_axis.name}; optimal {axis.name} {axis.format(gap.optimal)} (|)"
+            )
+    else:
+        plt.title(f"{gap.group or table.task}: gap to worst {table.row_axis.name}")
+    plt.xticks([position[c] for c in gap.columns], [axis.format(c) for c in gap.columns])
+    plt.xlabel(f"{axis.name} {axis.prefix.rstrip('=')}".strip())
+    plt.ylabel("gap (pp)" if gap.metric.share else f"gap ({gap.metric.name})")
+
+
+def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: bool = False) -> str:
+    """:func:`draw_gap_plot` on the global plotext module; returns the text (uncoloured unless ``color``)."""
     import plotext as plt
 
     plt.clear_figure()
     plt.plot_size(width, height)
     plt.theme("pro" if color else "clear")  # "pro" colours the lines without painting a background
-    scale = display_scale(gap.metric)
-    for i, model in enumerate(gap.models):
-        xs = [n for n in gap.noises if n in gap.gaps[model]]
-        if xs:
-            ys = [gap.gaps[model][n] * scale for n in xs]
-            plt.plot(xs, ys, label=model, marker=_PLOT_MARKERS[i % len(_PLOT_MARKERS)])
-    if gap.optimal_noise is not None:
-        plt.vline(gap.optimal_noise, "red")
-        plt.title(f"{gap.dataset}: gap to worst model; optimal noise {format_noise(gap.optimal_noise)} (|)")
-    else:
-        plt.title(f"{gap.dataset}: gap to worst model")
-    plt.xlabel("noise η")
-    plt.ylabel("gap (pp)" if is_share(gap.metric) else f"gap ({gap.metric})")
+    draw_gap_plot(plt, gap)
     text = plt.build()
     plt.clear_figure()
     return text if color else plt.uncolorize(text)
@@ -669,7 +788,8 @@ def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: 
 # ------------------------------------------------------------------------------------------ export
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
     # Temporary file in the same folder, then rename: a reader never sees half a file. Opened with "x" (not
     # mkstemp) so the export gets the user's usual permissions rather than 0600.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -692,9 +812,15 @@ def _previous_export(out_dir: Path) -> set[str]:
 
 
 def export_all(
-    records: Sequence[dict[str, Any]], out_dir: Path, metric: str = DEFAULT_METRIC, force: bool = False
+    records: Sequence[dict[str, Any]],
+    out_dir: Path,
+    metric: str | None = None,
+    force: bool = False,
+    task: str = DEFAULT_TASK,
 ) -> list[Path]:
-    """Write ``tables.csv``, ``tables.md``, ``tables.tex`` and ``runs.json`` (all records) into ``out_dir``.
+    """Write ``tables.csv``, ``tables.md``, ``tables.tex`` (``task``'s tables) and ``runs.json`` into ``out_dir``.
+
+    ``runs.json`` holds the records of ``task`` (all of its records, finished or not).
 
     Each file is written atomically. A file of the same name is replaced only when a previous export wrote it
     (listed in ``.gaptui-export.json``, which is written last) or when ``force`` is set; otherwise nothing is
@@ -712,18 +838,26 @@ def export_all(
                 "choose another --out folder or pass --force to replace it"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = build_tables(records, metric)
+    records = task_records(records, task)
+    tables = build_tables(records, metric, task=task)
+    metric_key = tables[0].metric.key if tables else metric or family(task).default_metric
     contents = {
-        "tables.csv": render_csv(tables),
+        "tables.csv": render_csv(tables, task),
         "tables.md": render_markdown(tables),
         "tables.tex": render_latex(tables),
         "runs.json": json.dumps(list(records), indent=2, sort_keys=True, default=str) + "\n",
     }
     written = []
     for name in EXPORT_FILES:
-        _write_atomic(out_dir / name, contents[name])
+        write_atomic(out_dir / name, contents[name])
         written.append(out_dir / name)
-    manifest = {"files": list(EXPORT_FILES), "metric": metric, "runs": len(records), "datasets": len(tables)}
-    _write_atomic(out_dir / EXPORT_MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    manifest = {
+        "files": list(EXPORT_FILES),
+        "task": task,
+        "metric": metric_key,
+        "runs": len(records),
+        "tables": len(tables),
+    }
+    write_atomic(out_dir / EXPORT_MANIFEST, json.dumps(manifest, indent=2) + "\n")
     written.append(out_dir / EXPORT_MANIFEST)
     return written

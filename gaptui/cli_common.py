@@ -25,3 +25,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document i
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+TaskOpt = Annotated[
+    str,
+    typer.Option("--task", "-t", help="Task family (alignment, or another registered family: see `gaptui tasks`)."),
+]

@@ -1,6 +1,7 @@
-"""``gaptui table``, ``gaptui gap`` and ``gaptui export``: ranking tables and accuracy gaps over finished runs.
+"""``gaptui table``, ``gaptui gap`` and ``gaptui export``: ranking tables and gaps over finished runs.
 
-:func:`register` adds the commands to the main Typer app.
+Every command works on one task family at a time (``--task``, default ``alignment``): its layout, metrics and
+their directions come from the family (:mod:`engine.tasks`). :func:`register` adds the commands to the Typer app.
 """
 
 from __future__ import annotations
@@ -10,15 +11,22 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
+from engine.errors import GaptuiError
+from engine.tasks import DEFAULT_TASK
 from gaptui import analysis
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 DatasetOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--dataset", "-d", help=r"Only this dataset label, e.g. er or 'er\[n=50,degree=6]' (default: all)."),
+    typer.Option(
+        "--dataset",
+        "-d",
+        help=r"Only this table group (alignment: dataset label, e.g. er or 'er\[n=50,degree=6]'; default: all).",
+    ),
 ]
 ReferenceOpt = Annotated[
     Optional[str],  # noqa: UP045
@@ -30,8 +38,8 @@ ReferenceOpt = Annotated[
     ),
 ]
 MetricOpt = Annotated[
-    str,
-    typer.Option("--metric", "-m", help="Metrics key to rank by (losses rank lower-is-better)."),
+    Optional[str],  # noqa: UP045
+    typer.Option("--metric", "-m", help="Metric to rank by, as the task declares it [default: the task's own]."),
 ]
 
 
@@ -43,42 +51,49 @@ def _load(workspace: Path | None) -> tuple[Workspace, list[dict[str, Any]]]:
     return ws, read_records(ws)
 
 
-def _tables(records: list[dict[str, Any]], dataset: str | None, metric: str) -> tuple[list[analysis.RankingTable], str]:
+def _tables(
+    records: list[dict[str, Any]], task: str, group: str | None, metric: str | None
+) -> tuple[list[analysis.RankingTable], str]:
     """Validated tables, plus the reason when there are none (for a friendly message)."""
-    analysis.check_metric(metric, records)
-    if not analysis.done_datasets(records):
-        return [], "no finished runs yet"
-    if dataset is not None:
-        analysis.check_dataset(dataset, records)
-    tables = analysis.build_tables(records, metric, dataset)
-    where = f" on {dataset}" if dataset else ""
-    return tables, "" if tables else f"no finished run{where} reports metric '{metric}'"
+    analysis.check_task(task)
+    declared = analysis.check_metric(metric, records, task)
+    if not analysis.done_groups(records, task):
+        return [], f"no finished {task} runs yet"
+    if group is not None:
+        analysis.check_group(group, records, task)
+    tables = analysis.build_tables(records, declared, group, task=task)
+    where = f" on {group}" if group else ""
+    return tables, "" if tables else f"no finished {task} run{where} reports metric '{declared.key}'"
 
 
 def table_cmd(
     dataset: DatasetOpt = None,
-    metric: MetricOpt = analysis.DEFAULT_METRIC,
+    metric: MetricOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, md, csv, latex or json.")] = "text",
     reference: ReferenceOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Rank models per noise level like Table D.3: median ± std over seeds, best and near-best marked.
+    """Rank like Table D.3 (alignment: models x noise) or as another task lays out: median ± std over seeds.
 
-    With --reference, each cell is shown beside the reference's with the difference, and per noise level the
-    Kendall tau between the two model orders and whether the reference's best model is within 1 point of ours.
+    With --reference (alignment), each cell is shown beside the reference's with the difference, and per noise
+    level the Kendall tau between the two model orders and whether the reference's best model is within 1 point
+    of ours.
     """
     analysis.check_format(fmt)
     if reference is not None:
+        if task != "alignment":
+            raise GaptuiError(f"--reference compares alignment tables (Table D.3); task '{task}' has none")
         _table_with_reference(dataset, metric, fmt, reference, workspace)
         return
     ws, records = _load(workspace)
-    tables, why_empty = _tables(records, dataset, metric)
+    tables, why_empty = _tables(records, task, dataset, metric)
     if fmt == "json":
         print_json(analysis.tables_json(tables))
         return
     if not tables:
         if fmt == "csv":
-            sys.stdout.write(analysis.render_csv([]))
+            sys.stdout.write(analysis.render_csv([], task))
         message = f"{why_empty} in {ws.history}; tables fill in as runs finish"
         (console if fmt == "text" else err_console).print(message, highlight=False)
         return
@@ -90,17 +105,17 @@ def table_cmd(
     sys.stdout.write(render(tables))
 
 
-def _table_with_reference(dataset: str | None, metric: str, fmt: str, name: str, workspace: Path | None) -> None:
+def _table_with_reference(dataset: str | None, metric: str | None, fmt: str, name: str, workspace: Path | None) -> None:
     from gaptui import reference as ref
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
     ws, records = _load(workspace)
     chosen = ref.load_reference(name, ws)
     ref.check_metric(chosen, metric)
-    tables, why_empty = _tables(records, dataset, metric)
+    tables, why_empty = _tables(records, "alignment", dataset, metric)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
     comparisons = [c for _, c in pairs if c is not None]
-    unmatched = [t.dataset for t, c in pairs if c is None]
+    unmatched = [t.group for t, c in pairs if c is None]
     if unmatched:
         err_console.print(
             f"[yellow]note:[/] reference '{chosen.name}' has no dataset {', '.join(map(repr, unmatched))} "
@@ -128,13 +143,14 @@ def _table_with_reference(dataset: str | None, metric: str, fmt: str, name: str,
 
 def gap_cmd(
     dataset: DatasetOpt = None,
-    metric: MetricOpt = analysis.DEFAULT_METRIC,
+    metric: MetricOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the accuracy gap to the worst trained model per noise level, and the optimal noise level."""
+    """Show the gap to the worst trained row per column (alignment: per noise level) and the optimal column."""
     ws, records = _load(workspace)
-    tables, why_empty = _tables(records, dataset, metric)
+    tables, why_empty = _tables(records, task, dataset, metric)
     gaps = [analysis.gap_analysis(t) for t in tables]
     if as_json:
         print_json([g.as_dict() for g in gaps])
@@ -146,26 +162,30 @@ def gap_cmd(
     width = max(40, min(console.width, 100))
     for gap in gaps:
         console.print(analysis.render_gap_rich(gap, width=console.width))
-        if gap.noises:
+        if gap.columns:
             plot = analysis.render_gap_plot(gap, width=width, height=20, color=color)
             console.print(Text.from_ansi(plot), soft_wrap=True)
-        optimal = "none (no trained model)" if gap.optimal_noise is None else analysis.format_noise(gap.optimal_noise)
-        console.print(f"[bold]{gap.dataset}[/]: optimal noise level {optimal}", highlight=False)
+        axis = gap.table.column_axis
+        optimal = "none (no trained model)" if gap.optimal is None else axis.format(gap.optimal)
+        label = gap.group or gap.table.task
+        console.print(f"[bold]{escape(label)}[/]: optimal {escape(axis.name)} {escape(optimal)}", highlight=False)
 
 
 def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for tables.csv/.md/.tex and runs.json.")],
-    metric: MetricOpt = analysis.DEFAULT_METRIC,
+    metric: MetricOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
     ] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Export the ranking tables (CSV, Markdown, LaTeX) and all run records (JSON) into a folder."""
+    """Export one task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder."""
     ws, records = _load(workspace)
-    analysis.check_metric(metric, records)
-    written = analysis.export_all(records, out, metric, force=force)
-    if not analysis.done_datasets(records):
+    analysis.check_task(task)
+    declared = analysis.check_metric(metric, records, task)
+    written = analysis.export_all(records, out, declared.key, force=force, task=task)
+    if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
     for path in written:
         console.print(f"wrote {path}", highlight=False)

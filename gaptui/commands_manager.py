@@ -30,24 +30,13 @@ def register(app: typer.Typer) -> None:
     # "-TAG" removes a tag: it must reach the command as an argument, not be parsed as an option.
     app.command("tag", context_settings={"ignore_unknown_options": True})(tag_cmd)
     app.command("note")(note_cmd)
-
-
-def _parse_gpus(text: str | None) -> list[str] | None:
-    if text is None or text == "auto":
-        return None
-    if text in ("", "none"):
-        return []
-    gpus = [g.strip() for g in text.split(",") if g.strip()]
-    for g in gpus:
-        if not g.isdigit():
-            raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
-    return gpus
+    app.command("tasks")(tasks_cmd)
 
 
 def run_cmd(
     preset: Annotated[str, typer.Option("--preset", help="Preset name (presets/*.toml) or path to a TOML file.")],
     workspace: WorkspaceOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan, run nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and the start order, run nothing.")] = False,
     gpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
@@ -64,56 +53,50 @@ def run_cmd(
     ] = None,
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid."""
+    from engine.tasks import check_run_options
+    from gaptui import launch
     from gaptui.history import History
-    from gaptui.presets import check_run_options, grid, load_preset
-    from gaptui.scheduler import Scheduler, make_slots
+    from gaptui.presets import load_preset
+    from gaptui.scheduler import Scheduler
 
     check_run_options(timeout, None, "--timeout")
     ws = Workspace.resolve(workspace)
     spec_preset = load_preset(preset, ws)
     for note in spec_preset.notes:
         err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
-    specs = grid(spec_preset, ws)
-    if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
-        raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
     cores = len(os.sched_getaffinity(0))
     if cpu_jobs is not None and cpu_jobs > cores:
         err_console.print(
             f"[yellow]warning:[/] --cpu-jobs {cpu_jobs} is more than the {cores} cores of this machine; runs will "
             "compete for them and each will be slower"
         )
-    slots = make_slots(_parse_gpus(gpus), jobs_per_gpu, cpu_jobs)
-    if not slots:
-        raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
+    slots = launch.slots_for(launch.parse_gpus(gpus), jobs_per_gpu, cpu_jobs)
 
-    _check_plan_memory(specs)
     if dry_run:
         from gaptui.history import read_records
 
         known = {r["hash"]: r["status"] for r in read_records(ws)}
-        plan = _plan(specs, known, retry_failed)
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        _check_plan_memory(grid_plan.specs)
+        counts = {"done": grid_plan.done, "failed": grid_plan.failed, "to run": grid_plan.to_run}
         console.print(
-            f"preset [bold]{spec_preset.name}[/]: {len(specs)} runs; "
-            + ", ".join(f"{k} {len(v)}" for k, v in plan.items())
+            f"preset [bold]{escape(spec_preset.name)}[/] (task {spec_preset.task}): {len(grid_plan.specs)} runs; "
+            + ", ".join(f"{k} {len(v)}" for k, v in counts.items())
             + f"; slots: {', '.join(s.name for s in slots)}",
             highlight=False,
         )
-        table = Table(title="runs to start (first 20)")
-        for col in ("run", "dataset", "noise", "model", "seed"):
-            table.add_column(col)
-        for spec in plan["to run"][:20]:
-            table.add_row(
-                spec.hash()[:12], spec.dataset["base"], f"{spec.dataset['noise']:g}", spec.model, str(spec.seed)
-            )
-        console.print(table)
-        for line in _memory_lines(specs):
+        if grid_plan.to_run:
+            console.print("start order (a run starts only after the runs it names are done):", highlight=False)
+            for line in grid_plan.order_lines(limit=50):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+            if len(grid_plan.to_run) > 50:
+                console.print(f"  ... and {len(grid_plan.to_run) - 50} more", highlight=False)
+        for line in _memory_lines(grid_plan.specs):
             console.print(line, highlight=False, markup=False)
         return
 
-    with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
-        scheduler = Scheduler(
-            ws, history, slots, timeout=timeout or spec_preset.run.timeout, retries=spec_preset.run.retries
-        )
+    with History(ws, write=True, purpose="gaptui run") as history:
+        scheduler = Scheduler(ws, history, slots, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries)
         reattached, requeued = scheduler.recover()
         if reattached or requeued:
             err_console.print(
@@ -121,28 +104,32 @@ def run_cmd(
                 "run(s) (queued again; they resume from their checkpoints)"
             )
         known = {r["hash"]: r["status"] for r in history.records()}
-        plan = _plan(specs, known, retry_failed)
-        attached = {job.run_hash for job in scheduler.running.values()}
-        todo = [s for s in plan["to run"] if s.hash() not in attached]
-        _build_datasets(todo, ws, scheduler)
-        todo = [s for s in todo if history.by_hash().get(s.hash(), {}).get("status") != "failed" or retry_failed]
-        scheduler.enqueue(todo, preset=spec_preset.name, planned_seeds=len(spec_preset.seeds))
-        skipped = len(plan["done"])
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        _check_plan_memory(grid_plan.specs)
+        with err_console.status("preparing inputs ...") as status:
+
+            def progress(done: int, total: int, label: str) -> None:
+                status.update(f"inputs {done}/{total}: {escape(label)} ready")
+
+            launched = launch.launch(scheduler, grid_plan, progress)
+        for run_hash, error in launched.failed.items():
+            err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
         err_console.print(
-            f"preset {spec_preset.name}: {len(specs)} runs, {skipped} already done, {len(plan['failed'])} failed "
-            f"before{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-            f"{len(todo) + len(attached)} to run on {len(slots)} slot(s)",
+            f"preset {spec_preset.name}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
+            f"{len(grid_plan.failed)} failed before"
+            f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
+            f"{len(launched.queued) + len(scheduler.running)} to run on {len(slots)} slot(s)",
             highlight=False,
         )
-        hashes = {s.hash() for s in specs}
+        hashes = {s.hash() for s in grid_plan.specs}
         _drive(scheduler, history, hashes, spec_preset.name)
-        failed = [f for f in scheduler.finished if f.get("status") == "failed"]
+        failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
-    _final_tables(ws, specs)
+    _final_tables(ws, grid_plan.specs, spec_preset.task)
     if failed:
         err_console.print(
-            f"[red]{len(failed)} run(s) failed[/]; see `gaptui history --status failed` and `gaptui show RUN`; "
-            "rerun with --retry-failed"
+            f"[red]{len(failed)} run(s) failed or blocked[/]; see `gaptui history --status failed --status blocked` "
+            "and `gaptui show RUN`; rerun with --retry-failed"
         )
         raise typer.Exit(1)
     if skipped_failed:
@@ -154,10 +141,12 @@ def run_cmd(
 
 
 def _distinct_memory(specs: list[Any]) -> dict[str, Any]:
-    """One spec per (dataset, batch size): what the memory of a grid depends on."""
+    """One alignment spec per (dataset, batch size): what the memory of a grid depends on."""
+    from engine.spec import RunSpec
+
     out: dict[str, Any] = {}
     for spec in specs:
-        if spec.model != "laplacian":
+        if isinstance(spec, RunSpec) and spec.model != "laplacian":
             key = json.dumps([spec.dataset_spec().canonical(), spec.batch_size], sort_keys=True)
             out.setdefault(key, spec)
     return out
@@ -181,39 +170,6 @@ def _memory_lines(specs: list[Any]) -> list[str]:
                 f"({est.describe()})" + (f" of {human(total)}" if total else "")
             )
     return lines
-
-
-def _plan(specs: list[Any], known: dict[str, str], retry_failed: bool) -> dict[str, list[Any]]:
-    plan: dict[str, list[Any]] = {"done": [], "failed": [], "to run": []}
-    for spec in specs:
-        status = known.get(spec.hash())
-        if status == "done":
-            plan["done"].append(spec)
-        elif status == "failed" and not retry_failed:
-            plan["failed"].append(spec)
-        else:
-            plan["to run"].append(spec)
-    return plan
-
-
-def _build_datasets(specs: list[Any], ws: Workspace, scheduler: Any) -> None:
-    """Build every dataset the runs need, once each, before any worker starts; a failure fails its runs."""
-    from engine.datasets import build_dataset
-
-    needed: dict[str, Any] = {}
-    for spec in specs:
-        ds = spec.dataset_spec()
-        needed.setdefault(json.dumps(ds.canonical(), sort_keys=True), (ds, []))[1].append(spec)
-    for i, (ds, runs) in enumerate(needed.values(), 1):
-        try:
-            with err_console.status(f"dataset {i}/{len(needed)}: {ds.base} at noise {ds.noise:g} ..."):
-                build_dataset(ds, ws.datasets, ws.raw_data)
-        except GaptuiError as exc:
-            err_console.print(f"[red]dataset {ds.base} at noise {ds.noise:g} failed:[/] {escape(str(exc))}")
-            scheduler.enqueue(runs)
-            for spec in runs:
-                scheduler.queue.remove(spec)
-                scheduler.history.update(spec.hash(), status="failed", error=str(exc))
 
 
 def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
@@ -267,12 +223,14 @@ class _NullLive:
 
 
 def _print_finished(history: Any, item: dict[str, Any]) -> None:
+    from gaptui.columns import describe, record_family, result_metric, result_text
+
     record = history.by_hash().get(item["hash"], {})
-    acc = record.get("metrics", {}).get("val_lap_acc")
-    extra = f"val LAP acc {acc:.4f}" if acc is not None else (record.get("error") or "")
+    fam = record_family(record)
+    result = result_text(record)
+    extra = f"{result_metric(fam).name} {result}" if result and fam else (record.get("error") or "")
     console.print(
-        f"{record.get('status', '?'):>9}  {record.get('id')}  {record.get('dataset')} noise {record.get('noise'):g} "
-        f"{record.get('model')} seed {record.get('seed')}  {extra}",
+        f"{record.get('status', '?'):>9}  {record.get('id')}  {describe(record)} seed {record.get('seed')}  {extra}",
         highlight=False,
         soft_wrap=True,
         markup=False,
@@ -280,90 +238,103 @@ def _print_finished(history: Any, item: dict[str, Any]) -> None:
 
 
 def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, started: float) -> Group:
+    from gaptui import analysis
+    from gaptui.columns import describe, record_family, result_metric
+
     records = [r for r in history.records() if r["hash"] in hashes]
-    counts = {s: sum(1 for r in records if r["status"] == s) for s in ("done", "running", "failed", "queued")}
+    statuses = ("done", "running", "failed", "blocked", "queued")
+    counts = {s: sum(1 for r in records if r["status"] == s) for s in statuses}
     total = len(hashes)
     finished_now = [f for f in scheduler.finished if f.get("duration")]
-    remaining = total - counts["done"] - counts["failed"]
+    remaining = total - counts["done"] - counts["failed"] - counts["blocked"]
     eta = ""
     if finished_now and remaining:
         mean = statistics.fmean(f["duration"] for f in finished_now)
         seconds = mean * remaining / max(1, len(scheduler.slots))
         eta = f" · ETA {time.strftime('%H:%M:%S', time.gmtime(seconds))}"
     head = Text.from_markup(
-        f"[bold]{preset}[/]: done {counts['done']} · running {counts['running']} · failed {counts['failed']}"
-        f" · queued {counts['queued']} · total {total} · elapsed "
-        f"{time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+        f"[bold]{escape(preset)}[/]: "
+        + " · ".join(f"{s} {counts[s]}" for s in statuses if counts[s] or s in ("done", "running", "queued"))
+        + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
     )
     table = Table(box=None, pad_edge=False)
-    for col in ("run", "dataset", "noise", "model", "seed", "epoch", "val acc", "slot"):
+    for col in ("run", "run of", "seed", "epoch", "last", "slot"):
         table.add_column(col)
+    by_hash = {r["hash"]: r for r in records}
     for job in scheduler.running.values():
         last = job.last
-        epoch = f"{last.get('epoch', 0)}/{job.spec.epochs}" if last else "starting"
-        acc = last.get("val_acc") if last.get("event") == "epoch" else last.get("val_lap_acc")
+        record = by_hash.get(job.run_hash, {})
+        epochs = getattr(job.spec, "epochs", None)
+        epoch = f"{last.get('epoch', 0)}/{epochs}" if last and epochs else "starting" if not last else ""
+        fam = record_family(record)
+        key = result_metric(fam).key if fam else ""
+        value = last.get(key, last.get("val_acc") if last.get("event") == "epoch" else None)
         table.add_row(
             job.run_dir.name,
-            job.spec.dataset["base"],
-            f"{job.spec.dataset['noise']:g}",
-            escape(job.spec.model),
+            escape(describe(record)),
             str(job.spec.seed),
             epoch,
-            f"{acc:.3f}" if isinstance(acc, float) else "",
+            f"{value:.3f}" if isinstance(value, float) else "",
             job.slot.name,
         )
-    leaders = Table(box=None, pad_edge=False, title="leaders (mean val LAP acc over finished runs)")
-    leaders.add_column("dataset")
-    leaders.add_column("model")
-    leaders.add_column("acc")
-    by_ds: dict[str, dict[str, list[float]]] = {}
-    for r in records:
-        if r["status"] == "done" and r["model"] != "laplacian" and "val_lap_acc" in r.get("metrics", {}):
-            by_ds.setdefault(r["dataset"], {}).setdefault(r["model"], []).append(r["metrics"]["val_lap_acc"])
-    for ds, models in sorted(by_ds.items()):
-        model, accs = max(models.items(), key=lambda kv: statistics.fmean(kv[1]))
-        leaders.add_row(escape(ds), escape(model), f"{statistics.fmean(accs):.3f}")
+    leaders = Table(box=None, pad_edge=False, title="leaders (best median over finished runs)")
+    for col in ("task", "table", "best", "value"):
+        leaders.add_column(col)
+    for task in analysis.record_tasks(records):
+        fam = record_family({"task": task})
+        if fam is None:
+            continue
+        for t in analysis.build_tables(records, result_metric(fam), task=task):
+            best = [c for col in t.columns for c in t.best(col)]
+            if best:
+                top = max(best, key=lambda c: c.median if t.metric.higher_is_better else -c.median)
+                where = f"{top.row} @ {t.header(top.column)}"
+                leaders.add_row(task, escape(t.group or "-"), escape(where), top.text(t.metric))
     return Group(head, table, leaders)
 
 
-def _final_tables(ws: Workspace, specs: list[Any]) -> None:
+def _final_tables(ws: Workspace, specs: list[Any], task: str) -> None:
     from gaptui import analysis
     from gaptui.history import read_records
 
     hashes = {s.hash() for s in specs}
     records = [r for r in read_records(ws) if r["hash"] in hashes]
-    for table in analysis.build_tables(records):
+    for table in analysis.build_tables(records, task=task):
         console.print(analysis.render_rich(table, analysis.gap_analysis(table), width=console.width))
 
 
+RECORD_KEYS = (
+    "id",
+    "hash",
+    "status",
+    "task",
+    "axes",
+    "seed",
+    "depends",
+    "metrics",
+    "params",
+    "duration",
+    "created",
+    "started",
+    "finished",
+    "tags",
+    "note",
+    "error",
+    "run_dir",
+    "preset",
+)
+
+
 def _record_row(r: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "id",
-        "hash",
-        "status",
-        "dataset",
-        "base",
-        "noise",
-        "noise_model",
-        "model",
-        "seed",
-        "metrics",
-        "params",
-        "duration",
-        "created",
-        "started",
-        "finished",
-        "tags",
-        "note",
-        "error",
-        "run_dir",
-        "preset",
-    )
-    return {k: r.get(k) for k in keys}
+    return {k: r.get(k) for k in RECORD_KEYS}
 
 
 def history_cmd(
     workspace: WorkspaceOpt = None,
+    task: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--task", "-t", help="Only runs of this task family; its axes become the columns."),
+    ] = None,
     status: Annotated[
         Optional[list[str]],  # noqa: UP045
         typer.Option("--status", help="Only runs with this status (repeatable)."),
@@ -376,6 +347,9 @@ def history_cmd(
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.errors import did_you_mean
+    from engine.tasks import family
+    from gaptui import analysis
+    from gaptui.columns import record_columns
     from gaptui.history import STATUSES, read_records
 
     ws = Workspace.resolve(workspace)
@@ -384,23 +358,28 @@ def history_cmd(
             raise GaptuiError(
                 f"--status '{s}' is not a status{did_you_mean(s, STATUSES)}; known: {', '.join(STATUSES)}"
             )
+    if task is not None:
+        family(task)
     records = read_records(ws)
+    if task is not None:
+        records = analysis.task_records(records, task)
     if status:
         records = [r for r in records if r["status"] in status]
     if dataset:
-        records = [r for r in records if dataset in (r["dataset"], r["base"])]
+        records = [r for r in records if dataset in (_axis(r, "dataset"), _base(r))]
     if model:
-        records = [r for r in records if r["model"] == model]
+        records = [r for r in records if _axis(r, "model") == model]
     if tag:
         records = [r for r in records if tag in (r.get("tags") or [])]
     if as_json:
         print_json([_record_row(r) for r in records])
         return
     if not records:
-        console.print(
-            f"no runs in {ws.history}" + (" matching the filters" if status or dataset or model or tag else "")
-        )
+        filtered = status or dataset or model or tag or task
+        console.print(f"no runs in {ws.history}" + (" matching the filters" if filtered else ""))
         return
+    tasks = analysis.record_tasks(records)
+    columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
     total = len(records)
     if limit and total > limit:
         records = sorted(records, key=lambda r: r.get("created") or "")[-limit:]
@@ -408,20 +387,18 @@ def history_cmd(
         f" (newest {len(records)}; --limit 0 for all)" if len(records) < total else ""
     )
     table = Table(title=title)
-    for col in ("id", "status", "dataset", "noise", "model", "seed", "val LAP acc", "params", "duration", "tags"):
-        table.add_column(
-            col, justify="right" if col in ("noise", "seed", "val LAP acc", "params", "duration") else "left"
-        )
+    table.add_column("id")
+    table.add_column("status")
+    for col in columns:
+        table.add_column(escape(col.label), justify="right" if col.numeric else "left")
+    for col in ("params", "duration"):
+        table.add_column(col, justify="right")
+    table.add_column("tags")
     for r in records:
-        acc = (r.get("metrics") or {}).get("val_lap_acc")
         table.add_row(
             r["id"],
             r["status"],
-            escape(r["dataset"]),
-            f"{r['noise']:g}",
-            escape(r["model"]),
-            str(r["seed"]),
-            f"{acc:.4f}" if acc is not None else "",
+            *(escape(col.text(r)) for col in columns),
             f"{r['params']:,}" if r.get("params") is not None else "",
             f"{r['duration']:.0f}s" if r.get("duration") else "",
             escape(",".join(r.get("tags") or [])),
@@ -429,45 +406,64 @@ def history_cmd(
     console.print(table)
 
 
+def _axis(record: dict[str, Any], key: str) -> Any:
+    return (record.get("axes") or {}).get(key)
+
+
+def _base(record: dict[str, Any]) -> Any:
+    dataset = (record.get("spec") or {}).get("dataset")
+    return dataset.get("base") if isinstance(dataset, dict) else None
+
+
 def show_cmd(
     run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
     workspace: WorkspaceOpt = None,
+    task: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--task", "-t", help="Look the run up among this task family's runs only."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one run: spec, metrics, reproducibility record, and its training curves."""
+    """Show one run: its axes, spec, metrics, reproducibility record and training curves."""
     from engine.events import read_events
+    from engine.tasks import family
+    from gaptui.columns import record_family
     from gaptui.history import History
     from gaptui.plots import curves_plot
 
     ws = Workspace.resolve(workspace)
     with History(ws) as history:
-        record = history.get(run)
+        if task is not None:
+            family(task)
+            matches = [
+                r for r in history.records() if (r.get("task") or "alignment") == task and r["id"].startswith(run)
+            ]
+            if len(matches) != 1:
+                found = "no" if not matches else "more than one"
+                raise GaptuiError(f"{found} {task} run matches '{run}' in {ws.history}")
+            record = matches[0]
+        else:
+            record = history.get(run)
     events = read_events(Path(record["run_dir"]) / "events.jsonl")[0]
     if as_json:
         print_json({**record, "events": events})
         return
-    head = Table(title=f"run {record['id']} ({record['status']})", show_header=False)
+    fam = record_family(record)
+    head = Table(title=f"run {record['id']} ({record.get('task', 'alignment')}, {record['status']})", show_header=False)
     head.add_column("key")
     head.add_column("value")
-    for key in (
-        "dataset",
-        "noise",
-        "noise_model",
-        "model",
-        "seed",
-        "params",
-        "duration",
-        "preset",
-        "tags",
-        "note",
-        "error",
-        "run_dir",
-    ):
+    axes = record.get("axes") or {}
+    for axis in fam.axes if fam else ():
+        head.add_row(axis.name, escape(axis.format(axes.get(axis.key))))
+    for key in ("seed", "depends", "params", "duration", "preset", "tags", "note", "error", "run_dir"):
         value = record.get(key)
         if value not in (None, "", []):
             head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
     for key, value in (record.get("metrics") or {}).items():
-        head.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        name = key
+        if fam is not None and key in {m.key for m in fam.metrics}:
+            name = f"{fam.metric(key).name} ({key})"
+        head.add_row(escape(name), f"{value:.4f}" if isinstance(value, float) else str(value))
     repro = record.get("repro") or {}
     for key in ("device_name", "versions", "project", "dataset_id"):
         if repro.get(key):
@@ -480,6 +476,47 @@ def show_cmd(
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(f"spec: {json.dumps(record['spec'], sort_keys=True)}", highlight=False, soft_wrap=True, markup=False)
+
+
+def tasks_cmd(as_json: JsonOpt = False) -> None:
+    """List the task families: their axes, table layout and metrics (direction and unit)."""
+    from engine.tasks import FAMILIES
+
+    docs = [
+        {
+            "name": fam.name,
+            "title": fam.title,
+            "axes": [a.key for a in fam.axes],
+            "table": {"group": fam.table.group, "rows": fam.table.rows, "columns": fam.table.columns},
+            "baselines": list(fam.table.baselines),
+            "default_metric": fam.default_metric,
+            "metrics": [
+                {"key": m.key, "name": m.name, "unit": m.unit, "higher_is_better": m.higher_is_better}
+                for m in fam.metrics
+            ],
+        }
+        for fam in FAMILIES
+    ]
+    if as_json:
+        print_json(docs)
+        return
+    table = Table(title="task families")
+    for col in ("task", "what", "axes", "table (group: rows x columns)", "metrics (default first)"):
+        table.add_column(col)
+    for doc in docs:
+        t = doc["table"]
+        metrics = sorted(doc["metrics"], key=lambda m: m["key"] != doc["default_metric"])
+        table.add_row(
+            doc["name"],
+            escape(doc["title"]),
+            ", ".join(doc["axes"]),
+            f"{t['group'] or '-'}: {t['rows']} x {t['columns']}",
+            ", ".join(
+                f"{m['key']} ({'↑' if m['higher_is_better'] else '↓'}{' ' + m['unit'] if m['unit'] else ''})"
+                for m in metrics
+            ),
+        )
+    console.print(table)
 
 
 def tag_cmd(

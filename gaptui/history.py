@@ -5,12 +5,20 @@ One manager (``gaptui run``, the terminal app) holds the workspace lock at a tim
 on the history file alone (``history.lock``), and atomic (temporary file, fsync, rename, fsync of the folder), so
 a SIGKILL at any moment leaves either the old or the new file, never a torn one, and no writer loses another's
 change. A corrupt file (not JSON, not UTF-8, the wrong shape) is reported in one line and kept as it is.
+
+A record (schema 2) names its task family (``task``) and holds the run's coordinates in ``axes`` (the keys the
+family declares, e.g. ``dataset``/``noise``/``model`` for alignment), its ``seed``, full ``spec``, the run hashes
+it ``depends`` on, its status, metrics and bookkeeping. A schema-1 file (alignment only, with ``dataset``,
+``noise`` and ``model`` at the top level) is upgraded in place the first time it is opened for writing, after a
+copy of the old file is kept as ``history.v1.json`` (or ``history.v1.N.json``); read-only opens upgrade the
+records in memory and leave the file alone.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -24,8 +32,8 @@ from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from gaptui.workspace import Workspace
 
-SCHEMA_VERSION = 1
-STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+SCHEMA_VERSION = 2
+STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "blocked")
 #: Statuses after which a run is not re-queued by a plain re-run of the same grid.
 FINAL = ("done",)
 
@@ -213,6 +221,24 @@ class History:
                 f"history {self.ws.history} has schema {stored}, newer than this gaptui understands "
                 f"({SCHEMA_VERSION}); upgrade gaptui"
             )
+        elif stored < SCHEMA_VERSION and self.write:
+            with self._writing():
+                data = self.storage.read() or {}
+                if next(iter(data.get("meta", {}).values()), {}).get("schema") == stored:
+                    self._migrate(data, stored)
+
+    def _migrate(self, data: dict[str, Any], stored: int) -> None:
+        """Upgrade the file in place (one atomic write) after keeping a copy of it; no record is dropped."""
+        backup = self.ws.history.with_name(f"history.v{stored}.json")
+        n = 1
+        while backup.exists():
+            backup = self.ws.history.with_name(f"history.v{stored}.{n}.json")
+            n += 1
+        shutil.copy2(self.ws.history, backup)
+        runs = {doc_id: upgrade_record(record) for doc_id, record in (data.get("runs") or {}).items()}
+        meta_id, meta = next(iter(data["meta"].items()))
+        meta = {**meta, "schema": SCHEMA_VERSION, "migrated": {"from": stored, "at": now(), "backup": backup.name}}
+        self.storage.write({**data, "runs": runs, "meta": {meta_id: meta}})
 
     def close(self) -> None:
         if self.lock is not None:
@@ -233,8 +259,8 @@ class History:
     def _loaded(self, record: dict[str, Any]) -> dict[str, Any]:
         """A record as callers use it: ``run_dir`` absolute. Stored relative to the workspace, so a copied or
         moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
-        to the workspace's own folder of that run)."""
-        out = dict(record)
+        to the workspace's own folder of that run); in the current schema (:func:`upgrade_record`)."""
+        out = upgrade_record(record)
         run_dir = out.get("run_dir")
         if isinstance(run_dir, str) and run_dir:
             path = Path(run_dir)
@@ -301,6 +327,23 @@ class History:
     def update(self, run_hash: str, **fields: Any) -> None:
         with self._writing():
             self.runs.update(self._stored(fields), Query().hash == run_hash)
+
+
+#: Top-level fields of a schema-1 record that schema 2 keeps in ``axes`` (or reads from the spec).
+_V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "model")
+
+
+def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``record`` in the current schema (schema-1 records were all alignment runs)."""
+    out = dict(record)
+    if "axes" in out:
+        return out
+    out["task"] = out.get("task") or "alignment"
+    out["axes"] = {"dataset": out.get("dataset"), "noise": out.get("noise"), "model": out.get("model")}
+    out.setdefault("depends", [])
+    for key in _V1_FIELDS:
+        out.pop(key, None)
+    return out
 
 
 def read_records(ws: Workspace) -> list[dict[str, Any]]:

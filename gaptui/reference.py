@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.tasks import Metric, TaskFamily, family
 from gaptui import analysis
 from gaptui.workspace import Workspace
 
@@ -43,6 +44,26 @@ REQUIRED_COLUMNS = ("dataset", "model", "noise", "median", "std")
 META_KEYS = ("source", "metric", "units")
 UNITS = ("share", "percent")
 _META = re.compile(r"#\s*([a-z_]+)\s*:(.*)")
+
+
+def _alignment() -> TaskFamily:
+    """References hold alignment results (Table D.3): dataset x model x noise."""
+    return family("alignment")
+
+
+def _noise_key(noise: Any) -> float:
+    return _alignment().axis("noise").key_of(noise)
+
+
+def _model_order(models: Any) -> list[str]:
+    return sorted(set(models), key=_alignment().axis("model").sort_key)
+
+
+def _metric(where: str, key: str) -> Metric:
+    try:
+        return _alignment().metric(key)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{where}: {exc}") from None
 
 
 def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
@@ -99,10 +120,10 @@ class Reference:
         return list(dict.fromkeys(d for d, _, _ in self.cells))
 
     def cell(self, dataset: str, model: str, noise: float) -> ReferenceCell | None:
-        return self.cells.get((dataset, model, analysis.noise_key(noise)))
+        return self.cells.get((dataset, model, _noise_key(noise)))
 
     def models(self, dataset: str) -> list[str]:
-        return analysis.model_order(m for d, m, _ in self.cells if d == dataset)
+        return _model_order(m for d, m, _ in self.cells if d == dataset)
 
 
 def reference_names(ws: Workspace | None = None) -> list[str]:
@@ -170,11 +191,12 @@ def parse_reference(text: str, path: Path, name: str | None = None) -> Reference
         data_lines.append((number, line))
     if not data_lines:
         raise GaptuiError(f"{path}: no header line ({','.join(REQUIRED_COLUMNS)}) and no rows")
-    metric = meta.get("metric") or analysis.DEFAULT_METRIC
+    metric = meta.get("metric") or _alignment().default_metric
+    declared = _metric(str(path), metric)
     units = meta.get("units") or "share"
     if units not in UNITS:
         raise GaptuiError(f"{path}: units '{units}' is not one of {', '.join(UNITS)}{did_you_mean(units, UNITS)}")
-    if units == "percent" and not analysis.is_share(metric):
+    if units == "percent" and not declared.share:
         raise GaptuiError(f"{path}: units 'percent' only suits accuracies (*_acc), not metric '{metric}'")
     scale = 100.0 if units == "percent" else 1.0
     header_number, header_line = data_lines[0]
@@ -201,7 +223,7 @@ def parse_reference(text: str, path: Path, name: str | None = None) -> Reference
             raise GaptuiError(f"{where}: noise {value['noise']} is outside [0, 1)")
         # Rounded so that 65.6 percent reads back as 0.656, not 0.6559999999999999.
         median = round(_number(where, "median", value["median"]) / scale, 12)
-        if analysis.is_share(metric) and not 0 <= median <= 1:
+        if declared.share and not 0 <= median <= 1:
             bound = "100 (units: percent)" if units == "percent" else "1 (units: share; '# units: percent' if not)"
             raise GaptuiError(f"{where}: median {value['median']} is outside 0 .. {bound}")
         std = None
@@ -209,7 +231,7 @@ def parse_reference(text: str, path: Path, name: str | None = None) -> Reference
             std = round(_number(where, "std", value["std"]) / scale, 12)
             if std < 0:
                 raise GaptuiError(f"{where}: std {value['std']} is negative")
-        key = (value["dataset"], value["model"], analysis.noise_key(noise))
+        key = (value["dataset"], value["model"], _noise_key(noise))
         if key in cells:
             raise GaptuiError(f"{where}: second row for dataset {key[0]}, model {key[1]}, noise {value['noise']}")
         cells[key] = ReferenceCell(key[0], key[1], key[2], median, std)
@@ -242,7 +264,7 @@ class Comparison:
     agreement: dict[float, NoiseAgreement]
 
     def pair(self, model: str, noise: float) -> tuple[analysis.Cell | None, ReferenceCell | None]:
-        return self.table.cell(model, noise), self.reference.cell(self.table.dataset, model, noise)
+        return self.table.cell(model, noise), self.reference.cell(self.table.group, model, noise)
 
     def difference(self, model: str, noise: float) -> float | None:
         """Our median minus the reference's (metric units), or None when either is missing."""
@@ -250,8 +272,11 @@ class Comparison:
         return None if ours is None or theirs is None else ours.median - theirs.median
 
 
-def check_metric(reference: Reference, metric: str) -> None:
-    """Raise :class:`GaptuiError` unless ``reference`` holds ``metric``."""
+def check_metric(reference: Reference, metric: str | Metric | None) -> None:
+    """Raise :class:`GaptuiError` unless ``reference`` holds ``metric`` (None: the alignment default)."""
+    if isinstance(metric, Metric):
+        metric = metric.key
+    metric = metric or _alignment().default_metric
     if metric != reference.metric:
         raise GaptuiError(
             f"reference '{reference.name}' holds {reference.metric}, not {metric}; "
@@ -262,17 +287,17 @@ def check_metric(reference: Reference, metric: str) -> None:
 def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | None:
     """The comparison of ``table`` with ``reference``, or None when the reference lacks the dataset."""
     check_metric(reference, table.metric)
-    dataset = table.dataset
+    dataset = table.group
     if dataset not in reference.datasets:
         return None
-    models = tuple(analysis.model_order([*table.models, *reference.models(dataset)]))
-    sign = 1.0 if analysis.higher_is_better(table.metric) else -1.0
+    models = tuple(_model_order([*table.rows, *reference.models(dataset)]))
+    sign = 1.0 if table.metric.higher_is_better else -1.0
     agreement = {}
-    for noise in table.noises:
+    for noise in table.columns:
         theirs = {
             m: c.median
             for m in models
-            if m != analysis.BASELINE and (c := reference.cell(dataset, m, noise)) is not None
+            if m not in table.baselines and (c := reference.cell(dataset, m, noise)) is not None
         }
         ours = {m: c.median for m in theirs if (c := table.cell(m, noise)) is not None}
         common = tuple(ours)
@@ -289,7 +314,7 @@ def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | 
     return Comparison(table, reference, models, agreement)
 
 
-def _signed(value: float, metric: str) -> str:
+def _signed(value: float, metric: Metric) -> str:
     return ("+" if value >= 0 else "−") + analysis.format_number(abs(value), metric)
 
 
@@ -305,7 +330,7 @@ def render_rich(cmp: Comparison) -> Any:
     from rich.text import Text
 
     metric = cmp.table.metric
-    title = f"{cmp.table.dataset} — {metric}: ours vs {cmp.reference.name} (ours − reference)"
+    title = f"{cmp.table.group} — {metric.key}: ours vs {cmp.reference.name} (ours − reference)"
     caption = Text(
         f"each cell: our median (marks as in `gaptui table`), below it the reference's and the difference; "
         f"τ = Kendall tau-b of the trained models' order; best ≤1 = the reference's best model is best or "
@@ -315,11 +340,11 @@ def render_rich(cmp: Comparison) -> Any:
     table = Table(title=escape(title), caption=caption, caption_justify="left", show_lines=True)
     table.add_column("η")
     for model in cmp.models:
-        table.add_column(model, justify="right", style="dim" if model == analysis.BASELINE else "")
+        table.add_column(model, justify="right", style="dim" if model in cmp.table.baselines else "")
     table.add_column("τ", justify="right")
     table.add_column("best ≤1", justify="center")
-    for noise in cmp.table.noises:
-        row: list[Any] = [analysis.format_noise(noise)]
+    for noise in cmp.table.columns:
+        row: list[Any] = [cmp.table.column_axis.format(noise)]
         for model in cmp.models:
             ours, theirs = cmp.pair(model, noise)
             text = Text()
@@ -351,11 +376,11 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
     out: list[str] = []
     for cmp in comparisons:
         metric = cmp.table.metric
-        out.append(f"## {cmp.table.dataset}: ours vs {cmp.reference.name}\n")
-        out.append(f"{metric}, ours / reference (ours − reference). Reference: {cmp.reference.source}\n")
+        out.append(f"## {cmp.table.group}: ours vs {cmp.reference.name}\n")
+        out.append(f"{metric.key}, ours / reference (ours − reference). Reference: {cmp.reference.source}\n")
         out.append("| η | " + " | ".join(cmp.models) + " | tau | reference best within 1 |")
         out.append("|---|" + "---:|" * len(cmp.models) + "---:|:---:|")
-        for noise in cmp.table.noises:
+        for noise in cmp.table.columns:
             cells = []
             for model in cmp.models:
                 ours, theirs = cmp.pair(model, noise)
@@ -366,7 +391,7 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
             agreement = cmp.agreement[noise]
             tau = "–" if agreement.tau is None else f"{agreement.tau:+.2f}"
             out.append(
-                f"| {analysis.format_noise(noise)} | "
+                f"| {cmp.table.column_axis.format(noise)} | "
                 + " | ".join(cells)
                 + f" | {tau} | {_yes_no(agreement.best_within_1)} |"
             )
@@ -384,14 +409,14 @@ def render_csv(comparisons: Sequence[Comparison]) -> str:
     writer.writerow(CSV_COLUMNS)
     for cmp in comparisons:
         for model in cmp.models:
-            for noise in cmp.table.noises:
+            for noise in cmp.table.columns:
                 ours, theirs = cmp.pair(model, noise)
                 if ours is None and theirs is None:
                     continue
                 diff = cmp.difference(model, noise)
                 writer.writerow(
                     [
-                        cmp.table.dataset,
+                        cmp.table.group,
                         model,
                         noise,
                         "" if ours is None else ours.median,
@@ -407,7 +432,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
     """JSON form of one comparison (metric units)."""
     cells = []
     for model in cmp.models:
-        for noise in cmp.table.noises:
+        for noise in cmp.table.columns:
             ours, theirs = cmp.pair(model, noise)
             if ours is None and theirs is None:
                 continue
@@ -422,8 +447,8 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
                 }
             )
     return {
-        "dataset": cmp.table.dataset,
-        "metric": cmp.table.metric,
+        "dataset": cmp.table.group,
+        "metric": cmp.table.metric.key,
         "reference": cmp.reference.name,
         "source": cmp.reference.source,
         "cells": cells,

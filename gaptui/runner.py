@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.spec import RunSpec
+from engine.tasks import TaskSpec
 
 
-def run_id(spec: RunSpec) -> str:
+def run_id(spec: TaskSpec) -> str:
     """Short, stable id of a run: the first 12 hex digits of its spec hash (also its folder name)."""
     return spec.hash()[:12]
 
 
-def write_spec(spec: RunSpec, out: Path) -> Path:
+def write_spec(spec: TaskSpec, out: Path) -> Path:
     """Write ``out/spec.json``; a folder holding another run's spec is refused before anything is written."""
     from engine.files import atomic_write_json
     from engine.worker import check_run_folder
@@ -35,7 +35,7 @@ def worker_command(spec_path: Path, out: Path, quiet: bool = False) -> list[str]
 
 
 def start_worker(
-    spec: RunSpec,
+    spec: TaskSpec,
     out: Path,
     *,
     env: dict[str, str] | None = None,

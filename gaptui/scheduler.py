@@ -16,6 +16,11 @@ After a crash of the manager, :meth:`Scheduler.recover` finds records left ``run
 alive is re-attached (followed by pid); a dead one that finished meanwhile is filed from what it wrote (``done``
 with its own training time, ``cancelled`` or ``failed``); any other dead one is marked ``interrupted`` and its
 checkpoint makes it resume where it stopped when it is queued again.
+
+Dependencies: a spec whose task family names runs it depends on (:meth:`engine.tasks.TaskFamily.dependencies`)
+waits in the queue until each of them is ``done``. If one ends ``failed``, ``cancelled`` or ``blocked`` (and is
+not queued again), the dependant is recorded ``blocked``, its error naming the culprit, and is never started.
+The scheduler knows nothing else about tasks: specs are opaque apart from ``hash()``, ``to_dict()`` and ``task``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
-from engine.spec import RunSpec
+from engine.tasks import TaskSpec, family, load_spec
 from gaptui.history import History, now
 from gaptui.runner import run_id, signal_group, start_worker
 from gaptui.workspace import Workspace
@@ -96,44 +101,31 @@ def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: i
     return slots
 
 
-def dataset_label(canonical: dict[str, Any]) -> str:
-    """``base`` plus its non-default parameters, e.g. ``er[n=50]``: the row group of ranking tables."""
-    from engine.sources import SOURCES, params_dict, parse_params
-
-    source = SOURCES.get(canonical["base"])
-    defaults = params_dict(parse_params(source, {}))
-    changed = {k: v for k, v in canonical["params"].items() if defaults.get(k) != v}
-    if not changed:
-        return canonical["base"]
-    text = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changed.items())
-    return f"{canonical['base']}[{text}]"
+#: Statuses of a dependency after which its dependants can never start.
+DEAD_ENDS = ("failed", "cancelled", "blocked")
 
 
 def new_record(
-    spec: RunSpec,
+    spec: TaskSpec,
     ws: Workspace,
     preset: str | None = None,
     planned_seeds: int | None = None,
     run_dir: Path | None = None,
 ) -> dict:
     """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``."""
-    canonical = spec.canonical()
-    ds = canonical["dataset"]
+    fam = family(spec.task)
     rid = run_id(spec)
     return {
         "id": rid,
         "hash": spec.hash(),
         "status": "queued",
-        "dataset": dataset_label(ds),
-        "base": ds["base"],
-        "dataset_params": ds["params"],
-        "noise": ds["noise"],
-        "noise_model": ds["noise_model"],
-        "model": spec.model,
+        "task": spec.task,
+        "axes": fam.record_axes(spec),
         "seed": spec.seed,
         "spec": spec.to_dict(),
+        "depends": list(fam.dependencies(spec)),
         "preset": preset,
-        "planned_seeds": planned_seeds,
+        "planned_seeds": 1 if fam.is_baseline(spec) else planned_seeds,
         "run_dir": str(run_dir or ws.runs / rid),
         "created": now(),
         "started": None,
@@ -194,7 +186,7 @@ def pid_alive(pid: int, run_dir: str) -> bool:
 
 @dataclass
 class Job:
-    spec: RunSpec
+    spec: TaskSpec
     run_hash: str
     run_dir: Path
     slot: Slot
@@ -236,7 +228,9 @@ class Scheduler:
         self.timeout = timeout
         self.retries = retries
         self.listener = listener
-        self.queue: deque[RunSpec] = deque()
+        self.queue: deque[TaskSpec] = deque()
+        #: Dependencies of queued runs (run hash -> the hashes it needs), from their families.
+        self.depends: dict[str, tuple[str, ...]] = {}
         self.running: dict[str, Job] = {}
         self.finished: list[dict[str, Any]] = []
         #: Run ids that :meth:`recover` found finished (their worker ended while no manager watched).
@@ -249,8 +243,9 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------- queueing
 
-    def enqueue(self, specs: list[RunSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
-        """Queue specs (a spec already queued or running is not queued twice: one run, one worker)."""
+    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+        """Queue specs, dependencies first (a spec already queued or running is not queued twice: one run, one
+        worker)."""
         known = self.history.by_hash()
         busy = set(self.running) | {s.hash() for s in self.queue}
         fresh = []
@@ -260,11 +255,36 @@ class Scheduler:
                 continue
             busy.add(h)
             if h not in known:
-                fresh.append(new_record(spec, self.ws, preset, planned_seeds if spec.model != "laplacian" else 1))
+                fresh.append(new_record(spec, self.ws, preset, planned_seeds))
             elif known[h]["status"] != "queued":
-                self._status(h, status="queued")
+                self._status(h, status="queued", error=None)
+            deps = family(spec.task).dependencies(spec)
+            if deps:
+                self.depends[h] = tuple(deps)
             self.queue.append(spec)
         self.history.put_many(fresh)
+
+    def fail(
+        self, specs: list[TaskSpec], error: str, preset: str | None = None, planned_seeds: int | None = None
+    ) -> None:
+        """Record runs as ``failed`` without starting them (their input could not be prepared)."""
+        known = self.history.by_hash()
+        self.history.put_many([new_record(s, self.ws, preset, planned_seeds) for s in specs if s.hash() not in known])
+        for spec in specs:
+            self._status(spec.hash(), status="failed", error=error, finished=now())
+            self.finished.append({"hash": spec.hash(), "status": "failed", "error": error})
+
+    def set_slots(self, slots: list[Slot]) -> None:
+        """Use a new slot list from now on; running workers keep (and later free) the slot of the same name."""
+        if not slots:
+            raise ValueError("the scheduler needs at least one slot")
+        by_name = {slot.name: slot for slot in slots}
+        for job in self.running.values():
+            new = by_name.get(job.slot.name)
+            if new is not None and new.busy is None:
+                new.busy = job.run_hash
+                job.slot = new
+        self.slots = slots
 
     def recover(self) -> tuple[list[str], list[str]]:
         """Re-attach live workers left ``running`` by a previous manager and file the dead ones.
@@ -276,7 +296,7 @@ class Scheduler:
         for record in self.history.records():
             if record["status"] != "running":
                 continue
-            spec = RunSpec.from_dict(record["spec"])
+            spec = load_spec(record["spec"])
             pid = record.get("pid")
             slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
             if pid and pid_alive(pid, record["run_dir"]):
@@ -305,21 +325,53 @@ class Scheduler:
         """Start what fits, follow what runs, file what ended. Call it a few times per second."""
         for job in list(self.running.values()):
             self._follow(job)
-        for slot in self.slots:
-            if slot.busy is None and self.queue:
-                self._start(self.queue.popleft(), slot)
+        free = [slot for slot in self.slots if slot.busy is None]
+        if not free or not self.queue:
+            return
+        if not self.depends:
+            while free and self.queue:
+                self._start(self.queue.popleft(), free.pop(0))
+            return
+        statuses = {h: r["status"] for h, r in self.history.by_hash().items()}
+        pending = {s.hash() for s in self.queue} | set(self.running)
+        for spec in list(self.queue):
+            h = spec.hash()
+            verdict = self._ready(h, statuses, pending)
+            if verdict is True and free:
+                self.queue.remove(spec)
+                self._start(spec, free.pop(0))
+            elif isinstance(verdict, str):
+                self.queue.remove(spec)
+                pending.discard(h)
+                statuses[h] = "blocked"
+                self._status(h, status="blocked", error=verdict, finished=now())
+                self.finished.append({"hash": h, "status": "blocked", "error": verdict})
+
+    def _ready(self, run_hash: str, statuses: dict[str, str], pending: set[str]) -> bool | str:
+        """True when every dependency is done, False while one is still to run, else why it never will."""
+        for dep in self.depends.get(run_hash, ()):
+            status = statuses.get(dep)
+            if status == "done":
+                continue
+            if dep in pending:
+                return False
+            culprit = dep[:12]
+            if status in DEAD_ENDS:
+                return f"dependency {culprit} {status}"
+            return f"dependency {culprit} is {status or 'not in the history'} and not scheduled"
+        return True
 
     def run(self, poll: float = 0.25, should_stop: Callable[[], bool] = lambda: False) -> None:
         while self.pending() and not should_stop():
             self.step()
             time.sleep(poll)
 
-    def run_dir(self, spec: RunSpec) -> Path:
+    def run_dir(self, spec: TaskSpec) -> Path:
         """The run's folder: what its record says (``train --out``), else ``<workspace>/runs/<run id>``."""
         record = self.history.by_hash().get(spec.hash())
         return Path(record["run_dir"]) if record and record.get("run_dir") else self.ws.runs / run_id(spec)
 
-    def _start(self, spec: RunSpec, slot: Slot) -> None:
+    def _start(self, spec: TaskSpec, slot: Slot) -> None:
         h = spec.hash()
         run_dir = self.run_dir(spec)
         try:
@@ -401,10 +453,12 @@ class Scheduler:
                 "device": result.get("device"),
                 "device_name": result.get("device_name"),
                 "seed": job.spec.seed,
-                "dataset_seed": job.spec.dataset.get("seed", 0),
+                "dataset_seed": result.get("dataset_seed"),
                 "dataset_id": result.get("dataset"),
             }
-        if code == 0 and result.get("status") == "done":
+        finished = result.get("status") == "done" and result.get("run") == job.run_hash
+        # A worker that wrote its done result finished the work, even when our stop signal caught it exiting.
+        if finished and (code == 0 or job.stopping is not None):
             fields.update(status="done", metrics=result.get("metrics", {}), params=result.get("params"), error=None)
         elif not job.timed_out and (code == EXIT_CANCELLED or job.stopping is not None):
             fields.update(status="cancelled", error=None)

@@ -17,10 +17,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from engine.errors import GaptuiError
+from engine.tasks import family
 from gaptui import analysis
 from gaptui.analysis import BEST, WITHIN_1, WITHIN_3
 from gaptui.commands_analysis import register
 from tests.conftest import run_cli
+
+LAP = family("alignment").metric("val_lap_acc")
+LOSS = family("alignment").metric("val_loss")
 
 _counter = iter(range(10**9))
 
@@ -43,11 +47,8 @@ def rec(
         "id": f"run{n:06d}",
         "hash": f"hash{n:06d}",
         "status": status,
-        "dataset": dataset,
-        "base": dataset.split("[")[0],
-        "noise": noise,
-        "noise_model": "add_remove",
-        "model": model,
+        "task": "alignment",
+        "axes": {"dataset": dataset, "noise": noise, "model": model},
         "seed": seed,
         "metrics": {} if value is None else {metric: value},
         "params": 0 if model == "laplacian" else 1234,
@@ -83,6 +84,7 @@ def grid() -> list[dict[str, Any]]:
 
 def table_for(records: list[dict[str, Any]], dataset: str = "er", metric: str = "val_lap_acc") -> analysis.RankingTable:
     (table,) = analysis.build_tables(records, metric, dataset)
+    assert table.group == dataset
     return table
 
 
@@ -95,7 +97,7 @@ def test_median_std_and_text_against_hand_computed_values() -> None:
     assert gcn is not None and gcn.runs == 4
     assert gcn.median == pytest.approx(0.95)  # even count: mean of .94 and .96
     assert gcn.std == pytest.approx(math.sqrt(0.0035 / 3))  # sample std, ddof=1
-    assert gcn.text("val_lap_acc") == "95.0 ± 3.4"
+    assert gcn.text(LAP) == "95.0 ± 3.4"
     gin = table.cell("gin", 0.1)
     assert gin is not None and gin.std == 0.0 and gin.runs == 1  # one run: std 0, the queued run not counted
     assert table.cell("gatv2", 0.1) is None
@@ -111,14 +113,14 @@ def test_marks_within_thresholds_and_ties() -> None:
     assert marks[("gcn", 0.2)] == BEST and marks[("gin", 0.2)] == BEST  # a tie: both best
     assert marks[("gat", 0.2)] == WITHIN_1  # exactly 1 point counts as within
     assert marks[("ggnn", 0.2)] == WITHIN_3  # exactly 3 points
-    assert [c.model for c in table.best(0.2)] == ["gcn", "gin"]
+    assert [c.row for c in table.best(0.2)] == ["gcn", "gin"]
 
 
 def test_laplacian_never_marked_nor_best() -> None:
     table = table_for(grid())
     lap = table.cell("laplacian", 0.1)
     assert lap is not None and lap.median == pytest.approx(0.99) and lap.mark == ""
-    assert [c.model for c in table.best(0.1)] == ["gcn"]
+    assert [c.row for c in table.best(0.1)] == ["gcn"]
     only_baseline = table_for([rec("laplacian", 0.1, 0.9)])
     assert only_baseline.cell("laplacian", 0.1).mark == "" and only_baseline.best(0.1) == []
 
@@ -132,14 +134,14 @@ def test_loss_metric_lower_is_better_with_relative_thresholds() -> None:
         rec("laplacian", 0.1, 0.10, metric="val_loss"),  # lowest, yet never best
     ]
     table = table_for(rows, metric="val_loss")
-    assert {m: table.cell(m, 0.1).mark for m in table.models} == {
+    assert {m: table.cell(m, 0.1).mark for m in table.rows} == {
         "laplacian": "",
         "gcn": BEST,
         "gin": WITHIN_1,
         "gat": WITHIN_3,
         "ggnn": "",
     }
-    assert table.cell("gcn", 0.1).text("val_loss") == "0.500 ± 0.000 (1/4)"
+    assert table.cell("gcn", 0.1).text(LOSS) == "0.500 ± 0.000 (1/4)"
     gap = analysis.gap_analysis(table)
     assert gap.gaps["gcn"][0.1] == pytest.approx(0.10)  # measured in the better direction: worst − model
     assert gap.gaps["ggnn"][0.1] == 0.0
@@ -147,12 +149,12 @@ def test_loss_metric_lower_is_better_with_relative_thresholds() -> None:
 
 def test_planned_seed_counts() -> None:
     table = table_for(grid())
-    assert table.cell("gin", 0.1).text("val_lap_acc") == "94.5 ± 0.0 (1/4)"
-    assert table.cell("gcn", 0.1).text("val_lap_acc") == "95.0 ± 3.4"  # complete: no count
-    assert table.cell("ggnn", 0.1).text("val_lap_acc") == "90.0 ± 0.0"  # nothing planned: no count
+    assert table.cell("gin", 0.1).text(LAP) == "94.5 ± 0.0 (1/4)"
+    assert table.cell("gcn", 0.1).text(LAP) == "95.0 ± 3.4"  # complete: no count
+    assert table.cell("ggnn", 0.1).text(LAP) == "90.0 ± 0.0"  # nothing planned: no count
     # The preset planned 10 in a queued record: the done one shows it.
     rows = [rec("gcn", 0.1, 0.9, planned=None), rec("gcn", 0.1, None, 1, status="queued", planned=10)]
-    assert table_for(rows).cell("gcn", 0.1).text("val_lap_acc") == "90.0 ± 0.0 (1/10)"
+    assert table_for(rows).cell("gcn", 0.1).text(LAP) == "90.0 ± 0.0 (1/10)"
 
 
 def test_rerun_of_a_seed_counts_once_latest_wins() -> None:
@@ -169,44 +171,44 @@ def test_model_order_and_noise_columns() -> None:
     rows = [rec(m, n, 0.5) for m in ("zzz", "gat", "gatv2", "aaa", "gcn", "laplacian", "gin") for n in (0.2, 0.05)]
     rows.append(rec("gcn", 0.1 + 0.2 - 0.2, 0.5))  # float noise jitter lands in the 0.1 column
     table = table_for(rows)
-    assert table.models == ("laplacian", "gcn", "gin", "gat", "gatv2", "aaa", "zzz")
-    assert table.noises == (0.05, 0.1, 0.2)
+    assert table.rows == ("laplacian", "gcn", "gin", "gat", "gatv2", "aaa", "zzz")
+    assert table.columns == (0.05, 0.1, 0.2)
 
 
 def test_only_done_records_with_the_metric_count() -> None:
     rows = [rec("gcn", 0.1, 0.9, status=s) for s in ("queued", "running", "failed", "cancelled", "interrupted")]
     assert analysis.build_tables(rows) == []
     assert analysis.build_tables([rec("gcn", 0.1, 0.9)], metric="val_top5_acc") == []
-    assert [t.dataset for t in analysis.build_tables(grid())] == ["er", "tree"]
+    assert [t.group for t in analysis.build_tables(grid())] == ["er", "tree"]
 
 
 # ------------------------------------------------------------------------------------------ gap
 
 
-def test_gap_and_optimal_noise() -> None:
+def test_gap_and_optimal() -> None:
     gap = analysis.gap_analysis(table_for(grid()))
-    assert gap.models == ("gcn", "gin", "ggnn", "gat")  # laplacian excluded
+    assert gap.rows == ("gcn", "gin", "ggnn", "gat")  # laplacian excluded
     assert gap.gaps["gcn"][0.1] == pytest.approx(0.05)
     assert gap.gaps["gin"][0.1] == pytest.approx(0.045)
     assert gap.gaps["gat"][0.1] == pytest.approx(0.03)
     assert gap.gaps["ggnn"][0.1] == 0.0
     assert gap.spread[0.1] == pytest.approx(0.05) and gap.spread[0.2] == pytest.approx(0.03)
-    assert gap.optimal_noise == 0.1
+    assert gap.optimal == 0.1
 
 
-def test_optimal_noise_tie_goes_to_lower_noise() -> None:
+def test_optimal_tie_goes_to_lower_noise() -> None:
     rows = [rec("gcn", n, 0.9) for n in (0.3, 0.1, 0.2)] + [rec("gin", n, 0.8) for n in (0.3, 0.1, 0.2)]
-    assert analysis.gap_analysis(table_for(rows)).optimal_noise == 0.1
+    assert analysis.gap_analysis(table_for(rows)).optimal == 0.1
     single = analysis.gap_analysis(table_for([rec("gcn", 0.2, 0.9), rec("laplacian", 0.1, 0.9)]))
-    assert single.noises == (0.2,) and single.spread == {0.2: 0.0} and single.optimal_noise == 0.2
-    assert analysis.gap_analysis(table_for([rec("laplacian", 0.1, 0.9)])).optimal_noise is None
+    assert single.columns == (0.2,) and single.spread == {0.2: 0.0} and single.optimal == 0.2
+    assert analysis.gap_analysis(table_for([rec("laplacian", 0.1, 0.9)])).optimal is None
 
 
 # ------------------------------------------------------------------------------------------ renderers
 
 
 def test_text_rendering_shows_markers_and_legend() -> None:
-    text = analysis.render_text(analysis.build_tables(grid(), dataset="er"), width=200)
+    text = analysis.render_text(analysis.build_tables(grid(), group="er"), width=200)
     assert "\x1b[" not in text
     assert "95.0 ± 3.4 **" in text and "94.5 ± 0.0 (1/4) *" in text and "93.0 ± 0.0 (2/4) +" in text
     assert "99.0 ± 0.0 *" not in text and "99.0 ± 0.0 +" not in text
@@ -241,7 +243,7 @@ def test_markdown() -> None:
 def test_csv_is_one_row_per_cell() -> None:
     text = analysis.render_csv(analysis.build_tables(grid()))
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert tuple(rows[0]) == analysis.CSV_COLUMNS
+    assert tuple(rows[0]) == analysis.csv_columns("alignment")
     assert len(rows) == 10 + 2
     gin = next(r for r in rows if r["dataset"] == "er" and r["model"] == "gin" and r["noise"] == "0.1")
     assert (gin["median"], gin["std"], gin["runs"], gin["planned"], gin["mark"]) == (
@@ -259,7 +261,7 @@ def test_csv_is_one_row_per_cell() -> None:
 
 def test_latex() -> None:
     rows = grid() + [rec("my_model", 0.1, 0.2)]
-    tex = analysis.render_latex(analysis.build_tables(rows, dataset="er"))
+    tex = analysis.render_latex(analysis.build_tables(rows, group="er"))
     assert tex.count("\\begin{tabular}{lrr}") == 1 and "\\toprule" in tex and "\\bottomrule" in tex
     assert "\\textbf{95.0 $\\pm$ 3.4}$^{**}$" in tex
     assert "\\underline{94.5 $\\pm$ 0.0 (1/4)}$^{*}$" in tex
@@ -269,17 +271,18 @@ def test_latex() -> None:
     assert analysis.latex_escape("a_b&c%") == "a\\_b\\&c\\%"
 
 
-def test_json_cells_and_optimal_noise() -> None:
+def test_json_cells_and_optimal() -> None:
     docs = analysis.tables_json(analysis.build_tables(grid()))
     json.dumps(docs)  # serialisable as it is
     er = docs[0]
-    assert (er["dataset"], er["metric"], er["higher_is_better"], er["optimal_noise"]) == (
+    assert (er["dataset"], er["metric"], er["higher_is_better"], er["optimal"]) == (
         "er",
         "val_lap_acc",
         True,
         0.1,
     )
-    assert er["noises"] == [0.1, 0.2] and er["models"][0] == "laplacian"
+    assert er["columns"] == [0.1, 0.2] and er["rows"][0] == "laplacian"
+    assert (er["task"], er["row_axis"], er["column_axis"], er["unit"]) == ("alignment", "model", "noise", "%")
     gcn = next(c for c in er["cells"] if c["model"] == "gcn" and c["noise"] == 0.1)
     assert gcn["median"] == pytest.approx(0.95) and gcn["mark"] == BEST and gcn["display"] == "95.0 ± 3.4"
     assert gcn["runs"] == 4 and gcn["planned"] == 4
@@ -298,9 +301,12 @@ def test_gap_plot_string() -> None:
 def test_unknown_metric_dataset_format_suggest() -> None:
     with pytest.raises(GaptuiError, match=r"unknown metric 'val_lap' \(did you mean 'val_lap_acc'\?\)"):
         analysis.check_metric("val_lap", grid())
-    assert analysis.check_metric("custom_score", [rec("gcn", 0.1, 0.3, metric="custom_score")]) == "custom_score"
+    # An undeclared metric has no known direction: it is never ranked (no guessing from its name).
+    with pytest.raises(GaptuiError, match=r"unknown metric 'custom_score'"):
+        analysis.check_metric("custom_score", [rec("gcn", 0.1, 0.3, metric="custom_score")])
+    assert analysis.check_metric("val_top3_acc", [rec("gcn", 0.1, 0.3, metric="val_top3_acc")]).share
     with pytest.raises(GaptuiError, match=r"unknown dataset 'ert' \(did you mean 'er'\?\)"):
-        analysis.check_dataset("ert", grid())
+        analysis.check_group("ert", grid())
     with pytest.raises(GaptuiError, match=r"unknown format 'latx' \(did you mean 'latex'\?\)"):
         analysis.check_format("latx")
 
@@ -379,21 +385,21 @@ def test_table_command_errors(cli) -> None:
 def test_commands_without_finished_runs_are_friendly(cli) -> None:
     queued = [rec("gcn", 0.1, None, status="queued")]
     res = cli("table", rows=queued)
-    assert res.exit_code == 0 and "no finished runs yet" in res.output
+    assert res.exit_code == 0 and "no finished alignment runs yet" in res.output
     assert json.loads(cli("table", "--format", "json", rows=queued).output) == []
     assert json.loads(cli("gap", "--json", rows=[]).output) == []
     assert cli("table", "--dataset", "anything", rows=[]).exit_code == 0  # nothing to choose from yet
     res = cli("table", "--metric", "val_top5_acc")
-    assert res.exit_code == 0 and "no finished run reports metric 'val_top5_acc'" in res.output
+    assert res.exit_code == 0 and "no finished alignment run reports metric 'val_top5_acc'" in res.output
 
 
 def test_gap_command(cli) -> None:
     res = cli("gap", "--dataset", "er")
     assert res.exit_code == 0, res.output
     assert "spread (best − worst)" in res.output and "optimal noise 0.1" in res.output
-    assert "er: optimal noise level 0.1" in res.output
+    assert "er: optimal noise 0.1" in res.output
     (doc,) = json.loads(cli("gap", "--dataset", "er", "--json").output)
-    assert doc["optimal_noise"] == 0.1
+    assert doc["optimal"] == 0.1
     assert {"model": "gcn", "noise": 0.1, "gap": pytest.approx(0.05)} in doc["gaps"]
 
 
@@ -444,11 +450,11 @@ def test_real_cli(tmp_path: Path) -> None:
     assert res.stderr.strip().splitlines() == ["error: unknown dataset 'ert' (did you mean 'er'?); known: er, tree"]
     res = run_cli("table", "--format", "json", *where)
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)[0]["optimal_noise"] == 0.1
+    assert json.loads(res.stdout)[0]["optimal"] == 0.1
     res = run_cli("table", "--dataset", "er", *where)
     assert res.returncode == 0 and "95.0 ± 3.4 **" in res.stdout
     res = run_cli("gap", "--dataset", "er", *where)
-    assert res.returncode == 0 and "er: optimal noise level 0.1" in res.stdout
+    assert res.returncode == 0 and "er: optimal noise 0.1" in res.stdout
     res = run_cli("export", "--out", str(tmp_path / "out"), *where)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "out" / "tables.tex").exists() and (tmp_path / "out" / "runs.json").exists()

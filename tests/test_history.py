@@ -19,10 +19,8 @@ def _record(i: int, **kw) -> dict:
         "id": f"{i:012d}",
         "hash": f"{i:064d}",
         "status": "queued",
-        "dataset": "er",
-        "base": "er",
-        "noise": 0.1,
-        "model": "gcn",
+        "task": "alignment",
+        "axes": {"dataset": "er", "noise": 0.1, "model": "gcn"},
         "seed": 0,
         "metrics": {},
         **kw,
@@ -112,3 +110,65 @@ def test_a_manager_removes_temp_files_left_by_crashed_writers(tmp_path: Path) ->
     with History(ws, write=True):
         pass
     assert not any(p.exists() for p in stale) and live.exists()
+
+
+FIXTURE_V1 = Path(__file__).parent / "fixtures" / "history_v1.json"
+
+
+def test_schema_1_history_is_migrated_in_place_with_a_backup_and_nothing_lost(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    original = FIXTURE_V1.read_bytes()
+    ws.history.write_bytes(original)
+    old = json.loads(original)["runs"]
+
+    # A read-only open upgrades the records in memory and leaves the file alone.
+    readonly = {r["id"]: r for r in read_records(ws)}
+    assert ws.history.read_bytes() == original and not list(tmp_path.glob("history.v1*"))
+    assert readonly[old["1"]["id"]]["axes"] == {"dataset": "er[n=20]", "noise": 0.04, "model": "gcn"}
+
+    with History(ws, write=True) as h:
+        records = {r["id"]: r for r in h.records()}
+    assert (tmp_path / "history.v1.json").read_bytes() == original  # the old file, byte for byte
+    data = json.loads(ws.history.read_text())
+    meta = next(iter(data["meta"].values()))
+    assert meta["schema"] == SCHEMA_VERSION == 2 and meta["migrated"]["from"] == 1
+    assert meta["created"] == "2025-06-01T09:59:00+0000"
+    assert sorted(data["runs"]) == sorted(old)  # same documents, same ids
+    assert len(records) == len(old) == 4
+    for doc_id, before in old.items():
+        after = data["runs"][doc_id]
+        assert after["task"] == "alignment" and after["depends"] == []
+        assert after["axes"] == {"dataset": before["dataset"], "noise": before["noise"], "model": before["model"]}
+        for key in ("dataset", "base", "dataset_params", "noise", "noise_model", "model"):
+            assert key not in after
+        # every other field kept as it was
+        kept = {
+            k: v
+            for k, v in before.items()
+            if k not in ("dataset", "base", "dataset_params", "noise", "noise_model", "model")
+        }
+        assert {k: after[k] for k in kept} == kept
+        assert records[before["id"]] == after
+    assert readonly == records  # what read-only opens saw is what the migration wrote
+
+    # Opening again changes nothing; a second v1 file migrated later keeps the first backup.
+    migrated = ws.history.read_bytes()
+    with History(ws, write=True):
+        pass
+    assert ws.history.read_bytes() == migrated
+    ws.history.write_bytes(original)
+    with History(ws, write=True):
+        pass
+    assert (tmp_path / "history.v1.json").read_bytes() == original
+    assert (tmp_path / "history.v1.1.json").read_bytes() == original
+
+
+def test_migrated_history_feeds_the_table_command(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    ws.root.mkdir()
+    ws.history.write_bytes(FIXTURE_V1.read_bytes())
+    res = run_cli("table", "--format", "json", "--workspace", str(ws.root))
+    assert res.returncode == 0, res.stderr
+    (doc,) = json.loads(res.stdout)
+    assert doc["dataset"] == "er[n=20]" and doc["rows"] == ["laplacian", "gcn", "gin"]
+    assert ws.history.read_bytes() == FIXTURE_V1.read_bytes()  # a reader never rewrites the file

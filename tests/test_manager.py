@@ -91,7 +91,7 @@ def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     assert len(tables) == 1 and tables[0]["dataset"] == "er[degree=4,n=20]"
     cells = tables[0]["cells"]
     assert {(c["model"], c["noise"]) for c in cells} == {(m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)}
-    by_model = {(r["model"], r["noise"]): r["metrics"]["val_lap_acc"] for r in records}
+    by_model = {(r["axes"]["model"], r["axes"]["noise"]): r["metrics"]["val_lap_acc"] for r in records}
     for c in cells:
         assert c["median"] == by_model[(c["model"], c["noise"])] and c["runs"] == 1
     # the same command again is a no-op: everything is done
@@ -135,7 +135,7 @@ def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
     assert res.returncode == 1
     assert "1 run(s) failed" in res.stderr
-    records = {r["model"]: r for r in read_records(Workspace(ws))}
+    records = {r["axes"]["model"]: r for r in read_records(Workspace(ws))}
     crashed = records["tests.helpers_worker:CrashModel"]
     assert crashed["status"] == "failed" and "injected crash" in crashed["error"]
     assert any("Traceback" in line or "RuntimeError" in line for line in crashed["log_tail"])
@@ -146,7 +146,7 @@ def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None
     assert "1 run(s) of the preset are failed" in res.stderr
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--retry-failed")
     assert res.returncode == 1
-    crashed = next(r for r in read_records(Workspace(ws)) if r["model"].endswith("CrashModel"))
+    crashed = next(r for r in read_records(Workspace(ws)) if r["axes"]["model"].endswith("CrashModel"))
     assert crashed["attempts"] == 2
 
 
@@ -182,7 +182,7 @@ def test_per_run_timeout_fails_the_run_and_the_grid_goes_on(tmp_path: Path) -> N
     preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=5000, laplacian=True)
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1", "--timeout", "20")
     assert res.returncode == 1, res.stderr
-    records = {r["model"]: r for r in read_records(Workspace(ws))}
+    records = {r["axes"]["model"]: r for r in read_records(Workspace(ws))}
     assert records["gcn"]["status"] == "failed" and records["gcn"]["error"] == "timed out after 20 s"
     assert records["laplacian"]["status"] == "done"
     # the worker was stopped through SIGTERM: it checkpointed, so a retry resumes rather than restarts

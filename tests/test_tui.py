@@ -220,10 +220,10 @@ def test_form_parsers() -> None:
 
 def test_estimate_uses_the_model_mean_else_every_run() -> None:
     records = [
-        {"status": "done", "model": "gcn", "duration": 10.0},
-        {"status": "done", "model": "gcn", "duration": 30.0},
-        {"status": "done", "model": "gin", "duration": 50.0},
-        {"status": "failed", "model": "gin", "duration": 999.0},
+        {"status": "done", "axes": {"model": "gcn"}, "duration": 10.0},
+        {"status": "done", "axes": {"model": "gcn"}, "duration": 30.0},
+        {"status": "done", "axes": {"model": "gin"}, "duration": 50.0},
+        {"status": "failed", "axes": {"model": "gin"}, "duration": 999.0},
     ]
     # gcn: 20 each; gat unknown: the mean of every finished run, 30; two slots halve the wall time
     assert estimate_seconds(["gcn", "gcn", "gat"], records, 1) == pytest.approx(70.0)
@@ -232,9 +232,15 @@ def test_estimate_uses_the_model_mean_else_every_run() -> None:
 
 
 def test_history_filter_matches_every_word() -> None:
-    record = {"dataset": "er[n=16]", "base": "er", "model": "gcn", "status": "done", "tags": ["paper"], "noise": 0.12}
+    record = {
+        "task": "alignment",
+        "axes": {"dataset": "er[n=16]", "model": "gcn", "noise": 0.12},
+        "spec": {"dataset": {"base": "er"}},
+        "status": "done",
+        "tags": ["paper"],
+    }
     assert matches(record, ["gcn", "done"]) and matches(record, ["paper"]) and matches(record, ["η=0.12"])
-    assert not matches(record, ["gin"])
+    assert matches(record, ["alignment", "er"]) and not matches(record, ["gin"])
 
 
 # ------------------------------------------------------------------------------------------ the app, end to end
@@ -275,8 +281,10 @@ async def test_compose_launch_follow_and_rank_a_smoke_grid(tmp_path: Path) -> No
         )
         assert runs.table.row_count == 4
         records = list(app.book)
-        assert {r["dataset"] for r in records} == {"er[degree=4,n=16]"}
-        assert {(r["model"], r["noise"]) for r in records} == {(m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)}
+        assert {r["axes"]["dataset"] for r in records} == {"er[degree=4,n=16]"}
+        assert {(r["axes"]["model"], r["axes"]["noise"]) for r in records} == {
+            (m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)
+        }
         for record in records:
             assert record["spec"]["epochs"] == 2 and record["spec"]["out_dim"] == 8
             assert record["spec"]["dataset"]["n_train"] == 20 and record["spec"]["budget"] == 5000
@@ -453,10 +461,10 @@ async def test_history_sorts_updates_rows_in_place_and_exports_the_ranking(tmp_p
         table: RecordTable = history.table
         await pilot.press("s", "s", "s")  # id -> dataset -> noise -> model
         assert table.sort_column == "model"
-        models = [app.book.get(h)["model"] for h in table.hashes()]
+        models = [app.book.get(h)["axes"]["model"] for h in table.hashes()]
         assert models == sorted(models)
         await pilot.press("S")
-        assert [app.book.get(h)["model"] for h in table.hashes()] == sorted(models, reverse=True)
+        assert [app.book.get(h)["axes"]["model"] for h in table.hashes()] == sorted(models, reverse=True)
         table.move_cursor(row=3)
         cursor = table.cursor_hash
         order = table.hashes()

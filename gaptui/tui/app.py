@@ -31,8 +31,8 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from engine.errors import GaptuiError
+from engine.tasks import PresetBase
 from gaptui.history import History, WorkspaceLock
-from gaptui.presets import Preset
 from gaptui.tui.manager import (
     Cancel,
     EditRecord,
@@ -224,7 +224,7 @@ class GaptuiApp(App[None]):
             return False
         return True
 
-    def launch(self, preset: Preset, slots: SlotConfig, retry_failed: bool = False) -> bool:
+    def launch(self, preset: PresetBase, slots: SlotConfig, retry_failed: bool = False) -> bool:
         """Queue a grid (the manager validates it as `gaptui run` would); False when refused."""
         if not self.writable():
             return False

@@ -22,9 +22,10 @@ from textual.message import Message
 
 from engine.errors import GaptuiError
 from engine.events import read_events
+from engine.tasks import PresetBase
 from gaptui.history import History
-from gaptui.presets import Preset, dump_preset, grid, parse_preset
-from gaptui.scheduler import Scheduler, Slot, tail
+from gaptui.presets import Preset, dump_preset, parse_preset
+from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
     LogTail,
     ManagerClosed,
@@ -61,7 +62,7 @@ MAX_FOLLOWED = 32
 class Launch:
     """Queue a grid like ``gaptui run --preset``: skip done runs, build datasets, enqueue the rest."""
 
-    preset: Preset
+    preset: PresetBase
     slots: SlotConfig
     retry_failed: bool = False
 
@@ -251,49 +252,44 @@ class ManagerLoop:
             self._post_state()
 
     def _launch(self, command: Launch) -> None:
-        from gaptui.commands_manager import _build_datasets, _plan
+        from gaptui import launch
 
         assert self.scheduler is not None
         # The same validation as `gaptui run --preset` (it builds each model once): what launches here runs there.
-        preset = parse_preset(tomllib.loads(dump_preset(command.preset)))
-        self._use_slots(command.slots.slots())
-        self.scheduler.timeout = preset.run.timeout
-        self.scheduler.retries = preset.run.retries
-        specs = grid(preset, self.ws)
+        preset = command.preset
+        if isinstance(preset, Preset):
+            preset = parse_preset(tomllib.loads(dump_preset(preset)))
+        elif preset.path is not None:
+            preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
+        self.scheduler.set_slots(command.slots.slots())
+        self.scheduler.timeout = preset.timeout
+        self.scheduler.retries = preset.retries
         known = {r["hash"]: r["status"] for r in self.history.records()}
-        plan = _plan(specs, known, command.retry_failed)
-        busy = set(self.scheduler.running) | {s.hash() for s in self.scheduler.queue}
-        todo = [s for s in plan["to run"] if s.hash() not in busy]
-        if todo:
-            self._building = f"building datasets for {len(todo)} run(s)"
+        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)
+        if grid_plan.to_run:
+            self._building = f"preparing inputs for {len(grid_plan.to_run)} run(s)"
             self._post_state()
             try:
-                _build_datasets(todo, self.ws, self.scheduler)
+                launched = launch.launch(self.scheduler, grid_plan, self._preparing)
             finally:
                 self._building = ""
-            failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
-            todo = [s for s in todo if s.hash() not in failed or command.retry_failed]
-            self.scheduler.enqueue(todo, preset=preset.name, planned_seeds=len(preset.seeds))
+        else:
+            launched = launch.Launched([], {}, 0)
         by_hash = self.history.by_hash()
-        self.post(RecordsAdded([by_hash[s.hash()] for s in specs if s.hash() in by_hash]))
-        parts = [f"{preset.name}: {len(specs)} runs", f"{len(plan['done'])} already done"]
-        if plan["failed"]:
-            parts.append(f"{len(plan['failed'])} failed before (skipped; tick 'retry failed' to rerun)")
-        if len(plan["to run"]) > len(todo):
-            parts.append(f"{len(plan['to run']) - len(todo)} already in flight or failed to build")
-        parts.append(f"{len(todo)} queued on {len(self.scheduler.slots)} slot(s)")
+        self.post(RecordsAdded([by_hash[s.hash()] for s in grid_plan.specs if s.hash() in by_hash]))
+        parts = [f"{preset.name}: {len(grid_plan.specs)} runs", f"{len(grid_plan.done)} already done"]
+        if grid_plan.failed:
+            parts.append(f"{len(grid_plan.failed)} failed before (skipped; tick 'retry failed' to rerun)")
+        if launched.in_flight:
+            parts.append(f"{launched.in_flight} already in flight")
+        if launched.failed:
+            parts.append(f"{len(launched.failed)} failed to prepare")
+        parts.append(f"{len(launched.queued)} queued on {len(self.scheduler.slots)} slot(s)")
         self.post(ManagerNotice(", ".join(parts)))
 
-    def _use_slots(self, slots: list[Slot]) -> None:
-        """Give the scheduler a new slot list; running workers keep (and later free) the slot they hold."""
-        assert self.scheduler is not None
-        by_name = {slot.name: slot for slot in slots}
-        for job in self.scheduler.running.values():
-            new = by_name.get(job.slot.name)
-            if new is not None and new.busy is None:
-                new.busy = job.run_hash
-                job.slot = new
-        self.scheduler.slots = slots
+    def _preparing(self, done: int, total: int, label: str) -> None:
+        self._building = f"inputs {done}/{total} ready ({label})"
+        self._post_state()
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
@@ -302,8 +298,8 @@ class ManagerLoop:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
 
     def _retry(self, hashes: tuple[str, ...], build: bool = True) -> None:
-        from engine.spec import RunSpec
-        from gaptui.commands_manager import _build_datasets
+        from engine.tasks import load_spec
+        from gaptui import launch
 
         assert self.scheduler is not None
         by_hash = self.history.by_hash()
@@ -313,12 +309,11 @@ class ManagerLoop:
             self.post(
                 ManagerNotice(f"{skipped} run(s) not retried: only {', '.join(RETRYABLE)} runs can be", "warning")
             )
-        specs = [RunSpec.from_dict(r["spec"]) for r in records]
-        if build and specs:
-            _build_datasets(specs, self.ws, self.scheduler)
-            failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
-            specs = [s for s in specs if s.hash() not in failed]
-        self.scheduler.enqueue(specs)
+        if records and build:
+            launch.retry(self.scheduler, records, self._preparing)
+            self._building = ""
+        elif records:
+            self.scheduler.enqueue(launch.order_specs(load_spec(r["spec"]) for r in records))
 
     def _follow(self, command: Follow) -> None:
         for run_hash, run_dir in command.runs:

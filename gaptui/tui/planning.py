@@ -166,12 +166,9 @@ class SlotConfig:
 
     def slots(self) -> list[Any]:
         """The scheduler slots (``make_slots``); may run ``nvidia-smi``, so not on the UI thread."""
-        from gaptui.scheduler import make_slots
+        from gaptui.launch import slots_for
 
-        slots = make_slots(self.gpus, self.jobs_per_gpu, self.cpu_jobs)
-        if not slots:
-            raise GaptuiError("no slot to run on: with no GPU, CPU jobs must be >= 1")
-        return slots
+        return slots_for(self.gpus, self.jobs_per_gpu, self.cpu_jobs)
 
 
 @dataclass(frozen=True)
@@ -231,11 +228,11 @@ class ExperimentDraft:
 
     def slot_config(self) -> SlotConfig:
         """The device-slot fields, parsed like ``gaptui run --gpus/--jobs-per-gpu/--cpu-jobs``."""
-        from gaptui.commands_manager import _parse_gpus
+        from gaptui.launch import parse_gpus
 
         text = self.gpus.strip()
         return SlotConfig(
-            gpus=_parse_gpus(text or None),
+            gpus=parse_gpus(text or None),
             jobs_per_gpu=parse_int(self.jobs_per_gpu, "jobs per GPU", 1) or 1,
             cpu_jobs=parse_int(self.cpu_jobs, "CPU jobs"),
         )
@@ -313,7 +310,7 @@ def estimate_seconds(models: Sequence[str], records: Iterable[Mapping[str, Any]]
     for record in records:
         duration = record.get("duration")
         if record.get("status") == "done" and isinstance(duration, (int, float)) and duration > 0:
-            by_model.setdefault(str(record.get("model")), []).append(float(duration))
+            by_model.setdefault(str((record.get("axes") or {}).get("model")), []).append(float(duration))
     if not by_model:
         return None
     overall = statistics.fmean(d for durations in by_model.values() for d in durations)
@@ -322,11 +319,18 @@ def estimate_seconds(models: Sequence[str], records: Iterable[Mapping[str, Any]]
     return total / max(1, slots)
 
 
+def _model(spec: Any) -> str:
+    """What a run's duration is estimated from: its ``model`` axis (or its family when it has none)."""
+    from engine.tasks import family
+
+    return str(family(spec.task).record_axes(spec).get("model", spec.task))
+
+
 def summarize(specs: Sequence[Any], records: Mapping[str, Mapping[str, Any]], slots: int) -> PlanSummary:
     """Size, history overlap (by spec hash) and estimate of a grid; ``records`` maps hash -> record."""
     hashes = [spec.hash() for spec in specs]
     statuses = [records[h]["status"] for h in hashes if h in records]
-    todo = [spec.model for spec, h in zip(specs, hashes, strict=True) if records.get(h, {}).get("status") != "done"]
+    todo = [_model(spec) for spec, h in zip(specs, hashes, strict=True) if records.get(h, {}).get("status") != "done"]
     return PlanSummary(
         size=len(specs),
         existing=len(statuses),

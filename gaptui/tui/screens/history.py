@@ -8,25 +8,31 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Input, Select, Static
 
 from gaptui.tui.screens.section import SectionScreen
-from gaptui.tui.widgets.record_table import HISTORY_COLUMNS, RecordTable
+from gaptui.tui.widgets.record_table import RecordTable, history_columns
+
+#: The task picker's value for "runs of every family".
+ALL_TASKS = "*"
 
 
 def haystack(record: dict[str, Any]) -> str:
-    """The text the filter searches: dataset, model, status, tags, plus id, preset, noise and seed."""
+    """The text the filter searches: task, axes (dataset, model...), status, tags, plus id, preset and seed."""
+    from gaptui.columns import describe
+
+    spec_dataset = (record.get("spec") or {}).get("dataset")
+    base = spec_dataset.get("base") if isinstance(spec_dataset, dict) else None
     return " ".join(
         str(v)
         for v in (
-            record.get("dataset"),
-            record.get("base"),
-            record.get("model"),
+            record.get("task") or "alignment",
+            describe(record),
+            base,
             record.get("status"),
             *(record.get("tags") or []),
             record.get("id"),
             record.get("preset"),
-            f"η={record.get('noise'):g}" if isinstance(record.get("noise"), (int, float)) else "",
             f"seed={record.get('seed')}",
         )
         if v
@@ -58,6 +64,7 @@ class HistoryScreen(SectionScreen):
     DEFAULT_CSS = """
     HistoryScreen #history-bar { height: 1; padding: 0 1; }
     HistoryScreen #history-filter { width: 1fr; }
+    HistoryScreen #history-task { width: 22; margin-left: 1; }
     HistoryScreen #history-info { width: auto; padding-left: 2; color: $text-muted; }
     HistoryScreen #history-table { height: 1fr; }
     """
@@ -65,6 +72,8 @@ class HistoryScreen(SectionScreen):
     def __init__(self) -> None:
         super().__init__()
         self.words: list[str] = []
+        #: The family shown (None: every family; the columns are then those of the one present, if only one).
+        self.task_name: str | None = None
         # Searchable text by hash, reused while the record object is the same (records are replaced on change).
         self._haystacks: dict[str, tuple[dict[str, Any], str]] = {}
 
@@ -75,8 +84,11 @@ class HistoryScreen(SectionScreen):
                 id="history-filter",
                 compact=True,
             )
+            yield Select(
+                [("all tasks", ALL_TASKS)], value=ALL_TASKS, id="history-task", compact=True, allow_blank=False
+            )
             yield Static("", id="history-info", markup=False)
-        yield HistoryTable(HISTORY_COLUMNS, id="history-table")
+        yield HistoryTable(history_columns("alignment"), id="history-table")
 
     @property
     def table(self) -> RecordTable:
@@ -92,6 +104,8 @@ class HistoryScreen(SectionScreen):
     # -------------------------------------------------------------------------------------- contents
 
     def _matches(self, record: dict[str, Any]) -> bool:
+        if self.task_name is not None and (record.get("task") or "alignment") != self.task_name:
+            return False
         cached = self._haystacks.get(record["hash"])
         if cached is None or cached[0] is not record:
             cached = self._haystacks[record["hash"]] = (record, haystack(record))
@@ -101,8 +115,29 @@ class HistoryScreen(SectionScreen):
         return [r for r in self.gapp.book if self._matches(r)]
 
     def _rebuild(self) -> None:
+        self._sync_tasks()
         self.table.set_records(self._visible())
         self._info()
+
+    def _sync_tasks(self) -> None:
+        """Offer the families present in the history; columns follow the family shown."""
+        from gaptui.analysis import record_tasks
+
+        tasks = record_tasks(self.gapp.book)
+        picker = self.query_one("#history-task", Select)
+        options = [("all tasks", ALL_TASKS), *((t, t) for t in tasks)]
+        with self.prevent(Select.Changed):
+            picker.set_options(options)
+            picker.value = self.task_name if self.task_name in tasks else ALL_TASKS
+        shown = self.task_name or (tasks[0] if len(tasks) == 1 else None if tasks else "alignment")
+        self.table.set_columns(history_columns(shown))
+
+    @on(Select.Changed, "#history-task")
+    def _task_chosen(self, event: Select.Changed) -> None:
+        task = None if event.value in (ALL_TASKS, Select.BLANK) else str(event.value)
+        if task != self.task_name:
+            self.task_name = task
+            self._rebuild()
 
     def _info(self) -> None:
         table = self.table

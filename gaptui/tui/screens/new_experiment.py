@@ -1,4 +1,8 @@
-"""NewExperimentScreen: compose a grid (datasets x noise x models x seeds), see what it costs, launch or save it."""
+"""NewExperimentScreen: pick a task family, compose or load its grid, see what it costs, launch or save it.
+
+For the alignment family the form composes the grid (datasets x noise x models x seeds); other families launch
+one of their preset files (the form shows its description and size, and the device slots).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
 from engine.errors import GaptuiError
-from gaptui.presets import Preset, dump_preset, load_preset, parse_preset, preset_names
+from engine.tasks import DEFAULT_TASK, FAMILIES, PresetBase
+from gaptui.presets import Preset, dump_preset, load_preset, parse_preset, preset_names, preset_task
 from gaptui.tui.planning import (
     PAPER_NOISE,
     DatasetDraft,
@@ -52,9 +57,9 @@ class PlanComputed(Message):
 
 @dataclass
 class PresetLoaded(Message):
-    """A preset file was read and validated."""
+    """A preset file was read and validated (of any family)."""
 
-    preset: Preset
+    preset: PresetBase
 
 
 @dataclass
@@ -110,6 +115,7 @@ class NewExperimentScreen(SectionScreen):
     NewExperimentScreen .field { height: 2; }
     NewExperimentScreen .field Label { color: $text-muted; }
     NewExperimentScreen #retry-failed { margin-top: 1; }
+    NewExperimentScreen #family-note { height: auto; margin-bottom: 1; color: $text-muted; }
     NewExperimentScreen #launch-bar { dock: bottom; height: 3; padding: 0 1; background: $boost; }
     NewExperimentScreen #plan { width: 1fr; height: 3; content-align: left middle; }
     NewExperimentScreen #plan.error { color: $error; }
@@ -127,46 +133,28 @@ class NewExperimentScreen(SectionScreen):
         self._models: list[str] = []
         self._pending_draft: ExperimentDraft | None = None
         self.summary: PlanSummary | None = None
+        #: The family the form launches; for families other than alignment, the preset chosen for it.
+        self.task_name = DEFAULT_TASK
+        self.family_preset: PresetBase | None = None
 
     def compose_body(self) -> ComposeResult:
         draft = ExperimentDraft()
         with VerticalScroll(id="form"):
             with Horizontal(classes="line"):
-                yield Label("preset")
+                yield Label("task")
                 yield Select(
-                    [(Content(n), n) for n in preset_names(self.gapp.ws)],
-                    prompt="load a preset ...",
-                    id="preset",
+                    [(f.name, f.name) for f in FAMILIES],
+                    value=self.task_name,
+                    id="task",
                     compact=True,
+                    allow_blank=False,
                 )
+                yield Label(" preset")
+                yield Select(self._preset_options(), prompt="load a preset ...", id="preset", compact=True)
                 yield Button("Load ^o", id="load", compact=True)
-            with Horizontal(classes="line"):
-                yield Label("name")
-                yield Input(draft.name, id="name", compact=True, tooltip="preset name (file name when saved)")
-                yield Label(" description")
-                yield Input(draft.description, placeholder="what this grid is for", id="description", compact=True)
-            yield Static(
-                "Base datasets: base · parameters key=value · noise model · train · val · seed",
-                classes="section-title",
-            )
-            yield Vertical(*(self._row(d) for d in draft.datasets), id="datasets")
-            yield Button("+ dataset ^n", id="add-dataset", compact=True)
-            with Horizontal(id="choices"):
-                with Vertical():
-                    yield Static("Noise levels η (^g: paper grid)", classes="section-title")
-                    yield SelectionList[float](
-                        *(Selection(format_noise_percent(n), n, n in draft.noise) for n in PAPER_NOISE), id="noise"
-                    )
-                    with Horizontal(classes="line"):
-                        yield Input(placeholder="more levels: 0.1 or 10%", id="noise-extra", compact=True)
-                        yield Button("Add", id="noise-add", compact=True)
-                with Vertical():
-                    yield Static("Models (laplacian: no training)", classes="section-title")
-                    yield SelectionList[str](id="models")
-            yield Static("Training", classes="section-title")
-            with Grid(classes="fields"):
-                for input_id, label, attr, kind, hint in RUN_FIELDS:
-                    yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
+            yield Static("", id="family-note", markup=False)
+            with Vertical(id="alignment-form"):
+                yield from self._alignment_form(draft)
             yield Static("Device slots", classes="section-title")
             with Grid(classes="fields"):
                 for input_id, label, attr, kind, hint in SLOT_FIELDS:
@@ -176,6 +164,48 @@ class NewExperimentScreen(SectionScreen):
             yield Static("", id="plan", markup=False)
             yield Button("Launch ^l", id="launch", variant="success")
             yield Button("Save ^s", id="save", variant="primary")
+
+    def _preset_options(self) -> list[tuple[Content, str]]:
+        """The presets (bundled and the workspace's) of the chosen family."""
+        options = []
+        for name in preset_names(self.gapp.ws):
+            try:
+                task = preset_task(name, self.gapp.ws)
+            except GaptuiError:
+                continue  # a broken file: loading it by name reports why
+            if task == self.task_name:
+                options.append((Content(name), name))
+        return options
+
+    def _alignment_form(self, draft: ExperimentDraft) -> ComposeResult:
+        """The grid editor of the alignment family."""
+        with Horizontal(classes="line"):
+            yield Label("name")
+            yield Input(draft.name, id="name", compact=True, tooltip="preset name (file name when saved)")
+            yield Label(" description")
+            yield Input(draft.description, placeholder="what this grid is for", id="description", compact=True)
+        yield Static(
+            "Base datasets: base · parameters key=value · noise model · train · val · seed",
+            classes="section-title",
+        )
+        yield Vertical(*(self._row(d) for d in draft.datasets), id="datasets")
+        yield Button("+ dataset ^n", id="add-dataset", compact=True)
+        with Horizontal(id="choices"):
+            with Vertical():
+                yield Static("Noise levels η (^g: paper grid)", classes="section-title")
+                yield SelectionList[float](
+                    *(Selection(format_noise_percent(n), n, n in draft.noise) for n in PAPER_NOISE), id="noise"
+                )
+                with Horizontal(classes="line"):
+                    yield Input(placeholder="more levels: 0.1 or 10%", id="noise-extra", compact=True)
+                    yield Button("Add", id="noise-add", compact=True)
+            with Vertical():
+                yield Static("Models (laplacian: no training)", classes="section-title")
+                yield SelectionList[str](id="models")
+        yield Static("Training", classes="section-title")
+        with Grid(classes="fields"):
+            for input_id, label, attr, kind, hint in RUN_FIELDS:
+                yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
 
     def _row(self, draft: DatasetDraft) -> DatasetRow:
         return DatasetRow(draft, self._bases, self._noise_models)
@@ -187,6 +217,7 @@ class NewExperimentScreen(SectionScreen):
 
     def on_mount(self) -> None:
         self.ready = True
+        self._show_family()
         self.gapp.run_task(self._load_model_names, name="model names", group="model-names")
         if self.gapp.read_only:
             self.query_one("#launch", Button).disabled = True
@@ -211,6 +242,34 @@ class NewExperimentScreen(SectionScreen):
         chosen = set(self._pending_draft.models) if self._pending_draft else set(models.selected)
         models.clear_options()
         models.add_options([Selection(name, name, name in chosen) for name in self._models])
+
+    # -------------------------------------------------------------------------------------- the family
+
+    @on(Select.Changed, "#task")
+    def _task_chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.BLANK and event.value != self.task_name:
+            self.task_name = str(event.value)
+            self.family_preset = None
+            with self.prevent(Select.Changed):
+                self.query_one("#preset", Select).set_options(self._preset_options())
+            self._show_family()
+            self._schedule_plan()
+
+    def _show_family(self) -> None:
+        """The grid editor for alignment; for other families, a note on the preset to launch."""
+        from engine.tasks import family
+
+        alignment = self.task_name == DEFAULT_TASK
+        self.query_one("#alignment-form").display = alignment
+        note = self.query_one("#family-note", Static)
+        fam = family(self.task_name)
+        if alignment:
+            note.update(f"{fam.name}: {fam.title}")
+        elif self.family_preset is None:
+            note.update(f"{fam.name}: {fam.title}. Choose one of its presets above and load it (^o) to launch it.")
+        else:
+            preset = self.family_preset
+            note.update(f"{fam.name}: preset {preset.name} ({preset.path}) — {preset.description or 'no description'}")
 
     # -------------------------------------------------------------------------------------- the draft
 
@@ -293,7 +352,7 @@ class NewExperimentScreen(SectionScreen):
 
         worker = get_current_worker()
         try:
-            preset = draft.preset()
+            preset = self._chosen_preset(draft)
             slots = draft.slot_config().slots()
             summary = summarize(grid(preset, self.gapp.ws), records, len(slots))
             message = PlanComputed(summary)
@@ -307,6 +366,14 @@ class NewExperimentScreen(SectionScreen):
         plan = self.query_one("#plan", Static)
         plan.set_class(message.summary is None, "error")
         plan.update(message.summary.text() if message.summary else message.error)
+
+    def _chosen_preset(self, draft: ExperimentDraft) -> PresetBase:
+        """The grid to launch: the form's (alignment) or the loaded preset of the chosen family."""
+        if self.task_name == DEFAULT_TASK:
+            return draft.preset()
+        if self.family_preset is None:
+            raise GaptuiError(f"choose a preset of task {self.task_name} and load it")
+        return self.family_preset
 
     # -------------------------------------------------------------------------------------- actions
 
@@ -357,8 +424,19 @@ class NewExperimentScreen(SectionScreen):
         )
 
     async def on_preset_loaded(self, message: PresetLoaded) -> None:
-        await self.apply_draft(draft_from_preset(message.preset, keep=self.draft()))
-        self.notify(f"loaded preset {message.preset.name} ({message.preset.size} runs)", markup=False)
+        preset = message.preset
+        if preset.task != self.task_name:
+            self.query_one("#task", Select).value = preset.task  # its change handler resets the picker
+            self.task_name = preset.task
+            self._show_family()
+        if isinstance(preset, Preset):
+            await self.apply_draft(draft_from_preset(preset, keep=self.draft()))
+            self.notify(f"loaded preset {preset.name} ({preset.size} runs)", markup=False)
+            return
+        self.family_preset = preset
+        self._show_family()
+        self._schedule_plan()
+        self.notify(f"loaded {preset.task} preset {preset.name}", markup=False)
 
     @on(Button.Pressed, "#launch")
     def action_launch(self) -> None:
@@ -366,7 +444,7 @@ class NewExperimentScreen(SectionScreen):
             return
         draft = self.draft()
         try:
-            preset = draft.preset()
+            preset = self._chosen_preset(draft)
             slots = draft.slot_config()
         except GaptuiError as exc:
             self.notify(str(exc), severity="error", markup=False)
@@ -376,6 +454,10 @@ class NewExperimentScreen(SectionScreen):
 
     @on(Button.Pressed, "#save")
     def action_save(self) -> None:
+        if self.task_name != DEFAULT_TASK:
+            where = f" ({self.family_preset.path})" if self.family_preset and self.family_preset.path else ""
+            self.notify(f"{self.task_name} presets are TOML files edited by hand{where}", markup=False)
+            return
         try:
             preset = self.draft().preset()
         except GaptuiError as exc:

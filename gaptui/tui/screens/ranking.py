@@ -1,5 +1,9 @@
-"""RankingScreen: Table D.3 for one dataset at a time, its accuracy-gap plot, export of the table, and the
-comparison with a reference (the paper's Table D.3 or a user's file, as ``gaptui table --reference``)."""
+"""RankingScreen: one ranking table at a time (alignment: Table D.3 per dataset), its gap plot, export of the
+table, and the comparison with a reference (the paper's Table D.3 or a user's file, as ``gaptui table
+--reference``; alignment only).
+
+A task picker switches family: its layout, metrics and directions come from the family (:mod:`engine.tasks`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from textual.content import Content
 from textual.widgets import Label, Select, Static
 
 from engine.errors import GaptuiError
+from engine.tasks import DEFAULT_TASK, family
 from gaptui import analysis, reference
 from gaptui.tui.messages import ManagerNotice
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
@@ -33,9 +38,9 @@ EXPORTS = {
 }
 
 
-def export_path(exports: Path, dataset: str, metric: str, fmt: str) -> Path:
-    """``<workspace>/exports/<dataset>-<metric>.<ext>``, the dataset label made safe for a file name."""
-    slug = re.sub(r"[^\w.=-]+", "_", dataset).strip("_") or "dataset"
+def export_path(exports: Path, group: str, metric: str, fmt: str) -> Path:
+    """``<workspace>/exports/<group>-<metric>.<ext>``, the group label (a dataset) made safe for a file name."""
+    slug = re.sub(r"[^\w.=-]+", "_", group).strip("_") or "table"
     return exports / f"{slug}-{metric}.{EXPORTS[fmt][0]}"
 
 
@@ -45,15 +50,17 @@ class RankingScreen(SectionScreen):
     TITLE = "Ranking"
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("e", "export", "Export table"),
-        Binding("right_square_bracket", "dataset(1)", "Next dataset"),
-        Binding("left_square_bracket", "dataset(-1)", "Previous dataset"),
+        Binding("right_square_bracket", "dataset(1)", "Next table"),
+        Binding("left_square_bracket", "dataset(-1)", "Previous table"),
         Binding("m", "next_metric", "Next metric"),
         Binding("r", "next_reference", "Next reference"),
+        Binding("t", "next_task", "Next task"),
     ]
     DEFAULT_CSS = """
     RankingScreen #ranking-bar { height: 1; padding: 0 1; }
     RankingScreen #ranking-bar Label { padding: 0 1 0 0; }
     RankingScreen #ranking-bar Select { width: 1fr; max-width: 40; margin-right: 2; }
+    RankingScreen #ranking-bar #ranking-task { max-width: 18; }
     RankingScreen #ranking-title { padding: 0 1; text-style: bold; }
     RankingScreen #ranking-legend { padding: 0 1; color: $text-muted; height: auto; }
     RankingScreen #ranking-compare { padding: 0 1; height: auto; }
@@ -61,7 +68,8 @@ class RankingScreen(SectionScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.metric = analysis.DEFAULT_METRIC
+        self.task_name = DEFAULT_TASK
+        self.metric = family(DEFAULT_TASK).default_metric
         self.dataset: str | None = None
         self.tables: list[analysis.RankingTable] = []
         #: Name of the reference compared with (None: plain ranking table).
@@ -70,11 +78,19 @@ class RankingScreen(SectionScreen):
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="ranking-bar"):
-            yield Label("dataset")
+            yield Label("task")
+            yield Select(
+                [(self.task_name, self.task_name)],
+                value=self.task_name,
+                id="ranking-task",
+                compact=True,
+                allow_blank=False,
+            )
+            yield Label("table")
             yield Select([], prompt="no finished runs", id="ranking-dataset", compact=True, allow_blank=True)
             yield Label("metric")
             yield Select(
-                [(m, m) for m in analysis.STANDARD_METRICS],
+                [(m, m) for m in analysis.known_metrics([], self.task_name)],
                 value=self.metric,
                 id="ranking-metric",
                 compact=True,
@@ -112,7 +128,7 @@ class RankingScreen(SectionScreen):
     @property
     def table(self) -> analysis.RankingTable | None:
         """The table of the chosen dataset, or None without finished runs."""
-        return next((t for t in self.tables if t.dataset == self.dataset), None)
+        return next((t for t in self.tables if t.group == self.dataset), None)
 
     # -------------------------------------------------------------------------------------- contents
 
@@ -120,13 +136,19 @@ class RankingScreen(SectionScreen):
         """Recompute every table from the app's records and show the chosen dataset."""
         self._dirty = False
         records = list(self.gapp.book)
-        metrics = analysis.known_metrics(records)
-        self.tables = analysis.build_tables(records, self.metric)
+        tasks = list(dict.fromkeys([*analysis.record_tasks(records), self.task_name]))
+        metrics = analysis.known_metrics(records, self.task_name)
+        if self.metric not in metrics:
+            self.metric = family(self.task_name).default_metric
+        self.tables = analysis.build_tables(records, self.metric, task=self.task_name)
         metric_select = self.query_one("#ranking-metric", Select)
         with self.prevent(Select.Changed):
+            task_select = self.query_one("#ranking-task", Select)
+            task_select.set_options([(t, t) for t in tasks])
+            task_select.value = self.task_name
             metric_select.set_options([(m, m) for m in metrics])
             metric_select.value = self.metric
-            labels = [t.dataset for t in self.tables]
+            labels = [t.group for t in self.tables]
             if self.dataset not in labels:
                 self.dataset = labels[0] if labels else None
             dataset_select = self.query_one("#ranking-dataset", Select)
@@ -144,14 +166,15 @@ class RankingScreen(SectionScreen):
         except GaptuiError as exc:
             return f"reference: {exc}"
         if comparison is None:
-            return f"reference '{chosen.name}' has no dataset {table.dataset} (it covers {', '.join(chosen.datasets)})"
+            return f"reference '{chosen.name}' has no dataset {table.group} (it covers {', '.join(chosen.datasets)})"
         return comparison
 
     def _show(self) -> None:
         table = self.table
         grid = self.query_one(RankingGrid)
         compare = self.query_one("#ranking-compare", Static)
-        comparison = self._comparison(table) if table is not None and self.reference is not None else None
+        comparable = table is not None and self.reference is not None and table.task == "alignment"
+        comparison = self._comparison(table) if comparable else None
         # With a comparison, it replaces the grid (it holds our medians and marks too).
         grid.display = not isinstance(comparison, reference.Comparison)
         compare.display = comparison is not None
@@ -168,11 +191,11 @@ class RankingScreen(SectionScreen):
             self.query_one(GapPlot).draw(None)
             return
         gap = analysis.gap_analysis(table)
-        title.update(analysis._title(table))
+        title.update(analysis.table_title(table))
         # The legend of `render_rich`, in the colours of the marks.
         legend.update(
             Text(" ").join(
-                Text(words, style=analysis.RICH_STYLES[mark]) for mark, words in analysis._legend_parts(table.metric)
+                Text(words, style=analysis.RICH_STYLES[mark]) for mark, words in analysis.legend_parts(table)
             )
         )
         self.query_one(GapPlot).draw(gap)
@@ -183,6 +206,17 @@ class RankingScreen(SectionScreen):
             self.dataset = str(event.value)
             self._show()
 
+    @on(Select.Changed, "#ranking-task")
+    def _task_chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.BLANK and event.value != self.task_name:
+            self.task_name = str(event.value)
+            self.rebuild()
+
+    def action_next_task(self) -> None:
+        tasks = list(dict.fromkeys([*analysis.record_tasks(self.gapp.book), self.task_name]))
+        self.task_name = tasks[(tasks.index(self.task_name) + 1) % len(tasks)]
+        self.rebuild()
+
     @on(Select.Changed, "#ranking-metric")
     def _metric_chosen(self, event: Select.Changed) -> None:
         if event.value is not Select.NULL and event.value != self.metric:
@@ -190,7 +224,7 @@ class RankingScreen(SectionScreen):
             self.rebuild()
 
     def action_dataset(self, step: int) -> None:
-        labels = [t.dataset for t in self.tables]
+        labels = [t.group for t in self.tables]
         if labels:
             index = labels.index(self.dataset) if self.dataset in labels else 0
             self.dataset = labels[(index + step) % len(labels)]
@@ -219,7 +253,7 @@ class RankingScreen(SectionScreen):
         self._show()
 
     def action_next_metric(self) -> None:
-        metrics = analysis.known_metrics(self.gapp.book)
+        metrics = analysis.known_metrics(self.gapp.book, self.task_name)
         self.metric = metrics[(metrics.index(self.metric) + 1) % len(metrics)] if self.metric in metrics else metrics[0]
         self.rebuild()
 
@@ -232,7 +266,8 @@ class RankingScreen(SectionScreen):
             return
         exports = self.gapp.ws.exports
         question = (
-            f"Export the {table.dataset} table ({table.metric}) to {exports}/ as Markdown, CSV or LaTeX "
+            f"Export the {table.group or table.task} table ({table.metric.key}) to {exports}/ as Markdown, CSV or "
+            "LaTeX "
             "(rendered by the same code as `gaptui table`)?"
         )
         choices = [
@@ -247,7 +282,7 @@ class RankingScreen(SectionScreen):
     def _export(self, table: analysis.RankingTable, fmt: str | None) -> None:
         if fmt not in EXPORTS:
             return
-        path = export_path(self.gapp.ws.exports, table.dataset, table.metric, fmt)
+        path = export_path(self.gapp.ws.exports, table.group or table.task, table.metric.key, fmt)
         if not path.exists():
             self._write(table, fmt, path)
             return
@@ -263,7 +298,7 @@ class RankingScreen(SectionScreen):
 
         def write() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            analysis._write_atomic(path, render([table]))
+            analysis.write_atomic(path, render([table]))
             self.app.post_message(ManagerNotice(f"wrote {path}"))
 
         self.gapp.run_task(write, name=f"export {path.name}", group="export")

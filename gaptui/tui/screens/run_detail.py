@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Log, Static, TabbedContent, TabPane, TextArea
 
+from gaptui.columns import describe, record_family
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE, format_duration
 from gaptui.tui.screens.section import SectionScreen
@@ -24,14 +25,14 @@ from gaptui.tui.widgets.curves import CurvesPanel
 
 #: Seconds between redraws of the curves while events arrive.
 REDRAW_SECONDS = 0.5
+#: Record fields of the summary; the run's axes (as its task family names them) come after ``task``.
 SUMMARY_KEYS = (
     "id",
     "status",
-    "dataset",
-    "noise",
-    "noise_model",
-    "model",
+    "task",
+    "axes",
     "seed",
+    "depends",
     "params",
     "duration",
     "attempts",
@@ -108,7 +109,7 @@ class RunDetailScreen(SectionScreen):
         self._open.add(self)
         app = self.gapp
         record = self.record
-        self.sub_title = f"{record.get('id', '')} {record.get('model', '')} on {record.get('dataset', '')}"
+        self.sub_title = f"{record.get('id', '')} {record.get('task') or 'alignment'}: {describe(record)}"
         self.refresh_record()
         self.show_log(record.get("log_tail") or [])
         if record.get("run_dir"):
@@ -133,8 +134,15 @@ class RunDetailScreen(SectionScreen):
         table = Table(show_header=False, box=None)
         table.add_column("field", style="bold", min_width=14)
         table.add_column("value")
+        fam = record_family(record)
         for key in SUMMARY_KEYS:
             value = record.get(key)
+            if key == "axes" and fam is not None:
+                for axis in fam.axes:
+                    table.add_row(axis.name, escape(axis.format((value or {}).get(axis.key))))
+                continue
+            if key == "depends" and value:
+                value = ", ".join(h[:12] for h in value)
             if value in (None, "", []):
                 continue
             if key == "duration":
@@ -142,8 +150,10 @@ class RunDetailScreen(SectionScreen):
             elif key == "params":
                 value = f"{value:,}"
             table.add_row(key, escape(str(value)))
+        declared = {m.key: m.name for m in fam.metrics} if fam is not None else {}
         for key, value in (record.get("metrics") or {}).items():
-            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else escape(str(value)))
+            label = f"{declared[key]} ({key})" if key in declared else key
+            table.add_row(escape(label), f"{value:.4f}" if isinstance(value, float) else escape(str(value)))
         if record.get("tags"):
             table.add_row("tags", escape(", ".join(record["tags"])))
         if record.get("note"):
@@ -172,7 +182,7 @@ class RunDetailScreen(SectionScreen):
             return
         self._dirty = False
         record = self.record
-        self.query_one(CurvesPanel).draw({f"{record.get('model', '')} {record.get('id', '')}": self.feed.curve()})
+        self.query_one(CurvesPanel).draw({f"{describe(record)} {record.get('id', '')}": self.feed.curve()})
 
     # -------------------------------------------------------------------------------------- actions
 

@@ -14,12 +14,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Log, Static
 
+from gaptui.columns import describe, record_family, result_metric, result_value
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.messages import SchedulerState
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.curves import CurvesPanel
-from gaptui.tui.widgets.record_table import DATASET, ID, MODEL, NOISE, SEED, STATUS, Column, RecordTable
+from gaptui.tui.widgets.record_table import ID, SEED, STATUS, Column, RecordTable, family_columns
 
 #: Seconds between redraws of curves and live columns.
 REDRAW_SECONDS = 0.5
@@ -36,9 +37,14 @@ MARK = Column(
 )
 EPOCH = Column("epoch", "epoch", lambda r: Text(r.get("_epoch", ""), justify="right"), lambda r: r.get("_epoch"), 9)
 LOSS = Column("loss", "loss", lambda r: _number(r.get("_loss"), ".3f"), lambda r: r.get("_loss"), 7)
-VAL_ACC = Column("val_acc", "val acc", lambda r: _number(r.get("_acc"), ".3f"), lambda r: r.get("_acc"), 7)
 SLOT = Column("slot", "slot", lambda r: Text(str(r.get("slot") or "")), lambda r: r.get("slot"), 9)
-RUNS_COLUMNS = (MARK, ID, DATASET, NOISE, MODEL, SEED, STATUS, EPOCH, LOSS, VAL_ACC, SLOT)
+
+
+def runs_columns(task: str | None) -> tuple[Column, ...]:
+    """Columns for runs of ``task`` (None: of several families): its axes, and its result metric live."""
+    described, result = family_columns(task)
+    live = Column("live", result.label, lambda r: _number(r.get("_live"), ".3f"), lambda r: r.get("_live"), 9)
+    return (MARK, ID, *described, SEED, STATUS, EPOCH, LOSS, live, SLOT)
 
 
 class RunsScreen(SectionScreen):
@@ -74,7 +80,7 @@ class RunsScreen(SectionScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static("no run queued or running", id="runs-state", markup=False)
-        yield RecordTable(RUNS_COLUMNS, id="runs-table")
+        yield RecordTable(runs_columns("alignment"), id="runs-table")
         yield CurvesPanel(id="runs-curves")
         yield Log(id="runs-log", max_lines=500)
 
@@ -87,6 +93,7 @@ class RunsScreen(SectionScreen):
         self.ready = True
         book = self.gapp.book
         self.shown |= {r["hash"] for r in book if r["status"] in SHOWN_STATUSES or r["hash"] in self.gapp.session}
+        self._sync_columns()
         self.table.set_records(self._row(h) for h in sorted(self.shown, key=lambda h: book.records[h]["created"]))
         self.set_interval(REDRAW_SECONDS, self._redraw)
         self.scheduler_changed(self.gapp.state)
@@ -114,7 +121,14 @@ class RunsScreen(SectionScreen):
                 self._dirty_rows.add(run_hash)
         if self.ready:
             self._follow_foreign(hashes)
+            self._sync_columns()
             self._update_rows()
+
+    def _sync_columns(self) -> None:
+        """The columns of the family of the runs shown (generic ones when they are of several families)."""
+        book = self.gapp.book.records
+        tasks = {book[h].get("task") or "alignment" for h in self.shown if h in book}
+        self.table.set_columns(runs_columns(next(iter(tasks)) if len(tasks) == 1 else None if tasks else "alignment"))
 
     def _follow_foreign(self, hashes: set[str]) -> None:
         """Read-only: runs of the other manager are not streamed to us, so tail the running ones we show."""
@@ -164,13 +178,18 @@ class RunsScreen(SectionScreen):
         feed = self.feeds.get(run_hash)
         latest = feed.latest_epoch() if feed else None
         metrics = record.get("metrics") or {}
-        acc = metrics.get("val_lap_acc") if record["status"] == "done" else (latest or {}).get("val_acc")
+        fam = record_family(record)
+        if record["status"] == "done":
+            live = result_value(record)
+        else:
+            key = result_metric(fam).key if fam else ""
+            live = (latest or {}).get(key, (latest or {}).get("val_acc"))
         return {
             **record,
             "_marked": run_hash in self.marked,
             "_epoch": feed.progress() if feed else "",
             "_loss": (latest or {}).get("train_loss", metrics.get("train_loss")),
-            "_acc": acc,
+            "_live": live,
         }
 
     def _update_rows(self) -> None:
@@ -189,7 +208,7 @@ class RunsScreen(SectionScreen):
             for run_hash in self._plotted:
                 record = book.get(run_hash)
                 if record is not None:
-                    label = f"{record['model']} η{record['noise']:g} s{record['seed']} {record['id'][:6]}"
+                    label = f"{describe(record)} s{record['seed']} {record['id'][:6]}"
                     runs[label] = self.feeds.get(run_hash, RunFeed()).curve()
             self.query_one(CurvesPanel).draw(runs)
 

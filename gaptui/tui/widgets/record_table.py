@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
 
+from gaptui.columns import RecordColumn, record_columns
 from gaptui.tui.planning import format_duration
 
 Record = dict[str, Any]
@@ -24,6 +25,7 @@ STATUS_STYLES = {
     "failed": "bold red",
     "cancelled": "magenta",
     "interrupted": "dark_orange",
+    "blocked": "dark_orange",
 }
 
 
@@ -39,11 +41,6 @@ class Column:
     justify: str = "left"
 
 
-def _metric(record: Record, key: str = "val_lap_acc") -> float | None:
-    value = (record.get("metrics") or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _status(record: Record) -> Text:
     status = str(record.get("status", ""))
     return Text(status, style=STATUS_STYLES.get(status, ""))
@@ -54,19 +51,22 @@ def _right(text: str) -> Text:
 
 
 ID = Column("id", "run", lambda r: r["id"], lambda r: r["id"], 12)
-DATASET = Column("dataset", "dataset", lambda r: Text(str(r.get("dataset", ""))), lambda r: r.get("dataset"), None)
-NOISE = Column("noise", "η", lambda r: _right(f"{r.get('noise', 0):g}"), lambda r: r.get("noise"), 5, "right")
-MODEL = Column("model", "model", lambda r: Text(str(r.get("model", ""))), lambda r: r.get("model"), None)
 SEED = Column("seed", "seed", lambda r: _right(str(r.get("seed", ""))), lambda r: r.get("seed"), 4, "right")
 STATUS = Column("status", "status", _status, lambda r: r.get("status"), 11)
-ACCURACY = Column(
-    "accuracy",
-    "LAP acc",
-    lambda r: _right("" if (v := _metric(r)) is None else f"{v * 100:.1f} %"),
-    _metric,
-    8,
-    "right",
-)
+
+
+def _column(col: RecordColumn) -> Column:
+    if col.numeric:
+        return Column(col.key, col.label, lambda r: _right(col.text(r)), col.value, None, "right")
+    return Column(col.key, col.label, lambda r: Text(col.text(r)), col.value, None)
+
+
+def family_columns(task: str | None) -> tuple[Column, Column]:
+    """The descriptive columns of ``task``'s records (None: any family) and its result column."""
+    cols = record_columns(task)
+    return tuple(_column(c) for c in cols if c.key not in ("seed", "result")), _column(cols[-1])  # type: ignore[return-value]
+
+
 DURATION = Column(
     "duration",
     "duration",
@@ -78,7 +78,12 @@ DURATION = Column(
 TAGS = Column(
     "tags", "tags", lambda r: Text(", ".join(r.get("tags") or [])), lambda r: ",".join(r.get("tags") or []), None
 )
-HISTORY_COLUMNS = (ID, DATASET, NOISE, MODEL, SEED, STATUS, ACCURACY, DURATION, TAGS)
+
+
+def history_columns(task: str | None) -> tuple[Column, ...]:
+    """Columns of the history view for ``task``'s runs (None: runs of any family)."""
+    described, result = family_columns(task)
+    return (ID, *described, SEED, STATUS, result, DURATION, TAGS)
 
 
 def _sort_key(value: Any, reverse: bool = False) -> tuple[int, Any]:
@@ -124,6 +129,26 @@ class RecordTable(DataTable):
     def on_mount(self) -> None:
         for column in self.table_columns.values():
             self.add_column(column.label, key=column.key, width=column.width)
+
+    def set_columns(self, columns: Sequence[Column]) -> bool:
+        """Show these columns instead (another task family's); rows are re-rendered by the next set_records.
+
+        Returns False (and changes nothing) when the columns are the same.
+        """
+        if [(c.key, c.label) for c in columns] == [(c.key, c.label) for c in self.table_columns.values()]:
+            return False
+        self.table_columns = {c.key: c for c in columns}
+        if self.sort_column not in self.table_columns:
+            self.sort_column, self.sort_reverse = None, False
+        self._rendered.clear()
+        records = list(self._records.values())
+        self.clear(columns=True)
+        self._records, self._cells, self._pending, self._shown = {}, {}, deque(), set()
+        self._fill_generation += 1
+        for column in columns:
+            self.add_column(column.label, key=column.key, width=column.width)
+        self.set_records(records)
+        return True
 
     # -------------------------------------------------------------------------------------- queries
 

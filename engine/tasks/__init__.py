@@ -1,0 +1,499 @@
+"""Task families: the seam every kind of experiment plugs into.
+
+The process model is the same for every family: a *spec* (a frozen dataclass whose canonical hash is the run's
+identity) is written to ``<run dir>/spec.json``; ``python -m engine`` reads it, looks up the family named by the
+spec's ``task`` field and calls the family's worker loop, which streams events to ``events.jsonl`` (schema in
+:mod:`engine.events`) and returns an :class:`Outcome` that the worker writes to ``result.json``. The manager
+(scheduler, history, analysis, CLI, terminal app) never looks inside a spec: everything it shows or ranks comes
+from what the family declares here. Adding a family touches neither the scheduler nor the history storage.
+
+A family is a subclass of :class:`TaskFamily`, registered once::
+
+    from engine.tasks import FAMILIES, Axis, Metric, Outcome, TableLayout, TaskFamily, TaskSpec
+
+    @dataclass(frozen=True)
+    class ToySpec(TaskSpec):          # the spec: typed fields, checked by validate(), hashed canonically
+        size: int
+        task: str = "toy"
+        seed: int = 0
+
+    class Toy(TaskFamily):
+        name = "toy"                                   # the value of ``task`` in specs, records and presets
+        title = "a toy task"                           # one line shown by pickers
+        spec_type = ToySpec
+        metrics = (Metric("val_mae", "val MAE", higher_is_better=False),)
+        default_metric = "val_mae"                     # what tables rank by unless --metric says otherwise
+        axes = (Axis("size", "size", numeric=True), Axis("model", "model"))
+        table = TableLayout(group=None, rows="model", columns="size")
+
+        def record_axes(self, spec):                   # the axis values of one run (stored in its record)
+            return {"size": spec.size, "model": "mean"}
+
+        def run(self, spec, ctx):                      # the worker loop (in the worker subprocess)
+            ctx.emit("start", run=spec.hash(), pid=os.getpid())
+            ...                                        # poll ctx.should_stop(); raise Cancelled after a checkpoint
+            return Outcome(metrics={"val_mae": 0.5})
+
+    FAMILIES.register(Toy())
+
+What a family declares
+    ``name``, ``title``; ``spec_type`` (a :class:`TaskSpec` dataclass; :meth:`TaskSpec.canonical` leaves out the
+    placement fields listed in ``PLACEMENT`` so where a run executes never changes its identity); ``metrics``
+    (:class:`Metric`: key, display name, direction, unit; tables rank only declared metrics, and the direction is
+    never guessed from a name); ``axes`` (:class:`Axis`: the descriptive coordinates of a run, in the order the
+    history and runs views show them as columns); ``table`` (:class:`TableLayout`: which axis makes one table per
+    value, which axis gives rows and which columns; the row values in ``baselines`` are shown but never marked
+    best and never count in gaps); ``result_metric`` (the metric shown in the history/runs "result" column).
+
+What a family implements (hooks with defaults are optional)
+    - :meth:`TaskFamily.record_axes` ``(spec) -> {axis key: value}``: one value per declared axis.
+    - :meth:`TaskFamily.run` ``(spec, ctx) -> Outcome``: the training/evaluation loop, in the worker process.
+      ``ctx`` (:class:`RunContext`) gives ``run_dir``, ``emit(event, **fields)``, ``log(text)``,
+      ``should_stop()`` and ``run_dir_of(run_hash)`` (the folder of a dependency). Raise :class:`Cancelled`
+      after saving a checkpoint when ``should_stop()`` turns true (the worker exits 143 and a re-run resumes),
+      :class:`RunFailed` for a scientific failure (non-finite loss...), ``GaptuiError`` for bad input.
+    - :meth:`TaskFamily.inputs` ``(spec) -> [Input]``: data to prepare before the worker starts (datasets,
+      caches). Inputs with the same ``key`` are prepared once per launch; independent ones in parallel, off the
+      terminal app's UI thread. A failed input fails exactly the runs that need it. The worker must still
+      build (or find in its cache) what it needs, so a spec run by hand works too.
+    - :meth:`TaskFamily.dependencies` ``(spec) -> (run hash, ...)``: runs that must be ``done`` before this one
+      starts (a downstream run and its pretraining run). If one fails or is cancelled the dependant is recorded
+      ``blocked`` with the culprit named, and never started.
+    - :meth:`TaskFamily.is_baseline` ``(spec) -> bool``: a training-free run, planned once per cell, not per seed.
+    - :meth:`TaskFamily.parse_preset` ``(raw TOML dict, where) -> PresetBase`` and :meth:`TaskFamily.grid`
+      ``(preset, placement) -> [spec]``: preset expansion. A preset file names its family with ``task = "..."``
+      (default ``alignment``); every spec of the grid must come out of ``grid`` (dependencies included, before
+      their dependants), seed-major so early results cover every cell once.
+    - :meth:`TaskFamily.describe` ``(spec) -> str``: one line for progress output.
+
+Where families come from
+    The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the
+    ``GAPTUI_FAMILIES`` environment variable (comma-separated; each registers its families when imported; the
+    worker subprocess inherits the variable), then the ``gaptui.families`` entry-point group of installed packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.errors import GaptuiError, did_you_mean, unknown
+from engine.typed import parse_dataclass
+
+#: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
+BUILTIN = ("engine.tasks.alignment",)
+#: Environment variable naming extra modules that register families (comma-separated).
+ENV_FAMILIES = "GAPTUI_FAMILIES"
+ENTRY_POINT_GROUP = "gaptui.families"
+DEFAULT_TASK = "alignment"
+
+
+# ------------------------------------------------------------------------------------------------ metadata
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a family reports in ``result.json``'s ``metrics``.
+
+    ``unit == "%"`` marks a share in [0, 1]: displayed times 100 with one decimal, near-best thresholds in
+    percentage points. Any other unit (``""``, ``"eV"``...) is displayed as is with three decimals and
+    near-best thresholds are relative (percent of the best value).
+    """
+
+    key: str
+    name: str
+    higher_is_better: bool
+    unit: str = ""
+
+    @property
+    def share(self) -> bool:
+        return self.unit == "%"
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A coordinate of a run (dataset, noise, model, PE...): a key of the record's ``axes`` mapping.
+
+    ``numeric`` axes sort by value and their header reads ``{prefix}{value:g}`` (``η=0.12``); others sort by
+    ``order`` (listed values first, the rest alphabetically) and show the value as is.
+    """
+
+    key: str
+    name: str
+    numeric: bool = False
+    prefix: str = ""
+    order: tuple[str, ...] = ()
+
+    def format(self, value: Any) -> str:
+        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{value:g}"
+        return "" if value is None else str(value)
+
+    def header(self, value: Any) -> str:
+        return f"{self.prefix}{self.format(value)}"
+
+    def sort_key(self, value: Any) -> tuple[Any, ...]:
+        if self.numeric and isinstance(value, (int, float)):
+            return (0, float(value), "")
+        rank = {v: i for i, v in enumerate(self.order)}
+        return (1, rank.get(str(value), len(rank)), str(value))
+
+    def key_of(self, value: Any) -> Any:
+        """The grouping key of a value (numeric values rounded, so 0.12 computed two ways is one column)."""
+        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return round(float(value), 6)
+        return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How ranking tables are formed from run records.
+
+    One table per value of ``group`` (``None``: a single table), rows = values of ``rows``, columns = values of
+    ``columns``; a cell is the median over seeds. Row values in ``baselines`` are training-free references:
+    shown, never marked, never the best.
+    """
+
+    group: str | None
+    rows: str
+    columns: str
+    baselines: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------------------------------ specs
+
+
+class TaskSpec:
+    """Base of every family's spec (subclasses are frozen dataclasses with ``task`` and ``seed`` fields).
+
+    The canonical form (:meth:`canonical`) is what the run computes: it leaves out ``PLACEMENT`` fields (where and
+    how it executes). Its SHA-256 over sorted, compact JSON is the run's identity.
+    """
+
+    task: str
+    seed: int
+    #: Fields that say where or how a run executes, not what it computes: left out of the hash.
+    PLACEMENT: ClassVar[tuple[str, ...]] = ("device", "datasets_dir", "data_root")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "run spec") -> Any:
+        spec = parse_dataclass(cls, dict(raw), where)  # type: ignore[type-var]
+        spec.validate(where)
+        return spec
+
+    def validate(self, where: str = "run spec") -> None:
+        """Raise GaptuiError naming ``where``, the field and the expected value when the spec cannot run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
+
+    def canonical(self) -> dict[str, Any]:
+        return {k: v for k, v in self.to_dict().items() if k not in self.PLACEMENT}
+
+    def hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def replace(self, **changes: Any) -> Any:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+# ------------------------------------------------------------------------------------------------ worker side
+
+
+class Cancelled(Exception):
+    """Raised by a worker loop that stopped on request after saving its checkpoint (worker exit 143)."""
+
+    def __init__(self, **where: Any) -> None:
+        super().__init__("cancelled")
+        self.where = where
+
+
+class RunFailed(Exception):
+    """Raised by a worker loop for a failure of the run itself (not of its input): non-finite loss and the like.
+
+    ``kind`` goes to the ``error`` event (``nan`` exits 3, anything else 1) with the ``event`` fields;
+    ``fields`` go to ``result.json``.
+    """
+
+    def __init__(
+        self, message: str, kind: str = "crash", *, event: dict[str, Any] | None = None, **fields: Any
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.event = event or {}
+        self.fields = fields
+
+
+@dataclass
+class Outcome:
+    """What a finished worker loop returns: its final metrics, parameter count and extra ``result.json`` fields."""
+
+    metrics: dict[str, float]
+    params: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    """What the worker hands to a family's loop."""
+
+    run_dir: Path
+    emit: Callable[..., None]
+    log: Callable[[str], None]
+    should_stop: Callable[[], bool]
+
+    def run_dir_of(self, run_hash: str) -> Path:
+        """The folder of another run of the same workspace (a dependency): run folders are siblings."""
+        return self.run_dir.parent / run_hash[:12]
+
+
+@dataclass(frozen=True)
+class Input:
+    """Something to prepare before a run starts (a dataset, a PE cache). Equal ``key`` = prepared once."""
+
+    key: str
+    label: str
+    build: Callable[[], Any]
+
+
+# ------------------------------------------------------------------------------------------------ presets
+
+
+class PresetBase:
+    """What the manager reads from any family's preset (families define frozen dataclasses with these attributes).
+
+    ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
+    ``timeout`` (seconds per run or None) and ``retries`` (re-runs of a failed run); ``task`` names the family.
+    """
+
+    task: ClassVar[str] = ""
+    name: str
+    description: str
+    seeds: tuple[int, ...]
+    path: Path | None
+    #: What planning merged or adjusted (repeated grid values), one line each, shown to the user.
+    notes: tuple[str, ...] = ()
+
+    @property
+    def timeout(self) -> float | None:
+        return None
+
+    @property
+    def retries(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a grid's runs find their data: copied into every spec's placement fields by :meth:`TaskFamily.grid`."""
+
+    datasets_dir: str
+    data_root: str
+
+
+def unknown_keys(where: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """Raise for the first key of ``raw`` not in ``known`` (with a did-you-mean)."""
+    for key in raw:
+        if key not in known:
+            raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}; known: {', '.join(known)}")
+
+
+def check_run_options(timeout: float | None, retries: int | None, where: str) -> None:
+    """How the scheduler treats runs (a preset's timeout and retries), checked once at planning."""
+    if timeout is not None and not timeout > 0:
+        raise GaptuiError(f"{where}: timeout = {timeout:g}: expected seconds > 0 (or no timeout)")
+    if retries is not None and retries < 0:
+        raise GaptuiError(f"{where}: retries = {retries}: expected a count >= 0")
+
+
+def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
+    """A non-empty TOML list whose items are all ``kind`` (booleans never count as numbers)."""
+    if not isinstance(value, list):
+        raise GaptuiError(f"{where}: key '{key}' = {value!r}: expected a list of {what}")
+    if not value:
+        raise GaptuiError(f"{where}: key '{key}' is empty: the grid would have no runs")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, kind):
+            raise GaptuiError(f"{where}: key '{key}' holds {item!r}: expected {what}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ families
+
+
+class TaskFamily:
+    """Base class of task families: subclass, fill in the class attributes and hooks, register an instance."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    spec_type: ClassVar[type[TaskSpec]] = TaskSpec
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    default_metric: ClassVar[str] = ""
+    #: The metric of the history/runs "result" column (defaults to ``default_metric``).
+    result_metric: ClassVar[str] = ""
+    axes: ClassVar[tuple[Axis, ...]] = ()
+    table: ClassVar[TableLayout]
+
+    # -------------------------------------------------------------------------------- metadata look-ups
+
+    def metric(self, key: str) -> Metric:
+        """The declared metric ``key`` (GaptuiError with a did-you-mean otherwise)."""
+        for m in self.metrics:
+            if m.key == key:
+                return m
+        raise unknown(f"metric of task '{self.name}'", key, [m.key for m in self.metrics])
+
+    def axis(self, key: str) -> Axis:
+        for a in self.axes:
+            if a.key == key:
+                return a
+        raise unknown(f"axis of task '{self.name}'", key, [a.key for a in self.axes])
+
+    # -------------------------------------------------------------------------------- specs
+
+    def parse_spec(self, raw: Mapping[str, Any], where: str = "run spec") -> TaskSpec:
+        spec: TaskSpec = self.spec_type.from_dict(raw, where)
+        return spec
+
+    def record_axes(self, spec: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def is_baseline(self, spec: Any) -> bool:
+        return False
+
+    def dependencies(self, spec: Any) -> tuple[str, ...]:
+        return ()
+
+    def describe(self, spec: Any) -> str:
+        values = self.record_axes(spec)
+        return " ".join(a.format(values.get(a.key)) for a in self.axes) + f" seed {spec.seed}"
+
+    # -------------------------------------------------------------------------------- data and worker
+
+    def inputs(self, spec: Any) -> list[Input]:
+        return []
+
+    def run(self, spec: Any, ctx: RunContext) -> Outcome:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------------- presets
+
+    def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> PresetBase:
+        raise GaptuiError(f"{where}: task '{self.name}' has no presets")
+
+    def grid(self, preset: Any, placement: Placement, limit: int | None = None) -> list[Any]:
+        raise NotImplementedError
+
+
+class FamilyRegistry:
+    """Task families by name; built-ins and plug-ins are imported on first use."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, TaskFamily] = {}
+        self._loaded = False
+        self._loading = False
+
+    def register(self, family: TaskFamily) -> TaskFamily:
+        """Add ``family`` (an instance); a second family of the same name is an error."""
+        if not family.name or not isinstance(family.name, str):
+            raise ValueError(f"{type(family).__name__}: a task family needs a name")
+        if family.name in self._items and type(self._items[family.name]) is not type(family):
+            raise ValueError(f"task family '{family.name}' registered twice")
+        declared = {m.key for m in family.metrics}
+        for key in (family.default_metric, family.result_metric):
+            if key and key not in declared:
+                raise ValueError(f"task family '{family.name}': metric '{key}' is not declared in metrics")
+        axes = {a.key for a in family.axes}
+        for key in (family.table.group, family.table.rows, family.table.columns):
+            if key is not None and key not in axes:
+                raise ValueError(f"task family '{family.name}': table axis '{key}' is not declared in axes")
+        self._items[family.name] = family
+        return family
+
+    def _load(self) -> None:
+        if self._loaded or self._loading:
+            return
+        self._loading = True
+        try:
+            for module in BUILTIN:
+                importlib.import_module(module)
+            for module in filter(None, (m.strip() for m in os.environ.get(ENV_FAMILIES, "").split(","))):
+                try:
+                    importlib.import_module(module)
+                except ImportError as exc:
+                    raise GaptuiError(f"${ENV_FAMILIES}: cannot import task family module '{module}': {exc}") from exc
+            from importlib.metadata import entry_points
+
+            for entry in entry_points(group=ENTRY_POINT_GROUP):
+                entry.load()
+            self._loaded = True
+        finally:
+            self._loading = False
+
+    def get(self, name: str) -> TaskFamily:
+        self._load()
+        if name not in self._items:
+            raise unknown("task", name, self._items)
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        self._load()
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[TaskFamily]:
+        self._load()
+        return iter(list(self._items.values()))
+
+
+FAMILIES = FamilyRegistry()
+
+
+def family(name: str | None) -> TaskFamily:
+    """The family called ``name`` (``None`` means :data:`DEFAULT_TASK`)."""
+    return FAMILIES.get(name or DEFAULT_TASK)
+
+
+def task_of(raw: Mapping[str, Any]) -> str:
+    """The ``task`` of a spec, record or preset dict (absent: :data:`DEFAULT_TASK`, as written before families)."""
+    task = raw.get("task") or DEFAULT_TASK
+    if not isinstance(task, str):
+        raise GaptuiError(f"task = {task!r}: expected a family name such as {DEFAULT_TASK}")
+    return task
+
+
+def load_spec(raw: Mapping[str, Any], where: str = "run spec") -> Any:
+    """The spec of any family, from its dict form (dispatch on ``task``)."""
+    task = task_of(raw)
+    try:
+        fam = FAMILIES.get(task)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{where}: {exc}") from None
+    return fam.parse_spec({**raw, "task": task}, where)
+
+
+def load_spec_file(path: Path) -> Any:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise GaptuiError(f"run spec {path}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise GaptuiError(f"run spec {path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise GaptuiError(f"run spec {path}: expected a JSON object")
+    return load_spec(raw, where=f"run spec {path}")

@@ -1,0 +1,93 @@
+"""Run-record columns from task-family metadata: what the history/runs views of the CLI and the app show.
+
+For one family the columns are its axes (alignment: dataset, η, model), the seed and its result metric
+(alignment: LAP acc in percent); across families they are the task, the axes as one ``what`` text, the seed and
+each record's own result metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.tasks import DEFAULT_TASK, Metric, TaskFamily, family
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordColumn:
+    """One column: header, the raw value (for sorting and JSON) and its display text."""
+
+    key: str
+    label: str
+    value: Callable[[Record], Any]
+    text: Callable[[Record], str]
+    numeric: bool = False
+
+
+def record_family(record: Record) -> TaskFamily | None:
+    """The family of a record, or None when it is not registered here (a plug-in not installed)."""
+    try:
+        return family(record.get("task") or DEFAULT_TASK)
+    except GaptuiError:
+        return None
+
+
+def result_metric(fam: TaskFamily) -> Metric:
+    """The metric a family shows in the result column."""
+    return fam.metric(fam.result_metric or fam.default_metric)
+
+
+def result_value(record: Record) -> float | None:
+    fam = record_family(record)
+    if fam is None:
+        return None
+    value = (record.get("metrics") or {}).get(result_metric(fam).key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def result_text(record: Record) -> str:
+    """``97.6 %`` (shares) or ``0.412`` (others), from the record family's result metric; empty when absent."""
+    value = result_value(record)
+    fam = record_family(record)
+    if value is None or fam is None:
+        return ""
+    metric = result_metric(fam)
+    return f"{value * 100:.1f} %" if metric.share else f"{value:.4g}"
+
+
+def describe(record: Record) -> str:
+    """The record's axes in one line (``er η=0.12 gcn``), as its family formats them."""
+    fam = record_family(record)
+    axes = record.get("axes") or {}
+    if fam is None:
+        return " ".join(f"{k}={v}" for k, v in axes.items())
+    return " ".join(a.header(axes.get(a.key)) if a.prefix else a.format(axes.get(a.key)) for a in fam.axes)
+
+
+def _axis_column(fam: TaskFamily, key: str) -> RecordColumn:
+    axis = fam.axis(key)
+
+    def value(r: Record) -> Any:
+        return (r.get("axes") or {}).get(key)
+
+    return RecordColumn(key, axis.name, value, lambda r: axis.format(value(r)), axis.numeric)
+
+
+SEED = RecordColumn("seed", "seed", lambda r: r.get("seed"), lambda r: str(r.get("seed", "")), True)
+TASK = RecordColumn("task", "task", lambda r: r.get("task") or DEFAULT_TASK, lambda r: r.get("task") or DEFAULT_TASK)
+WHAT = RecordColumn("what", "run of", describe, describe)
+
+
+def record_columns(task: str | None) -> list[RecordColumn]:
+    """Descriptive columns for the records of ``task`` (None: records of any family)."""
+    if task is None:
+        result = RecordColumn("result", "result", result_value, result_text, True)
+        return [TASK, WHAT, SEED, result]
+    fam = family(task)
+    metric = result_metric(fam)
+    result = RecordColumn("result", metric.name, result_value, result_text, True)
+    return [*(_axis_column(fam, a.key) for a in fam.axes), SEED, result]

@@ -1,0 +1,165 @@
+"""A toy task family, registered the way a plug-in registers one (``GAPTUI_FAMILIES=tests.toy_family``).
+
+It exercises the whole seam without torch: a spec with a dependency (a ``pre`` run per size that the other
+runs of that size need), an input to prepare (a small data file, whose builds are logged so a test can count
+them), a worker loop that streams events, polls for a stop request and can wait on a gate file, and metrics
+whose direction is declared (``loss_gain`` is better when *higher* although its name says loss).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.errors import GaptuiError
+from engine.tasks import (
+    FAMILIES,
+    Axis,
+    Cancelled,
+    Input,
+    Metric,
+    Outcome,
+    Placement,
+    PresetBase,
+    RunContext,
+    RunFailed,
+    TableLayout,
+    TaskFamily,
+    TaskSpec,
+    list_of,
+    unknown_keys,
+)
+
+PRE = "pre"
+
+
+@dataclass(frozen=True)
+class ToySpec(TaskSpec):
+    size: int
+    model: str = "mean"
+    task: str = "toy"
+    seed: int = 0
+    steps: int = 3
+    fail: bool = False
+    after: str | None = None
+    gate: str | None = None
+    datasets_dir: str | None = None
+
+    PLACEMENT: ClassVar[tuple[str, ...]] = ("gate", "datasets_dir")
+
+    def validate(self, where: str = "run spec") -> None:
+        if self.size < 1:
+            raise GaptuiError(f"{where}: size = {self.size} must be >= 1")
+
+
+def _data_path(spec: ToySpec) -> Path:
+    return Path(spec.datasets_dir or ".") / f"toy-{spec.size}.json"
+
+
+def build_data(spec: ToySpec) -> Path:
+    """The run's data file (built once; every build is logged in ``builds.log``)."""
+    path = _data_path(spec)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / "builds.log", "a") as log:
+            log.write(f"{spec.size}\n")
+        path.write_text(json.dumps({"values": list(range(spec.size))}))
+    return path
+
+
+@dataclass(frozen=True)
+class ToyPreset(PresetBase):
+    task: ClassVar[str] = "toy"
+    name: str
+    description: str
+    sizes: tuple[int, ...]
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    pretrain: bool = True
+    fail_sizes: tuple[int, ...] = ()
+    steps: int = 3
+    gate: str | None = None
+    path: Path | None = None
+
+
+class Toy(TaskFamily):
+    name = "toy"
+    title = "a toy family for tests"
+    spec_type = ToySpec
+    metrics = (Metric("val_mae", "val MAE", higher_is_better=False), Metric("loss_gain", "loss gain", True))
+    default_metric = "val_mae"
+    axes = (Axis("size", "size", numeric=True, prefix="n="), Axis("model", "model", order=(PRE,)))
+    table = TableLayout(group=None, rows="model", columns="size", baselines=(PRE,))
+
+    def record_axes(self, spec: ToySpec) -> dict[str, Any]:
+        return {"size": spec.size, "model": spec.model}
+
+    def is_baseline(self, spec: ToySpec) -> bool:
+        return spec.model == PRE
+
+    def dependencies(self, spec: ToySpec) -> tuple[str, ...]:
+        return (spec.after,) if spec.after else ()
+
+    def inputs(self, spec: ToySpec) -> list[Input]:
+        return [Input(f"toy:{spec.size}", f"toy data n={spec.size}", partial(build_data, spec))]
+
+    def run(self, spec: ToySpec, ctx: RunContext) -> Outcome:
+        values = json.loads(build_data(spec).read_text())["values"]
+        ctx.emit("start", run=spec.hash(), model=spec.model, params=0, epochs=spec.steps, pid=os.getpid())
+        base = 0.0
+        if spec.after:
+            upstream = json.loads((ctx.run_dir_of(spec.after) / "result.json").read_text())
+            if upstream.get("status") != "done":
+                raise GaptuiError(f"dependency {spec.after[:12]} is not done")
+            base = float(upstream["metrics"]["val_mae"])
+        while spec.gate and not Path(spec.gate).exists():
+            if ctx.should_stop():
+                raise Cancelled(step=0)
+            time.sleep(0.05)
+        for step in range(1, spec.steps + 1):
+            if ctx.should_stop():
+                raise Cancelled(step=step - 1)
+            ctx.emit("epoch", epoch=step, step=step, train_loss=1.0 / step, lr=0.1, seconds=0.0, val_acc=None)
+        if spec.fail:
+            raise RunFailed("toy failure on purpose", "crash")
+        mae = base + len(values) / 10 + (0.0 if spec.model == "median" else 0.5) + spec.seed / 100
+        return Outcome(metrics={"val_mae": mae, "loss_gain": 1.0 / (1.0 + mae)}, params=0)
+
+    def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> ToyPreset:
+        keys = ("task", "name", "description", "sizes", "models", "seeds", "pretrain", "fail_sizes", "steps", "gate")
+        unknown_keys(where, raw, keys)
+        return ToyPreset(
+            name=str(raw.get("name") or (path.stem if path else "toy")),
+            description=str(raw.get("description", "")),
+            sizes=tuple(list_of(where, "sizes", raw.get("sizes"), int, "sizes")),
+            models=tuple(list_of(where, "models", raw.get("models"), str, "model names")),
+            seeds=tuple(list_of(where, "seeds", raw.get("seeds"), int, "seeds")),
+            pretrain=bool(raw.get("pretrain", True)),
+            fail_sizes=tuple(raw.get("fail_sizes", ())),
+            steps=int(raw.get("steps", 3)),
+            gate=raw.get("gate"),
+            path=path,
+        )
+
+    def grid(self, preset: ToyPreset, placement: Placement, limit: int | None = None) -> list[ToySpec]:
+        common = {"datasets_dir": placement.datasets_dir, "steps": preset.steps}
+        specs: list[ToySpec] = []
+        pre: dict[int, ToySpec] = {}
+        for size in preset.sizes:
+            if preset.pretrain:
+                pre[size] = ToySpec(size=size, model=PRE, fail=size in preset.fail_sizes, **common)
+                specs.append(pre[size])
+        for seed in preset.seeds:
+            for size in preset.sizes:
+                after = pre[size].hash() if size in pre else None
+                for model in preset.models:
+                    specs.append(ToySpec(size=size, model=model, seed=seed, after=after, gate=preset.gate, **common))
+        return specs[:limit] if limit else specs
+
+
+FAMILIES.register(Toy())
