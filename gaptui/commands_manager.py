@@ -95,7 +95,7 @@ def run_cmd(
             console.print(line, highlight=False, markup=False)
         return
 
-    with History(ws, write=True, purpose="gaptui run") as history:
+    with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
         scheduler = Scheduler(ws, history, slots, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries)
         reattached, requeued = scheduler.recover()
         if reattached or requeued:
