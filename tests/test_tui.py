@@ -258,6 +258,8 @@ async def test_compose_launch_follow_and_rank_a_smoke_grid(tmp_path: Path) -> No
         # load the bundled smoke preset through its Select, then edit it in the form
         form.query_one("#preset", Select).value = "smoke"
         await wait_until(pilot, lambda: form.query_one("#name", Input).value == "smoke", what="preset loaded")
+        # the preset's dataset rows replace the form's (mounted after the name is filled in)
+        await wait_until(pilot, lambda: "n=20" in form.query_one("DatasetRow .params", Input).value, what="rows")
         await type_into(pilot, form.query_one("DatasetRow .params", Input), "n=16 degree=4")
         await type_into(pilot, form.query_one("DatasetRow .train", Input), "20")
         await type_into(pilot, form.query_one("DatasetRow .val", Input), "6")
@@ -540,3 +542,70 @@ def test_snapshot_run_detail(snap_compare: Any) -> None:
 def test_snapshot_help(snap_compare: Any) -> None:
     with snapshot_workspace("help") as ws:
         assert snap_compare(GaptuiApp(ws), press=["f1"], terminal_size=SIZE)
+
+
+# ------------------------------------------------------------------------------------------ task families
+
+
+@pytest.mark.asyncio
+async def test_family_pickers_switch_columns_tables_and_the_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    import tests.toy_family  # noqa: F401 - registers the family in this process (the registry may be loaded)
+    from engine.tasks import Placement, family
+    from gaptui.scheduler import new_record
+
+    ws = seeded_workspace(tmp_path / "ws")
+    toy = family("toy")
+    preset = toy.parse_preset({"sizes": [2, 3], "models": ["mean", "median"], "seeds": [0]}, "toy")
+    records = []
+    for i, spec in enumerate(toy.grid(preset, Placement(str(ws.datasets), str(ws.raw_data)))):
+        record = new_record(spec, ws, preset="toy", planned_seeds=1)
+        mae = 0.1 * spec.size + (0.0 if spec.model == "median" else 0.5)
+        record.update(status="done", finished=f"2025-01-02T10:{i:02d}:00+0000", metrics={"val_mae": mae})
+        records.append(record)
+    with History(ws, write=True) as history:
+        history.put_many(records)
+    (ws.root / "presets").mkdir()
+    (ws.root / "presets" / "toy-grid.toml").write_text('task = "toy"\nsizes = [2]\nmodels = ["mean"]\nseeds = [0]\n')
+
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        history = app.screen
+        assert isinstance(history, HistoryScreen)
+
+        def labels() -> list[str]:
+            return [c.label for c in history.table.table_columns.values()]
+
+        assert "task" in labels() and "run of" in labels()  # two families present: generic columns
+        assert history.table.record_count == 12 + 6
+        history.query_one("#history-task", Select).value = "toy"
+        await wait_until(pilot, lambda: history.table.record_count == 6, what="toy runs only")
+        assert labels()[1:3] == ["size", "model"] and "val MAE" in labels() and "noise" not in labels()
+
+        app.switch_mode("ranking")
+        await wait_until(pilot, lambda: isinstance(app.screen, RankingScreen), what="ranking")
+        ranking = app.screen
+        await wait_until(pilot, lambda: ranking.table is not None, what="a table")
+        assert ranking.table.task == "alignment"
+        await pilot.press("t")
+        await wait_until(pilot, lambda: ranking.table is not None and ranking.table.task == "toy", what="toy")
+        table = ranking.table
+        assert table.rows == ("pre", "mean", "median") and table.columns == (2, 3)
+        assert not table.metric.higher_is_better and [c.row for c in table.best(2)] == ["median"]
+        assert str(ranking.query_one("#ranking-title", Static).render()).startswith("toy — val MAE")
+
+        app.switch_mode("new")
+        await wait_until(pilot, lambda: isinstance(app.screen, NewExperimentScreen), what="the form")
+        form = app.screen
+        assert form.query_one("#alignment-form").display
+        form.query_one("#task", Select).value = "toy"
+        await wait_until(pilot, lambda: not form.query_one("#alignment-form").display, what="toy form")
+        picker = form.query_one("#preset", Select)
+        with pytest.raises(Exception, match="smoke"):
+            picker.value = "smoke"  # the alignment presets are not offered for the toy family
+        picker.value = "toy-grid"
+        await wait_until(pilot, lambda: form.family_preset is not None, what="toy preset loaded")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 2, what="toy summary")
+        await pilot.press("ctrl+q")
