@@ -29,7 +29,14 @@ params = {{ n = 12, degree = 3 }}
 train = 10
 val = 4
 """
-RECORD = {"id": "0123456789ab", "hash": "0123456789ab" + "0" * 52, "status": "done", "tags": ["keep"], "model": "gcn"}
+RECORD = {
+    "id": "0123456789ab",
+    "hash": "0123456789ab" + "0" * 52,
+    "status": "done",
+    "tags": ["keep"],
+    "task": "alignment",
+    "axes": {"dataset": "er", "noise": 0.1, "model": "gcn"},
+}
 
 
 def _preset(tmp: Path, models: str = '["gcn"]', seeds: str = "[0]", run: str = "") -> str:
@@ -46,7 +53,7 @@ def _history(tmp: Path, content: bytes) -> str:
 
 
 def _with_record(tmp: Path) -> str:
-    return _history(tmp, json.dumps({"meta": {"1": {"schema": 1}}, "runs": {"1": RECORD}}).encode())
+    return _history(tmp, json.dumps({"meta": {"1": {"schema": 2}}, "runs": {"1": RECORD}}).encode())
 
 
 def _a_file(tmp: Path) -> str:

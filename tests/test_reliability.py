@@ -82,7 +82,7 @@ def test_repeated_grid_cells_are_one_run(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "merged" in res.stderr and "repeats GCN" not in res.stderr  # names canonical before comparing
     records = read_records(Workspace(ws))
-    assert len(records) == 1 and records[0]["model"] == "gcn" and records[0]["status"] == "done"
+    assert len(records) == 1 and records[0]["axes"]["model"] == "gcn" and records[0]["status"] == "done"
     events = read_events(Path(records[0]["run_dir"]) / "events.jsonl")[0]
     assert [e["event"] for e in events].count("start") == 1
     show = run_cli("show", records[0]["id"], "--workspace", str(ws))
