@@ -461,12 +461,13 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_gape, commands_manager, commands_properties
+    from gaptui import commands_analysis, commands_gape, commands_manager, commands_properties, commands_slurm
 
     commands_manager.register(app)
     commands_analysis.register(app)
     commands_properties.register(app)
     commands_gape.register(app)
+    commands_slurm.register(app)
 
 
 _register_commands()

@@ -20,7 +20,24 @@ from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.commands_slurm import (
+    AccountOpt,
+    ArrayParallelismOpt,
+    CpusPerRunOpt,
+    DetachOpt,
+    ForceOpt,
+    GpusPerRunOpt,
+    MaxRetriesOpt,
+    MemPerRunOpt,
+    PartitionOpt,
+    QosOpt,
+    SlurmRunOpts,
+    TimeOpt,
+)
 from gaptui.workspace import Workspace
+
+#: Rows of live runs in the progress display.
+PROGRESS_ROWS = 24
 
 
 def register(app: typer.Typer) -> None:
@@ -62,8 +79,30 @@ def run_cmd(
         Optional[float],  # noqa: UP045
         typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="Where runs execute: local (this machine) or slurm (job arrays through submitit; the workspace "
+            "must be on a filesystem the compute nodes see under the same path).",
+        ),
+    ] = "local",
+    slurm: SlurmRunOpts = None,
+    partition: PartitionOpt = None,
+    account: AccountOpt = None,
+    qos: QosOpt = None,
+    time_min: TimeOpt = None,
+    gpus_per_run: GpusPerRunOpt = None,
+    cpus_per_run: CpusPerRunOpt = None,
+    mem_per_run: MemPerRunOpt = None,
+    array_parallelism: ArrayParallelismOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    detach: DetachOpt = False,
+    force: ForceOpt = False,
 ) -> None:
-    """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid."""
+    """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
+
+    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
     from gaptui.history import History
     from gaptui.presets import check_run_options, grid, load_preset
     from gaptui.scheduler import Scheduler, make_slots
@@ -73,6 +112,29 @@ def run_cmd(
     spec_preset = load_preset(preset, ws)
     for note in spec_preset.notes:
         err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
+    slurm_options = None
+    if backend == "slurm":
+        from gaptui.backends.slurm import check_shared_workspace, parse_slurm_options, sbatch_available
+
+        check_shared_workspace(ws, force)
+        slurm_options = spec_preset.slurm.merged(
+            partition=partition,
+            account=account,
+            qos=qos,
+            time=time_min,
+            gpus_per_run=gpus_per_run,
+            cpus_per_run=cpus_per_run,
+            mem_per_run=mem_per_run,
+            array_parallelism=array_parallelism,
+            max_retries=max_retries,
+            options=parse_slurm_options(slurm or []),
+        ).check("gaptui run")
+        if not dry_run and not sbatch_available():
+            raise GaptuiError("--backend slurm: sbatch not found on PATH; run on a Slurm login node")
+    elif backend != "local":
+        raise GaptuiError(f"--backend '{backend}': expected local or slurm")
+    elif detach:
+        raise GaptuiError("--detach needs --backend slurm (local workers stop with the manager)")
     specs = grid(spec_preset, ws)
     if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
         raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
@@ -111,9 +173,20 @@ def run_cmd(
         return
 
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
-        scheduler = Scheduler(
-            ws, history, slots, timeout=timeout or spec_preset.run.timeout, retries=spec_preset.run.retries
-        )
+        if slurm_options is not None:
+            from gaptui.backends.slurm import SlurmScheduler
+
+            scheduler: Any = SlurmScheduler(
+                ws,
+                history,
+                slurm_options,
+                timeout=timeout or spec_preset.run.timeout,
+                retries=spec_preset.run.retries,
+            )
+        else:
+            scheduler = Scheduler(
+                ws, history, slots, timeout=timeout or spec_preset.run.timeout, retries=spec_preset.run.retries
+            )
         reattached, requeued = scheduler.recover()
         if reattached or requeued:
             err_console.print(
@@ -128,13 +201,23 @@ def run_cmd(
         todo = [s for s in todo if history.by_hash().get(s.hash(), {}).get("status") != "failed" or retry_failed]
         scheduler.enqueue(todo, preset=spec_preset.name, planned_seeds=len(spec_preset.seeds))
         skipped = len(plan["done"])
+        where = "Slurm" if slurm_options else f"{len(slots)} slot(s)"
         err_console.print(
             f"preset {spec_preset.name}: {len(specs)} runs, {skipped} already done, {len(plan['failed'])} failed "
             f"before{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-            f"{len(todo) + len(attached)} to run on {len(slots)} slot(s)",
+            f"{len(todo) + len(attached)} to run on {where}",
             highlight=False,
         )
         hashes = {s.hash() for s in specs}
+        if detach:
+            scheduler.step()  # submits everything queued
+            left = scheduler.detach()
+            err_console.print(
+                f"detached: {len(left)} run(s) queued or running on Slurm; follow them with `gaptui slurm status`, "
+                f"re-attach with `gaptui run --preset {spec_preset.name} --backend slurm`",
+                highlight=False,
+            )
+            return
         _drive(scheduler, history, hashes, spec_preset.name)
         failed = [f for f in scheduler.finished if f.get("status") == "failed"]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
@@ -298,7 +381,9 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
     table = Table(box=None, pad_edge=False)
     for col in ("run", "dataset", "noise", "model", "seed", "epoch", "val acc", "slot"):
         table.add_column(col)
-    for job in scheduler.running.values():
+    # Started runs first; a Slurm grid follows thousands of pending ones, which the counts above cover.
+    shown = sorted(scheduler.running.values(), key=lambda job: not job.last)[:PROGRESS_ROWS]
+    for job in shown:
         last = job.last
         epoch = f"{last.get('epoch', 0)}/{job.spec.epochs}" if last else "starting"
         acc = last.get("val_acc") if last.get("event") == "epoch" else last.get("val_lap_acc")

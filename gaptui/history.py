@@ -302,6 +302,16 @@ class History:
         with self._writing():
             self.runs.update(self._stored(fields), Query().hash == run_hash)
 
+    def update_many(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Change fields of many records (spec hash -> fields) with one write of the file."""
+        if not updates:
+            return
+
+        def apply(doc: dict[str, Any]) -> None:
+            doc.update(updates[doc["hash"]])
+
+        self.runs.update(apply, lambda doc: doc.get("hash") in updates)
+
 
 def read_records(ws: Workspace) -> list[dict[str, Any]]:
     """All run records of a workspace, without locking (safe while a manager writes: writes are atomic)."""

@@ -12,6 +12,11 @@ A preset names base datasets (with parameters and sizes), noise levels, models, 
     epochs = 5
     batch_size = 100
 
+    [slurm]                     # used with --backend slurm (see gaptui.backends.slurm.SlurmOptions)
+    partition = "gpu"
+    time = 60                   # minutes per run
+    gpus_per_run = 1
+
     [[datasets]]
     base = "er"
     params = { n = 100, degree = 8 }
@@ -31,6 +36,7 @@ from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.spec import RunSpec
+from gaptui.backends.slurm import SlurmOptions
 from gaptui.workspace import Workspace
 
 try:
@@ -93,6 +99,7 @@ class Preset:
     seeds: tuple[int, ...]
     laplacian: bool = False
     run: RunOptions = field(default_factory=RunOptions)
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
     path: Path | None = None
     #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -103,7 +110,7 @@ class Preset:
         return trained + (len(self.datasets) * len(self.noise) if self.laplacian else 0)
 
 
-TOP_KEYS = ("name", "description", "noise", "models", "seeds", "laplacian", "run", "datasets")
+TOP_KEYS = ("name", "description", "noise", "models", "seeds", "laplacian", "run", "slurm", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
 
@@ -215,6 +222,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     run_raw = raw.get("run", {})
     run = parse_dataclass(RunOptions, run_raw, f"{where}: [run]")
     check_run_options(run.timeout, run.retries, f"{where}: [run]")
+    slurm = parse_dataclass(SlurmOptions, raw.get("slurm", {}), f"{where}: [slurm]").check(f"{where}: [slurm]")
     laplacian = raw.get("laplacian", False)
     if not isinstance(laplacian, bool):
         raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
@@ -227,6 +235,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         seeds=tuple(seeds),
         laplacian=laplacian or "laplacian" in models,
         run=run,
+        slurm=slurm,
         path=path,
         notes=tuple(notes),
     )
@@ -339,6 +348,16 @@ def dump_preset(preset: Preset) -> str:
     for key, value in dataclasses.asdict(preset.run).items():
         if value is not None and value != getattr(defaults, key):
             lines.append(f"{key} = {_toml(value)}")
+    slurm = [
+        f"{key} = {_toml(value)}"
+        for key, value in dataclasses.asdict(preset.slurm).items()
+        if key != "options" and value is not None and value != getattr(SlurmOptions(), key)
+    ]
+    if preset.slurm.options:
+        inner = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in preset.slurm.options.items())
+        slurm.append(f"options = {{ {inner} }}")
+    if slurm:
+        lines += ["", "[slurm]", *slurm]
     for ds in preset.datasets:
         lines += ["", "[[datasets]]", f"base = {_toml(ds.base)}"]
         if ds.params:

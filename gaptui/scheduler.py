@@ -274,8 +274,8 @@ class Scheduler:
         """
         reattached, requeued = [], []
         for record in self.history.records():
-            if record["status"] != "running":
-                continue
+            if record["status"] != "running" or record.get("backend", "local") != "local":
+                continue  # runs on another backend (a Slurm job) are that backend's to re-attach
             spec = RunSpec.from_dict(record["spec"])
             pid = record.get("pid")
             slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
@@ -389,6 +389,16 @@ class Scheduler:
     def _finish(self, job: Job, code: int, requeue: bool = True) -> None:
         self.running.pop(job.run_hash, None)
         job.slot.busy = None
+        fields = self.outcome(job, code)
+        if fields["status"] == "failed":
+            record = self.history.by_hash().get(job.run_hash, {})
+            if requeue and int(record.get("attempts") or 0) <= self.retries:
+                self.queue.append(job.spec)
+        self._status(job.run_hash, **fields)
+        self.finished.append({"hash": job.run_hash, **fields})
+
+    def outcome(self, job: Job, code: int) -> dict[str, Any]:
+        """The record fields of a worker that exited with ``code``: status, metrics or error, log tail, repro."""
         result = _read_json(job.run_dir / "result.json")
         record = self.history.by_hash().get(job.run_hash, {})
         fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
@@ -415,10 +425,7 @@ class Scheduler:
             if job.timed_out:
                 message = f"timed out after {self.timeout:g} s"
             fields.update(status="failed", error=message or f"worker exited with status {code}")
-            if requeue and int(record.get("attempts") or 0) <= self.retries:
-                self.queue.append(job.spec)
-        self._status(job.run_hash, **fields)
-        self.finished.append({"hash": job.run_hash, **fields})
+        return fields
 
     # ------------------------------------------------------------------------------------------- stopping
 
