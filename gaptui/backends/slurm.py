@@ -161,7 +161,17 @@ def run_task(spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
     if received:  # a signal that came before the worker existed
         signal_group(proc.pid, signal.SIGTERM)
     code = proc.wait()
+    if code not in (0, EXIT_CANCELLED):
+        # Raising makes Slurm record the job FAILED, with this line in the task's result.
+        raise RuntimeError(f"worker exited with status {code}: {_last_error(out)}")
     return {"exit": code, "signal": received[0] if received else None, "host": socket.gethostname()}
+
+
+def _last_error(run_dir: Path) -> str:
+    errors = [e for e in read_events(run_dir / "events.jsonl")[0] if e.get("event") == "error"]
+    if errors:
+        return str(errors[-1].get("message"))
+    return (tail(run_dir / "stderr.txt", 1) or ["no error message"])[0]
 
 
 # ---------------------------------------------------------------------------------------------- watching
@@ -493,6 +503,8 @@ class SlurmScheduler(Scheduler):
         if outcome and outcome[0] == "error":
             lines = [line for line in str(outcome[1]).splitlines() if line.strip()]
             return f"{where}: {lines[-1] if lines else 'the task raised'}"
+        if outcome is None:
+            return f"{where}: the task died without reporting its worker's outcome ({worker_error})"
         return f"{where}: {worker_error}" if worker_error else where
 
     # ------------------------------------------------------------------------------------------ stopping
