@@ -432,9 +432,9 @@ class SlurmScheduler(Scheduler):
             else:
                 meta.update(fresh)
                 ended.append((job, state, info))
-        self._write(updates)
         for job, state, info in ended:
-            self._file(job, state, info)
+            updates[job.run_hash] = self._file(job, state, info)
+        self._write(updates)
 
     def _write(self, updates: dict[str, dict[str, Any]]) -> None:
         self.history.update_many(updates)
@@ -442,8 +442,8 @@ class SlurmScheduler(Scheduler):
             for h, fields in updates.items():
                 self.listener("status", h, fields)
 
-    def _file(self, job: Job, state: str, info: dict[str, str]) -> None:
-        """A job Slurm is done with: done, cancelled, failed, or submitted again."""
+    def _file(self, job: Job, state: str, info: dict[str, str]) -> dict[str, Any]:
+        """A job Slurm is done with: done, cancelled, failed, or submitted again. Returns the record's new fields."""
         h = job.run_hash
         meta = self.meta[h]
         self._read_events(job)
@@ -463,8 +463,7 @@ class SlurmScheduler(Scheduler):
             meta.update(retries=int(meta.get("retries") or 0) + 1, reason=f"{retry_reason}; resubmitted")
             del self.running[h]
             self.queue.append(job.spec)
-            self._write({h: {"status": "queued", "slot": None, "slurm": dict(meta)}})
-            return
+            return {"status": "queued", "slot": None, "slurm": dict(meta)}
         if code is None or retry_reason:
             code = 1
         del self.running[h]
@@ -476,8 +475,8 @@ class SlurmScheduler(Scheduler):
             record = self.history.by_hash().get(h, {})
             if int(record.get("attempts") or 0) <= self.retries:
                 self.queue.append(job.spec)
-        self._status(h, **fields)
         self.finished.append({"hash": h, **fields})
+        return fields
 
     def _failure(
         self,
@@ -523,8 +522,7 @@ class SlurmScheduler(Scheduler):
 
     def stop_all(self, wait: float = GRACE + 30) -> None:
         """scancel every run in flight (arrays at once) and wait until Slurm reports them ended."""
-        for spec in list(self.queue):
-            self._status(spec.hash(), status="cancelled")
+        self._write({spec.hash(): {"status": "cancelled"} for spec in self.queue})
         self.queue.clear()
         ids = [self.job_ids[h] for h in self.running]
         cancel_jobs(self.ws, array_ids(ids, by_array(ids)))
@@ -534,9 +532,8 @@ class SlurmScheduler(Scheduler):
         while self.running and time.monotonic() < deadline:
             self._poll()
             time.sleep(POLL_SECONDS)
-        for job in list(self.running.values()):
-            del self.running[job.run_hash]
-            self._status(job.run_hash, status="cancelled", finished=now(), slurm=self.meta[job.run_hash])
+        self._write({h: {"status": "cancelled", "finished": now(), "slurm": self.meta[h]} for h in list(self.running)})
+        self.running.clear()
 
     def detach(self) -> list[str]:
         ids = [job.run_dir.name for job in self.running.values()]
