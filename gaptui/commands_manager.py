@@ -196,6 +196,17 @@ def run_cmd(
         known = {r["hash"]: r["status"] for r in history.records()}
         plan = _plan(specs, known, retry_failed)
         attached = {job.run_hash for job in scheduler.running.values()}
+        if slurm_options is None:
+            from gaptui.backends.slurm import in_flight_on_slurm
+
+            elsewhere = in_flight_on_slurm(history.records()) & {s.hash() for s in plan["to run"]}
+            if elsewhere:
+                err_console.print(
+                    f"{len(elsewhere)} run(s) of this grid are in flight on Slurm and are left to it; re-attach "
+                    f"with `gaptui run --preset {spec_preset.name} --backend slurm`",
+                    highlight=False,
+                )
+                attached |= elsewhere
         todo = [s for s in plan["to run"] if s.hash() not in attached]
         _build_datasets(todo, ws, scheduler)
         todo = [s for s in todo if history.by_hash().get(s.hash(), {}).get("status") != "failed" or retry_failed]

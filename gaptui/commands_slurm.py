@@ -120,7 +120,7 @@ def cancel_cmd(
 
     Workers save a checkpoint as they stop; running the grid again resumes them. When a manager holds the
     workspace it records them as cancelled; otherwise this command waits for them to stop and records it."""
-    from gaptui.backends.slurm import array_ids, by_array, cancel_jobs
+    from gaptui.backends.slurm import array_ids, by_array, cancel_jobs, in_flight_on_slurm
     from gaptui.history import History, now
     from gaptui.runner import signal_group
     from gaptui.scheduler import pid_alive
@@ -130,7 +130,7 @@ def cancel_cmd(
     if not live:
         console.print("nothing to cancel: no queued or running run among those named", highlight=False)
         return
-    on_slurm = [r for r in live if r.get("backend") == "slurm" and (r.get("slurm") or {}).get("job_id")]
+    on_slurm = [r for r in live if r["hash"] in in_flight_on_slurm(live)]
     job_ids = [r["slurm"]["job_id"] for r in on_slurm]
     if job_ids:
         cancel_jobs(ws, array_ids(job_ids, by_array(job_ids)))
@@ -220,15 +220,13 @@ def _queue_positions() -> dict[str, int]:
 
 def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None:
     """Live Slurm state of the workspace's submitted runs: state, reason, node, elapsed time, queue position."""
-    from gaptui.backends.slurm import job_state, make_watcher, sbatch_available
+    from gaptui.backends.slurm import in_flight_on_slurm, job_state, make_watcher, sbatch_available
     from gaptui.history import read_records
 
     ws = Workspace.resolve(workspace)
-    records = [
-        r
-        for r in read_records(ws)
-        if r.get("backend") == "slurm" and r["status"] in ("queued", "running") and (r.get("slurm") or {}).get("job_id")
-    ]
+    everything = read_records(ws)
+    live = in_flight_on_slurm(everything)
+    records = [r for r in everything if r["hash"] in live]
     if not records:
         console.print(f"no run of {ws.root} is queued or running on Slurm", highlight=False)
         return

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.backends.slurm import SlurmOptions, array_ids, by_array, parse_slurm_options
+from gaptui.backends.slurm import SlurmOptions, array_ids, by_array, in_flight_on_slurm, parse_slurm_options
 from gaptui.history import read_records
 from gaptui.presets import dump_preset, load_preset
 from gaptui.workspace import Workspace
@@ -117,6 +117,16 @@ def test_slurm_options_merge_validate_and_round_trip(tmp_path: Path) -> None:
     ids = ["7_0", "7_1", "8_0"]
     assert array_ids(["7_0", "7_1"], by_array(ids)) == ["7"]
     assert array_ids(["7_1"], by_array(ids)) == ["7_1"]
+    # runs submitted and not filed are Slurm's: a local manager never starts them a second time
+    records = [
+        {"hash": "a", "status": "running", "backend": "slurm", "slurm": {"job_id": "7_0"}},
+        {"hash": "b", "status": "done", "backend": "slurm", "slurm": {"job_id": "7_1"}},
+        {"hash": "c", "status": "queued", "backend": "slurm", "slurm": {}},
+        {"hash": "d", "status": "running"},
+    ]
+    assert in_flight_on_slurm(records) == {"a"}
+    with pytest.raises(GaptuiError, match="time = 1 min leaves no room"):
+        SlurmOptions(time=1).check("x")
     # a preset's [slurm] table is read, validated and written back
     path = _preset(tmp_path, slurm='partition = "gpu"\ntime = 45\noptions = { constraint = "a100" }')
     preset = load_preset(str(path))
@@ -180,11 +190,11 @@ def test_smoke_on_slurm_matches_a_local_run(tmp_path: Path) -> None:
 @needs_slurm
 def test_detach_then_sigkilled_manager_reattaches_each_cell_once(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, models=("gcn", "gin"), noise=(0.05, 0.2), epochs=3)
+    preset = _preset(tmp_path, models=("gcn", "gin", "sage"), epochs=3)
     res = _slurm_run(preset, ws, "--detach", "--array-parallelism", "1")
-    assert res.returncode == 0 and "detached: 4 run(s)" in res.stderr, res.stderr
+    assert res.returncode == 0 and "detached: 3 run(s)" in res.stderr, res.stderr
     records = _records(ws)
-    assert len(records) == 4 and all(r["slurm"]["job_id"] and r["status"] == "queued" for r in records)
+    assert len(records) == 3 and all(r["slurm"]["job_id"] and r["status"] == "queued" for r in records)
     status = run_cli("slurm", "status", "--json", "-w", str(ws))
     assert status.returncode == 0, status.stderr
     assert {row["id"] for row in json.loads(status.stdout)} <= {r["id"] for r in records}
@@ -193,13 +203,13 @@ def test_detach_then_sigkilled_manager_reattaches_each_cell_once(tmp_path: Path)
     _wait_for(lambda: sum(r["status"] == "done" for r in _records(ws)) >= 1, timeout=300)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert sum(r["status"] == "done" for r in _records(ws)) < 4
+    assert sum(r["status"] == "done" for r in _records(ws)) < 3
 
     res = _slurm_run(preset, ws)
     assert res.returncode == 0, res.stderr
     assert "re-attached" in res.stderr
     records = _records(ws)
-    assert len(records) == 4 and {r["status"] for r in records} == {"done"}
+    assert len(records) == 3 and {r["status"] for r in records} == {"done"}
     for record in records:
         assert _starts(record["run_dir"]) == 1  # nothing submitted twice
         assert len(record["slurm"]["jobs"]) == 1
@@ -232,22 +242,33 @@ def test_scancel_records_cancelled_and_a_rerun_resumes(tmp_path: Path) -> None:
 @needs_slurm
 def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    # About 50 s of training against a 1-minute limit whose warning signal comes 40 s before the end (Slurm checks
-    # time limits every 30 s or so): the first job cannot finish, each job makes progress, the last one finishes.
-    slurm = "time = 1\nsignal_delay = 40\nmax_retries = 5"
+    # About 60 s of training (0.25 s per batch). Once the first job has trained an epoch, its limit drops from 10 to
+    # 2 minutes: Slurm then sends the warning (SIGUSR2, signal_delay 90 s before the limit) at its next timer tick,
+    # the run saves its checkpoint and stops, and the manager submits it again, with the preset's 10 minutes.
     preset = _preset(
-        tmp_path, models=("tests.helpers_worker:SleepyModel",), epochs=20, train=20, batch_size=2, slurm=slurm
+        tmp_path,
+        models=("tests.helpers_worker:SleepyModel",),
+        epochs=24,
+        train=20,
+        batch_size=2,
+        slurm="time = 10\nmax_retries = 1",
     )
-    res = _slurm_run(preset, ws, timeout=900)
-    assert res.returncode == 0, res.stderr
+    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
+    _wait_for(lambda: any(e["event"] == "epoch" for r in _records(ws) for e in _events(r)), timeout=300)
+    (record,) = _records(ws)
+    first_job = record["slurm"]["job_id"]
+    subprocess.run(["scontrol", "update", f"JobId={first_job}", "TimeLimit=-8"], check=True, timeout=30)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
     (record,) = _records(ws)
     assert record["status"] == "done", record
-    retries = record["slurm"]["retries"]
-    assert retries >= 1 and len(record["slurm"]["jobs"]) == retries + 1 and record["attempts"] == retries + 1
-    starts = [e for e in _events(record) if e["event"] == "start"]
-    assert len(starts) == retries + 1 and all(s["resumed_from"] is not None for s in starts[1:])
-    epochs = [e["epoch"] for e in _events(record) if e["event"] == "epoch"]
-    assert sorted(set(epochs)) == list(range(1, 21))
+    assert record["slurm"]["retries"] == 1 and record["slurm"]["jobs"][0] == first_job
+    assert len(record["slurm"]["jobs"]) == 2 and record["attempts"] == 2
+    events = _events(record)
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["resumed_from"]["epoch"] >= 1
+    assert [e["event"] for e in events].count("cancelled") == 1  # the checkpoint saved at the warning
+    assert sorted({e["epoch"] for e in events if e["event"] == "epoch"}) == list(range(1, 25))
 
 
 @pytest.mark.slurm

@@ -90,6 +90,13 @@ class SlurmOptions:
                 raise GaptuiError(f"{where}: {key} = {value}: expected an integer >= {low}")
         if self.chunk > MAX_CHUNK:
             raise GaptuiError(f"{where}: chunk = {self.chunk}: at most {MAX_CHUNK} (Slurm's default MaxArraySize)")
+        if self.time is not None and self.time * 60 < self.signal_delay + 120:
+            # Slurm sends the warning up to a minute early (its timer resolution); the worker also needs to start.
+            raise GaptuiError(
+                f"{where}: time = {self.time} min leaves no room for the warning signal_delay = {self.signal_delay} s "
+                f"plus Slurm's one-minute timer resolution; expected time >= {-(-(self.signal_delay + 120) // 60)} "
+                "min (or a smaller signal_delay)"
+            )
         if self.mem_per_run is not None and self.mem_per_run <= 0:
             raise GaptuiError(f"{where}: mem_per_run = {self.mem_per_run:g}: expected a positive number of GB")
         return self
@@ -111,6 +118,15 @@ def parse_slurm_options(pairs: list[str]) -> dict[str, str]:
             raise GaptuiError(f"--slurm-option '{pair}': expected key=value, e.g. constraint=a100")
         out[key] = value.strip()
     return out
+
+
+def in_flight_on_slurm(records: list[dict[str, Any]]) -> set[str]:
+    """Hashes of runs submitted to Slurm and not filed yet: no local manager may start them a second time."""
+    return {
+        r["hash"]
+        for r in records
+        if r.get("backend") == "slurm" and r["status"] in ("queued", "running") and (r.get("slurm") or {}).get("job_id")
+    }
 
 
 def check_shared_workspace(ws: Workspace, force: bool) -> None:
@@ -136,16 +152,10 @@ def run_task(spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
     SIGTERM, so it saves a checkpoint; returns its exit status and the signal that stopped it."""
     out = Path(run_dir)
     received: list[str] = []
-    worker: list[int] = []
-
-    def forward(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        if worker:
-            signal_group(worker[0], signal.SIGTERM)
-
-    # Replaces submitit's own handlers: the worker checkpoints itself and the manager decides about resubmission.
-    for sig in (signal.SIGUSR2, signal.SIGTERM):
-        signal.signal(sig, forward)
+    # Slurm signals every process of the job: the worker inherits "ignore SIGUSR2" (the signal would kill it) and
+    # gets the warning as SIGTERM from here instead. A warning during these few lines is missed: the time limit
+    # then ends the job (TIMEOUT) and the run resumes from its last epoch.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     cpus = os.environ.get("SLURM_CPUS_PER_TASK", "1")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "stderr.txt", "a") as stderr:
@@ -157,13 +167,19 @@ def run_task(spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-    worker.append(proc.pid)
-    if received:  # a signal that came before the worker existed
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
         signal_group(proc.pid, signal.SIGTERM)
+
+    # Replaces submitit's own handlers: the worker checkpoints itself and the manager decides about resubmission.
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        signal.signal(sig, forward)
     code = proc.wait()
     if code not in (0, EXIT_CANCELLED):
         # Raising makes Slurm record the job FAILED, with this line in the task's result.
-        raise RuntimeError(f"worker exited with status {code}: {_last_error(out)}")
+        status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        raise RuntimeError(f"worker {status}: {_last_error(out)}")
     return {"exit": code, "signal": received[0] if received else None, "host": socket.gethostname()}
 
 

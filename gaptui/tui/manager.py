@@ -22,6 +22,7 @@ from textual.message import Message
 
 from engine.errors import GaptuiError
 from engine.events import read_events
+from gaptui.backends.slurm import cancel_jobs, in_flight_on_slurm
 from gaptui.history import History
 from gaptui.presets import Preset, dump_preset, grid, parse_preset
 from gaptui.scheduler import Scheduler, Slot, tail
@@ -263,6 +264,8 @@ class ManagerLoop:
         known = {r["hash"]: r["status"] for r in self.history.records()}
         plan = _plan(specs, known, command.retry_failed)
         busy = set(self.scheduler.running) | {s.hash() for s in self.scheduler.queue}
+        # Runs in flight on Slurm belong to `gaptui run --backend slurm`, which re-attaches to them.
+        busy |= in_flight_on_slurm(self.history.records())
         todo = [s for s in plan["to run"] if s.hash() not in busy]
         if todo:
             self._building = f"building datasets for {len(todo)} run(s)"
@@ -297,7 +300,19 @@ class ManagerLoop:
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
-        missed = [h[:12] for h in hashes if not self.scheduler.cancel(h)]
+        missed = [h for h in hashes if not self.scheduler.cancel(h)]
+        by_hash = {r["hash"]: r for r in self.history.records()}
+        on_slurm = [h for h in missed if h in in_flight_on_slurm([by_hash[h]] if h in by_hash else [])]
+        if on_slurm:
+            cancel_jobs(self.ws, [by_hash[h]["slurm"]["job_id"] for h in on_slurm])
+            self.post(
+                ManagerNotice(
+                    f"scancel sent for {len(on_slurm)} Slurm run(s); `gaptui run --backend slurm` (or `gaptui cancel`) "
+                    "records them as cancelled",
+                    "warning",
+                )
+            )
+        missed = [h[:12] for h in missed if h not in on_slurm]
         if missed:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
 
