@@ -11,6 +11,7 @@ import json
 import shutil
 import signal
 import subprocess
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,60 @@ def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
     assert "the task died without reporting" in orphan["error"]
     shown = run_cli("show", hard["id"], "-w", str(ws))
     assert shown.returncode == 0 and "worker exited with status 7" in shown.stdout
+
+
+@pytest.mark.slurm
+@needs_slurm
+@pytest.mark.asyncio
+async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_stops(tmp_path: Path) -> None:
+    from gaptui.presets import DatasetEntry, Preset, RunOptions
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.planning import SlotConfig
+    from gaptui.tui.screens.confirm import ChoiceScreen
+    from tests.test_tui import SIZE, wait_until
+
+    # The app has no --force: its workspace must not be under /tmp.
+    root = Path.home() / ".cache" / "gaptui-tests"
+    root.mkdir(parents=True, exist_ok=True)
+    ws = Workspace(Path(tempfile.mkdtemp(dir=root)) / "ws")
+    preset = Preset(
+        name="sleepy",
+        description="",
+        datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
+        noise=(0.1,),
+        models=("tests.helpers_worker:SleepyModel",),
+        seeds=(0,),
+        run=RunOptions(epochs=200, batch_size=2, budget=5000, out_dim=8),
+    )
+    try:
+        first = GaptuiApp(ws)
+        async with first.run_test(size=SIZE) as pilot:
+            assert first.launch(preset, SlotConfig(backend="slurm"))
+            await wait_until(pilot, lambda: any(_events(r)[-1:] for r in _records(ws.root)), 300, "a first event")
+            (record,) = _records(ws.root)
+            assert record["backend"] == "slurm" and record["slurm"]["job_id"]
+            await pilot.press("ctrl+q")
+            await pilot.pause()
+            assert isinstance(first.screen, ChoiceScreen)
+            await pilot.press("l")  # leave running
+            await wait_until(pilot, lambda: not first.is_running, 60, "the app to exit")
+        assert first.detached == [record["id"]]
+
+        second = GaptuiApp(ws)
+        async with second.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: second.recovered is not None, 60, "recovery")
+            assert record["id"] in second.recovered.reattached
+            await wait_until(pilot, lambda: second.book.get(record["hash"])["status"] == "running", 120, "running")
+            await pilot.press("ctrl+q")
+            await pilot.pause()
+            assert isinstance(second.screen, ChoiceScreen)
+            await pilot.press("s")  # stop: scancel, the worker checkpoints, recorded cancelled
+            await wait_until(pilot, lambda: not second.is_running, 120, "the app to cancel its run and exit")
+        (record,) = _records(ws.root)
+        assert record["status"] == "cancelled" and record["slurm"]["state"] == "CANCELLED"
+        assert len(record["slurm"]["jobs"]) == 1  # followed again, never submitted twice
+    finally:
+        for record in _records(ws.root):
+            if record["status"] in ("queued", "running"):
+                run_cli("cancel", record["id"], "-w", str(ws.root))
+        shutil.rmtree(ws.root.parent, ignore_errors=True)

@@ -25,6 +25,7 @@ submission of a run) are kept in the record's ``slurm`` field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -286,13 +287,17 @@ class SlurmScheduler(Scheduler):
         listener: Listener | None = None,
     ) -> None:
         super().__init__(ws, history, [Slot("slurm", {})], timeout=None, retries=retries, listener=listener)
-        self.options = options
-        self.time_min = options.time or (int(-(-timeout // 60)) if timeout else None)
+        self.configure(options, timeout)
         self.watcher = make_watcher()
         self.job_ids: dict[str, str] = {}  # run hash -> the job id of its current submission
         self.meta: dict[str, dict[str, Any]] = {}  # run hash -> the record's ``slurm`` field
         self.submitted = 0
         self._next_poll = 0.0
+
+    def configure(self, options: SlurmOptions, timeout: float | None = None) -> None:
+        """Settings for what is submitted from now on (runs already out keep theirs)."""
+        self.options = options
+        self.time_min = options.time or (int(-(-timeout // 60)) if timeout else None)
 
     # ------------------------------------------------------------------------------------------ queueing
 
@@ -403,6 +408,8 @@ class SlurmScheduler(Scheduler):
                     "reason": None,
                     "node": None,
                     "submitted": now(),
+                    # what it went out with: a manager re-attaching without the preset resubmits it the same way
+                    "options": dataclasses.asdict(replace(self.options, time=self.time_min)),
                 }
                 self._track(spec, meta, "PENDING")
                 attempts = int(known.get(h, {}).get("attempts") or 0) + 1

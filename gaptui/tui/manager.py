@@ -22,7 +22,14 @@ from textual.message import Message
 
 from engine.errors import GaptuiError
 from engine.events import read_events
-from gaptui.backends.slurm import cancel_jobs, in_flight_on_slurm
+from engine.typed import parse_dataclass
+from gaptui.backends.slurm import (
+    SlurmOptions,
+    SlurmScheduler,
+    check_shared_workspace,
+    in_flight_on_slurm,
+    sbatch_available,
+)
 from gaptui.history import History
 from gaptui.presets import Preset, dump_preset, grid, parse_preset
 from gaptui.scheduler import Scheduler, Slot, tail
@@ -152,6 +159,8 @@ class ManagerLoop:
     commands: queue.Queue[Command] = field(default_factory=queue.Queue)
     closed: threading.Event = field(default_factory=threading.Event)
     scheduler: Scheduler | None = None
+    #: The Slurm backend, once a grid went to Slurm or the history holds runs in flight there.
+    slurm: SlurmScheduler | None = None
     _followed: dict[str, _Tailed] = field(default_factory=dict)
     _logs: dict[str, _LogTarget] = field(default_factory=dict)
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -198,19 +207,42 @@ class ManagerLoop:
             return
         self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
         reattached, interrupted = self.scheduler.recover()
+        reattached += self._reattach_slurm()
         refiled = list(self.scheduler.refiled)
         if reattached or interrupted or refiled:
             self.post(Recovered(reattached, interrupted, refiled))
         self._post_state()
 
+    def _reattach_slurm(self) -> list[str]:
+        """Follow the runs a previous manager left queued or running on Slurm, with the settings they went out with."""
+        records = self.history.records()
+        live = in_flight_on_slurm(records)
+        if not live:
+            return []
+        if not sbatch_available():
+            self.post(ManagerNotice(f"{len(live)} run(s) are in flight on Slurm; sbatch is not found here", "warning"))
+            return []
+        self.slurm = self._slurm_backend([r for r in records if r["hash"] in live])
+        return self.slurm.recover()[0]
+
+    def _slurm_backend(self, records: list[dict[str, Any]]) -> SlurmScheduler:
+        """A Slurm backend with the settings these runs were last submitted with."""
+        saved = next((r["slurm"]["options"] for r in records if (r.get("slurm") or {}).get("options")), {})
+        options = parse_dataclass(SlurmOptions, saved, f"{self.ws.history}: slurm options")
+        return SlurmScheduler(self.ws, self.history, options, listener=self._listen)
+
+    def _backends(self) -> list[Scheduler]:
+        return [b for b in (self.scheduler, self.slurm) if b is not None]
+
     def _shutdown(self, how: str) -> None:
-        if self.scheduler is not None and how == "detach":
-            # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
-            for spec in list(self.scheduler.queue):
-                self.scheduler.cancel(spec.hash())
-            self._detached = self.scheduler.detach()
-        elif self.scheduler is not None and self.scheduler.pending():
-            self.scheduler.stop_all()
+        for backend in self._backends():
+            if how == "detach":
+                # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
+                for spec in list(backend.queue):
+                    backend.cancel(spec.hash())
+                self._detached += backend.detach()
+            elif backend.pending():
+                backend.stop_all()
         self._flush_events()
         self._finished = how
         self.post(ManagerClosed(how, list(self._detached)))
@@ -241,7 +273,8 @@ class ManagerLoop:
                 self.history.update(command.run_hash, **command.fields)
                 self.post(RunUpdated(command.run_hash, dict(command.fields)))
             elif isinstance(command, StopAll):
-                self.scheduler.stop_all()
+                for backend in self._backends():
+                    backend.stop_all()
         except GaptuiError as exc:
             self.post(ManagerNotice(str(exc), "error"))
         except Exception as exc:  # noqa: BLE001 - one failed command must not end the supervision of running workers
@@ -257,26 +290,29 @@ class ManagerLoop:
         assert self.scheduler is not None
         # The same validation as `gaptui run --preset` (it builds each model once): what launches here runs there.
         preset = parse_preset(tomllib.loads(dump_preset(command.preset)))
-        self._use_slots(command.slots.slots())
-        self.scheduler.timeout = preset.run.timeout
-        self.scheduler.retries = preset.run.retries
+        target: Scheduler = self.scheduler
+        if command.slots.backend == "slurm":
+            target = self._slurm_for(preset)
+        else:
+            self._use_slots(command.slots.slots())
+            self.scheduler.timeout = preset.run.timeout
+        target.retries = preset.run.retries
         specs = grid(preset, self.ws)
         known = {r["hash"]: r["status"] for r in self.history.records()}
         plan = _plan(specs, known, command.retry_failed)
-        busy = set(self.scheduler.running) | {s.hash() for s in self.scheduler.queue}
-        # Runs in flight on Slurm belong to `gaptui run --backend slurm`, which re-attaches to them.
-        busy |= in_flight_on_slurm(self.history.records())
+        busy = {h for b in self._backends() for h in (*b.running, *(s.hash() for s in b.queue))}
+        busy |= in_flight_on_slurm(self.history.records())  # submitted by another manager, not followed here
         todo = [s for s in plan["to run"] if s.hash() not in busy]
         if todo:
             self._building = f"building datasets for {len(todo)} run(s)"
             self._post_state()
             try:
-                _build_datasets(todo, self.ws, self.scheduler)
+                _build_datasets(todo, self.ws, target)
             finally:
                 self._building = ""
             failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
             todo = [s for s in todo if s.hash() not in failed or command.retry_failed]
-            self.scheduler.enqueue(todo, preset=preset.name, planned_seeds=len(preset.seeds))
+            target.enqueue(todo, preset=preset.name, planned_seeds=len(preset.seeds))
         by_hash = self.history.by_hash()
         self.post(RecordsAdded([by_hash[s.hash()] for s in specs if s.hash() in by_hash]))
         parts = [f"{preset.name}: {len(specs)} runs", f"{len(plan['done'])} already done"]
@@ -284,8 +320,19 @@ class ManagerLoop:
             parts.append(f"{len(plan['failed'])} failed before (skipped; tick 'retry failed' to rerun)")
         if len(plan["to run"]) > len(todo):
             parts.append(f"{len(plan['to run']) - len(todo)} already in flight or failed to build")
-        parts.append(f"{len(todo)} queued on {len(self.scheduler.slots)} slot(s)")
+        where = "Slurm" if target is self.slurm else f"{len(self.scheduler.slots)} slot(s)"
+        parts.append(f"{len(todo)} queued on {where}")
         self.post(ManagerNotice(", ".join(parts)))
+
+    def _slurm_for(self, preset: Preset) -> SlurmScheduler:
+        """The Slurm backend with this preset's [slurm] settings (runs already submitted keep theirs)."""
+        check_shared_workspace(self.ws, force=False)
+        if not sbatch_available():
+            raise GaptuiError("backend slurm: sbatch not found on PATH; run the app on a Slurm login node")
+        if self.slurm is None:
+            self.slurm = SlurmScheduler(self.ws, self.history, preset.slurm, listener=self._listen)
+        self.slurm.configure(preset.slurm, preset.run.timeout)
+        return self.slurm
 
     def _use_slots(self, slots: list[Slot]) -> None:
         """Give the scheduler a new slot list; running workers keep (and later free) the slot they hold."""
@@ -300,19 +347,7 @@ class ManagerLoop:
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
-        missed = [h for h in hashes if not self.scheduler.cancel(h)]
-        by_hash = {r["hash"]: r for r in self.history.records()}
-        on_slurm = [h for h in missed if h in in_flight_on_slurm([by_hash[h]] if h in by_hash else [])]
-        if on_slurm:
-            cancel_jobs(self.ws, [by_hash[h]["slurm"]["job_id"] for h in on_slurm])
-            self.post(
-                ManagerNotice(
-                    f"scancel sent for {len(on_slurm)} Slurm run(s); `gaptui run --backend slurm` (or `gaptui cancel`) "
-                    "records them as cancelled",
-                    "warning",
-                )
-            )
-        missed = [h[:12] for h in missed if h not in on_slurm]
+        missed = [h[:12] for h in hashes if not any(b.cancel(h) for b in self._backends())]
         if missed:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
 
@@ -328,12 +363,19 @@ class ManagerLoop:
             self.post(
                 ManagerNotice(f"{skipped} run(s) not retried: only {', '.join(RETRYABLE)} runs can be", "warning")
             )
-        specs = [RunSpec.from_dict(r["spec"]) for r in records]
-        if build and specs:
-            _build_datasets(specs, self.ws, self.scheduler)
-            failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
-            specs = [s for s in specs if s.hash() not in failed]
-        self.scheduler.enqueue(specs)
+        # Slurm runs go back to Slurm, with the settings they were submitted with.
+        slurm = [r for r in records if r.get("backend") == "slurm"]
+        if slurm and self.slurm is None:
+            self.slurm = self._slurm_backend(slurm)
+        for target, chosen in ((self.scheduler, [r for r in records if r not in slurm]), (self.slurm, slurm)):
+            specs = [RunSpec.from_dict(r["spec"]) for r in chosen]
+            if target is None or not specs:
+                continue
+            if build:
+                _build_datasets(specs, self.ws, target)
+                failed = {h for h, r in self.history.by_hash().items() if r["status"] == "failed"}
+                specs = [s for s in specs if s.hash() not in failed]
+            target.enqueue(specs)
 
     def _follow(self, command: Follow) -> None:
         for run_hash, run_dir in command.runs:
@@ -341,9 +383,7 @@ class ManagerLoop:
             events, offset = read_events(path)
             self.post(RunEvents(run_hash, events, reset=True))
             # Runs of our scheduler stream through its listener; tailing them as well would send events twice.
-            ours = self.scheduler is not None and (
-                run_hash in self.scheduler.running or any(s.hash() == run_hash for s in self.scheduler.queue)
-            )
+            ours = any(run_hash in b.running or any(s.hash() == run_hash for s in b.queue) for b in self._backends())
             ended = bool(events) and events[-1].get("event") in TERMINAL_EVENTS
             if not ours and not ended:
                 self._followed[run_hash] = _Tailed(path, offset)
@@ -373,8 +413,9 @@ class ManagerLoop:
                 self.post(RunEvents(run_hash, events))
 
     def _tick(self) -> None:
-        if self.scheduler is not None and self.scheduler.pending():
-            self.scheduler.step()
+        for backend in self._backends():
+            if backend.pending():
+                backend.step()
         self._flush_events()
         for run_hash, tailed in list(self._followed.items()):
             events, tailed.offset = read_events(tailed.path, tailed.offset)
@@ -415,10 +456,11 @@ class ManagerLoop:
     def _state_fields(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         if self.scheduler is None:
             return (), (), ()
+        backends = self._backends()
         return (
-            tuple(self.scheduler.running),
-            tuple(s.hash() for s in self.scheduler.queue),
-            tuple(s.name for s in self.scheduler.slots),
+            tuple(h for b in backends for h in b.running),
+            tuple(s.hash() for b in backends for s in b.queue),
+            tuple(s.name for s in self.scheduler.slots) + (("slurm",) if self.slurm is not None else ()),
         )
 
     def _post_state(self) -> None:
