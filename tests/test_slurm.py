@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.backends.slurm import SlurmOptions, array_ids, by_array, in_flight_on_slurm, parse_slurm_options
+from gaptui.backends.slurm import (
+    SlurmOptions,
+    array_ids,
+    by_array,
+    elapsed_seconds,
+    in_flight_on_slurm,
+    parse_slurm_options,
+)
 from gaptui.history import read_records
 from gaptui.presets import dump_preset, load_preset
 from gaptui.workspace import Workspace
@@ -126,6 +133,7 @@ def test_slurm_options_merge_validate_and_round_trip(tmp_path: Path) -> None:
         {"hash": "d", "status": "running"},
     ]
     assert in_flight_on_slurm(records) == {"a"}
+    assert elapsed_seconds("00:01:11") == 71 and elapsed_seconds("1-02:00:00") == 93600 and elapsed_seconds("") is None
     with pytest.raises(GaptuiError, match="time = 1 min leaves no room"):
         SlurmOptions(time=1).check("x")
     # a preset's [slurm] table is read, validated and written back

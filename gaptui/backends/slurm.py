@@ -213,6 +213,18 @@ def make_watcher() -> Any:
     return _watcher_class()(delay_s=600)
 
 
+def elapsed_seconds(text: str | None) -> float | None:
+    """sacct's ``[D-]HH:MM:SS`` as seconds; None when absent."""
+    if not text:
+        return None
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+        return float(int(days or 0) * 86400 + sum(v * 60**i for i, v in enumerate(reversed(parts))))
+    except ValueError:
+        return None
+
+
 def job_state(info: dict[str, str]) -> str:
     """``CANCELLED by 0`` -> ``CANCELLED``; ``UNKNOWN`` while sacct does not know the job yet."""
     return (info.get("State") or "UNKNOWN").split()[0].rstrip("+")
@@ -322,6 +334,7 @@ class SlurmScheduler(Scheduler):
             if not meta.get("job_id"):
                 continue  # never submitted: planning the grid queues it again
             self._track(RunSpec.from_dict(record["spec"]), meta, record.get("slot") or "slurm")
+            self.running[record["hash"]].started = float(record.get("started_ts") or time.time())
             reattached.append(record["id"])
         return reattached, []
 
@@ -492,6 +505,9 @@ class SlurmScheduler(Scheduler):
         del self.running[h]
         fields = self.outcome(job, code)
         fields["slurm"] = dict(meta)
+        elapsed = elapsed_seconds(info.get("Elapsed"))
+        if elapsed is not None:  # Slurm's figure holds even when the manager was away while the job ran
+            fields["duration"] = elapsed
         if fields["status"] == "failed":
             fields["error"] = self._failure(job, state, info, outcome, retry_reason, fields.get("error"))
             fields["log_tail"] = fields["log_tail"] or tail(job_paths(self.ws, self.job_ids[h]).stderr)
