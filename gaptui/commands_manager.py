@@ -562,6 +562,11 @@ def show_cmd(
         value = record.get(key)
         if value not in (None, "", []):
             head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
+    slurm = record.get("slurm") or {}
+    if slurm.get("jobs"):
+        state = " ".join(str(slurm[k]) for k in ("state", "reason", "node") if slurm.get(k))
+        jobs = ", ".join(slurm["jobs"])
+        head.add_row("slurm", escape(f"job(s) {jobs}: {state}; resubmitted {slurm.get('retries', 0)}x"))
     for key, value in (record.get("metrics") or {}).items():
         head.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     repro = record.get("repro") or {}

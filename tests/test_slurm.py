@@ -296,6 +296,7 @@ def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
     assert "the task died without reporting" in orphan["error"]
     shown = run_cli("show", hard["id"], "-w", str(ws))
     assert shown.returncode == 0 and "worker exited with status 7" in shown.stdout
+    assert f"job(s) {hard['slurm']['job_id']}: FAILED" in shown.stdout
 
 
 @pytest.mark.slurm
