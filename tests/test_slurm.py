@@ -8,6 +8,7 @@ shares with itself, hence ``--force``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -150,9 +151,10 @@ def test_slurm_options_merge_validate_and_round_trip(tmp_path: Path) -> None:
 
 def test_run_refuses_a_tmp_workspace_and_bad_slurm_input(tmp_path: Path) -> None:
     preset = _preset(tmp_path)
-    res = run_cli("run", "--preset", str(preset), "--workspace", str(tmp_path / "ws"), "--backend", "slurm")
+    under_tmp = Path("/tmp") / f"gaptui-{os.getpid()}-refused" / "ws"  # pytest's own folders may live elsewhere
+    res = run_cli("run", "--preset", str(preset), "--workspace", str(under_tmp), "--backend", "slurm")
     assert res.returncode == 2 and res.stderr.startswith("error: workspace") and "--force" in res.stderr
-    assert not (tmp_path / "ws" / "history.json").exists()
+    assert not under_tmp.exists()
     res = run_cli("run", "--preset", str(preset), "--workspace", str(tmp_path / "ws"), "--backend", "pbs")
     assert res.returncode == 2 and "--backend 'pbs': expected local or slurm" in res.stderr
     res = run_cli("run", "--preset", str(preset), "--workspace", str(tmp_path / "ws"), "--detach")
