@@ -11,13 +11,17 @@ Variants, each one run option switched alone away from gaptui's defaults, plus a
 - ``ones``: ``features=ones`` (the paper's constant inputs, with our linear input layer);
 - ``conv-input``: ``input_layer=conv`` (the paper's per-model first message-passing layer);
 - ``whole-batch-norm``: ``norm=whole-batch`` (the paper's two GraphNorms over the whole batch);
-- ``paper``: all three (the paper's package as Table C.2 and the issue describe it).
+- ``paper``: all three (the paper's package, whose Table C.2 parameter counts these options reproduce).
 
-Every run is ``python -m engine`` on a spec written here (the worker gaptui's scheduler starts), torch pinned to
-one thread, runs one after the other. Finished runs are skipped when the script is started again on the same
-``--out``. The printed tables give, per variant, each model's median final validation LAP accuracy (percent)
-over the seeds, the spread best - worst of those medians, the model order and the Kendall tau of that order
-against the ``ours`` order, then the same accuracies as differences from ``ours``.
+Every run is the engine worker (``engine.worker.main``, what ``python -m engine`` runs for gaptui's scheduler)
+on a spec written here, called in this process so that torch and PyG are imported once (a fresh interpreter
+costs minutes of start-up on a loaded machine at nice 19); torch is pinned to one thread, runs go one after the
+other. Each run folder is a normal run folder: finished runs are skipped and cut-short ones resume from their
+checkpoint when the script is started again on the same ``--out``.
+
+The printed tables give, per variant, each model's median final validation LAP accuracy (percent) over the
+seeds, the spread best - worst of those medians, the model order and the Kendall tau of that order against the
+``ours`` order, then the same accuracies as differences from ``ours``.
 """
 
 from __future__ import annotations
@@ -26,18 +30,25 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+# One thread, set before torch is imported.
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
+from engine import worker  # noqa: E402
 from engine.spec import RunSpec  # noqa: E402
 from gaptui.reference import kendall_tau  # noqa: E402
+
+torch.set_num_threads(1)
 
 #: In the order they run (seed-major): the two ends first, so a cut-short ablation still compares them.
 VARIANTS: dict[str, dict[str, str]] = {
@@ -96,11 +107,9 @@ def run(spec: RunSpec, folder: Path) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "engine", "--spec", str(spec_path), "--out", str(folder), "--quiet"]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: run {folder} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    code = worker.main(["--spec", str(spec_path), "--out", str(folder), "--quiet"])
+    if code != 0:
+        raise SystemExit(f"error: run {folder} failed (exit {code}); see {folder / 'log.txt'}")
     return json.loads((folder / "result.json").read_text())
 
 
