@@ -112,3 +112,21 @@ def test_a_manager_removes_temp_files_left_by_crashed_writers(tmp_path: Path) ->
     with History(ws, write=True):
         pass
     assert not any(p.exists() for p in stale) and live.exists()
+
+
+def test_a_moved_workspace_opens_its_own_runs(tmp_path: Path) -> None:
+    import shutil
+
+    old = Workspace(tmp_path / "old")
+    (old.runs / "000000000001").mkdir(parents=True)
+    (old.runs / "000000000002").mkdir(parents=True)
+    with History(old, write=True) as h:
+        h.put_many([_record(1, run_dir=str(old.runs / "000000000001"))])
+    # a record written by an older gaptui, with an absolute path
+    data = json.loads(old.history.read_text())
+    data["runs"]["2"] = _record(2, run_dir=str(old.runs / "000000000002"))
+    old.history.write_text(json.dumps(data))
+    new = Workspace(tmp_path / "new")
+    shutil.move(old.root, new.root)
+    dirs = {r["id"]: r["run_dir"] for r in read_records(new)}
+    assert dirs == {"000000000001": str(new.runs / "000000000001"), "000000000002": str(new.runs / "000000000002")}
