@@ -11,13 +11,17 @@ Variants, each one run option switched alone away from gaptui's defaults, plus a
 - ``ones``: ``features=ones`` (the paper's constant inputs, with our linear input layer);
 - ``conv-input``: ``input_layer=conv`` (the paper's per-model first message-passing layer);
 - ``whole-batch-norm``: ``norm=whole-batch`` (the paper's two GraphNorms over the whole batch);
-- ``paper``: all three (the paper's package as Table C.2 and the issue describe it).
+- ``paper``: all three (the paper's package, whose Table C.2 parameter counts these options reproduce).
 
-Every run is ``python -m engine`` on a spec written here (the worker gaptui's scheduler starts), torch pinned to
-one thread, runs one after the other. Finished runs are skipped when the script is started again on the same
-``--out``. The printed tables give, per variant, each model's median final validation LAP accuracy (percent)
-over the seeds, the spread best - worst of those medians, the model order and the Kendall tau of that order
-against the ``ours`` order, then the same accuracies as differences from ``ours``.
+Every run is the engine worker (``engine.worker.main``, what ``python -m engine`` runs for gaptui's scheduler)
+on a spec written here, called in this process so that torch and PyG are imported once (a fresh interpreter
+costs minutes of start-up on a loaded machine at nice 19); torch is pinned to one thread, runs go one after the
+other. Each run folder is a normal run folder: finished runs are skipped and cut-short ones resume from their
+checkpoint when the script is started again on the same ``--out``.
+
+The printed tables give, per variant, each model's median final validation LAP accuracy (percent) over the
+seeds, the spread best - worst of those medians, the model order and the Kendall tau of that order against the
+``ours`` order, then the same accuracies as differences from ``ours``.
 """
 
 from __future__ import annotations
@@ -26,18 +30,25 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+# One thread, set before torch is imported.
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
+from engine import worker  # noqa: E402
 from engine.spec import RunSpec  # noqa: E402
 from gaptui.reference import kendall_tau  # noqa: E402
+
+torch.set_num_threads(1)
 
 #: In the order they run (seed-major): the two ends first, so a cut-short ablation still compares them.
 VARIANTS: dict[str, dict[str, str]] = {
@@ -64,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=4)
     parser.add_argument("--probe", action="store_true", help="time one epoch per (variant, model) and stop")
+    parser.add_argument("--report", action="store_true", help="only tabulate the runs that already finished")
     return parser.parse_args(argv)
 
 
@@ -96,11 +108,9 @@ def run(spec: RunSpec, folder: Path) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "engine", "--spec", str(spec_path), "--out", str(folder), "--quiet"]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: run {folder} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    code = worker.main(["--spec", str(spec_path), "--out", str(folder), "--quiet"])
+    if code != 0:
+        raise SystemExit(f"error: run {folder} failed (exit {code}); see {folder / 'log.txt'}")
     return json.loads((folder / "result.json").read_text())
 
 
@@ -133,9 +143,12 @@ def probe(args: argparse.Namespace, variants: list[str], models: list[str]) -> N
 
 
 def median_table(results: dict[str, dict[str, list[float]]], variants: list[str], models: list[str]) -> list[str]:
-    """Markdown rows: per variant, median accuracy per model, spread, order and tau against ``ours``."""
-    medians = {v: {m: statistics.median(results[v][m]) for m in models} for v in variants}
-    base_order = sorted(models, key=lambda m: -medians[variants[0]][m])
+    """Markdown rows: per variant, median accuracy per model, spread, order and tau against the first variant.
+
+    Cells without a finished run show as "-" and are left out of that variant's spread, order and tau.
+    """
+    medians = {v: {m: statistics.median(results[v][m]) for m in models if results[v][m]} for v in variants}
+    base = medians[variants[0]]
     lines = [
         "| variant | " + " | ".join(models) + " | spread best - worst | order | tau vs " + variants[0] + " |",
         "|---|" + "---|" * (len(models) + 3),
@@ -146,16 +159,33 @@ def median_table(results: dict[str, dict[str, list[float]]], variants: list[str]
         for m in models:
             values = results[v][m]
             span = f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else ""
-            cells.append(f"{row[m]:.1f}{span}")
-        order = sorted(models, key=lambda m: -row[m])
-        spread = max(row.values()) - min(row.values())
-        tau = kendall_tau([row[m] for m in base_order], [medians[variants[0]][m] for m in base_order])
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {spread:.1f} | {' > '.join(order)} | {tau:+.2f} |")
+            cells.append(f"{row[m]:.1f}{span}" if values else "-")
+        order = sorted(row, key=lambda m: -row[m])
+        spread = f"{max(row.values()) - min(row.values()):.1f}" if len(row) > 1 else "-"
+        common = [m for m in models if m in row and m in base]
+        tau = kendall_tau([row[m] for m in common], [base[m] for m in common]) if len(common) > 1 else float("nan")
+        tau_text = "-" if tau != tau else f"{tau:+.2f}"
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {spread} | {' > '.join(order)} | {tau_text} |")
     lines += ["", "| variant | " + " | ".join(f"{m} - ours" for m in models) + " |", "|---|" + "---|" * len(models)]
     for v in variants[1:]:
-        diffs = [f"{medians[v][m] - medians[variants[0]][m]:+.1f}" for m in models]
+        diffs = [f"{medians[v][m] - base[m]:+.1f}" if m in medians[v] and m in base else "-" for m in models]
         lines.append(f"| {v} | " + " | ".join(diffs) + " |")
     return lines
+
+
+def finished(spec: RunSpec, folder: Path) -> dict[str, Any] | None:
+    """The result of ``spec`` in ``folder`` when that run finished, else None."""
+    try:
+        result = json.loads((folder / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return result if result.get("status") == "done" and result.get("run") == spec.hash() else None
+
+
+def run_seconds(folder: Path) -> float:
+    """Seconds spent training and evaluating (epoch and eval events, over every start of a resumed run)."""
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line.strip()]
+    return sum(e.get("seconds") or 0.0 for e in events if e.get("event") in ("epoch", "eval"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                 spec = make_spec(args, variant, model, seed, args.epochs)
                 folder = args.out / "runs" / variant / f"{model}-s{seed}"
                 t0 = time.perf_counter()
-                result = run(spec, folder)
+                result = finished(spec, folder) if args.report else run(spec, folder)
+                if result is None:
+                    continue
                 acc = 100 * result["metrics"]["val_lap_acc"]
                 results[variant][model].append(acc)
                 records.append(
@@ -193,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
                         "params": result.get("params"),
                         "width": result.get("width"),
                         "curve": curve(folder),
+                        "seconds": run_seconds(folder),
                     }
                 )
+                if args.report:
+                    continue
                 print(f"{variant:>18} {model:>9} seed {seed}: {acc:5.1f}%  ({time.perf_counter() - t0:5.0f} s)")
                 sys.stdout.flush()
     wall = time.perf_counter() - started
@@ -205,12 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     lines = [protocol, "", *median_table(results, variants, models), ""]
     load1 = os.getloadavg()[0]
-    lines.append(f"wall time {wall / 60:.1f} min; load average {load0[0]:.1f} at start, {load1:.1f} at end")
+    total = sum(r["seconds"] for r in records) / 60
+    lines.append(f"{len(records)} runs, {total:.0f} min of training and evaluation in all (one thread each)")
+    if not args.report:
+        lines.append(f"wall time {wall / 60:.1f} min; load average {load0[0]:.1f} at start, {load1:.1f} at end")
     text = "\n".join(lines)
     print()
     print(text)
-    (args.out / "results.json").write_text(json.dumps({"protocol": protocol, "runs": records}, indent=1))
-    (args.out / "table.md").write_text(text + "\n")
+    if not args.report:
+        (args.out / "results.json").write_text(json.dumps({"protocol": protocol, "runs": records}, indent=1))
+        (args.out / "table.md").write_text(text + "\n")
     return 0
 
 

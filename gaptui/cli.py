@@ -272,6 +272,15 @@ def train_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
     data_seed: Annotated[int, typer.Option("--data-seed", help="Dataset seed.")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Pairs per optimiser step.")] = 100,
+    features: Annotated[
+        str, typer.Option("--features", help="Node inputs: degree, or ones (the paper's constant inputs).")
+    ] = "degree",
+    input_layer: Annotated[
+        str, typer.Option("--input-layer", help="linear, or conv (the paper's per-model first layer).")
+    ] = "linear",
+    norm: Annotated[
+        str, typer.Option("--norm", help="per-graph, or whole-batch (the paper's GraphNorm placement).")
+    ] = "per-graph",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].")] = "auto",
     noise_model: Annotated[
         Optional[str],  # noqa: UP045
@@ -310,6 +319,9 @@ def train_cmd(
             "model": model,
             "epochs": epochs,
             "batch_size": batch_size,
+            "features": features,
+            "input_layer": input_layer,
+            "norm": norm,
             "seed": seed,
             "device": device,
             "datasets_dir": str(ws.datasets),
@@ -461,12 +473,13 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_gape, commands_manager, commands_properties
+    from gaptui import commands_analysis, commands_gape, commands_manager, commands_properties, commands_slurm
 
     commands_manager.register(app)
     commands_analysis.register(app)
     commands_properties.register(app)
     commands_gape.register(app)
+    commands_slurm.register(app)
 
 
 _register_commands()

@@ -20,7 +20,24 @@ from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.commands_slurm import (
+    AccountOpt,
+    ArrayParallelismOpt,
+    CpusPerRunOpt,
+    DetachOpt,
+    ForceOpt,
+    GpusPerRunOpt,
+    MaxRetriesOpt,
+    MemPerRunOpt,
+    PartitionOpt,
+    QosOpt,
+    SlurmRunOpts,
+    TimeOpt,
+)
 from gaptui.workspace import Workspace
+
+#: Rows of live runs in the progress display.
+PROGRESS_ROWS = 24
 
 
 def register(app: typer.Typer) -> None:
@@ -51,8 +68,30 @@ def run_cmd(
         Optional[float],  # noqa: UP045
         typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="Where runs execute: local (this machine) or slurm (job arrays through submitit; the workspace "
+            "must be on a filesystem the compute nodes see under the same path).",
+        ),
+    ] = "local",
+    slurm: SlurmRunOpts = None,
+    partition: PartitionOpt = None,
+    account: AccountOpt = None,
+    qos: QosOpt = None,
+    time_min: TimeOpt = None,
+    gpus_per_run: GpusPerRunOpt = None,
+    cpus_per_run: CpusPerRunOpt = None,
+    mem_per_run: MemPerRunOpt = None,
+    array_parallelism: ArrayParallelismOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    detach: DetachOpt = False,
+    force: ForceOpt = False,
 ) -> None:
-    """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid."""
+    """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
+
+    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
     from engine.tasks import check_run_options
     from gaptui import launch
     from gaptui.history import History
@@ -64,6 +103,34 @@ def run_cmd(
     spec_preset = load_preset(preset, ws)
     for note in spec_preset.notes:
         err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
+    slurm_options = None
+    if backend == "slurm":
+        from gaptui.backends.slurm import check_shared_workspace, parse_slurm_options, sbatch_available
+        from gaptui.presets import slurm_options as preset_slurm
+
+        check_shared_workspace(ws, force)
+        slurm_options = (
+            preset_slurm(spec_preset)
+            .merged(
+                partition=partition,
+                account=account,
+                qos=qos,
+                time=time_min,
+                gpus_per_run=gpus_per_run,
+                cpus_per_run=cpus_per_run,
+                mem_per_run=mem_per_run,
+                array_parallelism=array_parallelism,
+                max_retries=max_retries,
+                options=parse_slurm_options(slurm or []),
+            )
+            .check("gaptui run")
+        )
+        if not dry_run and not sbatch_available():
+            raise GaptuiError("--backend slurm: sbatch not found on PATH; run on a Slurm login node")
+    elif backend != "local":
+        raise GaptuiError(f"--backend '{backend}': expected local or slurm")
+    elif detach:
+        raise GaptuiError("--detach needs --backend slurm (local workers stop with the manager)")
     cores = len(os.sched_getaffinity(0))
     if cpu_jobs is not None and cpu_jobs > cores:
         err_console.print(
@@ -96,7 +163,16 @@ def run_cmd(
         return
 
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
-        scheduler = Scheduler(ws, history, slots, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries)
+        if slurm_options is not None:
+            from gaptui.backends.slurm import SlurmScheduler
+
+            scheduler: Any = SlurmScheduler(
+                ws, history, slurm_options, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries
+            )
+        else:
+            scheduler = Scheduler(
+                ws, history, slots, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries
+            )
         reattached, requeued = scheduler.recover()
         if reattached or requeued:
             err_console.print(
@@ -106,22 +182,43 @@ def run_cmd(
         known = {r["hash"]: r["status"] for r in history.records()}
         grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
         _check_plan_memory(grid_plan.specs)
+        elsewhere: set[str] = set()
+        if slurm_options is None:
+            from gaptui.backends.slurm import in_flight_on_slurm
+
+            elsewhere = in_flight_on_slurm(history.records()) & {s.hash() for s in grid_plan.to_run}
+            if elsewhere:
+                err_console.print(
+                    f"{len(elsewhere)} run(s) of this grid are in flight on Slurm and are left to it; re-attach "
+                    f"with `gaptui run --preset {spec_preset.name} --backend slurm`",
+                    highlight=False,
+                )
         with err_console.status("preparing inputs ...") as status:
 
             def progress(done: int, total: int, label: str) -> None:
                 status.update(f"inputs {done}/{total}: {escape(label)} ready")
 
-            launched = launch.launch(scheduler, grid_plan, progress)
+            launched = launch.launch(scheduler, grid_plan, progress, leave=elsewhere)
         for run_hash, error in launched.failed.items():
             err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
+        where = "Slurm" if slurm_options else f"{len(slots)} slot(s)"
         err_console.print(
             f"preset {spec_preset.name}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
             f"{len(grid_plan.failed)} failed before"
             f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-            f"{len(launched.queued) + len(scheduler.running)} to run on {len(slots)} slot(s)",
+            f"{len(launched.queued) + len(scheduler.running) + len(elsewhere)} to run on {where}",
             highlight=False,
         )
         hashes = {s.hash() for s in grid_plan.specs}
+        if detach:
+            scheduler.step()  # submits everything queued
+            left = scheduler.detach()
+            err_console.print(
+                f"detached: {len(left)} run(s) queued or running on Slurm; follow them with `gaptui slurm status`, "
+                f"re-attach with `gaptui run --preset {spec_preset.name} --backend slurm`",
+                highlight=False,
+            )
+            return
         _drive(scheduler, history, hashes, spec_preset.name)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
@@ -261,7 +358,9 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
     for col in ("run", "run of", "seed", "epoch", "last", "slot"):
         table.add_column(col)
     by_hash = {r["hash"]: r for r in records}
-    for job in scheduler.running.values():
+    # Started runs first; a Slurm grid follows thousands of pending ones, which the counts above cover.
+    shown = sorted(scheduler.running.values(), key=lambda job: not job.last)[:PROGRESS_ROWS]
+    for job in shown:
         last = job.last
         record = by_hash.get(job.run_hash, {})
         epochs = getattr(job.spec, "epochs", None)
@@ -459,6 +558,11 @@ def show_cmd(
         value = record.get(key)
         if value not in (None, "", []):
             head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
+    slurm = record.get("slurm") or {}
+    if slurm.get("jobs"):
+        state = " ".join(str(slurm[k]) for k in ("state", "reason", "node") if slurm.get(k))
+        jobs = ", ".join(slurm["jobs"])
+        head.add_row("slurm", escape(f"job(s) {jobs}: {state}; resubmitted {slurm.get('retries', 0)}x"))
     for key, value in (record.get("metrics") or {}).items():
         name = key
         if fam is not None and key in {m.key for m in fam.metrics}:

@@ -328,6 +328,16 @@ class History:
         with self._writing():
             self.runs.update(self._stored(fields), Query().hash == run_hash)
 
+    def update_many(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Change fields of many records (spec hash -> fields) with one write of the file."""
+        if not updates:
+            return
+
+        def apply(doc: dict[str, Any]) -> None:
+            doc.update(updates[doc["hash"]])
+
+        self.runs.update(apply, lambda doc: doc.get("hash") in updates)
+
 
 #: Top-level fields of a schema-1 record that schema 2 keeps in ``axes`` (or reads from the spec).
 _V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "model")

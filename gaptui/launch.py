@@ -171,9 +171,12 @@ def _enqueue_prepared(
     return good, errors
 
 
-def launch(scheduler: Scheduler, grid_plan: Plan, progress: Progress | None = None) -> Launched:
-    """Prepare the inputs of the plan's runs and queue them (runs already queued or running are left alone)."""
-    busy = set(scheduler.running) | {s.hash() for s in scheduler.queue}
+def launch(
+    scheduler: Scheduler, grid_plan: Plan, progress: Progress | None = None, leave: Iterable[str] = ()
+) -> Launched:
+    """Prepare the inputs of the plan's runs and queue them. Runs already queued or running here, and the run hashes
+    in ``leave`` (in flight on another backend), are left alone and counted as in flight."""
+    busy = set(scheduler.running) | {s.hash() for s in scheduler.queue} | set(leave)
     todo = [s for s in grid_plan.to_run if s.hash() not in busy]
     preset = grid_plan.preset
     queued, errors = _enqueue_prepared(scheduler, todo, progress, preset.name, len(preset.seeds))

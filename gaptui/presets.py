@@ -3,6 +3,8 @@
 A preset names its family with ``task = "..."`` (default ``alignment``); everything else in the file is the
 family's own grid description, validated by the family (:meth:`engine.tasks.TaskFamily.parse_preset`). The
 alignment format (datasets x noise x models x seeds) is described in :class:`engine.tasks.alignment.Preset`.
+A ``[slurm]`` table (used with ``--backend slurm``, see :class:`gaptui.backends.slurm.SlurmOptions`) is the
+manager's: it is parsed here, for any family whose preset declares a ``slurm`` field.
 
 ``--preset NAME`` looks for ``NAME`` as a path, then ``<workspace>/presets/NAME.toml``, then the presets shipped
 with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
@@ -10,12 +12,16 @@ with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import Placement, PresetBase, family, task_of
-from engine.tasks.alignment import DatasetEntry, Preset, RunOptions, dump_preset
+from engine.tasks.alignment import DatasetEntry, Preset, RunOptions, toml_value
+from engine.tasks.alignment import dump_preset as dump_alignment_preset
+from engine.typed import parse_dataclass
+from gaptui.backends.slurm import SlurmOptions
 from gaptui.workspace import Workspace
 
 try:
@@ -38,6 +44,7 @@ __all__ = [
     "placement",
     "preset_names",
     "preset_task",
+    "slurm_options",
 ]
 
 
@@ -93,7 +100,34 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Any:
         fam = family(task_of(raw))
     except GaptuiError as exc:
         raise GaptuiError(f"{where}: key 'task': {exc}") from None
-    return fam.parse_preset(raw, where, path)
+    preset = fam.parse_preset({k: v for k, v in raw.items() if k != "slurm"}, where, path)
+    takes_slurm = dataclasses.is_dataclass(preset) and "slurm" in {f.name for f in dataclasses.fields(preset)}
+    if not takes_slurm:
+        if "slurm" in raw:
+            raise GaptuiError(f"{where}: key 'slurm': the {fam.name} family does not run on Slurm")
+        return preset
+    slurm = parse_dataclass(SlurmOptions, raw.get("slurm", {}), f"{where}: [slurm]").check(f"{where}: [slurm]")
+    return dataclasses.replace(preset, slurm=slurm)
+
+
+def slurm_options(preset: Any) -> SlurmOptions:
+    """A preset's ``[slurm]`` settings (the defaults when it has none)."""
+    return getattr(preset, "slurm", None) or SlurmOptions()
+
+
+def dump_preset(preset: Preset) -> str:
+    """TOML text of an alignment preset with its ``[slurm]`` table; ``load_preset`` reads it back equal."""
+    defaults = SlurmOptions()
+    options = slurm_options(preset)
+    lines = [
+        f"{key} = {toml_value(value)}"
+        for key, value in dataclasses.asdict(options).items()
+        if key != "options" and value is not None and value != getattr(defaults, key)
+    ]
+    if options.options:
+        inner = ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in options.options.items())
+        lines.append(f"options = {{ {inner} }}")
+    return dump_alignment_preset(preset) + ("\n[slurm]\n" + "\n".join(lines) + "\n" if lines else "")
 
 
 def placement(ws: Workspace) -> Placement:

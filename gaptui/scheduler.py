@@ -294,8 +294,8 @@ class Scheduler:
         """
         reattached, requeued = [], []
         for record in self.history.records():
-            if record["status"] != "running":
-                continue
+            if record["status"] != "running" or record.get("backend", "local") != "local":
+                continue  # runs on another backend (a Slurm job) are that backend's to re-attach
             spec = load_spec(record["spec"])
             pid = record.get("pid")
             slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
@@ -326,26 +326,33 @@ class Scheduler:
         for job in list(self.running.values()):
             self._follow(job)
         free = [slot for slot in self.slots if slot.busy is None]
-        if not free or not self.queue:
-            return
+        for spec in self.take_ready(len(free)):
+            self._start(spec, free.pop(0))
+
+    def take_ready(self, limit: int | None = None) -> list[TaskSpec]:
+        """Take up to ``limit`` queued specs whose dependencies are done, in queue order; a spec whose dependency
+        can never be done is recorded ``blocked`` (naming the culprit) and dropped from the queue."""
+        if limit == 0 or not self.queue:
+            return []
         if not self.depends:
-            while free and self.queue:
-                self._start(self.queue.popleft(), free.pop(0))
-            return
+            count = len(self.queue) if limit is None else min(limit, len(self.queue))
+            return [self.queue.popleft() for _ in range(count)]
+        taken: list[TaskSpec] = []
         statuses = {h: r["status"] for h, r in self.history.by_hash().items()}
         pending = {s.hash() for s in self.queue} | set(self.running)
         for spec in list(self.queue):
             h = spec.hash()
             verdict = self._ready(h, statuses, pending)
-            if verdict is True and free:
+            if verdict is True and (limit is None or len(taken) < limit):
                 self.queue.remove(spec)
-                self._start(spec, free.pop(0))
+                taken.append(spec)
             elif isinstance(verdict, str):
                 self.queue.remove(spec)
                 pending.discard(h)
                 statuses[h] = "blocked"
                 self._status(h, status="blocked", error=verdict, finished=now())
                 self.finished.append({"hash": h, "status": "blocked", "error": verdict})
+        return taken
 
     def _ready(self, run_hash: str, statuses: dict[str, str], pending: set[str]) -> bool | str:
         """True when every dependency is done, False while one is still to run, else why it never will."""
@@ -441,6 +448,16 @@ class Scheduler:
     def _finish(self, job: Job, code: int, requeue: bool = True) -> None:
         self.running.pop(job.run_hash, None)
         job.slot.busy = None
+        fields = self.outcome(job, code)
+        if fields["status"] == "failed":
+            record = self.history.by_hash().get(job.run_hash, {})
+            if requeue and int(record.get("attempts") or 0) <= self.retries:
+                self.queue.append(job.spec)
+        self._status(job.run_hash, **fields)
+        self.finished.append({"hash": job.run_hash, **fields})
+
+    def outcome(self, job: Job, code: int) -> dict[str, Any]:
+        """The record fields of a worker that exited with ``code``: status, metrics or error, log tail, repro."""
         result = _read_json(job.run_dir / "result.json")
         record = self.history.by_hash().get(job.run_hash, {})
         fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
@@ -469,10 +486,7 @@ class Scheduler:
             if job.timed_out:
                 message = f"timed out after {self.timeout:g} s"
             fields.update(status="failed", error=message or f"worker exited with status {code}")
-            if requeue and int(record.get("attempts") or 0) <= self.retries:
-                self.queue.append(job.spec)
-        self._status(job.run_hash, **fields)
-        self.finished.append({"hash": job.run_hash, **fields})
+        return fields
 
     # ------------------------------------------------------------------------------------------- stopping
 

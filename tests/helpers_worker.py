@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import torch
 from torch import Tensor, nn
 
@@ -32,4 +36,32 @@ class CrashModel(_Base):
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         if self.training and torch.is_grad_enabled():
             raise RuntimeError("injected crash in CrashModel.forward")
+        return super().forward(x, edge_index, batch)
+
+
+class SleepyModel(_Base):
+    """Sleeps 0.25 s per training batch: a run of predictable wall time for time-limit and cancel tests."""
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        if self.training and torch.is_grad_enabled():
+            time.sleep(0.25)
+        return super().forward(x, edge_index, batch)
+
+
+class HardExitModel(_Base):
+    """The worker process ends at once (``os._exit``) in its first training batch: no error event, no result."""
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        if self.training and torch.is_grad_enabled():
+            os._exit(7)
+        return super().forward(x, edge_index, batch)
+
+
+class KillParentModel(_Base):
+    """Kills the process that started the worker (a Slurm task), then exits: the task reports nothing."""
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
+        if self.training and torch.is_grad_enabled():
+            os.kill(os.getppid(), signal.SIGKILL)
+            os._exit(9)
         return super().forward(x, edge_index, batch)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -137,3 +139,24 @@ def test_paper_preset_uses_the_paper_options() -> None:
     )
     first = grid(preset, Workspace.resolve("unused"), limit=2)[-1]
     assert first.canonical()["norm"] == "whole-batch" and first.dataset_spec().canonical()["n_train"] == 5000
+
+
+def test_train_command_takes_the_paper_options(tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import run_cli
+
+    where = ("--workspace", str(tmp_path / "ws"))
+    tiny = ("--base", "er", "-p", "n=12", "-p", "degree=3", "--noise", "0.1", "--train", "4", "--val", "2")
+    res = run_cli("train", *tiny, "--model", "gcn", "--norm", "whole_batch", *where)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip() == (
+        "error: gaptui train: norm 'whole_batch' is not one of per-graph, whole-batch (did you mean 'whole-batch'?)"
+    )
+    paper = ("--features", "ones", "--input-layer", "conv", "--norm", "whole-batch")
+    res = run_cli("train", *tiny, "--model", "gin", "--epochs", "1", *paper, "--json", *where)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    spec = json.loads((Path(out["out"]) / "spec.json").read_text())
+    assert (spec["features"], spec["input_layer"], spec["norm"]) == ("ones", "conv", "whole-batch")
+    assert 0.0 <= out["val_lap_acc"] <= 1.0

@@ -172,3 +172,21 @@ def test_migrated_history_feeds_the_table_command(tmp_path: Path) -> None:
     (doc,) = json.loads(res.stdout)
     assert doc["dataset"] == "er[n=20]" and doc["rows"] == ["laplacian", "gcn", "gin"]
     assert ws.history.read_bytes() == FIXTURE_V1.read_bytes()  # a reader never rewrites the file
+
+
+def test_a_moved_workspace_opens_its_own_runs(tmp_path: Path) -> None:
+    import shutil
+
+    old = Workspace(tmp_path / "old")
+    (old.runs / "000000000001").mkdir(parents=True)
+    (old.runs / "000000000002").mkdir(parents=True)
+    with History(old, write=True) as h:
+        h.put_many([_record(1, run_dir=str(old.runs / "000000000001"))])
+    # a record written by an older gaptui, with an absolute path
+    data = json.loads(old.history.read_text())
+    data["runs"]["2"] = _record(2, run_dir=str(old.runs / "000000000002"))
+    old.history.write_text(json.dumps(data))
+    new = Workspace(tmp_path / "new")
+    shutil.move(old.root, new.root)
+    dirs = {r["id"]: r["run_dir"] for r in read_records(new)}
+    assert dirs == {"000000000001": str(new.runs / "000000000001"), "000000000002": str(new.runs / "000000000002")}

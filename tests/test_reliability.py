@@ -288,3 +288,16 @@ def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tm
     assert reattached == [] and interrupted == [] and scheduler.refiled == [record["id"]]
     assert filed["status"] == "done" and filed["metrics"]["val_lap_acc"] >= 0
     assert filed["duration"] == pytest.approx(finished_at - started, abs=0.02)
+
+
+# ------------------------------------------------------------------------------------------ missing metrics
+
+
+def test_no_validation_pairs_means_no_metric_never_a_ranked_zero(workspace: Path) -> None:
+    args = [a if a != "6" else "0" for a in TRAIN]  # --val 0
+    res = run_cli(*args, "--epochs", "1", "--json", "--workspace", str(workspace))
+    assert res.returncode == 0, res.stderr
+    record = read_records(Workspace(workspace))[0]
+    assert record["status"] == "done" and "val_lap_acc" not in record["metrics"] and "train_loss" in record["metrics"]
+    table = run_cli("table", "--format", "json", "--workspace", str(workspace))
+    assert table.returncode == 0 and json.loads(table.stdout) == []  # nothing to rank, rather than a 0 % best

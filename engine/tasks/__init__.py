@@ -276,6 +276,9 @@ class PresetBase:
 
     ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
     ``timeout`` (seconds per run or None) and ``retries`` (re-runs of a failed run); ``task`` names the family.
+    A family whose grids may go to a cluster declares a ``slurm`` field (default None): the manager strips the
+    preset's ``[slurm]`` table before the family parses the rest, and attaches its parsed settings there; the engine
+    never reads it.
     """
 
     task: ClassVar[str] = ""

@@ -132,6 +132,8 @@ class Preset(PresetBase):
     path: Path | None = None
     #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: The manager's cluster settings (the preset's ``[slurm]`` table), attached by ``gaptui.presets``.
+    slurm: Any = None
 
     @property
     def size(self) -> int:
@@ -306,39 +308,39 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
 
 def dump_preset(preset: Preset) -> str:
     """TOML text of a preset (what the terminal app saves); ``parse_preset`` reads it back to an equal preset."""
-    lines = [f"name = {_toml(preset.name)}", f"description = {_toml(preset.description)}"]
+    lines = [f"name = {toml_value(preset.name)}", f"description = {toml_value(preset.description)}"]
     lines += [
-        f"noise = {_toml(list(preset.noise))}",
-        f"models = {_toml(list(preset.models))}",
-        f"seeds = {_toml(list(preset.seeds))}",
-        f"laplacian = {_toml(preset.laplacian)}",
+        f"noise = {toml_value(list(preset.noise))}",
+        f"models = {toml_value(list(preset.models))}",
+        f"seeds = {toml_value(list(preset.seeds))}",
+        f"laplacian = {toml_value(preset.laplacian)}",
         "",
         "[run]",
     ]
     defaults = RunOptions()
     for key, value in dataclasses.asdict(preset.run).items():
         if value is not None and value != getattr(defaults, key):
-            lines.append(f"{key} = {_toml(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     for ds in preset.datasets:
-        lines += ["", "[[datasets]]", f"base = {_toml(ds.base)}"]
+        lines += ["", "[[datasets]]", f"base = {toml_value(ds.base)}"]
         if ds.params:
-            inner = ", ".join(f"{k} = {_toml(v)}" for k, v in ds.params.items())
+            inner = ", ".join(f"{k} = {toml_value(v)}" for k, v in ds.params.items())
             lines.append(f"params = {{ {inner} }}")
         for key in ("noise_model", "train", "val"):
             if getattr(ds, key) is not None:
-                lines.append(f"{key} = {_toml(getattr(ds, key))}")
+                lines.append(f"{key} = {toml_value(getattr(ds, key))}")
         if ds.seed:
             lines.append(f"seed = {ds.seed}")
     return "\n".join(lines) + "\n"
 
 
-def _toml(value: Any) -> str:
+def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
 

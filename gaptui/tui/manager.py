@@ -23,6 +23,14 @@ from textual.message import Message
 from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.tasks import PresetBase
+from engine.typed import parse_dataclass
+from gaptui.backends.slurm import (
+    SlurmOptions,
+    SlurmScheduler,
+    check_shared_workspace,
+    in_flight_on_slurm,
+    sbatch_available,
+)
 from gaptui.history import History
 from gaptui.presets import Preset, dump_preset, parse_preset
 from gaptui.scheduler import Scheduler, tail
@@ -152,6 +160,8 @@ class ManagerLoop:
     commands: queue.Queue[Command] = field(default_factory=queue.Queue)
     closed: threading.Event = field(default_factory=threading.Event)
     scheduler: Scheduler | None = None
+    #: The Slurm backend, once a grid went to Slurm or the history holds runs in flight there.
+    slurm: SlurmScheduler | None = None
     _followed: dict[str, _Tailed] = field(default_factory=dict)
     _logs: dict[str, _LogTarget] = field(default_factory=dict)
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -198,19 +208,42 @@ class ManagerLoop:
             return
         self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
         reattached, interrupted = self.scheduler.recover()
+        reattached += self._reattach_slurm()
         refiled = list(self.scheduler.refiled)
         if reattached or interrupted or refiled:
             self.post(Recovered(reattached, interrupted, refiled))
         self._post_state()
 
+    def _reattach_slurm(self) -> list[str]:
+        """Follow the runs a previous manager left queued or running on Slurm, with the settings they went out with."""
+        records = self.history.records()
+        live = in_flight_on_slurm(records)
+        if not live:
+            return []
+        if not sbatch_available():
+            self.post(ManagerNotice(f"{len(live)} run(s) are in flight on Slurm; sbatch is not found here", "warning"))
+            return []
+        self.slurm = self._slurm_backend([r for r in records if r["hash"] in live])
+        return self.slurm.recover()[0]
+
+    def _slurm_backend(self, records: list[dict[str, Any]]) -> SlurmScheduler:
+        """A Slurm backend with the settings these runs were last submitted with."""
+        saved = next((r["slurm"]["options"] for r in records if (r.get("slurm") or {}).get("options")), {})
+        options = parse_dataclass(SlurmOptions, saved, f"{self.ws.history}: slurm options")
+        return SlurmScheduler(self.ws, self.history, options, listener=self._listen)
+
+    def _backends(self) -> list[Scheduler]:
+        return [b for b in (self.scheduler, self.slurm) if b is not None]
+
     def _shutdown(self, how: str) -> None:
-        if self.scheduler is not None and how == "detach":
-            # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
-            for spec in list(self.scheduler.queue):
-                self.scheduler.cancel(spec.hash())
-            self._detached = self.scheduler.detach()
-        elif self.scheduler is not None and self.scheduler.pending():
-            self.scheduler.stop_all()
+        for backend in self._backends():
+            if how == "detach":
+                # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
+                for spec in list(backend.queue):
+                    backend.cancel(spec.hash())
+                self._detached += backend.detach()
+            elif backend.pending():
+                backend.stop_all()
         self._flush_events()
         self._finished = how
         self.post(ManagerClosed(how, list(self._detached)))
@@ -241,7 +274,8 @@ class ManagerLoop:
                 self.history.update(command.run_hash, **command.fields)
                 self.post(RunUpdated(command.run_hash, dict(command.fields)))
             elif isinstance(command, StopAll):
-                self.scheduler.stop_all()
+                for backend in self._backends():
+                    backend.stop_all()
         except GaptuiError as exc:
             self.post(ManagerNotice(str(exc), "error"))
         except Exception as exc:  # noqa: BLE001 - one failed command must not end the supervision of running workers
@@ -261,16 +295,24 @@ class ManagerLoop:
             preset = parse_preset(tomllib.loads(dump_preset(preset)))
         elif preset.path is not None:
             preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
-        self.scheduler.set_slots(command.slots.slots())
-        self.scheduler.timeout = preset.timeout
-        self.scheduler.retries = preset.retries
+        target: Scheduler = self.scheduler
+        if command.slots.backend == "slurm":
+            target = self._slurm_for(preset)
+        else:
+            self.scheduler.set_slots(command.slots.slots())
+            self.scheduler.timeout = preset.timeout
+        target.retries = preset.retries
         known = {r["hash"]: r["status"] for r in self.history.records()}
         grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)
+        # Runs followed by the other backend here, or submitted to Slurm by another manager, are left alone.
+        other = [b for b in self._backends() if b is not target]
+        leave = {h for b in other for h in (*b.running, *(s.hash() for s in b.queue))}
+        leave |= in_flight_on_slurm(self.history.records()) - set(target.running)
         if grid_plan.to_run:
             self._building = f"preparing inputs for {len(grid_plan.to_run)} run(s)"
             self._post_state()
             try:
-                launched = launch.launch(self.scheduler, grid_plan, self._preparing)
+                launched = launch.launch(target, grid_plan, self._preparing, leave=leave)
             finally:
                 self._building = ""
         else:
@@ -284,16 +326,29 @@ class ManagerLoop:
             parts.append(f"{launched.in_flight} already in flight")
         if launched.failed:
             parts.append(f"{len(launched.failed)} failed to prepare")
-        parts.append(f"{len(launched.queued)} queued on {len(self.scheduler.slots)} slot(s)")
+        where = "Slurm" if target is self.slurm else f"{len(self.scheduler.slots)} slot(s)"
+        parts.append(f"{len(launched.queued)} queued on {where}")
         self.post(ManagerNotice(", ".join(parts)))
 
     def _preparing(self, done: int, total: int, label: str) -> None:
         self._building = f"inputs {done}/{total} ready ({label})"
         self._post_state()
 
+    def _slurm_for(self, preset: PresetBase) -> SlurmScheduler:
+        """The Slurm backend with this preset's [slurm] settings (runs already submitted keep theirs)."""
+        from gaptui.presets import slurm_options
+
+        check_shared_workspace(self.ws, force=False)
+        if not sbatch_available():
+            raise GaptuiError("backend slurm: sbatch not found on PATH; run the app on a Slurm login node")
+        if self.slurm is None:
+            self.slurm = SlurmScheduler(self.ws, self.history, slurm_options(preset), listener=self._listen)
+        self.slurm.configure(slurm_options(preset), preset.timeout)
+        return self.slurm
+
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
-        missed = [h[:12] for h in hashes if not self.scheduler.cancel(h)]
+        missed = [h[:12] for h in hashes if not any(b.cancel(h) for b in self._backends())]
         if missed:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
 
@@ -309,11 +364,18 @@ class ManagerLoop:
             self.post(
                 ManagerNotice(f"{skipped} run(s) not retried: only {', '.join(RETRYABLE)} runs can be", "warning")
             )
-        if records and build:
-            launch.retry(self.scheduler, records, self._preparing)
-            self._building = ""
-        elif records:
-            self.scheduler.enqueue(launch.order_specs(load_spec(r["spec"]) for r in records))
+        # Slurm runs go back to Slurm, with the settings they were submitted with.
+        slurm = [r for r in records if r.get("backend") == "slurm"]
+        if slurm and self.slurm is None:
+            self.slurm = self._slurm_backend(slurm)
+        for target, chosen in ((self.scheduler, [r for r in records if r not in slurm]), (self.slurm, slurm)):
+            if target is None or not chosen:
+                continue
+            if build:
+                launch.retry(target, chosen, self._preparing)
+                self._building = ""
+            else:
+                target.enqueue(launch.order_specs(load_spec(r["spec"]) for r in chosen))
 
     def _follow(self, command: Follow) -> None:
         for run_hash, run_dir in command.runs:
@@ -321,9 +383,7 @@ class ManagerLoop:
             events, offset = read_events(path)
             self.post(RunEvents(run_hash, events, reset=True))
             # Runs of our scheduler stream through its listener; tailing them as well would send events twice.
-            ours = self.scheduler is not None and (
-                run_hash in self.scheduler.running or any(s.hash() == run_hash for s in self.scheduler.queue)
-            )
+            ours = any(run_hash in b.running or any(s.hash() == run_hash for s in b.queue) for b in self._backends())
             ended = bool(events) and events[-1].get("event") in TERMINAL_EVENTS
             if not ours and not ended:
                 self._followed[run_hash] = _Tailed(path, offset)
@@ -353,8 +413,9 @@ class ManagerLoop:
                 self.post(RunEvents(run_hash, events))
 
     def _tick(self) -> None:
-        if self.scheduler is not None and self.scheduler.pending():
-            self.scheduler.step()
+        for backend in self._backends():
+            if backend.pending():
+                backend.step()
         self._flush_events()
         for run_hash, tailed in list(self._followed.items()):
             events, tailed.offset = read_events(tailed.path, tailed.offset)
@@ -395,10 +456,11 @@ class ManagerLoop:
     def _state_fields(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         if self.scheduler is None:
             return (), (), ()
+        backends = self._backends()
         return (
-            tuple(self.scheduler.running),
-            tuple(s.hash() for s in self.scheduler.queue),
-            tuple(s.name for s in self.scheduler.slots),
+            tuple(h for b in backends for h in b.running),
+            tuple(s.hash() for b in backends for s in b.queue),
+            tuple(s.name for s in self.scheduler.slots) + (("slurm",) if self.slurm is not None else ()),
         )
 
     def _post_state(self) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import GaptuiError
+from gaptui.backends.slurm import SlurmOptions
 from gaptui.presets import DatasetEntry, Preset, RunOptions
 
 #: The noise grid of the paper (Table D.3), as shares.
@@ -163,6 +164,8 @@ class SlotConfig:
     gpus: list[str] | None = None
     jobs_per_gpu: int = 1
     cpu_jobs: int | None = None
+    #: ``local`` (the slots above) or ``slurm`` (job arrays with the preset's [slurm] settings).
+    backend: str = "local"
 
     def slots(self) -> list[Any]:
         """The scheduler slots (``make_slots``); may run ``nvidia-smi``, so not on the UI thread."""
@@ -191,8 +194,11 @@ class ExperimentDraft:
     gpus: str = ""
     jobs_per_gpu: str = "1"
     cpu_jobs: str = ""
+    backend: str = "local"
     retry_failed: bool = False
     base_run: RunOptions = field(default_factory=RunOptions)
+    #: The loaded preset's [slurm] table: not on the form, kept so that saving the preset keeps it.
+    base_slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
     def preset(self) -> Preset:
         """The preset this form describes; :class:`GaptuiError` names the field that is wrong."""
@@ -224,17 +230,23 @@ class ExperimentDraft:
             seeds=tuple(parse_seeds(self.seeds)),
             laplacian="laplacian" in self.models,
             run=run,
+            slurm=self.base_slurm,
         )
 
     def slot_config(self) -> SlotConfig:
         """The device-slot fields, parsed like ``gaptui run --gpus/--jobs-per-gpu/--cpu-jobs``."""
+        from gaptui.backends import BACKENDS
         from gaptui.launch import parse_gpus
 
         text = self.gpus.strip()
+        backend = self.backend.strip().lower() or "local"
+        if backend not in BACKENDS:
+            raise GaptuiError(f"backend '{self.backend}': expected {' or '.join(BACKENDS)}")
         return SlotConfig(
             gpus=parse_gpus(text or None),
             jobs_per_gpu=parse_int(self.jobs_per_gpu, "jobs per GPU", 1) or 1,
             cpu_jobs=parse_int(self.cpu_jobs, "CPU jobs"),
+            backend=backend,
         )
 
 
@@ -268,6 +280,7 @@ def draft_from_preset(preset: Preset, keep: ExperimentDraft | None = None) -> Ex
         timeout="" if run.timeout is None else f"{run.timeout:g}",
         retries=str(run.retries),
         base_run=run,
+        base_slurm=preset.slurm,
     )
 
 

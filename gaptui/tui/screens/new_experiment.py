@@ -84,6 +84,7 @@ SLOT_FIELDS = (
     ("gpus", "GPUs", "gpus", "text", "all · none · 0,1"),
     ("jobs-per-gpu", "runs per GPU", "jobs_per_gpu", "integer", ""),
     ("cpu-jobs", "CPU runs", "cpu_jobs", "integer", "auto"),
+    ("backend", "backend", "backend", "text", "local · slurm"),
 )
 
 

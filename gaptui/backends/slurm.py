@@ -1,0 +1,588 @@
+"""The Slurm backend: a preset's runs as job arrays, submitted and polled through submitit.
+
+Each array task runs :func:`run_task` on a compute node, which starts the usual worker (``python -m engine``) on the
+run's folder in the workspace, so the workspace must be on a filesystem the nodes see under the same path. The
+manager follows runs by what the worker writes (``events.jsonl``, ``result.json``) and by the job state that a
+submitit watcher reads with one ``sacct`` call per poll:
+
+=======================================================  ===========================================================
+Slurm state                                              history record
+=======================================================  ===========================================================
+PENDING, REQUEUED, CONFIGURING, SUSPENDED, ...           ``queued`` (``slurm.reason``: why it waits)
+RUNNING, COMPLETING                                      ``running`` (``slot``: the node)
+COMPLETED                                                what the worker reported: ``done``, ``cancelled`` or
+                                                         ``failed``
+FAILED, OUT_OF_MEMORY                                    ``failed`` with the state, reason and log tail
+CANCELLED                                                ``cancelled`` (running the grid again resumes it)
+TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE       submitted again (resumes from its checkpoint), at most
+                                                         ``max_retries`` times, then ``failed``
+=======================================================  ===========================================================
+
+Slurm sends SIGUSR2 ``signal_delay`` seconds before the time limit (``--signal``); the task forwards it to the
+worker as SIGTERM, the worker saves its checkpoint and exits, and the manager resubmits the run. Job ids (every
+submission of a run) are kept in the record's ``slurm`` field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.events import EXIT_CANCELLED, read_events
+from engine.tasks import TaskSpec, load_spec
+from gaptui.history import History, now
+from gaptui.runner import run_id, signal_group, start_worker
+from gaptui.scheduler import GRACE, Job, Listener, Scheduler, Slot, tail
+from gaptui.workspace import Workspace
+
+#: Seconds between two ``sacct`` calls while runs are in flight.
+POLL_SECONDS = 2.0
+#: Slurm's default MaxArraySize is 1001: indices 0-1000.
+MAX_CHUNK = 1000
+#: Folders that compute nodes do not share with the submitting machine.
+LOCAL_ONLY = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "CONFIGURING", "SUSPENDED", "RESIZING")
+RUNNING_STATES = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+#: States after which the run is submitted again (it resumes from its checkpoint).
+RETRY_STATES = ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How runs are submitted: a preset's ``[slurm]`` table, overridden by ``gaptui run`` options."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: int | None = None  # minutes per run; None: the preset's [run] timeout, else the partition's default
+    gpus_per_run: int = 0
+    cpus_per_run: int = 1
+    mem_per_run: float | None = None  # GB; None: the cluster's default per CPU
+    array_parallelism: int = 64  # tasks of one array running at once
+    max_retries: int = 2  # resubmissions after TIMEOUT / NODE_FAIL / PREEMPTED
+    signal_delay: int = 90  # seconds between SIGUSR2 and the time limit
+    chunk: int = MAX_CHUNK  # runs per job array
+    options: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {constraint = "a100"}
+
+    def check(self, where: str) -> SlurmOptions:
+        """Raise a GaptuiError naming the key when a value is out of range; returns self."""
+        limits = {
+            "time": (self.time, 1),
+            "gpus_per_run": (self.gpus_per_run, 0),
+            "cpus_per_run": (self.cpus_per_run, 1),
+            "array_parallelism": (self.array_parallelism, 1),
+            "max_retries": (self.max_retries, 0),
+            "signal_delay": (self.signal_delay, 0),
+            "chunk": (self.chunk, 1),
+        }
+        for key, (value, low) in limits.items():
+            if value is not None and value < low:
+                raise GaptuiError(f"{where}: {key} = {value}: expected an integer >= {low}")
+        if self.chunk > MAX_CHUNK:
+            raise GaptuiError(f"{where}: chunk = {self.chunk}: at most {MAX_CHUNK} (Slurm's default MaxArraySize)")
+        if self.time is not None and self.time * 60 < self.signal_delay + 120:
+            # Slurm sends the warning up to a minute early (its timer resolution); the worker also needs to start.
+            raise GaptuiError(
+                f"{where}: time = {self.time} min leaves no room for the warning signal_delay = {self.signal_delay} s "
+                f"plus Slurm's one-minute timer resolution; expected time >= {-(-(self.signal_delay + 120) // 60)} "
+                "min (or a smaller signal_delay)"
+            )
+        if self.mem_per_run is not None and self.mem_per_run <= 0:
+            raise GaptuiError(f"{where}: mem_per_run = {self.mem_per_run:g}: expected a positive number of GB")
+        return self
+
+    def merged(self, **overrides: Any) -> SlurmOptions:
+        """These options with the given non-None values replaced (``options`` entries are added)."""
+        extra = overrides.pop("options", None) or {}
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, **chosen, options={**self.options, **extra})
+
+
+def parse_slurm_options(pairs: list[str]) -> dict[str, str]:
+    """``--slurm-option key=value`` (repeatable) into sbatch options, e.g. ``constraint=a100``."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise GaptuiError(f"--slurm-option '{pair}': expected key=value, e.g. constraint=a100")
+        out[key] = value.strip()
+    return out
+
+
+def in_flight_on_slurm(records: list[dict[str, Any]]) -> set[str]:
+    """Hashes of runs submitted to Slurm and not filed yet: no local manager may start them a second time."""
+    return {
+        r["hash"]
+        for r in records
+        if r.get("backend") == "slurm" and r["status"] in ("queued", "running") and (r.get("slurm") or {}).get("job_id")
+    }
+
+
+def check_shared_workspace(ws: Workspace, force: bool) -> None:
+    """Refuse a workspace compute nodes cannot see (under /tmp and friends) unless ``force``."""
+    root = ws.root.resolve()
+    for folder in LOCAL_ONLY:
+        if (root == folder or folder in root.parents) and not force:
+            raise GaptuiError(
+                f"workspace {root} is under {folder}, which compute nodes do not share: use a --workspace on a "
+                "shared filesystem (home, project or scratch space), or --force on a single-node cluster"
+            )
+
+
+def sbatch_available() -> bool:
+    return subprocess.run(["which", "sbatch"], capture_output=True).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------- on the node
+
+
+def run_task(spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """One array task: the worker on its run folder. SIGUSR2 (time limit near) and SIGTERM (scancel) reach it as
+    SIGTERM, so it saves a checkpoint; returns its exit status and the signal that stopped it."""
+    out = Path(run_dir)
+    received: list[str] = []
+    # Slurm signals every process of the job: the worker inherits "ignore SIGUSR2" (the signal would kill it) and
+    # gets the warning as SIGTERM from here instead. A warning during these few lines is missed: the time limit
+    # then ends the job (TIMEOUT) and the run resumes from its last epoch.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "1")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "stderr.txt", "a") as stderr:
+        proc = start_worker(
+            load_spec(spec),
+            out,
+            env={"OMP_NUM_THREADS": cpus, "MKL_NUM_THREADS": cpus},
+            quiet=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        signal_group(proc.pid, signal.SIGTERM)
+
+    # Replaces submitit's own handlers: the worker checkpoints itself and the manager decides about resubmission.
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        signal.signal(sig, forward)
+    code = proc.wait()
+    if code not in (0, EXIT_CANCELLED):
+        # Raising makes Slurm record the job FAILED, with this line in the task's result.
+        status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        raise RuntimeError(f"worker {status}: {_last_error(out)}")
+    return {"exit": code, "signal": received[0] if received else None, "host": socket.gethostname()}
+
+
+def _last_error(run_dir: Path) -> str:
+    errors = [e for e in read_events(run_dir / "events.jsonl")[0] if e.get("event") == "error"]
+    if errors:
+        return str(errors[-1].get("message"))
+    return (tail(run_dir / "stderr.txt", 1) or ["no error message"])[0]
+
+
+# ---------------------------------------------------------------------------------------------- watching
+
+
+def _watcher_class() -> type:
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class Watcher(SlurmInfoWatcher):
+        """submitit's sacct watcher, asking also for the reason, node, elapsed time and exit code."""
+
+        def _make_command(self) -> list[str] | None:
+            command = super()._make_command()
+            if command is None:
+                return None
+            return ["sacct", "-o", "JobID,State,Reason,NodeList,Elapsed,ExitCode", *command[3:]]
+
+    return Watcher
+
+
+def make_watcher() -> Any:
+    return _watcher_class()(delay_s=600)
+
+
+def elapsed_seconds(text: str | None) -> float | None:
+    """sacct's ``[D-]HH:MM:SS`` as seconds; None when absent."""
+    if not text:
+        return None
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+        return float(int(days or 0) * 86400 + sum(v * 60**i for i, v in enumerate(reversed(parts))))
+    except ValueError:
+        return None
+
+
+def job_state(info: dict[str, str]) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``; ``UNKNOWN`` while sacct does not know the job yet."""
+    return (info.get("State") or "UNKNOWN").split()[0].rstrip("+")
+
+
+def job_paths(ws: Workspace, job_id: str) -> Any:
+    from submitit.core.utils import JobPaths
+
+    return JobPaths(slurm_folder(ws), job_id=job_id, task_id=0)
+
+
+def slurm_folder(ws: Workspace) -> Path:
+    """Where submitit keeps each job's pickles and Slurm logs: ``<workspace>/slurm/<job id>/``."""
+    return ws.root / "slurm" / "%j"
+
+
+def task_result(ws: Workspace, job_id: str) -> tuple[str, Any] | None:
+    """What :func:`run_task` returned (``("success", dict)``) or raised (``("error", traceback)``); None: nothing."""
+    from submitit.core.utils import pickle_load
+
+    path = job_paths(ws, job_id).result_pickle
+    try:
+        return pickle_load(path)
+    except (FileNotFoundError, EOFError):
+        return None
+
+
+def cancel_jobs(ws: Workspace, job_ids: list[str]) -> None:
+    """scancel through submitit; ids of whole arrays (``123``) cancel every task of the array at once."""
+    from submitit import SlurmJob
+
+    for job_id in job_ids:
+        SlurmJob(slurm_folder(ws), job_id).cancel(check=False)
+
+
+def array_ids(job_ids: list[str], everything: dict[str, list[str]]) -> list[str]:
+    """The fewest ids to scancel: an array's own id when all its tasks are meant, else the task ids."""
+    wanted = set(job_ids)
+    out = []
+    for array, tasks in everything.items():
+        mine = [t for t in tasks if t in wanted]
+        out += [array] if mine and len(mine) == len(tasks) else mine
+    return out
+
+
+def by_array(job_ids: list[str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for job_id in job_ids:
+        groups.setdefault(job_id.split("_")[0], []).append(job_id)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------- the manager
+
+
+class SlurmScheduler(Scheduler):
+    """Submits queued specs as job arrays and follows them until Slurm is done with each.
+
+    Same public interface as the local :class:`~gaptui.scheduler.Scheduler` (``enqueue``, ``recover``, ``step``,
+    ``cancel``, ``stop_all``, ``detach``); ``running`` holds every run submitted and not filed yet, pending or
+    running, with the node (or the pending reason) as its slot name.
+    """
+
+    def __init__(
+        self,
+        ws: Workspace,
+        history: History,
+        options: SlurmOptions,
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
+        listener: Listener | None = None,
+    ) -> None:
+        super().__init__(ws, history, [Slot("slurm", {})], timeout=None, retries=retries, listener=listener)
+        self.configure(options, timeout)
+        self.watcher = make_watcher()
+        self.job_ids: dict[str, str] = {}  # run hash -> the job id of its current submission
+        self.meta: dict[str, dict[str, Any]] = {}  # run hash -> the record's ``slurm`` field
+        self.submitted = 0
+        self._next_poll = 0.0
+
+    def configure(self, options: SlurmOptions, timeout: float | None = None) -> None:
+        """Settings for what is submitted from now on (runs already out keep theirs)."""
+        self.options = options
+        self.time_min = options.time or (int(-(-timeout // 60)) if timeout else None)
+
+    # ------------------------------------------------------------------------------------------ queueing
+
+    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+        super().enqueue(specs, preset, planned_seeds)
+        # A fresh request of the grid gets its full number of resubmissions again.
+        known = self.history.by_hash()
+        updates = {}
+        for spec in specs:
+            h = spec.hash()
+            self.meta[h] = {**(known[h].get("slurm") or {}), "retries": 0}
+            updates[h] = {"backend": "slurm", "slurm": self.meta[h]}
+        self.history.update_many(updates)
+
+    def recover(self) -> tuple[list[str], list[str]]:
+        """Re-attach every submitted run still queued or running in the history; sacct tells what became of it."""
+        reattached: list[str] = []
+        for record in self.history.records():
+            meta = record.get("slurm") or {}
+            if record.get("backend") != "slurm" or record["status"] not in ("queued", "running"):
+                continue
+            if not meta.get("job_id"):
+                continue  # never submitted: planning the grid queues it again
+            self._track(load_spec(record["spec"]), meta, record.get("slot") or "slurm")
+            self.running[record["hash"]].started = float(record.get("started_ts") or time.time())
+            reattached.append(record["id"])
+        return reattached, []
+
+    def _track(self, spec: TaskSpec, meta: dict[str, Any], slot: str) -> None:
+        h = spec.hash()
+        run_dir = self.ws.runs / run_id(spec)
+        events = run_dir / "events.jsonl"
+        job = Job(spec, h, run_dir, Slot(slot, {}), 0, None, offset=events.stat().st_size if events.exists() else 0)
+        self.running[h] = job
+        self.job_ids[h] = meta["job_id"]
+        self.meta[h] = meta
+        self.watcher.register_job(meta["job_id"])
+
+    # ------------------------------------------------------------------------------------------ the loop
+
+    def step(self) -> None:
+        if self.queue:
+            self._submit()
+        if time.monotonic() >= self._next_poll and self.running:
+            self._poll()
+            self._next_poll = time.monotonic() + POLL_SECONDS
+        for job in self.running.values():
+            if self.meta[job.run_hash].get("state") in RUNNING_STATES:
+                self._read_events(job)
+
+    def _read_events(self, job: Job) -> None:
+        events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
+        for event in events:
+            job.last = event
+            if self.listener:
+                self.listener("event", job.run_hash, event)
+
+    def _executor(self) -> Any:
+        import submitit
+
+        opts = self.options
+        executor = submitit.SlurmExecutor(folder=slurm_folder(self.ws), max_num_timeout=0)
+        params: dict[str, Any] = {
+            "job_name": f"gaptui-{self.ws.root.name}",
+            "cpus_per_task": opts.cpus_per_run,
+            "array_parallelism": opts.array_parallelism,
+            "signal_delay_s": opts.signal_delay,
+            "time": self.time_min,
+            "partition": opts.partition,
+            "account": opts.account,
+            "qos": opts.qos,
+            "mem": opts.mem_per_run,
+            "gpus_per_node": opts.gpus_per_run or None,
+            "additional_parameters": dict(opts.options) or None,
+        }
+        executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
+        return executor
+
+    def _submit(self) -> None:
+        """Everything queued whose dependencies are done goes out now, as job arrays of at most ``chunk`` tasks."""
+        specs = self.take_ready()
+        if not specs:
+            return
+        executor = self._executor()
+        known = self.history.by_hash()
+        for start in range(0, len(specs), self.options.chunk):
+            part = specs[start : start + self.options.chunk]
+            dirs = [self.ws.runs / run_id(spec) for spec in part]
+            for run_dir in dirs:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                jobs = executor.map_array(run_task, [s.to_dict() for s in part], [str(d) for d in dirs])
+            except Exception as exc:  # noqa: BLE001 - sbatch's refusal, whatever submitit wraps it in
+                message = " ".join(str(exc).split())[-400:]
+                if not self.submitted:
+                    raise GaptuiError(f"sbatch refused the job array: {message}") from None
+                self.history.update_many(
+                    {s.hash(): {"status": "failed", "error": f"sbatch refused: {message}"} for s in part}
+                )
+                continue
+            updates = {}
+            for spec, job in zip(part, jobs, strict=True):
+                h = spec.hash()
+                meta = self.meta.get(h) or (known.get(h, {}).get("slurm") or {})
+                meta = {
+                    **meta,
+                    "job_id": job.job_id,
+                    "jobs": [*meta.get("jobs", []), job.job_id],
+                    "state": "PENDING",
+                    "reason": None,
+                    "node": None,
+                    "submitted": now(),
+                    # what it went out with: a manager re-attaching without the preset resubmits it the same way
+                    "options": dataclasses.asdict(replace(self.options, time=self.time_min)),
+                }
+                self._track(spec, meta, "PENDING")
+                attempts = int(known.get(h, {}).get("attempts") or 0) + 1
+                updates[h] = {"status": "queued", "slurm": meta, "attempts": attempts, "error": None, "pid": None}
+            self.submitted += len(part)
+            self._write(updates)
+
+    def _poll(self) -> None:
+        """One sacct call for every run in flight; write what changed, file what ended."""
+        self.watcher.update()
+        updates: dict[str, dict[str, Any]] = {}
+        ended = []
+        for h, job in self.running.items():
+            info = self.watcher.get_info(self.job_ids[h], mode="cache")
+            state = job_state(info)
+            if state == "UNKNOWN":
+                continue  # not in the accounting yet
+            meta = self.meta[h]
+            fresh = {
+                "state": state,
+                "reason": info.get("Reason") if info.get("Reason") not in ("", "None") else None,
+                "node": info.get("NodeList") or None,
+                "elapsed": info.get("Elapsed") or None,
+            }
+            if fresh["node"] in ("None assigned", "(null)"):
+                fresh["node"] = None
+            if state in QUEUED_STATES or state in RUNNING_STATES:
+                if all(meta.get(k) == v for k, v in fresh.items() if k != "elapsed"):
+                    meta["elapsed"] = fresh["elapsed"]
+                    continue
+                meta.update(fresh)
+                fields: dict[str, Any] = {"slurm": dict(meta)}
+                if state in RUNNING_STATES:
+                    job.slot.name = fresh["node"] or "running"
+                    fields.update(status="running", slot=job.slot.name)
+                    if job.stopping is None and not job.last:
+                        job.started = time.time()
+                        fields.update(started=now(), started_ts=job.started, finished=None)
+                else:
+                    job.slot.name = f"{state} ({fresh['reason']})" if fresh["reason"] else state
+                    fields.update(status="queued", slot=None)
+                updates[h] = fields
+            else:
+                meta.update(fresh)
+                ended.append((job, state, info))
+        for job, state, info in ended:
+            updates[job.run_hash] = self._file(job, state, info)
+        self._write(updates)
+
+    def _write(self, updates: dict[str, dict[str, Any]]) -> None:
+        self.history.update_many(updates)
+        if self.listener:
+            for h, fields in updates.items():
+                self.listener("status", h, fields)
+
+    def _file(self, job: Job, state: str, info: dict[str, str]) -> dict[str, Any]:
+        """A job Slurm is done with: done, cancelled, failed, or submitted again. Returns the record's new fields."""
+        h = job.run_hash
+        meta = self.meta[h]
+        self._read_events(job)
+        outcome = task_result(self.ws, self.job_ids[h])
+        returned = outcome[1] if outcome and outcome[0] == "success" and isinstance(outcome[1], dict) else {}
+        code = returned.get("exit")
+        retry_reason = None
+        if _done(job.run_dir):
+            code = 0
+        elif state in RETRY_STATES:
+            retry_reason = state
+        elif state == "COMPLETED" and code == EXIT_CANCELLED and returned.get("signal") == "SIGUSR2":
+            retry_reason = "TIMEOUT"  # stopped by the signal before the time limit, checkpoint saved
+        elif state == "CANCELLED":
+            code = EXIT_CANCELLED
+        if retry_reason and int(meta.get("retries") or 0) < self.options.max_retries:
+            meta.update(retries=int(meta.get("retries") or 0) + 1, reason=f"{retry_reason}; resubmitted")
+            del self.running[h]
+            self.queue.append(job.spec)
+            return {"status": "queued", "slot": None, "slurm": dict(meta)}
+        if code is None or retry_reason:
+            code = 1
+        del self.running[h]
+        fields = self.outcome(job, code)
+        fields["slurm"] = dict(meta)
+        elapsed = elapsed_seconds(info.get("Elapsed"))
+        if elapsed is not None:  # Slurm's figure holds even when the manager was away while the job ran
+            fields["duration"] = elapsed
+        if fields["status"] == "failed":
+            fields["error"] = self._failure(job, state, info, outcome, retry_reason, fields.get("error"))
+            fields["log_tail"] = fields["log_tail"] or tail(job_paths(self.ws, self.job_ids[h]).stderr)
+            record = self.history.by_hash().get(h, {})
+            if int(record.get("attempts") or 0) <= self.retries:
+                self.queue.append(job.spec)
+        self.finished.append({"hash": h, **fields})
+        return fields
+
+    def _failure(
+        self,
+        job: Job,
+        state: str,
+        info: dict[str, str],
+        outcome: tuple[str, Any] | None,
+        retry_reason: str | None,
+        worker_error: str | None,
+    ) -> str:
+        """One line: what Slurm says (state, reason, exit code) and what the worker said."""
+        job_id = self.job_ids[job.run_hash]
+        where = f"Slurm job {job_id} {state}"
+        reason = info.get("Reason")
+        if reason and reason != "None":
+            where += f" ({reason})"
+        if info.get("ExitCode") and info["ExitCode"] != "0:0":
+            where += f", exit code {info['ExitCode']}"
+        if retry_reason:
+            return f"{where}: gave up after {self.options.max_retries} resubmission(s)"
+        if state == "OUT_OF_MEMORY":
+            return f"{where}: out of memory; raise --mem-per-run"
+        if outcome and outcome[0] == "error":
+            lines = [line for line in str(outcome[1]).splitlines() if line.strip()]
+            return f"{where}: {lines[-1] if lines else 'the task raised'}"
+        if outcome is None:
+            return f"{where}: the task died without reporting its worker's outcome ({worker_error})"
+        return f"{where}: {worker_error}" if worker_error else where
+
+    # ------------------------------------------------------------------------------------------ stopping
+
+    def cancel(self, run_hash: str) -> bool:
+        """Drop a queued run, or scancel a submitted one (sacct then reports it CANCELLED and it is filed)."""
+        if any(spec.hash() == run_hash for spec in self.queue):
+            return super().cancel(run_hash)
+        if run_hash not in self.running:
+            return False
+        job = self.running[run_hash]
+        if job.stopping is None:
+            job.stopping = time.monotonic()
+            cancel_jobs(self.ws, [self.job_ids[run_hash]])
+        return True
+
+    def stop_all(self, wait: float = GRACE + 30) -> None:
+        """scancel every run in flight (arrays at once) and wait until Slurm reports them ended."""
+        self._write({spec.hash(): {"status": "cancelled"} for spec in self.queue})
+        self.queue.clear()
+        ids = [self.job_ids[h] for h in self.running]
+        cancel_jobs(self.ws, array_ids(ids, by_array(ids)))
+        for job in self.running.values():
+            job.stopping = time.monotonic()
+        deadline = time.monotonic() + wait
+        while self.running and time.monotonic() < deadline:
+            self._poll()
+            time.sleep(POLL_SECONDS)
+        self._write({h: {"status": "cancelled", "finished": now(), "slurm": self.meta[h]} for h in list(self.running)})
+        self.running.clear()
+
+    def detach(self) -> list[str]:
+        ids = [job.run_dir.name for job in self.running.values()]
+        self.running.clear()
+        return ids
+
+
+def _done(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "result.json").read_text()).get("status") == "done"
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
