@@ -170,7 +170,8 @@ def check_group(group: str, records: Iterable[dict[str, Any]], task: str = DEFAU
 
 @dataclass(frozen=True)
 class Cell:
-    """One (group, row, column) entry: median and sample std over seeds, in the metric's own units."""
+    """One (group, row, column) entry: the centre (median, or mean when the layout says so) and sample std over
+    seeds, in the metric's own units."""
 
     group: str
     row: str
@@ -255,12 +256,11 @@ class RankingTable:
 
     def cell_dict(self, cell: Cell) -> dict[str, Any]:
         """JSON/CSV form of a cell, in the metric's own units."""
-        values = {"median": cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
+        values = {self.family.table.statistic: cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
         return {**self.coordinates(cell), **values, "mark": cell.mark}
 
     def csv_columns(self) -> tuple[str, ...]:
-        layout = self.family.table
-        return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + CELL_FIELDS
+        return csv_columns(self.task)
 
 
 def _numeric(value: Any) -> float | None:
@@ -347,7 +347,9 @@ def build_tables(
         cells_values = grouped[label]
         rows = tuple(sorted({r for r, _ in cells_values}, key=row_axis.sort_key))
         columns = tuple(sorted({c for _, c in cells_values}, key=col_axis.sort_key))
-        medians = {k: statistics.median(v) for k, v in cells_values.items()}
+        # "median" keeps its name for either statistic: it is the cell's centre (the layout says which).
+        centre = statistics.mean if layout.statistic == "mean" else statistics.median
+        medians = {k: centre(v) for k, v in cells_values.items()}
         best_at = _best_per_column(medians, m, layout.baselines)
         cells = {}
         for (row, column), values in cells_values.items():
@@ -448,7 +450,8 @@ def table_title(table: RankingTable) -> str:
     """``er — LAP acc (%), median ± std over seeds; higher is better`` (the group is left out when there is one)."""
     unit = f" ({table.metric.unit})" if table.metric.unit else ""
     head = f"{table.group} — " if table.group else f"{table.task} — "
-    return f"{head}{table.metric.name}{unit}, median ± std over seeds; {table.metric.direction} is better"
+    statistic = table.family.table.statistic
+    return f"{head}{table.metric.name}{unit}, {statistic} ± std over seeds; {table.metric.direction} is better"
 
 
 def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
@@ -601,7 +604,7 @@ def render_csv(tables: Sequence[RankingTable], task: str = DEFAULT_TASK) -> str:
 def csv_columns(task: str = DEFAULT_TASK) -> tuple[str, ...]:
     """The CSV header of ``task``'s tables: its layout's axis keys, then the cell fields."""
     layout = family(task).table
-    return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + CELL_FIELDS
+    return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + (layout.statistic, *CELL_FIELDS[1:])
 
 
 _LATEX_SPECIALS = {

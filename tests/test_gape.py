@@ -355,3 +355,78 @@ def test_spec_identity_and_steps() -> None:
         GapeSpec.from_dict({**base, "pes": "lap"})
     with pytest.raises(GaptuiError, match="positional encoding 'lapx'"):
         GapeSpec.from_dict({**base, "pe": "lapx"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The gape task family: presets, dependencies, Table 1
+
+
+def test_gape_preset_expresses_the_whole_chain() -> None:
+    from engine.spec import RunSpec
+    from engine.tasks import Placement, family
+    from gaptui.presets import load_preset
+
+    preset = load_preset("gape")
+    fam = family("gape")
+    specs = fam.grid(preset, Placement("d", "r"))
+    assert len(specs) == preset.size == 3 + 3 * 7 * 4
+    pretraining = specs[:3]
+    assert all(isinstance(s, RunSpec) for s in pretraining)  # dependencies come first
+    # Table F.7: AQSOL GatedGCN eta 15%, ZINC GatedGCN eta 30%, PCQM4Mv2 GAT eta 30%, all d = 32.
+    got = [(s.dataset["base"], s.model, s.dataset["noise"], s.out_dim) for s in pretraining]
+    assert got == [("aqsol", "gatedgcn", 0.15, 32), ("zinc", "gatedgcn", 0.3, 32), ("pcqm4mv2", "gat", 0.3, 32)]
+    downstream = [s for s in specs[3:] if isinstance(s, GapeSpec)]
+    assert len(downstream) == 84 and {s.seed for s in downstream} == {0, 1, 2, 3}
+    by_base = {s.dataset["base"]: s for s in downstream if s.pe == "none"}
+    assert (by_base["aqsol"].budget, by_base["aqsol"].heads, by_base["aqsol"].lr) == (195_218, 8, 5e-4)
+    assert (by_base["pcqm4mv2"].heads, by_base["pcqm4mv2"].batch_size, by_base["pcqm4mv2"].dropout) == (16, 1024, 0.0)
+    gape = [s for s in downstream if s.pe_spec().run]
+    assert len(gape) == 3 * 2 * 4
+    for s in gape:
+        (dep,) = fam.dependencies(s)
+        assert dep == next(p.hash() for p in pretraining if p.dataset["base"] == s.dataset["base"])
+    assert {fam.record_axes(s)["pe"] for s in downstream} == {
+        "none",
+        "lap",
+        "abs-lap",
+        "r-lap",
+        "rwpe",
+        "gape",
+        "gape+rwpe",
+    }
+
+
+def test_table_one_is_the_mean_over_seeds_lowest_best() -> None:
+    from gaptui.analysis import build_tables
+
+    def record(pe: str, seed: int, mae: float) -> dict:
+        axes = {"dataset": "aqsol", "pe": pe}
+        return {"task": "gape", "status": "done", "axes": axes, "seed": seed, "metrics": {"val_mae": mae}}
+
+    maes = {"none": [1.7, 1.8, 1.6, 2.5], "rwpe": [1.12, 1.11, 1.13, 1.12], "gape": [1.09, 1.08, 1.10, 1.09]}
+    records = [record(pe, s, v) for pe, values in maes.items() for s, v in enumerate(values)]
+    (table,) = build_tables(records, task="gape")
+    assert table.rows == ("none", "rwpe", "gape")  # Table 1's row order
+    none = table.cell("none", "aqsol")
+    assert none.median == pytest.approx(1.9)  # the mean (the median would be 1.75)
+    assert table.cell("gape", "aqsol").mark == "best" and table.cell("rwpe", "aqsol").mark == "within3"
+    assert table.cell_dict(none)["mean"] == pytest.approx(1.9) and "median" not in table.cell_dict(none)
+
+
+@pytest.mark.slow
+def test_gape_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    env = {"OMP_NUM_THREADS": "1"}
+    res = run_cli(
+        "run", "--preset", "gape-smoke", "-w", str(ws), "--cpu-jobs", "1", "--gpus", "none", env=env, timeout=900
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    table = run_cli("table", "--task", "gape", "--format", "json", "-w", str(ws), env=env)
+    assert table.returncode == 0, table.stderr
+    (doc,) = json.loads(table.stdout)
+    cells = doc["cells"]
+    assert sorted(c["pe"] for c in cells) == sorted(["none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe"])
+    assert all(c["runs"] == 1 and c["dataset"] == "ringmol[count=300]" and c["mean"] > 0 for c in cells)
+    assert sum(c["mark"] == "best" for c in cells) == 1
+    again = run_cli("run", "--preset", "gape-smoke", "-w", str(ws), "--cpu-jobs", "1", "--gpus", "none", env=env)
+    assert again.returncode == 0 and "8 runs, 8 already done" in again.stdout

@@ -7,24 +7,17 @@ the ZINC and PCQM4Mv2 columns per dataset.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeSpec
 from engine.gape.pe import PESpec, parse_pe
-from engine.typed import parse_dataclass
-
-#: Fields that say where or how a run executes, not what it computes: left out of the hash.
-PLACEMENT = ("device", "datasets_dir", "data_root", "runs_dir")
+from engine.tasks import TaskSpec
 
 
 @dataclass(frozen=True)
-class GapeSpec:
+class GapeSpec(TaskSpec):
     """One downstream regression run. ``dataset`` is a molecule dataset ``{base, params, seed}``; ``pe`` a
     positional encoding name (:func:`engine.gape.pe.parse_pe`); ``seed`` seeds training (initialisation, batch
     order, ``r-lap`` flips)."""
@@ -51,22 +44,12 @@ class GapeSpec:
     datasets_dir: str | None = None
     data_root: str | None = None
     runs_dir: str | None = None
+    #: Where or how the run executes, not what it computes: left out of the hash.
+    PLACEMENT: ClassVar[tuple[str, ...]] = ("device", "datasets_dir", "data_root", "runs_dir")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: str = "gape spec") -> GapeSpec:
-        spec = parse_dataclass(cls, raw, where)
-        spec.validate(where)
-        return spec
-
-    @classmethod
-    def from_file(cls, path: Path) -> GapeSpec:
-        try:
-            raw = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise GaptuiError(f"gape spec {path}: file not found") from None
-        except json.JSONDecodeError as exc:
-            raise GaptuiError(f"gape spec {path}: not valid JSON ({exc})") from None
-        return cls.from_dict(raw, where=f"gape spec {path}")
+    def from_dict(cls, raw: Any, where: str = "gape spec") -> GapeSpec:
+        return super().from_dict(raw, where)  # type: ignore[no-any-return]
 
     def molecule_spec(self) -> MoleculeSpec:
         return MoleculeSpec.from_dict(self.dataset, "dataset")
@@ -101,13 +84,10 @@ class GapeSpec:
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,
         so ``none`` with ``lap_k = 4`` and with ``lap_k = 8`` are one run."""
-        out = {k: v for k, v in self.to_dict().items() if k not in PLACEMENT}
+        out = super().canonical()
         out["dataset"] = self.molecule_spec().canonical()
         pe = self.pe_spec()
         out["pe"] = pe.name
@@ -119,15 +99,8 @@ class GapeSpec:
             out.pop("epochs")  # derived from the steps
         return out
 
-    def hash(self) -> str:
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
     def epochs_for(self, n_train: int) -> int:
         """Epochs of the run: :attr:`epochs`, or as many as :attr:`steps` optimiser steps need over ``n_train``."""
         if self.steps is None:
             return self.epochs
         return -(-self.steps // -(-n_train // self.batch_size))
-
-    def replace(self, **changes: Any) -> GapeSpec:
-        return dataclasses.replace(self, **changes)

@@ -88,7 +88,7 @@ from engine.errors import GaptuiError, did_you_mean, unknown
 from engine.typed import parse_dataclass
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
-BUILTIN = ("engine.tasks.alignment",)
+BUILTIN = ("engine.tasks.alignment", "engine.tasks.gape")
 #: Environment variable naming extra modules that register families (comma-separated).
 ENV_FAMILIES = "GAPTUI_FAMILIES"
 ENTRY_POINT_GROUP = "gaptui.families"
@@ -161,14 +161,16 @@ class TableLayout:
     """How ranking tables are formed from run records.
 
     One table per value of ``group`` (``None``: a single table), rows = values of ``rows``, columns = values of
-    ``columns``; a cell is the median over seeds. Row values in ``baselines`` are training-free references:
-    shown, never marked, never the best.
+    ``columns``; a cell is the ``statistic`` (median or mean) over seeds. Row values in ``baselines`` are
+    training-free references: shown, never marked, never the best.
     """
 
     group: str | None
     rows: str
     columns: str
     baselines: tuple[str, ...] = ()
+    #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
+    statistic: str = "median"
 
 
 # ------------------------------------------------------------------------------------------------ specs

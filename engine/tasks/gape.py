@@ -1,0 +1,317 @@
+"""The ``gape`` task family: a downstream molecule transformer with positional encodings (seed 000, Table 1).
+
+Spec: :class:`engine.gape.spec.GapeSpec` (a molecule dataset, a PE, the transformer's hyper-parameters, a seed).
+A ``gape:<run>`` PE depends on that alignment run: the scheduler starts the downstream run once it is done.
+Axes: downstream dataset x PE; one table, PEs as rows, datasets as columns, lowest MAE best.
+Presets express the whole chain: per dataset one pretraining alignment run (Table F.7), then every PE x seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.errors import GaptuiError
+from engine.gape.pe import KINDS, parse_pe
+from engine.gape.spec import GapeSpec
+from engine.spec import RunSpec
+from engine.tasks import (
+    FAMILIES,
+    Axis,
+    Cancelled,
+    Input,
+    Metric,
+    Outcome,
+    Placement,
+    PresetBase,
+    RunContext,
+    RunFailed,
+    TableLayout,
+    TaskFamily,
+    list_of,
+    unknown_keys,
+)
+from engine.typed import parse_dataclass
+
+#: Row order of Table 1.
+PE_ORDER = ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """The alignment run whose model gives a dataset's GAPE (Table F.7): model, noise, embedding size, options."""
+
+    model: str = "gatedgcn"
+    noise: float = 0.15
+    out_dim: int = 32
+    epochs: int = 300
+    budget: int = 60_000
+    batch_size: int = 100
+    lr: float = 3e-3
+    train: int | None = None
+    val: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DownstreamOptions:
+    """GapeSpec options of a dataset's downstream runs (Table F.6 column)."""
+
+    layers: int = 12
+    heads: int = 8
+    dropout: float = 0.1
+    budget: int = 195_000
+    epochs: int = 100
+    steps: int | None = None
+    batch_size: int = 512
+    lr: float = 5e-4
+    warmup_steps: int = 75
+    weight_decay: float = 1e-4
+    eval_every: int = 1
+    lap_k: int = 8
+    rwpe_steps: int = 20
+
+
+@dataclass(frozen=True)
+class GapeDataset:
+    base: str
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    pretrain: Pretraining = field(default_factory=Pretraining)
+    run: DownstreamOptions = field(default_factory=DownstreamOptions)
+
+
+@dataclass(frozen=True)
+class GapePreset(PresetBase):
+    """A Table 1 grid::
+
+    task = "gape"
+    description = "..."
+    pes = ["none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe"]
+    seeds = [0, 1, 2, 3]
+    timeout = 3600            # optional, seconds per run
+    retries = 0
+
+    [[datasets]]
+    base = "aqsol"
+    params = {}
+    [datasets.pretrain]       # Table F.7 (engine.tasks.gape.Pretraining)
+    model = "gatedgcn"
+    noise = 0.15
+    [datasets.run]            # Table F.6 (engine.tasks.gape.DownstreamOptions)
+    steps = 10000
+    """
+
+    task: ClassVar[str] = "gape"
+    name: str
+    description: str
+    pes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    datasets: tuple[GapeDataset, ...]
+    path: Path | None = None
+    timeout_s: float | None = None
+    retries_n: int = 0
+
+    @property
+    def timeout(self) -> float | None:
+        return self.timeout_s
+
+    @property
+    def retries(self) -> int:
+        return self.retries_n
+
+    @property
+    def size(self) -> int:
+        needs = any(
+            parse_pe(pe if pe in ("none", "lap", "abs-lap", "r-lap", "rwpe") else "gape:x").run for pe in self.pes
+        )
+        return len(self.datasets) * (len(self.pes) * len(self.seeds) + int(needs))
+
+
+TOP_KEYS = ("task", "name", "description", "pes", "seeds", "datasets", "timeout", "retries")
+DATASET_KEYS = ("base", "params", "seed", "pretrain", "run")
+
+
+def pretraining_spec(entry: GapeDataset, placement: Placement) -> RunSpec:
+    p = entry.pretrain
+    dataset: dict[str, Any] = {"base": entry.base, "noise": p.noise, "noise_model": "add", "params": dict(entry.params)}
+    dataset["seed"] = entry.seed
+    if p.train is not None:
+        dataset["n_train"] = p.train
+    if p.val is not None:
+        dataset["n_val"] = p.val
+    return RunSpec.from_dict(
+        {
+            "dataset": dataset,
+            "model": p.model,
+            "out_dim": p.out_dim,
+            "epochs": p.epochs,
+            "budget": p.budget,
+            "batch_size": p.batch_size,
+            "lr": p.lr,
+            "seed": p.seed,
+            "datasets_dir": placement.datasets_dir,
+            "data_root": placement.data_root,
+        },
+        "pretraining run",
+    )
+
+
+def downstream_pe(pe: str, pretraining: RunSpec) -> str:
+    """A preset's PE name with ``gape`` bound to the dataset's pretraining run (by its full hash)."""
+    if pe == "gape":
+        return f"gape:{pretraining.hash()}"
+    if pe == "gape+rwpe":
+        return f"gape:{pretraining.hash()}+rwpe"
+    return pe
+
+
+def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
+    """Pretraining runs first (one per dataset that needs one), then every (seed, dataset, PE), seed-major."""
+    specs: list[Any] = []
+    pre = {i: pretraining_spec(entry, placement) for i, entry in enumerate(preset.datasets)}
+    uses_gape = any(pe.startswith("gape") for pe in preset.pes)
+    if uses_gape:
+        specs += list(pre.values())
+    where = str(preset.path or preset.name)
+    for seed in preset.seeds:
+        for i, entry in enumerate(preset.datasets):
+            for pe in preset.pes:
+                raw = {
+                    **dataclasses.asdict(entry.run),
+                    "dataset": {"base": entry.base, "params": dict(entry.params), "seed": entry.seed},
+                    "pe": downstream_pe(pe, pre[i]),
+                    "seed": seed,
+                    "datasets_dir": placement.datasets_dir,
+                    "data_root": placement.data_root,
+                }
+                specs.append(GapeSpec.from_dict(raw, where))
+                if limit is not None and len(specs) >= limit:
+                    return specs
+    return specs
+
+
+def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
+    """Validate a gape preset document; errors name the file, the key and the value."""
+    where = str(path) if path else "preset"
+    unknown_keys(where, raw, TOP_KEYS)
+    for key in ("pes", "seeds", "datasets"):
+        if key not in raw:
+            raise GaptuiError(f"{where}: missing key '{key}'")
+    pes = list_of(where, "pes", raw["pes"], str, f"positional encodings ({', '.join(PE_ORDER)})")
+    for pe in pes:
+        if pe not in KINDS:
+            raise GaptuiError(
+                f"{where}: key 'pes' value '{pe}' is not one of {', '.join(PE_ORDER)} "
+                "(gape is bound to each dataset's pretraining run)"
+            )
+    seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
+    entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
+    datasets = []
+    for i, entry in enumerate(entries):
+        here = f"{where}: datasets[{i}]"
+        unknown_keys(here, entry, DATASET_KEYS)
+        if "base" not in entry:
+            raise GaptuiError(f"{here}: missing key 'base'")
+        pretrain = parse_dataclass(Pretraining, entry.get("pretrain", {}), f"{here}.pretrain")
+        run = parse_dataclass(DownstreamOptions, entry.get("run", {}), f"{here}.run")
+        datasets.append(
+            GapeDataset(str(entry["base"]), dict(entry.get("params") or {}), int(entry.get("seed", 0)), pretrain, run)
+        )
+    timeout = raw.get("timeout")
+    retries = raw.get("retries", 0)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise GaptuiError(f"{where}: key 'timeout' = {timeout!r}: expected seconds > 0")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise GaptuiError(f"{where}: key 'retries' = {retries!r}: expected an integer >= 0")
+    preset = GapePreset(
+        name=str(raw.get("name") or (path.stem if path else "preset")),
+        description=str(raw.get("description", "")),
+        pes=tuple(pes),
+        seeds=tuple(seeds),
+        datasets=tuple(datasets),
+        path=path,
+        timeout_s=float(timeout) if timeout is not None else None,
+        retries_n=retries,
+    )
+    # Every spec through the checks the worker applies (sources, parameters, models, options) before anything runs.
+    for i, entry in enumerate(preset.datasets):
+        try:
+            grid(dataclasses.replace(preset, datasets=(entry,), seeds=preset.seeds[:1]), Placement(".", "."))
+        except GaptuiError as exc:
+            raise GaptuiError(f"{where}: datasets[{i}]: {exc}") from None
+    return preset
+
+
+def dataset_label(spec: GapeSpec) -> str:
+    from engine.tasks.alignment import dataset_label as alignment_label
+
+    canonical = spec.molecule_spec().canonical()
+    return alignment_label(canonical)
+
+
+class Gape(TaskFamily):
+    name = "gape"
+    title = "GAPE: molecule regression by a transformer with positional encodings (Table 1)"
+    spec_type = GapeSpec
+    metrics = (
+        Metric("val_mae", "val MAE", False),
+        Metric("test_mae", "test MAE", False),
+        Metric("best_val_mae", "best val MAE", False),
+        Metric("test_mae_at_best", "test MAE at best val", False),
+        Metric("train_loss", "train MAE", False),
+    )
+    default_metric = "val_mae"
+    axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
+    table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
+
+    def record_axes(self, spec: GapeSpec) -> dict[str, Any]:
+        return {"dataset": dataset_label(spec), "pe": spec.pe_spec().kind}
+
+    def describe(self, spec: GapeSpec) -> str:
+        pe = spec.pe_spec()
+        shown = pe.kind.replace("gape", f"gape:{pe.run[:12]}", 1) if pe.run else pe.kind
+        return f"{dataset_label(spec)} PE {shown} seed {spec.seed}"
+
+    def dependencies(self, spec: GapeSpec) -> tuple[str, ...]:
+        run = spec.pe_spec().run
+        return (run,) if run else ()
+
+    def inputs(self, spec: GapeSpec) -> list[Input]:
+        from engine.gape.data import build_molecules
+
+        ds = spec.molecule_spec()
+        key = "molecules:" + json.dumps(ds.canonical(), sort_keys=True)
+        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else None
+        if datasets_dir is None:
+            return []
+        raw = Path(spec.data_root) if spec.data_root else None
+        return [Input(key, f"{ds.base} molecules", partial(build_molecules, ds, datasets_dir, raw))]
+
+    def run(self, spec: GapeSpec, ctx: RunContext) -> Outcome:
+        from engine.gape.train import run_gape
+        from engine.training import NonFiniteLoss
+
+        if spec.runs_dir is None and spec.pe_spec().run:
+            spec = spec.replace(runs_dir=str(ctx.run_dir.parent))
+        try:
+            result = run_gape(spec, ctx.run_dir, ctx.emit, should_stop=ctx.should_stop, log=ctx.log)
+        except NonFiniteLoss as exc:
+            raise RunFailed(str(exc), "nan", event={"epoch": exc.epoch, "step": exc.step}) from None
+        if result["status"] == "cancelled":
+            raise Cancelled(epoch=result["epoch"], step=result["step"])
+        extra = {k: result[k] for k in ("dataset", "model", "width", "pe", "epochs")}
+        return Outcome(metrics=result["metrics"], params=result["params"], extra=extra)
+
+    def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> GapePreset:
+        return parse_preset(raw, path)
+
+    def grid(self, preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
+        return grid(preset, placement, limit)
+
+
+FAMILIES.register(Gape())
