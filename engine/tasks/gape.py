@@ -57,23 +57,10 @@ class Pretraining:
     seed: int = 0
 
 
-@dataclass(frozen=True)
-class DownstreamOptions:
-    """GapeSpec options of a dataset's downstream runs (Table F.6 column)."""
-
-    layers: int = 12
-    heads: int = 8
-    dropout: float = 0.1
-    budget: int = 195_000
-    epochs: int = 100
-    steps: int | None = None
-    batch_size: int = 512
-    lr: float = 5e-4
-    warmup_steps: int = 75
-    weight_decay: float = 1e-4
-    eval_every: int = 1
-    lap_k: int = 8
-    rwpe_steps: int = 20
+#: GapeSpec options a preset may set per dataset (``[datasets.run]``): all but what the grid fills in.
+RUN_KEYS = tuple(
+    f.name for f in dataclasses.fields(GapeSpec) if f.name not in ("dataset", "pe", "task", "seed", *GapeSpec.PLACEMENT)
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +69,8 @@ class GapeDataset:
     params: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     pretrain: Pretraining = field(default_factory=Pretraining)
-    run: DownstreamOptions = field(default_factory=DownstreamOptions)
+    #: GapeSpec options of the dataset's downstream runs (a Table F.6 column); keys in :data:`RUN_KEYS`.
+    run: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -182,7 +170,7 @@ def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> 
         for i, entry in enumerate(preset.datasets):
             for pe in preset.pes:
                 raw = {
-                    **dataclasses.asdict(entry.run),
+                    **entry.run,
                     "dataset": {"base": entry.base, "params": dict(entry.params), "seed": entry.seed},
                     "pe": downstream_pe(pe, pre[i]),
                     "seed": seed,
@@ -218,7 +206,10 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
         if "base" not in entry:
             raise GaptuiError(f"{here}: missing key 'base'")
         pretrain = parse_dataclass(Pretraining, entry.get("pretrain", {}), f"{here}.pretrain")
-        run = parse_dataclass(DownstreamOptions, entry.get("run", {}), f"{here}.run")
+        run = entry.get("run", {})
+        if not isinstance(run, dict):
+            raise GaptuiError(f"{here}.run: expected a table of GapeSpec options")
+        unknown_keys(f"{here}.run", run, RUN_KEYS)
         datasets.append(
             GapeDataset(str(entry["base"]), dict(entry.get("params") or {}), int(entry.get("seed", 0)), pretrain, run)
         )
