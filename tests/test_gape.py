@@ -429,4 +429,4 @@ def test_gape_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     assert all(c["runs"] == 1 and c["dataset"] == "ringmol[count=300]" and c["mean"] > 0 for c in cells)
     assert sum(c["mark"] == "best" for c in cells) == 1
     again = run_cli("run", "--preset", "gape-smoke", "-w", str(ws), "--cpu-jobs", "1", "--gpus", "none", env=env)
-    assert again.returncode == 0 and "8 runs, 8 already done" in again.stdout
+    assert again.returncode == 0 and "8 runs, 8 already done" in again.stderr  # nothing is redone
