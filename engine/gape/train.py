@@ -92,7 +92,7 @@ def mae(model: MoleculeTransformer, data: MoleculeTensors, ids: torch.Tensor, ba
 
 def prepare(spec: GapeSpec) -> tuple[MoleculeData, Encoding]:
     """The molecule dataset and encoding of ``spec``, built or read from the cache."""
-    from engine.tasks.alignment import default_datasets_dir
+    from engine.worker import default_datasets_dir
 
     datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
     data, _ = build_molecules(spec.molecule_spec(), datasets_dir, Path(spec.data_root) if spec.data_root else None)
