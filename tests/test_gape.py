@@ -430,3 +430,46 @@ def test_gape_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     assert sum(c["mark"] == "best" for c in cells) == 1
     again = run_cli("run", "--preset", "gape-smoke", "-w", str(ws), "--cpu-jobs", "1", "--gpus", "none", env=env)
     assert again.returncode == 0 and "8 runs, 8 already done" in again.stderr  # nothing is redone
+
+
+@pytest.mark.asyncio
+async def test_ranking_screen_shows_table_one(tmp_path: Path) -> None:
+    from textual.widgets import Static
+
+    from engine.tasks import Placement, family
+    from gaptui.history import History
+    from gaptui.presets import load_preset
+    from gaptui.scheduler import new_record
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.screens.ranking import RankingScreen
+    from gaptui.workspace import Workspace
+    from tests.test_tui import SIZE, wait_until
+
+    ws = Workspace(tmp_path / "ws")
+    fam = family("gape")
+    specs = fam.grid(load_preset("gape-smoke"), Placement(str(ws.datasets), str(ws.raw_data)))
+    maes = {"none": 0.7, "lap": 0.6, "abs-lap": 0.5, "r-lap": 0.55, "rwpe": 0.2, "gape": 0.1, "gape+rwpe": 0.101}
+    records = []
+    for i, spec in enumerate(s for s in specs if isinstance(s, GapeSpec)):
+        record = new_record(spec, ws, preset="gape-smoke", planned_seeds=1)
+        mae = maes[spec.pe_spec().kind]
+        record.update(status="done", finished=f"2025-01-02T10:{i:02d}:00+0000", metrics={"val_mae": mae})
+        records.append(record)
+    with History(ws, write=True) as history:
+        history.put_many(records)
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        app.switch_mode("ranking")
+        await wait_until(pilot, lambda: isinstance(app.screen, RankingScreen), what="ranking")
+        ranking = app.screen
+        await pilot.pause()
+        if ranking.table is None or ranking.table.task != "gape":
+            await pilot.press("t")  # the next family with runs
+        await wait_until(pilot, lambda: ranking.table is not None and ranking.table.task == "gape", what="gape")
+        table = ranking.table
+        assert table.rows == ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
+        assert table.columns == ("ringmol[count=300]",)
+        assert [c.row for c in table.best("ringmol[count=300]")] == ["gape"]
+        assert table.cell("gape+rwpe", "ringmol[count=300]").mark == "within1"
+        title = str(ranking.query_one("#ranking-title", Static).render())
+        assert title.startswith("gape — val MAE, mean ± std over seeds; lower is better")
