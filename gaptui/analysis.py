@@ -50,7 +50,7 @@ from typing import Any
 from rich.markup import escape
 
 from engine.errors import GaptuiError, unknown
-from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, Metric, TaskFamily, family
+from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
 
 FORMATS = ("text", "md", "csv", "latex", "json")
 
@@ -212,22 +212,30 @@ class RankingTable:
     rows: tuple[str, ...]
     columns: tuple[Any, ...]
     cells: dict[tuple[str, Any], Cell] = field(repr=False)
+    #: A family's derived table (:class:`engine.tasks.DerivedTable`) has its own axes and statistic.
+    derived: bool = False
+    layout_override: TableLayout | None = None
+    statistic: str = "median ± std over seeds"
 
     @property
     def family(self) -> TaskFamily:
         return family(self.task)
 
     @property
+    def layout(self) -> TableLayout:
+        return self.layout_override or self.family.table
+
+    @property
     def row_axis(self) -> Axis:
-        return self.family.axis(self.family.table.rows)
+        return self.family.axis(self.layout.rows)
 
     @property
     def column_axis(self) -> Axis:
-        return self.family.axis(self.family.table.columns)
+        return self.family.axis(self.layout.columns)
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        return self.family.table.baselines
+        return self.layout.baselines
 
     def cell(self, row: str, column: Any) -> Cell | None:
         """The cell, or None when the row has no finished run in this column."""
@@ -249,9 +257,12 @@ class RankingTable:
         return self.column_axis.header(column)
 
     def coordinates(self, cell: Cell) -> dict[str, Any]:
-        """The cell's axis values keyed by axis key (``{"dataset": ..., "model": ..., "noise": ...}``)."""
-        layout = self.family.table
+        """The cell's axis values keyed by axis key (``{"dataset": ..., "model": ..., "noise": ...}``); a derived
+        table's cells name the table under ``table``."""
+        layout = self.layout
         out: dict[str, Any] = {layout.group: cell.group} if layout.group else {}
+        if self.derived:
+            out["table"] = self.group
         return {**out, layout.rows: cell.row, layout.columns: cell.column}
 
     def cell_dict(self, cell: Cell) -> dict[str, Any]:
@@ -260,7 +271,11 @@ class RankingTable:
         return {**self.coordinates(cell), **values, "mark": cell.mark}
 
     def csv_columns(self) -> tuple[str, ...]:
-        return csv_columns(self.task)
+        layout = self.layout
+        return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + (
+            self.family.table.statistic,
+            *CELL_FIELDS[1:],
+        )
 
 
 def _numeric(value: Any) -> float | None:
@@ -308,6 +323,7 @@ def build_tables(
     layout = fam.table
     m = metric if isinstance(metric, Metric) else fam.metric(metric or fam.default_metric)
     row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
+    records = list(records)
     # seed -> (finished, value): the last finished run of a seed wins.
     per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
     planned: dict[tuple[str, str, Any], int] = {}
@@ -366,7 +382,44 @@ def build_tables(
                 mark=mark,
             )
         tables.append(RankingTable(task, label, m, rows, columns, cells))
+    done = [r for r in records if record_task(r) == task and r.get("status") == "done"]
+    for derived in fam.derived_tables(done, m.key) if done else []:
+        if group is None or group == derived.name:
+            tables.append(_derived_table(task, derived))
     return tables
+
+
+def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
+    """A family's :class:`DerivedTable` as a ranking table: cells are means ± sample std, best marked per column."""
+    fam = family(task)
+    row_axis, col_axis = fam.axis(derived.rows), fam.axis(derived.columns)
+    values = {k: tuple(v) for k, v in derived.values.items() if v}
+    means = {k: statistics.fmean(v) for k, v in values.items()}
+    best_at = _best_per_column(means, derived.metric, ())
+    cells = {
+        (row, column): Cell(
+            group=derived.name,
+            row=row,
+            column=column,
+            values=v,
+            median=means[(row, column)],
+            std=statistics.stdev(v) if len(v) > 1 else 0.0,
+            planned=None,
+            mark=_mark(means[(row, column)], best_at[column], derived.metric),
+        )
+        for (row, column), v in values.items()
+    }
+    return RankingTable(
+        task,
+        derived.name,
+        derived.metric,
+        tuple(sorted({r for r, _ in values}, key=row_axis.sort_key)),
+        tuple(sorted({c for _, c in values}, key=col_axis.sort_key)),
+        cells,
+        derived=True,
+        layout_override=TableLayout(None, derived.rows, derived.columns),
+        statistic=derived.statistic,
+    )
 
 
 def _best_per_column(medians: dict[tuple[str, Any], float], metric: Metric, baselines: tuple[str, ...]) -> dict:
@@ -450,8 +503,8 @@ def table_title(table: RankingTable) -> str:
     """``er — LAP acc (%), median ± std over seeds; higher is better`` (the group is left out when there is one)."""
     unit = f" ({table.metric.unit})" if table.metric.unit else ""
     head = f"{table.group} — " if table.group else f"{table.task} — "
-    statistic = table.family.table.statistic
-    return f"{head}{table.metric.name}{unit}, {statistic} ± std over seeds; {table.metric.direction} is better"
+    statistic = table.statistic if table.derived else f"{table.family.table.statistic} ± std over seeds"
+    return f"{head}{table.metric.name}{unit}, {statistic}; {table.metric.direction} is better"
 
 
 def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
@@ -593,11 +646,13 @@ def render_csv(tables: Sequence[RankingTable], task: str = DEFAULT_TASK) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     columns = tables[0].csv_columns() if tables else csv_columns(task)
+    if any(t.derived for t in tables):
+        columns = ("table", *columns)
     writer.writerow(columns)
     for table in tables:
         for c in table.iter_cells():
             row = table.cell_dict(c)
-            writer.writerow(["" if row[k] is None else row[k] for k in columns])
+            writer.writerow(["" if row.get(k) is None else row[k] for k in columns])
     return buffer.getvalue()
 
 
@@ -678,11 +733,12 @@ def tables_json(tables: Sequence[RankingTable]) -> list[dict[str, Any]]:
     docs = []
     for table in tables:
         gap = gap_analysis(table)
-        layout = table.family.table
+        layout = table.layout
         docs.append(
             {
                 "task": table.task,
                 **({layout.group: table.group} if layout.group else {}),
+                **({"table": table.group, "statistic": table.statistic} if table.derived else {}),
                 "metric": table.metric.key,
                 "metric_name": table.metric.name,
                 "unit": table.metric.unit,

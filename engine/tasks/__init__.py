@@ -65,6 +65,9 @@ What a family implements (hooks with defaults are optional)
       (default ``alignment``); every spec of the grid must come out of ``grid`` (dependencies included, before
       their dependants), seed-major so early results cover every cell once.
     - :meth:`TaskFamily.describe` ``(spec) -> str``: one line for progress output.
+    - :meth:`TaskFamily.derived_tables` ``(records, metric) -> [DerivedTable]``: tables computed across runs
+      (scores relative to the other methods, averages over an axis), shown after the ranking tables everywhere
+      they are (``gaptui table``, exports, the terminal app).
 
 Where families come from
     The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the
@@ -88,7 +91,7 @@ from engine.errors import GaptuiError, did_you_mean, unknown
 from engine.typed import parse_dataclass
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
-BUILTIN = ("engine.tasks.alignment", "engine.tasks.gape")
+BUILTIN = ("engine.tasks.alignment", "engine.tasks.gape", "engine.tasks.properties")
 #: Environment variable naming extra modules that register families (comma-separated).
 ENV_FAMILIES = "GAPTUI_FAMILIES"
 ENTRY_POINT_GROUP = "gaptui.families"
@@ -171,6 +174,24 @@ class TableLayout:
     baselines: tuple[str, ...] = ()
     #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
     statistic: str = "median"
+
+
+@dataclass(frozen=True)
+class DerivedTable:
+    """A table a family computes across its finished runs, shown after its ranking tables.
+
+    For scores that need more than one cell's seeds, such as a method's score relative to the others averaged
+    over an axis (the property study's Table 2). ``rows`` and ``columns`` are keys of declared axes;
+    ``values[(row, column)]`` are the numbers a cell averages (shown as mean ± sample std, ``statistic`` says
+    over what); the best cell of each column is marked by the metric's direction.
+    """
+
+    name: str
+    metric: Metric
+    rows: str
+    columns: str
+    values: Mapping[tuple[str, Any], tuple[float, ...]]
+    statistic: str = "mean ± std"
 
 
 # ------------------------------------------------------------------------------------------------ specs
@@ -392,6 +413,12 @@ class TaskFamily:
 
     def run(self, spec: Any, ctx: RunContext) -> Outcome:
         raise NotImplementedError
+
+    # -------------------------------------------------------------------------------- results
+
+    def derived_tables(self, records: list[dict[str, Any]], metric: str) -> list[DerivedTable]:
+        """Tables computed from the finished ``records`` of this family when ranking by ``metric`` (default none)."""
+        return []
 
     # -------------------------------------------------------------------------------- presets
 

@@ -1,0 +1,362 @@
+"""The ``properties`` task family: global poolings compared on the relation property suite (seed 001).
+
+Spec: :class:`PropertySpec`, one cell (property, pooling, dimension, seed) of the study. A ``robustness`` cell
+depends on the ``generalisation`` cell with the same property, pooling, seed and options and tests that cell's
+trained model on GraphPerturb (the two dimensions share one training). Data: the cached datasets of
+:mod:`engine.properties.datasets`, or a folder in the published CSV layout (``published``). Metric: ``u_score``
+(size-weighted accuracy over the test sizes). Tables: one per dimension, poolings x properties; the study's
+Table 2 (poolings x dimensions, mean R score) is :meth:`Properties.summary`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.errors import GaptuiError, did_you_mean
+from engine.properties.definitions import PROPERTY_NAMES
+from engine.properties.scores import DIMENSIONS, POOLING_LABELS
+from engine.tasks import (
+    FAMILIES,
+    Axis,
+    Cancelled,
+    DerivedTable,
+    Input,
+    Metric,
+    Outcome,
+    Placement,
+    PresetBase,
+    RunContext,
+    RunFailed,
+    TableLayout,
+    TaskFamily,
+    TaskSpec,
+    list_of,
+    unknown_keys,
+)
+
+DIMENSION_ORDER = tuple(DIMENSIONS)
+#: The derived table of the study (Table 2) and its metric: U relative to the mean of the poolings compared.
+TABLE2 = "Table 2: mean R score"
+TABLE2_KEYS = ("pooling", "property", "dimension")
+R_SCORE = Metric("r_score", "R score", higher_is_better=True)
+
+
+def _default_datasets_dir() -> Path:
+    return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
+
+
+@dataclass(frozen=True)
+class PropertySpec(TaskSpec):
+    """One cell of the property study. Training options default to the study's (AdamW 1e-3, batch 64, 20 epochs).
+
+    ``graphs`` per dataset, ``sizes`` (keep the first K sizes of the property: train at the base, test above;
+    default all 11), ``negatives`` (GraphRandom negatives, ``solver`` or ``random``), ``data_seed`` (dataset seed)
+    and ``published`` (a folder in the published CSV layout instead of generated data) choose the data.
+    """
+
+    property: str
+    pooling: str
+    dimension: str
+    task: str = "properties"
+    seed: int = 0
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    hidden: int = 64
+    layers: int = 5
+    cycle_k: int = 6
+    graphs: int = 10_000
+    sizes: int | None = None
+    negatives: str | None = None
+    data_seed: int = 0
+    published: str | None = None
+    device: str = "auto"
+    datasets_dir: str | None = None
+
+    def validate(self, where: str = "run spec") -> None:
+        from engine.properties.datasets import PropertyDatasetSpec
+        from engine.properties.definitions import get_property
+        from engine.properties.poolings import POOLINGS
+        from engine.properties.study import check_dimension
+
+        try:
+            get_property(self.property)
+            check_dimension(self.dimension)
+            if self.pooling not in POOLINGS:
+                POOLINGS.get(self.pooling)
+            PropertyDatasetSpec(self.property, 1, "random", self.graphs, self.negatives, self.data_seed).canonical()
+        except GaptuiError as exc:
+            raise GaptuiError(f"{where}: {exc}") from None
+        for key in ("epochs", "batch_size", "hidden", "layers", "cycle_k"):
+            if getattr(self, key) < 1:
+                raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 1")
+        if self.sizes is not None and self.sizes < 2:
+            raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
+        if not self.lr > 0:
+            raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+        if self.published is not None and not Path(self.published).is_dir():
+            raise GaptuiError(f"{where}: published = {self.published!r} is not a folder")
+
+    def canonical(self) -> dict[str, Any]:
+        from engine.properties.datasets import DEFAULT_NEGATIVES
+
+        out = super().canonical()
+        out["negatives"] = self.negatives or DEFAULT_NEGATIVES
+        return out
+
+    def options(self) -> Any:
+        from engine.properties.training import TrainOptions
+
+        fields = {f.name for f in dataclasses.fields(TrainOptions)}
+        return TrainOptions(**{k: getattr(self, k) for k in fields})
+
+    def trainer(self) -> PropertySpec | None:
+        """The cell whose trained model this one tests (robustness), or None when it trains itself."""
+        from engine.properties.study import TRAINED_BY
+
+        other = TRAINED_BY.get(self.dimension)
+        return None if other is None else self.replace(dimension=other)
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """Options copied into every spec of the grid, plus how the scheduler treats each run."""
+
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    hidden: int = 64
+    layers: int = 5
+    cycle_k: int = 6
+    graphs: int = 10_000
+    sizes: int | None = None
+    negatives: str | None = None
+    data_seed: int = 0
+    published: str | None = None
+    timeout: float | None = None
+    retries: int = 0
+
+    def spec_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("timeout", "retries")}
+
+
+@dataclass(frozen=True)
+class Preset(PresetBase):
+    """A property study grid: properties x poolings x dimensions x seeds::
+
+    task = "properties"
+    description = "what this grid is for"
+    properties = ["reflexive", "transitive"]
+    poolings = ["mean", "sopool_bimap"]
+    dimensions = ["generalisation", "sensitivity", "robustness"]   # optional: all three
+    seeds = [0, 1]
+
+    [run]                     # PropertySpec options shared by every run
+    epochs = 20
+    graphs = 10000
+    """
+
+    task: ClassVar[str] = "properties"
+    name: str
+    description: str
+    properties: tuple[str, ...]
+    poolings: tuple[str, ...]
+    dimensions: tuple[str, ...]
+    seeds: tuple[int, ...]
+    run: StudyOptions = field(default_factory=StudyOptions)
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        dims = set(self.dimensions) | ({"generalisation"} if "robustness" in self.dimensions else set())
+        return len(self.properties) * len(self.poolings) * len(dims) * len(self.seeds)
+
+    @property
+    def timeout(self) -> float | None:
+        return self.run.timeout
+
+    @property
+    def retries(self) -> int:
+        return self.run.retries
+
+
+TOP_KEYS = ("task", "name", "description", "properties", "poolings", "dimensions", "seeds", "run")
+
+
+def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
+    from engine.properties.poolings import POOLINGS
+    from engine.typed import parse_dataclass
+
+    where = str(path) if path else "preset"
+    unknown_keys(where, raw, TOP_KEYS)
+    for key in ("properties", "poolings", "seeds"):
+        if key not in raw:
+            raise GaptuiError(f"{where}: missing key '{key}'")
+    props = list_of(where, "properties", raw["properties"], str, "property names")
+    for name in props:
+        if name not in PROPERTY_NAMES:
+            raise GaptuiError(
+                f"{where}: key 'properties' value '{name}' is not a property{did_you_mean(name, PROPERTY_NAMES)}; "
+                f"known: {', '.join(PROPERTY_NAMES)}"
+            )
+    poolings = list_of(where, "poolings", raw["poolings"], str, "pooling names")
+    for name in poolings:
+        if name not in POOLINGS:
+            raise GaptuiError(
+                f"{where}: key 'poolings' value '{name}' is not a pooling{did_you_mean(name, POOLINGS.names())}; "
+                f"known: {', '.join(POOLINGS.names())} or module.path:factory"
+            )
+    dims = list_of(where, "dimensions", raw.get("dimensions", list(DIMENSION_ORDER)), str, "dimension names")
+    for name in dims:
+        if name not in DIMENSION_ORDER:
+            raise GaptuiError(
+                f"{where}: key 'dimensions' value '{name}' is not a dimension{did_you_mean(name, DIMENSION_ORDER)}; "
+                f"known: {', '.join(DIMENSION_ORDER)}"
+            )
+    seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
+    run = parse_dataclass(StudyOptions, raw.get("run", {}), f"{where}: [run]")
+    preset = Preset(
+        name=str(raw.get("name") or (path.stem if path else "preset")),
+        description=str(raw.get("description", "")),
+        properties=tuple(props),
+        poolings=tuple(poolings),
+        dimensions=tuple(d for d in DIMENSION_ORDER if d in dims),
+        seeds=tuple(seeds),
+        run=run,
+        path=path,
+    )
+    grid(preset, Placement(".", "."), limit=1)  # the worker's own checks, once, at parse time
+    return preset
+
+
+def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
+    """Seed-major; a robustness cell comes right after the generalisation cell it depends on (added if absent)."""
+    where = str(preset.path or preset.name)
+    common = {**preset.run.spec_fields(), "datasets_dir": placement.datasets_dir}
+    dims = list(preset.dimensions)
+    if "robustness" in dims and "generalisation" not in dims:
+        dims.insert(0, "generalisation")
+    specs: list[PropertySpec] = []
+    for seed in preset.seeds:
+        for prop in preset.properties:
+            for pooling in preset.poolings:
+                for dim in dims:
+                    raw = {**common, "property": prop, "pooling": pooling, "dimension": dim, "seed": seed}
+                    specs.append(PropertySpec.from_dict(raw, where))
+                    if limit is not None and len(specs) >= limit:
+                        return specs
+    return specs
+
+
+class Properties(TaskFamily):
+    name = "properties"
+    title = "relation properties: global poolings on 16 properties, 3 dimensions (seed 001)"
+    spec_type = PropertySpec
+    metrics = (
+        Metric("u_score", "U score", higher_is_better=True, unit="%"),
+        Metric("train_acc", "train accuracy", higher_is_better=True, unit="%"),
+    )
+    default_metric = "u_score"
+    axes = (
+        Axis("dimension", "dimension", order=DIMENSION_ORDER),
+        Axis("pooling", "pooling", order=tuple(POOLING_LABELS)),
+        Axis("property", "property", order=PROPERTY_NAMES),
+    )
+    table = TableLayout(group="dimension", rows="pooling", columns="property")
+
+    def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
+        return {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
+
+    def dependencies(self, spec: PropertySpec) -> tuple[str, ...]:
+        trainer = spec.trainer()
+        return () if trainer is None else (trainer.hash(),)
+
+    def describe(self, spec: PropertySpec) -> str:
+        return f"{spec.property} {spec.pooling} {spec.dimension} seed {spec.seed}"
+
+    def inputs(self, spec: PropertySpec) -> list[Input]:
+        if spec.published is not None:
+            return []
+        from engine.properties.datasets import build_property_dataset, property_dataset_id
+        from engine.properties.study import cell_datasets
+
+        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
+        out = []
+        for ds in cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed):
+            ident = property_dataset_id(ds.canonical())
+            out.append(Input(f"properties:{ident}", ident, lambda ds=ds: build_property_dataset(ds, datasets_dir)))
+        return out
+
+    def run(self, spec: PropertySpec, ctx: RunContext) -> Outcome:
+        import torch
+
+        from engine.properties.study import run_cell
+        from engine.properties.training import Stopped, build_model
+        from engine.training import resolve_device
+        from engine.worker import cpu_name
+
+        torch.set_num_threads(int(os.environ.get("GAPTUI_TORCH_THREADS", "1")))
+        device = resolve_device(spec.device)
+        params = sum(p.numel() for p in build_model(spec.pooling, spec.options()).parameters())
+        trainer = spec.trainer()
+        trained = None if trainer is None else ctx.run_dir_of(trainer.hash()) / "checkpoint.pt"
+        ctx.emit(
+            "start", run=spec.hash(), model=spec.pooling, params=params, device=str(device), epochs=spec.epochs,
+            property=spec.property, dimension=spec.dimension, pid=os.getpid(),
+        )  # fmt: skip
+        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
+        try:
+            metrics = run_cell(
+                spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx.emit,
+                datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,
+                data_seed=spec.data_seed, published=Path(spec.published) if spec.published else None,
+                device=device, checkpoint=ctx.run_dir / "checkpoint.pt", trained=trained, should_stop=ctx.should_stop,
+            )  # fmt: skip
+        except Stopped as stop:
+            raise Cancelled(epoch=stop.epoch) from None
+        except FloatingPointError as exc:
+            raise RunFailed(str(exc), "nan") from None
+        ctx.log(f"{self.describe(spec)}: U score {metrics['u_score']:.4f}")
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+        return Outcome(metrics=metrics, params=params, extra={"device": str(device), "device_name": name})
+
+    def derived_tables(self, records: list[dict[str, Any]], metric: str) -> list[DerivedTable]:
+        """The study's Table 2: per pooling and dimension, the mean over properties of the R score.
+
+        U is first averaged over seeds per (pooling, property, dimension); R = U / mean U of the poolings present
+        for that property and dimension (:mod:`engine.properties.scores`).
+        """
+        if metric != self.default_metric:
+            return []
+        from engine.properties.scores import mean_u, r_scores
+
+        runs = []
+        for rec in records:
+            axes, u = rec.get("axes") or {}, (rec.get("metrics") or {}).get("u_score")
+            if isinstance(u, (int, float)) and math.isfinite(u) and all(k in axes for k in TABLE2_KEYS):
+                runs.append((axes["pooling"], axes["property"], axes["dimension"], float(u)))
+        if not runs:
+            return []
+        by_cell: dict[tuple[str, str], list[float]] = {}
+        for (pooling, _, dimension), r in sorted(r_scores(mean_u(runs)).items()):
+            by_cell.setdefault((pooling, dimension), []).append(r)
+        values = {cell: tuple(rs) for cell, rs in by_cell.items()}
+        return [DerivedTable(TABLE2, R_SCORE, "pooling", "dimension", values, "mean ± std over properties")]
+
+    def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> Preset:
+        return parse_preset(raw, path)
+
+    def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
+        return grid(preset, placement, limit)
+
+
+FAMILIES.register(Properties())
