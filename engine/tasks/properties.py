@@ -304,7 +304,6 @@ class Properties(TaskFamily):
         from engine.training import resolve_device
         from engine.worker import cpu_name
 
-        torch.set_num_threads(int(os.environ.get("GAPTUI_TORCH_THREADS", "1")))
         device = resolve_device(spec.device)
         params = sum(p.numel() for p in build_model(spec.pooling, spec.options()).parameters())
         trainer = spec.trainer()
