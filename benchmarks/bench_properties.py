@@ -33,8 +33,9 @@ import torch  # noqa: E402
 
 from engine.properties.datasets import generate  # noqa: E402
 from engine.properties.definitions import BASE_SIZES, PROPERTY_NAMES, suite_sizes  # noqa: E402
+from engine.properties.options import TrainOptions  # noqa: E402
 from engine.properties.scores import POOLING_LABELS  # noqa: E402
-from engine.properties.training import LabelledGraphs, TrainOptions, train_model  # noqa: E402
+from engine.properties.training import LabelledGraphs, train_model  # noqa: E402
 
 
 def canonical(prop: str, n: int, family: str, graphs: int, negatives: str = "solver") -> dict:

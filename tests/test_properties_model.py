@@ -10,13 +10,13 @@ import torch
 
 from engine.errors import GaptuiError
 from engine.properties.backbone import IDGNNFast, cycle_counts
+from engine.properties.options import TrainOptions
 from engine.properties.poolings import POOLINGS, build_pooling
 from engine.properties.scores import POOLING_LABELS, mean_u, r_scores, table2, u_score
 from engine.properties.training import (
     LabelledGraphs,
     Stopped,
     StudyData,
-    TrainOptions,
     evaluate_model,
     load_study_data,
     train_model,

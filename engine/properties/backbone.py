@@ -17,9 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from engine.properties.options import CYCLE_K
 from engine.properties.poolings import build_pooling
-
-CYCLE_K = 6
 
 
 def cycle_counts(adjacency: Tensor, k: int = CYCLE_K) -> Tensor:

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
-from engine.properties.backbone import CYCLE_K, IDGNNFast
+from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes
+from engine.properties.options import TrainOptions
 from engine.properties.poolings import POOLINGS
 from engine.properties.scores import DIMENSIONS, dimensions_of
 
@@ -47,17 +48,6 @@ class StudyData:
 
     train: LabelledGraphs
     tests: dict[str, list[LabelledGraphs]]
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    hidden: int = 64
-    layers: int = 5
-    cycle_k: int = CYCLE_K
 
 
 def load_study_data(

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.properties.definitions import PROPERTY_NAMES
+from engine.properties.options import TrainOptions
 from engine.properties.scores import DIMENSIONS, POOLING_LABELS
 from engine.tasks import (
     FAMILIES,
@@ -50,32 +51,29 @@ def _default_datasets_dir() -> Path:
     return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
 
 
-@dataclass(frozen=True)
-class PropertySpec(TaskSpec):
-    """One cell of the property study. Training options default to the study's (AdamW 1e-3, batch 64, 20 epochs).
+@dataclass(frozen=True, kw_only=True)
+class CellOptions(TrainOptions):
+    """The options of a study cell: training (:class:`~engine.properties.training.TrainOptions`, the study's
+    defaults) and data: ``graphs`` per dataset, ``sizes`` (keep the first K sizes of the property: train at the
+    base, test above; default all 11), ``negatives`` (GraphRandom negatives, ``solver`` or ``random``),
+    ``data_seed`` and ``published`` (a folder in the published CSV layout instead of generated data)."""
 
-    ``graphs`` per dataset, ``sizes`` (keep the first K sizes of the property: train at the base, test above;
-    default all 11), ``negatives`` (GraphRandom negatives, ``solver`` or ``random``), ``data_seed`` (dataset seed)
-    and ``published`` (a folder in the published CSV layout instead of generated data) choose the data.
-    """
+    graphs: int = 10_000
+    sizes: int | None = None
+    negatives: str | None = None
+    data_seed: int = 0
+    published: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PropertySpec(TaskSpec, CellOptions):
+    """One cell of the property study: (property, pooling, dimension, seed) and its :class:`CellOptions`."""
 
     property: str
     pooling: str
     dimension: str
     task: str = "properties"
     seed: int = 0
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    hidden: int = 64
-    layers: int = 5
-    cycle_k: int = 6
-    graphs: int = 10_000
-    sizes: int | None = None
-    negatives: str | None = None
-    data_seed: int = 0
-    published: str | None = None
     device: str = "auto"
     datasets_dir: str | None = None
 
@@ -112,9 +110,7 @@ class PropertySpec(TaskSpec):
         out["negatives"] = self.negatives or DEFAULT_NEGATIVES
         return out
 
-    def options(self) -> Any:
-        from engine.properties.training import TrainOptions
-
+    def options(self) -> TrainOptions:
         fields = {f.name for f in dataclasses.fields(TrainOptions)}
         return TrainOptions(**{k: getattr(self, k) for k in fields})
 
@@ -126,22 +122,10 @@ class PropertySpec(TaskSpec):
         return None if other is None else self.replace(dimension=other)
 
 
-@dataclass(frozen=True)
-class StudyOptions:
-    """Options copied into every spec of the grid, plus how the scheduler treats each run."""
+@dataclass(frozen=True, kw_only=True)
+class StudyOptions(CellOptions):
+    """The ``[run]`` table of a preset: cell options copied into every spec, plus how the scheduler treats runs."""
 
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    hidden: int = 64
-    layers: int = 5
-    cycle_k: int = 6
-    graphs: int = 10_000
-    sizes: int | None = None
-    negatives: str | None = None
-    data_seed: int = 0
-    published: str | None = None
     timeout: float | None = None
     retries: int = 0
 
@@ -192,6 +176,18 @@ class Preset(PresetBase):
 TOP_KEYS = ("task", "name", "description", "properties", "poolings", "dimensions", "seeds", "run")
 
 
+def _names(where: str, raw: dict[str, Any], key: str, what: str, known: Any, more: str = "") -> list[str]:
+    """The list ``raw[key]`` of names, each one of ``known`` (or, with ``more``, anything containing ``:``)."""
+    names = list_of(where, key, raw[key], str, f"{what} names")
+    for name in names:
+        if name not in known and not (more and ":" in name):
+            raise GaptuiError(
+                f"{where}: key '{key}' value '{name}' is not a {what}{did_you_mean(name, known)}; "
+                f"known: {', '.join(known)}{more}"
+            )
+    return names
+
+
 def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     from engine.properties.poolings import POOLINGS
     from engine.typed import parse_dataclass
@@ -201,27 +197,9 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     for key in ("properties", "poolings", "seeds"):
         if key not in raw:
             raise GaptuiError(f"{where}: missing key '{key}'")
-    props = list_of(where, "properties", raw["properties"], str, "property names")
-    for name in props:
-        if name not in PROPERTY_NAMES:
-            raise GaptuiError(
-                f"{where}: key 'properties' value '{name}' is not a property{did_you_mean(name, PROPERTY_NAMES)}; "
-                f"known: {', '.join(PROPERTY_NAMES)}"
-            )
-    poolings = list_of(where, "poolings", raw["poolings"], str, "pooling names")
-    for name in poolings:
-        if name not in POOLINGS:
-            raise GaptuiError(
-                f"{where}: key 'poolings' value '{name}' is not a pooling{did_you_mean(name, POOLINGS.names())}; "
-                f"known: {', '.join(POOLINGS.names())} or module.path:factory"
-            )
-    dims = list_of(where, "dimensions", raw.get("dimensions", list(DIMENSION_ORDER)), str, "dimension names")
-    for name in dims:
-        if name not in DIMENSION_ORDER:
-            raise GaptuiError(
-                f"{where}: key 'dimensions' value '{name}' is not a dimension{did_you_mean(name, DIMENSION_ORDER)}; "
-                f"known: {', '.join(DIMENSION_ORDER)}"
-            )
+    props = _names(where, raw, "properties", "property", PROPERTY_NAMES)
+    poolings = _names(where, raw, "poolings", "pooling", POOLINGS.names(), " or module.path:factory")
+    dims = _names(where, {"dimensions": list(DIMENSION_ORDER), **raw}, "dimensions", "dimension", DIMENSION_ORDER)
     seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
     run = parse_dataclass(StudyOptions, raw.get("run", {}), f"{where}: [run]")
     preset = Preset(
