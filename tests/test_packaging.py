@@ -56,4 +56,4 @@ def test_wheel_install_finds_the_shipped_presets(tmp_path: Path) -> None:
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    assert "preset smoke: 4 runs" in res.stdout
+    assert "preset smoke (task alignment): 4 runs" in res.stdout
