@@ -7,7 +7,6 @@ import io
 import json
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -412,7 +411,8 @@ def test_export_command(cli, tmp_path: Path) -> None:
     assert "wrote" in res.output and "tables.tex" in res.output
 
 
-def test_table_on_2000_records_is_fast(cli) -> None:
+def test_table_on_2000_records(cli) -> None:
+    """2,000 records rank into one table per dataset (its speed is measured in benchmarks/bench_manager.py)."""
     rows = [
         rec(m, n / 100, 0.5 + ((i * 7919) % 1000) / 2000, seed, dataset=d)
         for i, (d, n, m, seed) in enumerate(
@@ -424,12 +424,8 @@ def test_table_on_2000_records_is_fast(cli) -> None:
         )
     ]
     assert len(rows) == 2000
-    cli("table", rows=rows[:10])  # warm imports so the timing measures the work
-    start = time.perf_counter()
     res = cli("table", rows=rows)
-    elapsed = time.perf_counter() - start
-    assert res.exit_code == 0 and "gatv2" in res.output
-    assert elapsed < 1.0, elapsed
+    assert res.exit_code == 0 and "gatv2" in res.output and "tree" in res.output
 
 
 # ------------------------------------------------------------------------------------------ real CLI (subprocess)
