@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -186,16 +187,27 @@ def _wait_stopped(ws: Workspace, on_slurm: list[dict[str, Any]], local: list[dic
     with err_console.status("waiting for the runs to save their checkpoints and stop ..."):
         while time.monotonic() < deadline:
             watcher.update()
+            # Slurm reports CANCELLED as soon as scancel is issued, while the worker may still be saving its
+            # checkpoint: a run that started is stopped once its final event is written (files are the interface).
             busy = [
                 r
                 for r in on_slurm
                 if job_state(watcher.get_info(r["slurm"]["job_id"], mode="cache")) in (*QUEUED_STATES, *RUNNING_STATES)
+                or not _worker_left(Path(r["run_dir"]))
             ]
             busy += [r for r in local if r.get("pid") and pid_alive(r["pid"], r["run_dir"])]
             if not busy:
                 return
             time.sleep(1.0)
     err_console.print("[yellow]note:[/] some runs had not stopped yet; they are recorded as cancelled anyway")
+
+
+def _worker_left(run_dir: Path) -> bool:
+    """True when the run's worker never started, or wrote its final event (done, cancelled or error)."""
+    from engine.events import read_events
+
+    events, _ = read_events(run_dir / "events.jsonl", 0)
+    return not events or events[-1].get("event") in ("done", "cancelled", "error")
 
 
 def _queue_positions() -> dict[str, int]:

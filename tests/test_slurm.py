@@ -289,7 +289,7 @@ def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
     preset = _preset(tmp_path, models=("tests.helpers_worker:HardExitModel", "tests.helpers_worker:KillParentModel"))
     res = _slurm_run(preset, ws)
     assert res.returncode == 1 and "2 run(s) failed" in res.stderr, res.stderr
-    records = {r["model"].split(":")[1]: r for r in _records(ws)}
+    records = {r["axes"]["model"].split(":")[1]: r for r in _records(ws)}
     hard, orphan = records["HardExitModel"], records["KillParentModel"]
     for record in (hard, orphan):
         assert record["status"] == "failed" and record["slurm"]["state"] == "FAILED"
