@@ -40,6 +40,25 @@ def test_round_trip_through_toml() -> None:
     assert dataclasses.replace(again, path=None) == dataclasses.replace(quick, path=None)
 
 
+def test_model_options_reach_every_run_of_their_model() -> None:
+    from engine.tasks import FAMILIES
+
+    text = BASE.replace('["gcn"]', '["gcn", "GGNN"]').replace("seeds = [0]", "seeds = [0, 1]")
+    preset = parse_preset(tomllib.loads(text + "[model_options]\nggnn = { steps = 2 }\n"))
+    assert preset.model_options == {"ggnn": {"steps": 2}}
+    specs = grid(preset, Workspace(Path("/tmp/unused")))
+    assert {(s.model, s.seed): s.model_kwargs for s in specs} == {
+        ("gcn", 0): {},
+        ("gcn", 1): {},
+        ("ggnn", 0): {"steps": 2},
+        ("ggnn", 1): {"steps": 2},
+    }
+    family = FAMILIES.get("alignment")
+    assert {family.record_axes(s)["model"] for s in specs} == {"gcn", "ggnn[steps=2]"}
+    again = parse_preset(tomllib.loads(dump_preset(preset)))
+    assert dataclasses.replace(again, path=None) == dataclasses.replace(preset, path=None)
+
+
 BASE = """
 noise = [0.1]
 models = ["gcn"]
@@ -62,6 +81,12 @@ base = "er"
         (BASE + "[run]\nepoch = 3\n", ["[run]", "unknown key 'epoch'", "did you mean 'epochs'?"]),
         (BASE + "params = { degre = 3 }\n", ["datasets[0]", "no parameter 'degre'", "did you mean 'degree'?"]),
         ("noise = [0.1\n", ["not valid TOML"]),
+        (BASE + "[model_options]\ngatv2 = { heads = 4 }\n", ["[model_options]", "'gatv2' is not one of", "gcn"]),
+        (BASE + "[model_options]\ngcn = 3\n", ["[model_options]", "key 'gcn' = 3", "expected a table of options"]),
+        (
+            BASE + "[model_options]\ngcn = { layrs = 3 }\n",
+            ["[model_options] value 'gcn'", "no option 'layrs'", "did you mean 'layers'?"],
+        ),
     ],
 )
 def test_bad_presets_exit_2_naming_file_key_value(tmp_path: Path, text: str, needles: list[str]) -> None:

@@ -41,6 +41,15 @@ BASELINE = "laplacian"
 PAPER_ORDER = ("gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2")
 
 
+def model_label(spec: RunSpec) -> str:
+    """``model`` plus its model options, e.g. ``ggnn[steps=2]``: the row of ranking tables, so that two option
+    sets of one model are two rows rather than one cell."""
+    if not spec.model_kwargs:
+        return spec.model
+    text = ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items()))
+    return f"{spec.model}[{text}]"
+
+
 def dataset_label(canonical: dict[str, Any]) -> str:
     """``base`` plus its non-default parameters, e.g. ``er[n=50]``: the row group of ranking tables."""
     from engine.sources import SOURCES, params_dict, parse_params
@@ -110,6 +119,9 @@ class Preset(PresetBase):
     seeds = [0, 1]
     laplacian = true            # add the training-free baseline once per (dataset, noise)
 
+    [model_options]             # optional: options of one model, for every run of that model
+    gatv2 = { heads = 4 }
+
     [run]                       # RunSpec options shared by every run (see engine.spec.RunSpec)
     epochs = 5
 
@@ -128,6 +140,8 @@ class Preset(PresetBase):
     models: tuple[str, ...]
     seeds: tuple[int, ...]
     laplacian: bool = False
+    #: Model name -> its model options (``RunSpec.model_kwargs`` of every run of that model).
+    model_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     run: RunOptions = field(default_factory=RunOptions)
     path: Path | None = None
     #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
@@ -149,7 +163,7 @@ class Preset(PresetBase):
         return self.run.retries
 
 
-TOP_KEYS = ("task", "name", "description", "noise", "models", "seeds", "laplacian", "run", "datasets")
+TOP_KEYS = ("task", "name", "description", "noise", "models", "seeds", "laplacian", "model_options", "run", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
 
@@ -205,6 +219,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     models = _unique([_canonical_model(m) for m in models], str, "models", notes)
     seeds = _unique(seeds, int, "seeds", notes)
     datasets = _unique(datasets, _dataset_key, "datasets", notes)
+    model_options = _model_options(where, raw.get("model_options", {}), models)
     run = parse_dataclass(RunOptions, raw.get("run", {}), f"{where}: [run]")
     check_run_options(run.timeout, run.retries, f"{where}: [run]")
     laplacian = raw.get("laplacian", False)
@@ -218,6 +233,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         models=tuple(m for m in models if m != BASELINE),
         seeds=tuple(seeds),
         laplacian=laplacian or BASELINE in models,
+        model_options=model_options,
         run=run,
         path=path,
         notes=tuple(notes),
@@ -229,6 +245,26 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     grid(preset, Placement(".", "."), limit=1)
     _check_models(preset, where)
     return preset
+
+
+def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``[model_options]`` table: one inline table of options per model of ``models`` (checked at build)."""
+    here = f"{where}: [model_options]"
+    if not isinstance(raw, dict):
+        raise GaptuiError(f"{here} = {raw!r}: expected a table of model name = {{ option = value }}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, options in raw.items():
+        model = _canonical_model(name)
+        if model == BASELINE or model not in models:
+            trained = [m for m in models if m != BASELINE]
+            raise GaptuiError(
+                f"{here}: key '{name}' is not one of the preset's models{did_you_mean(model, trained)}; "
+                f"models: {', '.join(trained)}"
+            )
+        if not isinstance(options, dict):
+            raise GaptuiError(f"{here}: key '{name}' = {options!r}: expected a table of options, e.g. {{ layers = 3 }}")
+        out[model] = dict(options)
+    return out
 
 
 def _canonical_model(name: str) -> str:
@@ -276,9 +312,11 @@ def _check_models(preset: Preset, where: str) -> None:
                     in_dim=FEATURES[preset.run.features],
                     input_layer=preset.run.input_layer,
                     norm=preset.run.norm,
+                    **preset.model_options.get(model, {}),
                 )
             except GaptuiError as exc:
-                raise GaptuiError(f"{where}: key 'models' value '{model}': {exc}") from None
+                key = "[model_options]" if model in preset.model_options else "key 'models'"
+                raise GaptuiError(f"{where}: {key} value '{model}': {exc}") from None
 
 
 def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
@@ -295,7 +333,10 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
             for eta in preset.noise:
                 dataset = entry.dataset_dict(eta)
                 cell = [{"model": BASELINE}] if preset.laplacian and seed_index == 0 else []
-                cell += [{"model": model, "seed": seed} for model in preset.models]
+                cell += [
+                    {"model": model, "model_kwargs": preset.model_options.get(model, {}), "seed": seed}
+                    for model in preset.models
+                ]
                 for extra in cell:
                     spec = RunSpec.from_dict({**common, "dataset": dataset, **extra}, where)
                     if spec.hash() not in seen:
@@ -315,8 +356,14 @@ def dump_preset(preset: Preset) -> str:
         f"seeds = {toml_value(list(preset.seeds))}",
         f"laplacian = {toml_value(preset.laplacian)}",
         "",
-        "[run]",
     ]
+    if preset.model_options:
+        lines += ["[model_options]"]
+        for model, options in preset.model_options.items():
+            inner = ", ".join(f"{k} = {toml_value(v)}" for k, v in options.items())
+            lines.append(f"{toml_value(model) if ':' in model else model} = {{ {inner} }}")
+        lines.append("")
+    lines.append("[run]")
     defaults = RunOptions()
     for key, value in dataclasses.asdict(preset.run).items():
         if value is not None and value != getattr(defaults, key):
@@ -609,14 +656,14 @@ class Alignment(TaskFamily):
 
     def record_axes(self, spec: RunSpec) -> dict[str, Any]:
         ds = spec.dataset_spec().canonical()
-        return {"dataset": dataset_label(ds), "noise": ds["noise"], "model": spec.model}
+        return {"dataset": dataset_label(ds), "noise": ds["noise"], "model": model_label(spec)}
 
     def is_baseline(self, spec: RunSpec) -> bool:
         return spec.model == BASELINE
 
     def describe(self, spec: RunSpec) -> str:
         axes = self.record_axes(spec)
-        return f"{axes['dataset']} noise {axes['noise']:g} {spec.model} seed {spec.seed}"
+        return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
 
     def inputs(self, spec: RunSpec) -> list[Input]:
         from functools import partial
