@@ -15,9 +15,11 @@ from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import TaskSpec, load_spec_file
 
 CLIP_MODES = ("value", "norm")
+#: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs (see engine.training.wants_compile).
+COMPILE_MODES = ("auto", "on", "off")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
-_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph"}
+_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph", "compile": "auto"}
 #: Spec fields that are model options of the built-in scaffold (see engine.models.base.COMMON_OPTIONS).
 MODEL_FIELDS = ("input_layer", "norm")
 
@@ -34,7 +36,8 @@ class RunSpec(TaskSpec):
     (``linear`` projection; the paper: ``conv``, a per-model first message-passing layer) and ``norm``
     (``per-graph`` GraphNorm in every block; the paper: ``whole-batch``, two GraphNorms over the whole batch).
     The schedule fields default to the paper's (300 epochs, batch 100, AdamW with one-cycle to 3e-3 after 30
-    warm-up steps, gradient values clipped at 0.1).
+    warm-up steps, gradient values clipped at 0.1). ``compile`` (``auto``, ``on``, ``off``) says whether the model
+    is trained through ``torch.compile`` (same function, other float rounding; see ``engine.training``).
     """
 
     dataset: dict[str, Any]
@@ -53,6 +56,7 @@ class RunSpec(TaskSpec):
     weight_decay: float = 0.01
     clip: float = 0.1
     clip_mode: str = "value"
+    compile: str = "auto"
     eval_every: int = 1
     topk: tuple[int, ...] = (5, 10)
     seed: int = 0
@@ -117,6 +121,7 @@ class RunSpec(TaskSpec):
             ("input_layer", INPUT_LAYERS),
             ("norm", NORMS),
             ("clip_mode", CLIP_MODES),
+            ("compile", COMPILE_MODES),
         ):
             value = getattr(self, key)
             if value not in choices:

@@ -257,6 +257,50 @@ def train_epoch(
     return True
 
 
+#: ``compile = "auto"`` compiles CPU runs of at least this many optimiser steps: compiling takes 10-30 s on a CPU
+#: and saves 0.05-1 s per step of 100 pairs (benchmarks/bench_epoch.py), so it pays after a few hundred steps.
+AUTO_COMPILE_STEPS = 500
+
+
+def wants_compile(mode: str, device: torch.device, steps: int) -> bool:
+    """Whether a run trains through ``torch.compile``: ``on``, ``off``, or ``auto`` (long runs on a CPU; on a GPU
+    compiling is opt-in, as its gain there is not measured)."""
+    if mode == "auto":
+        return device.type == "cpu" and steps >= AUTO_COMPILE_STEPS
+    return mode == "on"
+
+
+def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -> nn.Module:
+    """``torch.compile(model)``, compiled now on a tiny batch; the eager model when compiling fails (no C++
+    compiler, an unsupported layer), with one log line saying why.
+
+    The compiled module shares ``model``'s parameters: the optimiser, checkpoints and evaluation use ``model``.
+    Shapes are dynamic, so batches of any size reuse the compiled code. The warm-up leaves the gradients and the
+    random state as they were.
+    """
+    compiled = torch.compile(model, dynamic=True)
+    device = next(model.parameters()).device
+    sizes = torch.tensor([5, 6], device=device)
+    ring = torch.cat([torch.arange(n, device=device) for n in sizes.tolist()])
+    offsets = torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
+    nxt = torch.cat([(torch.arange(n, device=device) + 1) % n for n in sizes.tolist()])
+    edge_index = torch.stack([ring + offsets, nxt + offsets])
+    edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    batch = torch.repeat_interleave(torch.arange(2, device=device), sizes)
+    t0 = time.perf_counter()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            compiled(node_features(features, edge_index, int(sizes.sum())), edge_index, batch).sum().backward()
+    except Exception as exc:  # noqa: BLE001 - any compiler failure means: train eagerly, and say so
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        log(f"torch.compile failed ({type(exc).__name__}: {first[:200]}); training without it")
+        model.zero_grad(set_to_none=True)
+        return model
+    model.zero_grad(set_to_none=True)
+    log(f"model compiled with torch.compile in {time.perf_counter() - t0:.1f} s")
+    return compiled
+
+
 def seed_everything(seed: int) -> None:
     import random
 

@@ -282,6 +282,9 @@ def train_cmd(
         str, typer.Option("--norm", help="per-graph, or whole-batch (the paper's GraphNorm placement).")
     ] = "per-graph",
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].")] = "auto",
+    compile_mode: Annotated[
+        str, typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off.")
+    ] = "auto",
     noise_model: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
@@ -322,6 +325,7 @@ def train_cmd(
             "features": features,
             "input_layer": input_layer,
             "norm": norm,
+            "compile": compile_mode,
             "seed": seed,
             "device": device,
             "datasets_dir": str(ws.datasets),

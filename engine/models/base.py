@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, GraphNorm
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.models.sparse import Graph, convolve, graph_norm
 from engine.registry import Registry
 
 #: Conv factory: given the block width, return one message-passing layer mapping ``[N, width] -> [N, width]``.
@@ -104,6 +106,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     "dropout": Option(0.0, probability, "dropout on each block's update before the residual sum"),
     "input_layer": Option("linear", choice(INPUT_LAYERS), "linear projection of the inputs, or conv (paper)"),
     "norm": Option("per-graph", choice(NORMS), "GraphNorm per graph in every block, or whole-batch (paper)"),
+    "sparse": Option(True, boolean, "sparse-matrix aggregation where a layer allows it (false: PyG's scatter path)"),
 }
 
 
@@ -169,6 +172,7 @@ class ResidualGNN(nn.Module):
         dropout: float = 0.0,
         input_layer: str = "linear",
         norm: str = "per-graph",
+        sparse: bool = True,
         first: FirstFactory | None = None,
     ) -> None:
         super().__init__()
@@ -186,6 +190,7 @@ class ResidualGNN(nn.Module):
             raise ValueError(f"{type(self).__name__}: norm must be one of {NORMS}, got {norm!r}")
         self.input_layer = input_layer
         self.norm = norm
+        self.sparse = sparse
         conv_input = input_layer == "conv"
         self.input = (first or default_first)(in_dim, width) if conv_input else nn.Linear(in_dim, width)
         blocks = layers - 1 if conv_input else layers
@@ -207,13 +212,17 @@ class ResidualGNN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
-        h = F.relu(self.input(x, edge_index)) if self.input_layer == "conv" else self.input(x)
+        graph = Graph(edge_index, batch, x.shape[0])
+        # Under torch.compile PyG's gather/scatter path is what the compiler fuses (and sparse matrices break graphs).
+        sparse = self.sparse and not torch.compiler.is_compiling()
+        conv_of = convolve if sparse else lambda conv, h, graph: conv(h, graph.edge_index)
+        h = F.relu(conv_of(self.input, x, graph)) if self.input_layer == "conv" else self.input(x)
         for i, conv in enumerate(self.convs):
             if self.batch_norms and i == self._norm_before:
                 h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
-            update = conv(h, edge_index)
+            update = conv_of(conv, h, graph)
             if self.norms:
-                update = self.norms[i](update, batch)
+                update = graph_norm(self.norms[i], update, graph) if sparse else self.norms[i](update, batch)
             update = F.relu(update)
             if self.dropout:
                 update = F.dropout(update, p=self.dropout, training=self.training)
@@ -227,7 +236,7 @@ class ResidualGNN(nn.Module):
     def extra_repr(self) -> str:
         extra = "".join(
             f", {key}={getattr(self, key)}"
-            for key, default in (("input_layer", "linear"), ("norm", "per-graph"))
+            for key, default in (("input_layer", "linear"), ("norm", "per-graph"), ("sparse", True))
             if getattr(self, key) != default
         )
         return f"width={self.width}, layers={self.layers}{extra}, params={self.num_parameters}"

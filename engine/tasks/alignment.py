@@ -100,6 +100,7 @@ class RunOptions:
     weight_decay: float = 0.01
     clip: float = 0.1
     clip_mode: str = "value"
+    compile: str = "auto"
     topk: list[int] = field(default_factory=lambda: [5, 10])
     timeout: float | None = None
     retries: int = 0
@@ -481,12 +482,14 @@ class _AlignmentRun:
             NonFiniteLoss,
             PairTensors,
             TrainState,
+            compile_model,
             evaluate,
             make_optimiser,
             metrics_of,
             resolve_device,
             seed_everything,
             train_epoch,
+            wants_compile,
         )
         from engine.worker import CHECKPOINT_FORMAT, Checkpoints
 
@@ -561,13 +564,18 @@ class _AlignmentRun:
             pid=os.getpid(),
         )
         ctx.log(f"model {spec.model}: {params} parameters, width {width}, device {device}")
+        # auto never compiles a user's import-path model: only the built-ins are known to compile
+        compiled = wants_compile(spec.compile, device, spec.epochs * steps_per_epoch) and (
+            spec.compile == "on" or ":" not in spec.model
+        )
+        trained = compile_model(model, spec.features, ctx.log) if compiled else model
         train_loss = float("nan")
         with LapEvaluator(ks=spec.topk) as evaluator:
             while state.epoch < spec.epochs:
                 t0 = time.perf_counter()
                 try:
                     finished = train_epoch(
-                        model,
+                        trained,
                         train,
                         opt,
                         sched,
@@ -621,6 +629,7 @@ class _AlignmentRun:
         metrics.setdefault("train_loss", train_loss)
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**_device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": width}
+        extra["compiled"] = trained is not model
         extra["dataset_seed"] = spec.dataset.get("seed", 0)
         return Outcome(metrics=metrics, params=params, extra={**extra, "epochs": spec.epochs})
 

@@ -1,0 +1,326 @@
+"""Training epoch: gaptui's against a plain PyG loop written here, side by side, at equal epochs.
+
+Run from the repository root (one core, lowest priority; a few minutes per model with the defaults)::
+
+    nice -n 19 taskset -c 1 python benchmarks/bench_epoch.py
+    python benchmarks/bench_epoch.py --models gcn,gin --train 500 --epochs 10 --noise 0.12   # quicker
+    python benchmarks/bench_epoch.py --profile gin          # torch.profiler table of a few of our steps
+
+Both sides train on the same cached alignment dataset (ER(--n, --degree) at each --noise, --train / --val pairs,
+batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 warm-up steps, value clipping
+0.1), the same seed and about the same width:
+
+- **ours**: what a gaptui worker runs (``engine.models.build`` with the defaults, ``PairTensors`` batches,
+  ``train_epoch``, ``evaluate`` with the LAP thread pool); ``--ours-options sparse=false`` and the like switch
+  model options, ``--compile`` wraps the model in ``torch.compile``;
+- **reference**: a straightforward PyG implementation of the same family: ``torch_geometric.data.Data`` per graph,
+  ``Batch.from_data_list`` per step, G and H embedded in two forward passes, all-ones inputs, a first
+  ``GCNConv(1, width)`` (``GINConv(Linear)`` for GIN) then three residual blocks of the family's PyG convolution,
+  one GraphNorm over the batch before a linear readout, padded ``bmm`` similarities and cross-entropy, and the
+  LAP (``scipy.optimize.linear_sum_assignment``) per validation pair.
+
+Epochs alternate (ours, reference, ours, ...) so background load hits both alike. Per model and noise level the
+table gives the min and median seconds of a training epoch of each side (the first epoch is a warm-up and left
+out), the ratio reference / ours (above 1: ours is faster) and the final validation LAP accuracy of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from scipy.optimize import linear_sum_assignment  # noqa: E402
+from torch import nn  # noqa: E402
+from torch_geometric.data import Batch, Data  # noqa: E402
+from torch_geometric.nn import (  # noqa: E402
+    GATConv,
+    GatedGraphConv,
+    GATv2Conv,
+    GCNConv,
+    GINConv,
+    GraphNorm,
+    ResGatedGraphConv,
+)
+from torch_geometric.utils import to_dense_batch  # noqa: E402
+
+from engine import models  # noqa: E402
+from engine.datasets import DatasetSpec, build_dataset  # noqa: E402
+from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.training import (  # noqa: E402
+    FEATURES,
+    IGNORE,
+    PairTensors,
+    TrainState,
+    epoch_order,
+    evaluate,
+    make_optimiser,
+    train_epoch,
+)
+
+LR, WEIGHT_DECAY, CLIP, WARMUP = 3e-3, 0.01, 0.1, 30
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="gcn,gin,gatedgcn,ggnn,gat,gatv2")
+    parser.add_argument("--noise", default="0.04,0.12", help="comma-separated noise levels")
+    parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--degree", type=float, default=8.0)
+    parser.add_argument("--train", type=int, default=1000, help="training pairs")
+    parser.add_argument("--val", type=int, default=200, help="validation pairs")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--epochs", type=int, default=20, help="epochs of each side (timed after the first)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ours-options", default="", help="model options of ours, e.g. sparse=false")
+    parser.add_argument("--compile", action="store_true", help="torch.compile our model")
+    parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
+    parser.add_argument("--profile", metavar="MODEL", help="profile a few of our training steps and stop")
+    return parser.parse_args(argv)
+
+
+def parse_options(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = item.partition("=")
+        low = value.lower()
+        out[key] = True if low == "true" else False if low == "false" else int(value) if value.isdigit() else value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ reference
+
+
+class Reference(nn.Module):
+    """A plain PyG siamese embedder: first conv from the constant input, 3 residual blocks, one GraphNorm."""
+
+    def __init__(self, model: str, width: int, heads: int, out_dim: int) -> None:
+        super().__init__()
+
+        def conv() -> nn.Module:
+            if model == "gcn":
+                return GCNConv(width, width)
+            if model == "gin":
+                return GINConv(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)))
+            if model == "gatedgcn":
+                return ResGatedGraphConv(width, width)
+            if model == "ggnn":
+                return GatedGraphConv(width, num_layers=1)
+            if model == "gat":
+                return GATConv(width, width // heads, heads=heads)
+            if model == "gatv2":
+                return GATv2Conv(width, width // heads, heads=heads)
+            raise SystemExit(f"error: --models {model}: no reference implementation")
+
+        self.first = GINConv(nn.Linear(1, width)) if model == "gin" else GCNConv(1, width)
+        self.convs = nn.ModuleList(conv() for _ in range(3))
+        self.norm = GraphNorm(width)
+        self.out = nn.Linear(width, out_dim)
+
+    def forward(self, data: Batch) -> torch.Tensor:
+        h = F.relu(self.first(data.x, data.edge_index))
+        for conv in self.convs:
+            h = h + F.relu(conv(h, data.edge_index))
+        return self.out(self.norm(h))
+
+
+def graphs(split: Any) -> tuple[list[Data], list[Data], list[torch.Tensor]]:
+    """The pairs of a ``PairSplit`` as PyG ``Data`` objects with all-ones inputs, and each pair's permutation."""
+    g_list, h_list, perms = [], [], []
+    for i in range(len(split.num_nodes)):
+        n = int(split.num_nodes[i])
+        lo, hi = split.node_ptr[i], split.node_ptr[i + 1]
+        for edges, ptr, out in (
+            (split.edge_index_g, split.edge_ptr_g, g_list),
+            (split.edge_index_h, split.edge_ptr_h, h_list),
+        ):
+            ei = torch.as_tensor(np.asarray(edges[:, ptr[i] : ptr[i + 1]], dtype=np.int64))
+            out.append(Data(x=torch.ones(n, 1), edge_index=ei, num_nodes=n))
+        perms.append(torch.as_tensor(np.asarray(split.perm[lo:hi], dtype=np.int64)))
+    return g_list, h_list, perms
+
+
+def reference_sim(model: Reference, gs: list[Data], hs: list[Data]) -> tuple[torch.Tensor, torch.Tensor]:
+    bg, bh = Batch.from_data_list(gs), Batch.from_data_list(hs)
+    xg, mask = to_dense_batch(model(bg), bg.batch)
+    xh, _ = to_dense_batch(model(bh), bh.batch)
+    sim = torch.bmm(xg, xh.transpose(1, 2)).masked_fill(~mask[:, None, :], float("-inf"))
+    return sim, mask
+
+
+def reference_epoch(
+    model: Reference, opt: Any, sched: Any, data: tuple, batch_size: int, seed: int, epoch: int
+) -> None:
+    gs, hs, perms = data
+    model.train()
+    order = epoch_order(seed, epoch, len(gs)).tolist()
+    for lo in range(0, len(order), batch_size):
+        ids = order[lo : lo + batch_size]
+        sim, mask = reference_sim(model, [gs[i] for i in ids], [hs[i] for i in ids])
+        target = torch.full(mask.shape, IGNORE, dtype=torch.long)
+        for row, i in enumerate(ids):
+            target[row, : len(perms[i])] = perms[i]
+        size, nmax, _ = sim.shape
+        loss = F.cross_entropy(sim.reshape(size * nmax, nmax), target.reshape(-1), ignore_index=IGNORE)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_value_(model.parameters(), CLIP)
+        opt.step()
+        sched.step()
+
+
+@torch.no_grad()
+def reference_accuracy(model: Reference, data: tuple, batch_size: int) -> float:
+    gs, hs, perms = data
+    model.eval()
+    correct = total = 0
+    for lo in range(0, len(gs), batch_size):
+        sim, mask = reference_sim(model, gs[lo : lo + batch_size], hs[lo : lo + batch_size])
+        for row, perm in enumerate(perms[lo : lo + batch_size]):
+            n = len(perm)
+            _, cols = linear_sum_assignment(-sim[row, :n, :n].numpy())
+            correct += int((torch.as_tensor(cols) == perm).sum())
+            total += n
+    return correct / max(total, 1)
+
+
+# ------------------------------------------------------------------------------------------------ comparison
+
+
+def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: LapEvaluator) -> dict[str, Any]:
+    spec = DatasetSpec("er", noise, n_train=args.train, n_val=args.val, params={"n": args.n, "degree": args.degree})
+    dataset, _ = build_dataset(spec, args.datasets)
+    train, val = PairTensors(dataset.split("train")), PairTensors(dataset.split("val"))
+    ref_train, ref_val = graphs(dataset.split("train")), graphs(dataset.split("val"))
+    steps = args.epochs * -(-len(train) // args.batch_size)
+
+    torch.manual_seed(args.seed)
+    ours = models.build(
+        model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **parse_options(args.ours_options)
+    )
+    heads = getattr(ours, "heads", 1)
+    torch.manual_seed(args.seed)
+    ref = Reference(model_name, ours.width, heads, 64)
+    run_model = torch.compile(ours, dynamic=True) if args.compile else ours
+    opt, sched = make_optimiser(ours, LR, WEIGHT_DECAY, steps, WARMUP)
+    ref_opt, ref_sched = make_optimiser(ref, LR, WEIGHT_DECAY, steps, WARMUP)
+    state = TrainState()
+    times: dict[str, list[float]] = {"ours": [], "reference": []}
+    for epoch in range(1, args.epochs + 1):
+        t0 = time.perf_counter()
+        train_epoch(
+            run_model,
+            train,
+            opt,
+            sched,
+            state,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            clip=CLIP,
+            clip_mode="value",
+        )
+        state.epoch += 1
+        state.batch_in_epoch = 0
+        t1 = time.perf_counter()
+        reference_epoch(ref, ref_opt, ref_sched, ref_train, args.batch_size, args.seed, epoch)
+        t2 = time.perf_counter()
+        if epoch > 1 or args.epochs == 1:
+            times["ours"].append(t1 - t0)
+            times["reference"].append(t2 - t1)
+    scores, _ = evaluate(run_model, val, args.batch_size, evaluator)
+    return {
+        "model": model_name,
+        "noise": noise,
+        "width": ours.width,
+        "params": (models.count_parameters(ours), models.count_parameters(ref)),
+        "ours": times["ours"],
+        "reference": times["reference"],
+        "acc": (scores.lap_acc, reference_accuracy(ref, ref_val, args.batch_size)),
+    }
+
+
+def profile(args: argparse.Namespace) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    noise = float(args.noise.split(",")[-1])
+    spec = DatasetSpec("er", noise, n_train=args.train, n_val=1, params={"n": args.n, "degree": args.degree})
+    dataset, _ = build_dataset(spec, args.datasets)
+    train = PairTensors(dataset.split("train"))
+    torch.manual_seed(args.seed)
+    model = models.build(
+        args.profile, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **parse_options(args.ours_options)
+    )
+    opt, sched = make_optimiser(model, LR, WEIGHT_DECAY, 1000, WARMUP)
+    state = TrainState()
+    train_epoch(
+        model, train, opt, sched, state, batch_size=args.batch_size, seed=args.seed, clip=CLIP, clip_mode="value"
+    )
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        state.epoch, state.batch_in_epoch = 1, 0
+        train_epoch(
+            model, train, opt, sched, state, batch_size=args.batch_size, seed=args.seed, clip=CLIP, clip_mode="value"
+        )
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.profile:
+        profile(args)
+        return 0
+    rows = []
+    load = os.getloadavg()[0]
+    with LapEvaluator(workers=args.threads) as evaluator:
+        for model_name in args.models.split(","):
+            for noise in (float(x) for x in args.noise.split(",")):
+                row = compare(args, model_name.strip(), noise, evaluator)
+                rows.append(row)
+                o, r = row["ours"], row["reference"]
+                print(
+                    f"{row['model']:>9} eta={noise:<5g} ours {min(o):6.2f} / {statistics.median(o):6.2f} s  "
+                    f"reference {min(r):6.2f} / {statistics.median(r):6.2f} s  "
+                    f"ratio {statistics.median(r) / statistics.median(o):4.2f}x  "
+                    f"LAP acc {100 * row['acc'][0]:5.1f} vs {100 * row['acc'][1]:5.1f}",
+                    flush=True,
+                )
+    print()
+    print(
+        f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
+        f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}"
+        f"{', compiled' if args.compile else ''}; load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+    )
+    print()
+    print(
+        "| model | noise | width | params ours / ref | epoch s ours (min / median) | reference (min / median) "
+        "| speed-up | LAP acc ours | LAP acc ref |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        o, r = row["ours"], row["reference"]
+        print(
+            f"| {row['model']} | {row['noise']:g} | {row['width']} | {row['params'][0]:,} / {row['params'][1]:,} "
+            f"| {min(o):.2f} / {statistics.median(o):.2f} | {min(r):.2f} / {statistics.median(r):.2f} "
+            f"| {statistics.median(r) / statistics.median(o):.2f}x | {100 * row['acc'][0]:.1f} "
+            f"| {100 * row['acc'][1]:.1f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""The fast path of the built-in models: sparse-matrix aggregation and dense per-graph normalisation.
+
+PyG's message passing gathers a state per edge (``index_select``) and scatters it back (``scatter_add_``), and
+autograd does the same in reverse; on a CPU these four passes over the edges are most of a training step. The
+layers whose aggregation is a fixed linear map of the node states (``GCNConv``, ``GINConv`` and
+``GatedGraphConv``, each with PyG's defaults) compute exactly the same function as one sparse-matrix product:
+
+    GCNConv:          c = Â (h W) + b,              Â = D^-1/2 (A + I) D^-1/2,  D = in-degree + 1
+    GINConv:          c = MLP((1 + eps) h + A h)
+    GatedGraphConv:   m = A (h W_s),  h = GRU(m, h)  for each step s
+
+with ``A[i, j] = 1`` for each edge ``j -> i``. :class:`Graph` builds ``A`` (and ``Â`` when asked) once per forward
+pass as CSR matrices, shared by every layer, together with their transposes, which the backward pass multiplies
+by (:class:`_Spmm`), so no product is ever transposed on the fly.
+
+Attention layers (``GATConv``, ``GATv2Conv``) weigh each edge per head; their aggregation ``out_h = A(alpha_h)
+x_h`` is one sparse product per head with the attention weights as the matrix values, and the gradient of those
+weights is a sampled dense product (``torch.sparse.sampled_addmm``) on the same pattern (:class:`_Attend`), so
+the ``[edges, heads, channels]`` messages of PyG's path are never built (GATv2 still builds them once, for its
+scores). The edge-gated ``ResGatedGraphConv`` (GatedGCN) keeps PyG's path.
+
+:func:`graph_norm` is PyG's ``GraphNorm`` per graph; when the graphs of a batch all have the same number of nodes
+and lie in order (alignment pairs of a fixed-order base, BFS samples), the per-graph statistics are a mean over
+one axis of a ``[graphs, nodes, width]`` view instead of two scatters and two gathers.
+
+The results equal PyG's layers up to float rounding (the order of the sums differs); ``sparse=False`` on a model
+keeps PyG's own path everywhere.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GATConv, GatedGraphConv, GATv2Conv, GCNConv, GINConv, GraphNorm
+from torch_geometric.utils import softmax
+
+# torch marks its CSR layout as beta; the products used here are the stable core (mm, sampled_addmm).
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+
+
+class _Spmm(torch.autograd.Function):
+    """``matrix @ x`` whose backward is ``transpose @ grad`` (with the transpose built once, beforehand)."""
+
+    @staticmethod
+    def forward(ctx: Any, matrix: Tensor, transpose: Tensor, x: Tensor) -> Tensor:
+        ctx.transpose = transpose
+        return matrix @ x
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
+        return None, None, ctx.transpose @ grad
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Edges sorted by target (CSR rows), with what the transposed product needs: its rows and the edge order."""
+
+    src: Tensor
+    dst: Tensor
+    crow: Tensor
+    crow_t: Tensor
+    col_t: Tensor
+    order_t: Tensor  # edge positions (in CSR order) sorted by source: the transpose's value order
+
+    def matrix(self, values: Tensor, n: int) -> Tensor:
+        return torch.sparse_csr_tensor(self.crow, self.src, values, (n, n), check_invariants=False)
+
+    def matrix_t(self, values: Tensor, n: int) -> Tensor:
+        return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.order_t], (n, n), check_invariants=False)
+
+
+def _crow(rows: Tensor, n: int) -> Tensor:
+    crow = torch.zeros(n + 1, dtype=rows.dtype, device=rows.device)
+    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=crow[1:])
+    return crow
+
+
+class _Attend(torch.autograd.Function):
+    """``out[:, h] = A(alpha[:, h]) @ x[:, h]`` per head: ``alpha [E, H]`` in pattern order, ``x [N, H, C]``."""
+
+    @staticmethod
+    def forward(ctx: Any, pattern: _Pattern, alpha: Tensor, x: Tensor) -> Tensor:
+        n, heads = x.shape[0], x.shape[1]
+        xt = x.transpose(0, 1).contiguous()  # [H, N, C]
+        out = torch.stack([pattern.matrix(alpha[:, h].contiguous(), n) @ xt[h] for h in range(heads)], 1)
+        ctx.pattern = pattern
+        ctx.save_for_backward(alpha, xt)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor]:
+        pattern: _Pattern = ctx.pattern
+        alpha, xt = ctx.saved_tensors
+        n, heads = xt.shape[1], xt.shape[0]
+        gt = grad.transpose(0, 1).contiguous()  # [H, N, C]
+        zeros = torch.zeros_like(alpha[:, 0])
+        grad_alpha = torch.stack(
+            [
+                torch.sparse.sampled_addmm(pattern.matrix(zeros, n), gt[h], xt[h].T, beta=0.0).values()
+                for h in range(heads)
+            ],
+            1,
+        )
+        grad_x = torch.stack([pattern.matrix_t(alpha[:, h].contiguous(), n) @ gt[h] for h in range(heads)], 1)
+        return None, grad_alpha, grad_x
+
+
+def _csr(rows: Tensor, cols: Tensor, values: Tensor, n: int) -> Tensor:
+    """A CSR ``n x n`` matrix from coordinates (any order; repeated coordinates add up, as messages do)."""
+    order = torch.argsort(rows, stable=True)
+    counts = torch.bincount(rows, minlength=n)
+    crow = torch.zeros(n + 1, dtype=rows.dtype, device=rows.device)
+    torch.cumsum(counts, 0, out=crow[1:])
+    return torch.sparse_csr_tensor(crow, cols[order], values[order], (n, n), check_invariants=False)
+
+
+@dataclass
+class Graph:
+    """One forward pass's structure: the edges, the graph of each node and the matrices built from them.
+
+    ``edge_index`` is ``[2, E]`` (``source, target``: PyG's ``source_to_target`` flow), ``batch`` ``[N]`` or
+    ``None`` (one graph). Matrices are built on first use and cached for the other layers of the pass.
+    """
+
+    edge_index: Tensor
+    batch: Tensor | None
+    num_nodes: int
+    _cache: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False)
+    _size: int | None | bool = field(default=False, repr=False)
+
+    def _pair(self, key: str, values: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
+        if key not in self._cache:
+            n = self.num_nodes
+            self._cache[key] = (_csr(rows, cols, values, n), _csr(cols, rows, values, n))
+        return self._cache[key]
+
+    def adjacency(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``A`` (``A[i, j]`` = number of edges ``j -> i``) and its transpose."""
+        src, dst = self.edge_index
+        return self._pair("adjacency", torch.ones(src.shape[0], dtype=dtype, device=src.device), dst, src)
+
+    def gcn(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``Â = D^-1/2 (A + I) D^-1/2`` as PyG's ``gcn_norm`` builds it (self-loops of weight 1, in-degree)."""
+        if "gcn" not in self._cache:
+            src, dst = self.edge_index
+            keep = src != dst  # existing self-loops are replaced by one of weight 1, as add_remaining_self_loops
+            loop = torch.arange(self.num_nodes, device=src.device)
+            src, dst = torch.cat([src[keep], loop]), torch.cat([dst[keep], loop])
+            deg = torch.bincount(dst, minlength=self.num_nodes).to(dtype)
+            dinv = deg.pow(-0.5)
+            return self._pair("gcn", dinv[src] * dinv[dst], dst, src)
+        return self._cache["gcn"]
+
+    def loops(self) -> _Pattern:
+        """The edges with every self-loop replaced by one per node (as the attention layers add them), by target."""
+        if "loops" not in self._cache:
+            src, dst = self.edge_index
+            keep = src != dst
+            loop = torch.arange(self.num_nodes, device=src.device)
+            src, dst = torch.cat([src[keep], loop]), torch.cat([dst[keep], loop])
+            order = torch.argsort(dst, stable=True)
+            src, dst = src[order], dst[order]
+            order_t = torch.argsort(src, stable=True)
+            pattern = _Pattern(src, dst, _crow(dst, self.num_nodes), _crow(src, self.num_nodes), dst[order_t], order_t)
+            self._cache["loops"] = pattern  # type: ignore[assignment]
+        return self._cache["loops"]  # type: ignore[return-value]
+
+    def propagate(self, matrices: tuple[Tensor, Tensor], x: Tensor) -> Tensor:
+        return _Spmm.apply(matrices[0], matrices[1], x)
+
+    @property
+    def graph_size(self) -> int | None:
+        """Nodes per graph when every graph has the same number and they lie in order (or there is one graph,
+        ``batch=None``), else ``None``."""
+        if self._size is False:
+            self._size = self.num_nodes if self.batch is None and self.num_nodes else None
+            batch = self.batch
+            if batch is not None and batch.numel():
+                graphs = int(batch[-1]) + 1
+                n = self.num_nodes // graphs
+                if n * graphs == self.num_nodes:
+                    expected = torch.arange(graphs, device=batch.device).repeat_interleave(n)
+                    self._size = n if torch.equal(batch, expected) else None
+        return self._size  # type: ignore[return-value]
+
+
+def _plain(conv: nn.Module, kind: type) -> bool:
+    """``conv`` is exactly PyG's ``kind`` with the defaults the sparse formula assumes."""
+    if type(conv) is not kind or getattr(conv, "aggr", "add") not in ("add", "sum"):
+        return False
+    if kind is GCNConv:
+        return conv.normalize and conv.add_self_loops and not conv.improved and not conv.cached
+    if kind in (GATConv, GATv2Conv):
+        shared = kind is GATv2Conv or conv.lin is not None
+        return shared and conv.concat and conv.add_self_loops and conv.edge_dim is None and not conv.dropout
+    return True
+
+
+def _finish_attention(conv: nn.Module, out: Tensor, h: Tensor) -> Tensor:
+    out = out.reshape(out.shape[0], -1)
+    if conv.res is not None:
+        out = out + conv.res(h)
+    return out if conv.bias is None else out + conv.bias
+
+
+def _gat(conv: GATConv, h: Tensor, graph: Graph) -> Tensor:
+    x = conv.lin(h).view(-1, conv.heads, conv.out_channels)
+    pattern = graph.loops()
+    score_src, score_dst = (x * conv.att_src).sum(-1), (x * conv.att_dst).sum(-1)
+    alpha = F.leaky_relu(score_src[pattern.src] + score_dst[pattern.dst], conv.negative_slope)
+    alpha = softmax(alpha, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
+    return _finish_attention(conv, _Attend.apply(pattern, alpha, x), h)
+
+
+def _gatv2(conv: GATv2Conv, h: Tensor, graph: Graph) -> Tensor:
+    x_l = conv.lin_l(h).view(-1, conv.heads, conv.out_channels)
+    x_r = x_l if conv.share_weights else conv.lin_r(h).view(-1, conv.heads, conv.out_channels)
+    pattern = graph.loops()
+    scores = F.leaky_relu(x_l[pattern.src] + x_r[pattern.dst], conv.negative_slope)
+    alpha = softmax((scores * conv.att).sum(-1), pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
+    return _finish_attention(conv, _Attend.apply(pattern, alpha, x_l), h)
+
+
+def convolve(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
+    """``conv(h, edge_index)``, by a sparse product when ``conv`` is one of the linear-aggregation layers."""
+    if _plain(conv, GCNConv):
+        out = graph.propagate(graph.gcn(h.dtype), conv.lin(h))
+        return out if conv.bias is None else out + conv.bias
+    if _plain(conv, GINConv):
+        return conv.nn((1 + conv.eps) * h + graph.propagate(graph.adjacency(h.dtype), h))
+    if _plain(conv, GATConv):
+        return _gat(conv, h, graph)
+    if _plain(conv, GATv2Conv):
+        return _gatv2(conv, h, graph)
+    if _plain(conv, GatedGraphConv) and h.shape[-1] == conv.out_channels:
+        for weight in conv.weight:
+            h = conv.rnn(graph.propagate(graph.adjacency(h.dtype), h @ weight), h)
+        return h
+    return conv(h, graph.edge_index)
+
+
+def graph_norm(norm: GraphNorm, x: Tensor, graph: Graph) -> Tensor:
+    """PyG's ``GraphNorm(x, batch)``, over a ``[graphs, nodes, width]`` view when the graphs allow it."""
+    n = graph.graph_size
+    if n is None:
+        return norm(x, graph.batch)
+    h = x.view(-1, n, x.shape[-1])
+    out = h - h.mean(1, keepdim=True) * norm.mean_scale
+    # weight / std is one small [graphs, 1, width] factor: one multiply-add over the nodes instead of three passes
+    scale = norm.weight * torch.rsqrt(out.pow(2).mean(1, keepdim=True) + norm.eps)
+    return torch.addcmul(norm.bias, out, scale).view_as(x)
