@@ -12,7 +12,9 @@ batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 
 
 - **ours**: what a gaptui worker runs (``engine.models.build`` with the defaults, ``PairTensors`` batches,
   ``train_epoch``, ``evaluate`` with the LAP thread pool); ``--ours-options sparse=false`` and the like switch
-  model options, ``--compile`` wraps the model in ``torch.compile``;
+  model options;
+- **compiled** (with ``--compile``): ours through ``torch.compile`` (what ``compile = "auto"`` does for long CPU
+  runs), a third model trained alongside; its compile time is printed and left out of the epoch times;
 - **reference**: a straightforward PyG implementation of the same family: ``torch_geometric.data.Data`` per graph,
   ``Batch.from_data_list`` per step, G and H embedded in two forward passes, all-ones inputs, a first
   ``GCNConv(1, width)`` (``GINConv(Linear)`` for GIN) then three residual blocks of the family's PyG convolution,
@@ -65,6 +67,7 @@ from engine.training import (  # noqa: E402
     IGNORE,
     PairTensors,
     TrainState,
+    compile_model,
     epoch_order,
     evaluate,
     make_optimiser,
@@ -87,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ours-options", default="", help="model options of ours, e.g. sparse=false")
-    parser.add_argument("--compile", action="store_true", help="torch.compile our model")
+    parser.add_argument("--compile", action="store_true", help="also time ours through torch.compile")
     parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
     parser.add_argument("--profile", metavar="MODEL", help="profile a few of our training steps and stop")
     return parser.parse_args(argv)
@@ -208,49 +211,70 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     ref_train, ref_val = graphs(dataset.split("train")), graphs(dataset.split("val"))
     steps = args.epochs * -(-len(train) // args.batch_size)
 
-    torch.manual_seed(args.seed)
-    ours = models.build(
-        model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **parse_options(args.ours_options)
-    )
+    options = parse_options(args.ours_options)
+    ours = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **options)
     heads = getattr(ours, "heads", 1)
     torch.manual_seed(args.seed)
     ref = Reference(model_name, ours.width, heads, 64)
-    run_model = torch.compile(ours, dynamic=True) if args.compile else ours
-    opt, sched = make_optimiser(ours, LR, WEIGHT_DECAY, steps, WARMUP)
+    sides: dict[str, tuple[torch.nn.Module, torch.nn.Module, Any, Any, TrainState]] = {}
+    compile_seconds = None
+    for side in ("ours", "compiled") if args.compile else ("ours",):
+        torch.manual_seed(args.seed)
+        model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **options)
+        trained = model
+        if side == "compiled":
+            t0 = time.perf_counter()
+            trained = compile_model(model, "degree", lambda line: None)
+            compile_seconds = time.perf_counter() - t0
+        sides[side] = (model, trained, *make_optimiser(model, LR, WEIGHT_DECAY, steps, WARMUP), TrainState())
     ref_opt, ref_sched = make_optimiser(ref, LR, WEIGHT_DECAY, steps, WARMUP)
-    state = TrainState()
-    times: dict[str, list[float]] = {"ours": [], "reference": []}
+    times: dict[str, list[float]] = {side: [] for side in (*sides, "reference")}
     for epoch in range(1, args.epochs + 1):
+        for side, (_, trained, opt, sched, state) in sides.items():
+            t0 = time.perf_counter()
+            train_epoch(
+                trained,
+                train,
+                opt,
+                sched,
+                state,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                clip=CLIP,
+                clip_mode="value",
+            )
+            state.epoch += 1
+            state.batch_in_epoch = 0
+            if epoch > 1 or args.epochs == 1:
+                times[side].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        train_epoch(
-            run_model,
-            train,
-            opt,
-            sched,
-            state,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            clip=CLIP,
-            clip_mode="value",
-        )
-        state.epoch += 1
-        state.batch_in_epoch = 0
-        t1 = time.perf_counter()
         reference_epoch(ref, ref_opt, ref_sched, ref_train, args.batch_size, args.seed, epoch)
-        t2 = time.perf_counter()
         if epoch > 1 or args.epochs == 1:
-            times["ours"].append(t1 - t0)
-            times["reference"].append(t2 - t1)
-    scores, _ = evaluate(run_model, val, args.batch_size, evaluator)
+            times["reference"].append(time.perf_counter() - t0)
+    accuracy = {
+        side: evaluate(model, val, args.batch_size, evaluator)[0].lap_acc for side, (model, *_) in sides.items()
+    }
+    accuracy["reference"] = reference_accuracy(ref, ref_val, args.batch_size)
     return {
         "model": model_name,
         "noise": noise,
         "width": ours.width,
         "params": (models.count_parameters(ours), models.count_parameters(ref)),
-        "ours": times["ours"],
-        "reference": times["reference"],
-        "acc": (scores.lap_acc, reference_accuracy(ref, ref_val, args.batch_size)),
+        "times": times,
+        "acc": accuracy,
+        "compile_seconds": compile_seconds,
     }
+
+
+def cells(row: dict[str, Any]) -> list[str]:
+    """One progress line's parts: each side's median epoch, its speed-up, and the accuracies."""
+    ref = statistics.median(row["times"]["reference"])
+    out = []
+    for side, values in row["times"].items():
+        median = statistics.median(values)
+        out.append(f"{side} {median:6.2f} s" + (f" ({ref / median:4.2f}x)" if side != "reference" else ""))
+    out.append("LAP acc " + " / ".join(f"{100 * acc:5.1f}" for acc in row["acc"].values()))
+    return out
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -291,34 +315,37 @@ def main(argv: list[str] | None = None) -> int:
             for noise in (float(x) for x in args.noise.split(",")):
                 row = compare(args, model_name.strip(), noise, evaluator)
                 rows.append(row)
-                o, r = row["ours"], row["reference"]
-                print(
-                    f"{row['model']:>9} eta={noise:<5g} ours {min(o):6.2f} / {statistics.median(o):6.2f} s  "
-                    f"reference {min(r):6.2f} / {statistics.median(r):6.2f} s  "
-                    f"ratio {statistics.median(r) / statistics.median(o):4.2f}x  "
-                    f"LAP acc {100 * row['acc'][0]:5.1f} vs {100 * row['acc'][1]:5.1f}",
-                    flush=True,
-                )
+                print(f"{row['model']:>9} eta={noise:<5g} " + "  ".join(cells(row)), flush=True)
     print()
     print(
         f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
-        f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}"
-        f"{', compiled' if args.compile else ''}; load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+        f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}; "
+        f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end. Epoch seconds: min / median; "
+        "speed-up: reference median / ours median; LAP accuracy after the last epoch, in percent."
     )
     print()
-    print(
-        "| model | noise | width | params ours / ref | epoch s ours (min / median) | reference (min / median) "
-        "| speed-up | LAP acc ours | LAP acc ref |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    sides = [side for side in rows[0]["times"] if side != "reference"]
+    head = ["model", "noise", "width", "params ours / ref", "reference s"]
+    for side in sides:
+        head += [f"{side} s", f"{side} speed-up"]
+    head += [f"LAP acc {side}" for side in (*sides, "reference")]
+    if args.compile:
+        head.append("compile s")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for row in rows:
-        o, r = row["ours"], row["reference"]
-        print(
-            f"| {row['model']} | {row['noise']:g} | {row['width']} | {row['params'][0]:,} / {row['params'][1]:,} "
-            f"| {min(o):.2f} / {statistics.median(o):.2f} | {min(r):.2f} / {statistics.median(r):.2f} "
-            f"| {statistics.median(r) / statistics.median(o):.2f}x | {100 * row['acc'][0]:.1f} "
-            f"| {100 * row['acc'][1]:.1f} |"
-        )
+        times, ref = row["times"], statistics.median(row["times"]["reference"])
+        line = [row["model"], f"{row['noise']:g}", str(row["width"]), f"{row['params'][0]:,} / {row['params'][1]:,}"]
+        line.append(f"{min(times['reference']):.2f} / {ref:.2f}")
+        for side in sides:
+            line += [
+                f"{min(times[side]):.2f} / {statistics.median(times[side]):.2f}",
+                f"{ref / statistics.median(times[side]):.2f}x",
+            ]
+        line += [f"{100 * row['acc'][side]:.1f}" for side in (*sides, "reference")]
+        if args.compile:
+            line.append(f"{row['compile_seconds']:.1f}")
+        print("| " + " | ".join(line) + " |")
     return 0
 
 

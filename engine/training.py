@@ -140,6 +140,10 @@ def alignment_loss(sim: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(sim.reshape(size * nmax, nmax), target.reshape(-1), ignore_index=IGNORE)
 
 
+#: Training steps between two reads of the loss from the device (see :func:`train_epoch`).
+CHECK_EVERY = 25
+
+
 class NonFiniteLoss(RuntimeError):
     def __init__(self, epoch: int, step: int, value: float) -> None:
         super().__init__(f"loss became {value} at epoch {epoch}, step {step}; lower lr or use clip_mode=norm")
@@ -232,28 +236,45 @@ def train_epoch(
     features: str = "degree",
     should_stop: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``."""
+    """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``.
+
+    Losses stay on the device and are read back every :data:`CHECK_EVERY` steps and at the end of the epoch (one
+    host sync for many steps, which matters on a GPU); a non-finite loss is reported with the step that made it.
+    """
     model.train()
     order = epoch_order(seed, state.epoch + 1, len(data))
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, real nodes) of the steps not yet read back
+
+    def settle() -> None:
+        if not pending:
+            return
+        losses = torch.stack([loss for loss, _ in pending])
+        nodes = torch.stack([real for _, real in pending])
+        for i, value in enumerate(losses.tolist()):
+            if not math.isfinite(value):
+                raise NonFiniteLoss(state.epoch + 1, state.step - len(pending) + i + 1, value)
+        state.loss_sum += float((losses.double() * nodes).sum())
+        state.loss_nodes += int(nodes.sum())
+        pending.clear()
+
     for batch in data.batches(batch_size, order, start=state.batch_in_epoch):
         if should_stop():
+            settle()
             return False
         sim, mask = similarity(model, batch, features)
         loss = alignment_loss(sim, batch.target)
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise NonFiniteLoss(state.epoch + 1, state.step + 1, value)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip_gradients(model, clip, clip_mode)
         opt.step()
         if state.step < sched.total_steps:
             sched.step()
-        real = int(mask.sum())
-        state.loss_sum += value * real
-        state.loss_nodes += real
+        pending.append((loss.detach(), mask.sum()))
         state.step += 1
         state.batch_in_epoch += 1
+        if len(pending) >= CHECK_EVERY:
+            settle()
+    settle()
     return True
 
 
