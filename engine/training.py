@@ -298,7 +298,14 @@ def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -
     The compiled module shares ``model``'s parameters: the optimiser, checkpoints and evaluation use ``model``.
     Shapes are dynamic, so batches of any size reuse the compiled code. The warm-up leaves the gradients and the
     random state as they were.
+
+    A built-in model is switched to PyG's gather/scatter layers (``sparse = False``): the compiler fuses those
+    (the sparse-matrix path breaks its graphs), and every layer and norm is compiled on its own, since the
+    data-dependent self-loop handling of the PyG layers keeps the block loop itself from being traced.
     """
+    sparse = getattr(model, "sparse", None)
+    if sparse is not None:
+        model.sparse = False
     compiled = torch.compile(model, dynamic=True)
     device = next(model.parameters()).device
     sizes = torch.tensor([5, 6], device=device)
@@ -316,6 +323,8 @@ def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         log(f"torch.compile failed ({type(exc).__name__}: {first[:200]}); training without it")
         model.zero_grad(set_to_none=True)
+        if sparse is not None:
+            model.sparse = sparse
         return model
     model.zero_grad(set_to_none=True)
     log(f"model compiled with torch.compile in {time.perf_counter() - t0:.1f} s")

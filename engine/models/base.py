@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, GraphNorm
@@ -213,8 +212,7 @@ class ResidualGNN(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
         graph = Graph(edge_index, batch, x.shape[0])
-        # Under torch.compile PyG's gather/scatter path is what the compiler fuses (and sparse matrices break graphs).
-        sparse = self.sparse and not torch.compiler.is_compiling()
+        sparse = self.sparse
         conv_of = convolve if sparse else lambda conv, h, graph: conv(h, graph.edge_index)
         h = F.relu(conv_of(self.input, x, graph)) if self.input_layer == "conv" else self.input(x)
         for i, conv in enumerate(self.convs):
