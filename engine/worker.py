@@ -6,6 +6,12 @@ family's loop, which writes into ``RUN_DIR`` what it needs (alignment: ``checkpo
 ``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt`` and ``result.json`` (status, run
 hash, task, spec, metrics, parameter count, package versions, seconds, plus the family's extra fields).
 
+Packed seeds: ``python -m engine --spec A.json --out RUN_A --spec B.json --out RUN_B ...`` trains several runs in
+one process, in turn epoch by epoch (each with its own random state, initialisation, batch order, optimiser,
+checkpoint, events and result, exactly as alone); data the runs share (the dataset) is loaded once. Each folder is
+locked, resumed, finished or refused on its own; a run that fails leaves the others going. The exit status is 0
+when every run succeeded, 143 when any was cancelled, else the first failure's.
+
 SIGTERM (or SIGINT, SIGHUP) stops at the next batch boundary: the checkpoint is saved with the exact position in
 the epoch, a ``cancelled`` event is written and the worker exits with status 143. Starting the worker again on
 the same ``RUN_DIR`` resumes from that checkpoint; a finished run is not redone.
@@ -25,13 +31,14 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, TextIO
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
-from engine.tasks import Cancelled, RunContext, RunFailed, TaskSpec, family, load_spec, load_spec_file
+from engine.tasks import Cancelled, RunContext, RunFailed, TaskSpec, family, load_spec, load_spec_file, run_steps
 
 CHECKPOINT_FORMAT = 1
 #: Files of a run folder, by role (the worker's whole on-disk interface).
@@ -230,12 +237,21 @@ def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
 class Run:
     """One worker execution over a run folder: the family's loop, framed by result.json and the final event."""
 
-    def __init__(self, spec: TaskSpec, out: Path, events: EventWriter, log: TextIO, stop: _Stop) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        out: Path,
+        events: EventWriter,
+        log: TextIO,
+        stop: _Stop,
+        shared: dict[str, Any] | None = None,
+    ) -> None:
         self.spec = spec
         self.out = out
         self.events = events
         self.log_fh = log
         self.stop = stop
+        self.shared = {} if shared is None else shared
         self.started = time.perf_counter()
 
     def log(self, text: str) -> None:
@@ -256,9 +272,13 @@ class Run:
         return record
 
     def run(self) -> int:
-        ctx = RunContext(self.out, self.events.emit, self.log, self.stop)
+        return run_steps(self.steps())
+
+    def steps(self) -> Generator[None, None, int]:
+        """The family's steps (yielding between epochs), ending in the worker's exit status for this run."""
+        ctx = RunContext(self.out, self.events.emit, self.log, self.stop, self.shared)
         try:
-            outcome = family(self.spec.task).run(self.spec, ctx)
+            outcome = yield from family(self.spec.task).steps(self.spec, ctx)
         except Cancelled as stop:
             self.events.emit("cancelled", **stop.where)
             where = ", ".join(f"{k} {v}" for k, v in stop.where.items())
@@ -276,61 +296,71 @@ class Run:
         return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="Run one gaptui run spec.")
-    parser.add_argument("--spec", required=True, type=Path, help="run spec JSON file")
-    parser.add_argument("--out", required=True, type=Path, help="run folder (created; resumed when it exists)")
-    parser.add_argument("--quiet", action="store_true", help="do not echo events on stdout")
-    args = parser.parse_args(argv)
+class _Folder:
+    """One run folder of a worker process (alone, or one of a pack): its lock, spec, events, log and steps.
 
-    out: Path = args.out
-    stop = _Stop()
-    stop.install()
-    try:
-        if out.exists() and not out.is_dir():
-            raise GaptuiError(f"run folder {out} exists and is a file, not a folder")
-        out.mkdir(parents=True, exist_ok=True)
-    except GaptuiError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    except OSError as exc:
-        from engine.files import describe_os_error
+    :meth:`open` returns the run's steps (a generator ending in its exit status), or None with :attr:`code` set
+    when the run must not train (bad input, folder in use, already done).
+    """
 
-        print(f"error: {describe_os_error(exc, 'creating the run folder')}", file=sys.stderr)
-        return EXIT_INPUT
-    lock = FileLock(out / LOCK, f"worker of {out}")
-    if not lock.acquire():
-        # Another worker trains this folder: touch nothing (not even its events).
-        print(f"error: run folder {out} is in use by {lock.current_holder()}", file=sys.stderr)
-        return EXIT_INPUT
-    try:
-        return _run_locked(args, out, stop)
-    finally:
-        lock.release()
+    def __init__(self, spec_path: Path, out: Path, stop: _Stop, quiet: bool, shared: dict[str, Any]) -> None:
+        self.spec_path = spec_path
+        self.out = out
+        self.stop = stop
+        self.quiet = quiet
+        self.shared = shared
+        self.code: int | None = None
+        self.lock: FileLock | None = None
+        self.events: EventWriter | None = None
+        self.log: TextIO | None = None
 
-
-def _run_locked(args: argparse.Namespace, out: Path, stop: _Stop) -> int:
-    own_spec = out / "spec.json"
-    try:
-        spec = load_spec_file(args.spec)
-        check_run_folder(out, spec)
-    except GaptuiError as exc:
-        if not own_spec.exists() or args.spec.resolve() == own_spec.resolve():
-            with EventWriter(out / "events.jsonl", echo=None) as events:
-                events.emit("error", message=str(exc), kind="input")
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    for name in TEMPORARY:
-        (out / name).unlink(missing_ok=True)
-    events = EventWriter(out / "events.jsonl", echo=None if args.quiet else sys.stdout)
-    with open(out / "log.txt", "a") as log:
+    def open(self) -> Generator[None, None, int] | None:
+        out = self.out
         try:
-            if args.spec.resolve() != own_spec.resolve():
-                _atomic_json(own_spec, spec.to_dict())
+            if out.exists() and not out.is_dir():
+                raise GaptuiError(f"run folder {out} exists and is a file, not a folder")
+            out.mkdir(parents=True, exist_ok=True)
+        except GaptuiError as exc:
+            return self._refuse(str(exc))
+        except OSError as exc:
+            from engine.files import describe_os_error
+
+            return self._refuse(describe_os_error(exc, "creating the run folder"))
+        lock = FileLock(out / LOCK, f"worker of {out}")
+        if not lock.acquire():
+            # Another worker trains this folder: touch nothing (not even its events).
+            return self._refuse(f"run folder {out} is in use by {lock.current_holder()}")
+        self.lock = lock
+        own_spec = out / "spec.json"
+        try:
+            spec = load_spec_file(self.spec_path)
+            check_run_folder(out, spec)
+        except GaptuiError as exc:
+            if not own_spec.exists() or self.spec_path.resolve() == own_spec.resolve():
+                with EventWriter(out / "events.jsonl", echo=None) as events:
+                    events.emit("error", message=str(exc), kind="input")
+            return self._refuse(str(exc))
+        for name in TEMPORARY:
+            (out / name).unlink(missing_ok=True)
+        self.events = EventWriter(out / "events.jsonl", echo=None if self.quiet else sys.stdout)
+        self.log = open(out / "log.txt", "a")  # noqa: SIM115 - closed by close(), after the last step
+        return self._steps(spec)
+
+    def _refuse(self, message: str) -> None:
+        print(f"error: {message}", file=sys.stderr)
+        self.code = EXIT_INPUT
+        return None
+
+    def _steps(self, spec: TaskSpec) -> Generator[None, None, int]:
+        assert self.events is not None and self.log is not None
+        log, events, out = self.log, self.events, self.out
+        try:
+            if self.spec_path.resolve() != (out / "spec.json").resolve():
+                _atomic_json(out / "spec.json", spec.to_dict())
             if _finished(out, spec):
                 log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} already done; nothing to do\n")
                 return EXIT_OK
-            return Run(spec, out, events, log, stop).run()
+            return (yield from Run(spec, out, events, log, self.stop, self.shared).steps())
         except GaptuiError as exc:
             log.write(f"error: {exc}\n")
             events.emit("error", message=str(exc), kind="input")
@@ -342,8 +372,115 @@ def _run_locked(args: argparse.Namespace, out: Path, stop: _Stop) -> int:
             events.emit("error", message=message, kind="crash")
             print(f"error: {message}", file=sys.stderr)
             return EXIT_CRASH
-        finally:
-            events.close()
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        if self.log is not None:
+            self.log.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+class _RandomState:
+    """The random generators of one run of a pack (torch, CUDA, NumPy, ``random``), swapped in for its turn so
+    that no run draws from another's stream (dropout, samplers): each run sees what it would see alone."""
+
+    def __init__(self) -> None:
+        self.saved: tuple[Any, ...] | None = None
+
+    def __enter__(self) -> None:
+        import random
+
+        import numpy as np
+        import torch
+
+        if self.saved is not None:
+            cpu, cuda, numpy_state, python_state = self.saved
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            np.random.set_state(numpy_state)
+            random.setstate(python_state)
+
+    def __exit__(self, *exc: object) -> None:
+        import random
+
+        import numpy as np
+        import torch
+
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.saved = (torch.get_rng_state(), cuda, np.random.get_state(), random.getstate())
+
+
+def interleave(runs: list[tuple[Generator[None, None, int], Any]]) -> list[int]:
+    """Drive the steps of several runs in turn (one epoch each per round) until all have ended; their exit statuses.
+
+    ``runs`` pairs each run's steps with a context manager entered around each of its turns (its random state).
+    A run that ends (done, failed, cancelled) leaves the rotation; the others go on.
+    """
+    codes: list[int | None] = [None] * len(runs)
+    while any(code is None for code in codes):
+        for i, (steps, turn) in enumerate(runs):
+            if codes[i] is not None:
+                continue
+            with turn:
+                try:
+                    next(steps)
+                except StopIteration as end:
+                    codes[i] = end.value
+    return [int(code) for code in codes if code is not None]
+
+
+def pack_status(codes: list[int]) -> int:
+    """The exit status of a worker that ran several runs: 0 when all succeeded, 143 when any was cancelled (so a
+    stopped pack reads as stopped), else the first failure's status. Each run's own outcome is in its folder."""
+    if all(code == EXIT_OK for code in codes):
+        return EXIT_OK
+    if EXIT_CANCELLED in codes:
+        return EXIT_CANCELLED
+    return next(code for code in codes if code != EXIT_OK)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine",
+        description="Run gaptui run specs: one (--spec --out), or several seeds packed into this process "
+        "(--spec A --out A_DIR --spec B --out B_DIR ...), trained in turn epoch by epoch.",
+    )
+    parser.add_argument("--spec", required=True, type=Path, action="append", help="run spec JSON file")
+    parser.add_argument(
+        "--out", required=True, type=Path, action="append", help="run folder (created; resumed when it exists)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="do not echo events on stdout")
+    args = parser.parse_args(argv)
+    if len(args.spec) != len(args.out):
+        print(f"error: {len(args.spec)} --spec for {len(args.out)} --out: give one --out per --spec", file=sys.stderr)
+        return EXIT_INPUT
+    folders = [os.path.realpath(out) for out in args.out]
+    if len(set(folders)) != len(folders):
+        repeated = next(f for f in folders if folders.count(f) > 1)
+        print(f"error: --out {repeated} is given twice: each run needs its own folder", file=sys.stderr)
+        return EXIT_INPUT
+
+    stop = _Stop()
+    stop.install()
+    shared: dict[str, Any] = {}
+    runs = [_Folder(spec, out, stop, args.quiet, shared) for spec, out in zip(args.spec, args.out, strict=True)]
+    try:
+        opened = [(run, run.open()) for run in runs]
+        active = [(run, steps) for run, steps in opened if steps is not None]
+        if len(runs) == 1:
+            for run, steps in active:
+                run.code = run_steps(steps)
+        else:
+            codes = interleave([(steps, _RandomState()) for _, steps in active])
+            for (run, _), code in zip(active, codes, strict=True):
+                run.code = code
+    finally:
+        for run in runs:
+            run.close()
+    return pack_status([EXIT_CRASH if run.code is None else run.code for run in runs])
 
 
 def _finished(out: Path, spec: TaskSpec) -> bool:

@@ -68,6 +68,14 @@ def run_cmd(
         Optional[float],  # noqa: UP045
         typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
     ] = None,
+    pack_seeds: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--pack-seeds",
+            help="Train up to K seeds of one cell in one worker process on one slot (local backend) "
+            "[default: the preset's pack_seeds, else 1].",
+        ),
+    ] = None,
     backend: Annotated[
         str,
         typer.Option(
@@ -99,6 +107,7 @@ def run_cmd(
     from gaptui.scheduler import Scheduler
 
     check_run_options(timeout, None, "--timeout")
+    check_run_options(None, None, "--pack-seeds", pack_seeds)
     ws = Workspace.resolve(workspace)
     spec_preset = load_preset(preset, ws)
     for note in spec_preset.notes:
@@ -127,6 +136,8 @@ def run_cmd(
         )
         if not dry_run and not sbatch_available():
             raise GaptuiError("--backend slurm: sbatch not found on PATH; run on a Slurm login node")
+        if pack_seeds is not None and pack_seeds > 1:
+            raise GaptuiError("--pack-seeds applies to the local backend; on Slurm each run is its own array task")
     elif backend != "local":
         raise GaptuiError(f"--backend '{backend}': expected local or slurm")
     elif detach:
@@ -171,7 +182,12 @@ def run_cmd(
             )
         else:
             scheduler = Scheduler(
-                ws, history, slots, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries
+                ws,
+                history,
+                slots,
+                timeout=timeout or spec_preset.timeout,
+                retries=spec_preset.retries,
+                pack_seeds=pack_seeds or spec_preset.pack_seeds,
             )
         reattached, requeued = scheduler.recover()
         if reattached or requeued:

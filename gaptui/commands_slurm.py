@@ -136,6 +136,16 @@ def cancel_cmd(
     if job_ids:
         cancel_jobs(ws, array_ids(job_ids, by_array(job_ids)))
     local = [r for r in live if r not in on_slurm]
+    siblings = _pack_siblings(ws, local)
+    if siblings:
+        console.print(
+            f"note: {', '.join(r['id'] for r in siblings)} share a worker with the named run(s) (packed seeds) and "
+            "stop too; they resume from their checkpoints when the grid is run again",
+            highlight=False,
+            soft_wrap=True,
+        )
+        live += siblings
+        local += siblings
     for record in local:
         if record.get("pid") and pid_alive(record["pid"], record["run_dir"]):
             signal_group(record["pid"], signal.SIGTERM)
@@ -163,6 +173,15 @@ def cancel_cmd(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _pack_siblings(ws: Workspace, local: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Running records trained by the same worker process as one of ``local`` (packed seeds), not in ``local``."""
+    from gaptui.history import read_records
+
+    pids = {r["pid"] for r in local if r.get("pid")}
+    named = {r["hash"] for r in local}
+    return [r for r in read_records(ws) if r["status"] == "running" and r.get("pid") in pids and r["hash"] not in named]
 
 
 def _finished_done(record: dict[str, Any]) -> bool:

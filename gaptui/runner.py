@@ -29,8 +29,11 @@ def write_spec(spec: TaskSpec, out: Path) -> Path:
     return path
 
 
-def worker_command(spec_path: Path, out: Path, quiet: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "engine", "--spec", str(spec_path), "--out", str(out)]
+def worker_command(runs: list[tuple[Path, Path]], quiet: bool = False) -> list[str]:
+    """``python -m engine --spec S --out O ...``: one (spec file, run folder) pair per run; several = packed seeds."""
+    cmd = [sys.executable, "-m", "engine"]
+    for spec_path, out in runs:
+        cmd += ["--spec", str(spec_path), "--out", str(out)]
     return [*cmd, "--quiet"] if quiet else cmd
 
 
@@ -44,9 +47,22 @@ def start_worker(
     stderr: Any = subprocess.PIPE,
 ) -> subprocess.Popen[str]:
     """Start ``python -m engine`` on ``spec`` in its own process group (so signals reach it and its children)."""
-    spec_path = write_spec(spec, out)
+    return start_pack([(spec, out)], env=env, quiet=quiet, stdout=stdout, stderr=stderr)
+
+
+def start_pack(
+    runs: list[tuple[TaskSpec, Path]],
+    *,
+    env: dict[str, str] | None = None,
+    quiet: bool = False,
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """Start one ``python -m engine`` process for ``runs`` ((spec, run folder) pairs; more than one = packed
+    seeds, trained in turn in that process), in its own process group."""
+    command = worker_command([(write_spec(spec, out), out) for spec, out in runs], quiet)
     return subprocess.Popen(
-        worker_command(spec_path, out, quiet),
+        command,
         stdout=stdout,
         stderr=stderr,
         stdin=subprocess.DEVNULL,

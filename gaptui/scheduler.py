@@ -17,6 +17,12 @@ alive is re-attached (followed by pid); a dead one that finished meanwhile is fi
 with its own training time, ``cancelled`` or ``failed``); any other dead one is marked ``interrupted`` and its
 checkpoint makes it resume where it stopped when it is queued again.
 
+Packed seeds (``pack_seeds = k``): the ready runs of one cell (equal specs apart from ``seed``) are started k at
+a time as one worker process on one slot (``python -m engine --spec A --out A --spec B --out B ...``). Each run
+keeps its own folder, events, result and record; when the process exits, each is filed from its own files. A
+pack's timeout counts for the whole process; cancelling one run of a pack stops the process (every run saves its
+checkpoint) and puts the pack's other runs back in the queue, to resume from their checkpoints.
+
 Dependencies: a spec whose task family names runs it depends on (:meth:`engine.tasks.TaskFamily.dependencies`)
 waits in the queue until each of them is ``done``. If one ends ``failed``, ``cancelled`` or ``blocked`` (and is
 not queued again), the dependant is recorded ``blocked``, its error naming the culprit, and is never started.
@@ -25,6 +31,7 @@ The scheduler knows nothing else about tasks: specs are opaque apart from ``hash
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -42,7 +49,7 @@ from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
 from engine.tasks import TaskSpec, family, load_spec
 from gaptui.history import History, now
-from gaptui.runner import run_id, signal_group, start_worker
+from gaptui.runner import run_id, signal_group, start_pack, write_spec
 from gaptui.workspace import Workspace
 
 #: Seconds a worker gets to checkpoint after SIGTERM before it is killed.
@@ -197,6 +204,16 @@ class Job:
     stopping: float | None = None
     timed_out: bool = False
     last: dict[str, Any] = field(default_factory=dict)
+    #: Run hashes trained by the same worker process (packed seeds), this one included; () when alone.
+    pack: tuple[str, ...] = ()
+    #: The worker process's stderr file (a pack writes one, in its first run's folder).
+    stderr: Path | None = None
+    #: Put back in the queue when it ends cancelled (another run of its pack was cancelled, not this one).
+    requeue: bool = False
+
+    @property
+    def packed(self) -> bool:
+        return len(self.pack) > 1
 
 
 Listener = Callable[[str, str, dict[str, Any]], None]
@@ -218,6 +235,7 @@ class Scheduler:
         *,
         timeout: float | None = None,
         retries: int = 0,
+        pack_seeds: int = 1,
         listener: Listener | None = None,
     ) -> None:
         if not slots:
@@ -227,6 +245,9 @@ class Scheduler:
         self.slots = slots
         self.timeout = timeout
         self.retries = retries
+        #: Runs of one cell started together in one worker process (1: one process per run).
+        self.pack_seeds = pack_seeds
+        self._cells: dict[str, str] = {}
         self.listener = listener
         self.queue: deque[TaskSpec] = deque()
         #: Dependencies of queued runs (run hash -> the hashes it needs), from their families.
@@ -281,7 +302,7 @@ class Scheduler:
         by_name = {slot.name: slot for slot in slots}
         for job in self.running.values():
             new = by_name.get(job.slot.name)
-            if new is not None and new.busy is None:
+            if new is not None and (new.busy is None or new.busy in job.pack):
                 new.busy = job.run_hash
                 job.slot = new
         self.slots = slots
@@ -293,21 +314,32 @@ class Scheduler:
         files (see :meth:`_finish`) and listed in :attr:`refiled`.
         """
         reattached, requeued = [], []
-        for record in self.history.records():
-            if record["status"] != "running" or record.get("backend", "local") != "local":
-                continue  # runs on another backend (a Slurm job) are that backend's to re-attach
+        # Runs of one pack share their worker's pid (and, re-attached, one slot).
+        records = [
+            r for r in self.history.records() if r["status"] == "running" and r.get("backend", "local") == "local"
+        ]  # runs on another backend (a Slurm job) are that backend's to re-attach
+        packs: dict[int, list[str]] = {}
+        for record in records:
+            if record.get("pid"):
+                packs.setdefault(record["pid"], []).append(record["hash"])
+        pack_slots: dict[int, Slot] = {}
+        for record in records:
             spec = load_spec(record["spec"])
             pid = record.get("pid")
+            pack = tuple(packs.get(pid, ())) if pid else ()
             slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
             if pid and pid_alive(pid, record["run_dir"]):
-                slot = slot or Slot(record.get("slot") or "attached", {})
-                slot.busy = record["hash"]
-                job = Job(spec, record["hash"], Path(record["run_dir"]), slot, pid, None)
+                slot = pack_slots.get(pid) or slot or Slot(record.get("slot") or "attached", {})
+                pack_slots[pid] = slot
+                slot.busy = slot.busy or record["hash"]
+                job = Job(spec, record["hash"], Path(record["run_dir"]), slot, pid, None, pack=pack)
                 job.started = float(record.get("started_ts") or time.time())
                 self.running[record["hash"]] = job
                 reattached.append(record["id"])
             elif (code := self._code_from_files(Path(record["run_dir"]), record.get("started_ts"))) is not None:
-                job = Job(spec, record["hash"], Path(record["run_dir"]), slot or Slot("recovered", {}), 0, None)
+                job = Job(
+                    spec, record["hash"], Path(record["run_dir"]), slot or Slot("recovered", {}), 0, None, pack=pack
+                )
                 job.started = float(record.get("started_ts") or 0)
                 self._finish(job, code, requeue=False)
                 self.refiled.append(record["id"])
@@ -326,8 +358,36 @@ class Scheduler:
         for job in list(self.running.values()):
             self._follow(job)
         free = [slot for slot in self.slots if slot.busy is None]
-        for spec in self.take_ready(len(free)):
-            self._start(spec, free.pop(0))
+        for pack in self.take_packs(len(free)):
+            self._start(pack, free.pop(0))
+
+    def take_packs(self, limit: int) -> list[list[TaskSpec]]:
+        """Up to ``limit`` groups of ready specs, one worker process each: single specs when ``pack_seeds`` is 1,
+        else up to ``pack_seeds`` specs of one cell (equal apart from ``seed``), in queue order of their first."""
+        if self.pack_seeds <= 1:
+            return [[spec] for spec in self.take_ready(limit)]
+        packs: list[list[TaskSpec]] = []
+        open_packs: dict[str, list[TaskSpec]] = {}
+        rest: list[TaskSpec] = []
+        for spec in self.take_ready():
+            key = self._cell(spec)
+            pack = open_packs.get(key)
+            if pack is not None and len(pack) < self.pack_seeds:
+                pack.append(spec)
+            elif len(packs) < limit:
+                open_packs[key] = [spec]
+                packs.append(open_packs[key])
+            else:
+                rest.append(spec)
+        self.queue.extendleft(reversed(rest))
+        return packs
+
+    def _cell(self, spec: TaskSpec) -> str:
+        """The spec without its seed: runs with equal keys differ only by seed and may share a worker."""
+        h = spec.hash()
+        if h not in self._cells:
+            self._cells[h] = json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
+        return self._cells[h]
 
     def take_ready(self, limit: int | None = None) -> list[TaskSpec]:
         """Take up to ``limit`` queued specs whose dependencies are done, in queue order; a spec whose dependency
@@ -378,37 +438,56 @@ class Scheduler:
         record = self.history.by_hash().get(spec.hash())
         return Path(record["run_dir"]) if record and record.get("run_dir") else self.ws.runs / run_id(spec)
 
-    def _start(self, spec: TaskSpec, slot: Slot) -> None:
-        h = spec.hash()
-        run_dir = self.run_dir(spec)
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "stderr.txt", "a") as stderr:
-                proc = start_worker(spec, run_dir, env=slot.env, quiet=True, stdout=subprocess.DEVNULL, stderr=stderr)
-        except (GaptuiError, OSError) as exc:
-            # The folder cannot be this run's (another run's, a file, no space): fail the run, not the manager.
-            from engine.files import describe_os_error
-
-            message = describe_os_error(exc, "starting the worker") if isinstance(exc, OSError) else str(exc)
-            fields = {"status": "failed", "error": message, "finished": now(), "pid": None}
-            self._status(h, **fields)
-            self.finished.append({"hash": h, **fields})
+    def _start(self, specs: list[TaskSpec], slot: Slot) -> None:
+        """Start one worker process on ``slot`` for ``specs`` (one run, or a pack of one cell's seeds)."""
+        runs: list[tuple[TaskSpec, Path]] = []
+        for spec in specs:
+            run_dir = self.run_dir(spec)
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                write_spec(spec, run_dir)
+            except (GaptuiError, OSError) as exc:
+                # The folder cannot be this run's (another run's, a file, no space): fail the run, not the manager.
+                self._failed_start(spec, exc)
+                continue
+            runs.append((spec, run_dir))
+        if not runs:
             return
-        slot.busy = h
-        offset = (run_dir / "events.jsonl").stat().st_size if (run_dir / "events.jsonl").exists() else 0
-        self.running[h] = Job(spec, h, run_dir, slot, proc.pid, proc, offset=offset)
-        record = self.history.by_hash().get(h, {})
-        self._status(
-            h,
-            status="running",
-            started=now(),
-            started_ts=time.time(),
-            finished=None,
-            pid=proc.pid,
-            slot=slot.name,
-            attempts=int(record.get("attempts") or 0) + 1,
-            error=None,
-        )
+        stderr_path = runs[0][1] / "stderr.txt"
+        try:
+            with open(stderr_path, "a") as stderr:
+                proc = start_pack(runs, env=slot.env, quiet=True, stdout=subprocess.DEVNULL, stderr=stderr)
+        except (GaptuiError, OSError) as exc:
+            for spec, _ in runs:
+                self._failed_start(spec, exc)
+            return
+        pack = tuple(spec.hash() for spec, _ in runs) if len(runs) > 1 else ()
+        slot.busy = runs[0][0].hash()
+        by_hash = self.history.by_hash()
+        for spec, run_dir in runs:
+            h = spec.hash()
+            events = run_dir / "events.jsonl"
+            offset = events.stat().st_size if events.exists() else 0
+            self.running[h] = Job(spec, h, run_dir, slot, proc.pid, proc, offset=offset, pack=pack, stderr=stderr_path)
+            self._status(
+                h,
+                status="running",
+                started=now(),
+                started_ts=time.time(),
+                finished=None,
+                pid=proc.pid,
+                slot=slot.name,
+                attempts=int(by_hash.get(h, {}).get("attempts") or 0) + 1,
+                error=None,
+            )
+
+    def _failed_start(self, spec: TaskSpec, exc: Exception) -> None:
+        from engine.files import describe_os_error
+
+        message = describe_os_error(exc, "starting the worker") if isinstance(exc, OSError) else str(exc)
+        fields = {"status": "failed", "error": message, "finished": now(), "pid": None}
+        self._status(spec.hash(), **fields)
+        self.finished.append({"hash": spec.hash(), **fields})
 
     def _follow(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
@@ -425,7 +504,18 @@ class Scheduler:
             elif job.stopping is not None and time.monotonic() - job.stopping > GRACE:
                 signal_group(job.pid, signal.SIGKILL)
             return
+        if job.packed:
+            code = self._pack_code(job, code)
         self._finish(job, code)
+
+    def _pack_code(self, job: Job, code: int) -> int:
+        """The exit status of one run of a pack whose process exited with ``code``: from the run's own final event,
+        else 0 when its result says done (a run that was already finished), else the process's status."""
+        own = self._code_from_files(job.run_dir, job.started)
+        if own is not None:
+            return own
+        result = _read_json(job.run_dir / "result.json")
+        return 0 if result.get("status") == "done" and result.get("run") == job.run_hash else code
 
     def _exit_code(self, job: Job) -> int | None:
         if job.proc is not None:
@@ -449,6 +539,11 @@ class Scheduler:
         self.running.pop(job.run_hash, None)
         job.slot.busy = None
         fields = self.outcome(job, code)
+        if fields["status"] == "cancelled" and job.requeue:
+            # Stopped because another run of its pack was cancelled: it resumes from its checkpoint later.
+            self.queue.appendleft(job.spec)
+            self._status(job.run_hash, **{**fields, "status": "queued"})
+            return
         if fields["status"] == "failed":
             record = self.history.by_hash().get(job.run_hash, {})
             if requeue and int(record.get("attempts") or 0) <= self.retries:
@@ -482,7 +577,8 @@ class Scheduler:
         else:
             last = read_events(job.run_dir / "events.jsonl")[0]
             errors = [e for e in last if e.get("event") == "error"]
-            message = errors[-1]["message"] if errors else (tail(job.run_dir / "stderr.txt", 1) or [""])[0]
+            stderr = job.stderr or job.run_dir / "stderr.txt"
+            message = errors[-1]["message"] if errors else (tail(stderr, 1) or [""])[0]
             if job.timed_out:
                 message = f"timed out after {self.timeout:g} s"
             fields.update(status="failed", error=message or f"worker exited with status {code}")
@@ -491,11 +587,21 @@ class Scheduler:
     # ------------------------------------------------------------------------------------------- stopping
 
     def _terminate(self, job: Job) -> None:
-        job.stopping = time.monotonic()
+        """SIGTERM the worker process; every run it trains (a pack's) is stopping, with the same timeout flag."""
+        for other in self._process_jobs(job):
+            other.stopping = time.monotonic()
+            other.timed_out = job.timed_out
         signal_group(job.pid, signal.SIGTERM)
 
+    def _process_jobs(self, job: Job) -> list[Job]:
+        """The runs trained by ``job``'s worker process: itself, and the rest of its pack still running."""
+        return [job, *(self.running[h] for h in job.pack if h != job.run_hash and h in self.running)]
+
     def cancel(self, run_hash: str) -> bool:
-        """Cancel a queued or running run. Returns False when it is neither."""
+        """Cancel a queued or running run. Returns False when it is neither.
+
+        A run of a pack stops the pack's process: the other runs save their checkpoints and go back to the queue.
+        """
         for spec in list(self.queue):
             if spec.hash() == run_hash:
                 self.queue.remove(spec)
@@ -505,6 +611,8 @@ class Scheduler:
         if job is None:
             return False
         if job.stopping is None:
+            for other in self._process_jobs(job)[1:]:
+                other.requeue = True
             self._terminate(job)
         return True
 
@@ -546,7 +654,13 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _duration(job: Job, result: dict[str, Any], record: dict[str, Any]) -> float:
     """Seconds the run took: from its start to its result; for a result older than this attempt (a finished run
-    re-checked) the time recorded before, else the worker's own measure, never the re-check's."""
+    re-checked) the time recorded before, else the worker's own measure, never the re-check's. A run of a pack
+    counts its own epochs and evaluations of this attempt, not the time the pack's other runs took."""
+    if job.packed:
+        events = [e for e in read_events(job.run_dir / "events.jsonl")[0] if float(e.get("t", 0)) >= job.started]
+        own = sum(float(e.get("seconds") or 0) for e in events if e.get("event") in ("epoch", "eval"))
+        if own > 0:
+            return round(own, 2)
     path = job.run_dir / "result.json"
     if result.get("status") == "done" and path.exists():
         end = path.stat().st_mtime

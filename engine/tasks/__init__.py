@@ -49,9 +49,14 @@ What a family implements (hooks with defaults are optional)
     - :meth:`TaskFamily.record_axes` ``(spec) -> {axis key: value}``: one value per declared axis.
     - :meth:`TaskFamily.run` ``(spec, ctx) -> Outcome``: the training/evaluation loop, in the worker process.
       ``ctx`` (:class:`RunContext`) gives ``run_dir``, ``emit(event, **fields)``, ``log(text)``,
-      ``should_stop()`` and ``run_dir_of(run_hash)`` (the folder of a dependency). Raise :class:`Cancelled`
-      after saving a checkpoint when ``should_stop()`` turns true (the worker exits 143 and a re-run resumes),
+      ``should_stop()``, ``run_dir_of(run_hash)`` (the folder of a dependency) and ``shared`` (a dict common to
+      the runs of one worker process, for data they can share). Raise :class:`Cancelled` after saving a
+      checkpoint when ``should_stop()`` turns true (the worker exits 143 and a re-run resumes),
       :class:`RunFailed` for a scientific failure (non-finite loss...), ``GaptuiError`` for bad input.
+    - :meth:`TaskFamily.steps` ``(spec, ctx)``: the same loop as a generator that yields between units of work
+      (an epoch) and returns the :class:`Outcome`; a worker running packed seeds (several runs in one process)
+      alternates between the runs' generators. The default runs :meth:`run` without yielding (the runs of a
+      pack then go one after another, still in one process).
     - :meth:`TaskFamily.inputs` ``(spec) -> [Input]``: data to prepare before the worker starts (datasets,
       caches). Inputs with the same ``key`` are prepared once per launch; independent ones in parallel, off the
       terminal app's UI thread. A failed input fails exactly the runs that need it. The worker must still
@@ -82,10 +87,10 @@ import hashlib
 import importlib
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from engine.errors import GaptuiError, did_you_mean, unknown
 from engine.typed import parse_dataclass
@@ -276,10 +281,24 @@ class RunContext:
     emit: Callable[..., None]
     log: Callable[[str], None]
     should_stop: Callable[[], bool]
+    #: Shared by the runs of one worker process (packed seeds): a family keeps data they all read here, once.
+    shared: dict[str, Any] = field(default_factory=dict)
 
     def run_dir_of(self, run_hash: str) -> Path:
         """The folder of another run of the same workspace (a dependency): run folders are siblings."""
         return self.run_dir.parent / run_hash[:12]
+
+
+T = TypeVar("T")
+
+
+def run_steps(steps: Generator[None, None, T]) -> T:
+    """Run a :meth:`TaskFamily.steps` generator to its end and return its outcome (one run alone)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
 
 
 @dataclass(frozen=True)
@@ -298,7 +317,8 @@ class PresetBase:
     """What the manager reads from any family's preset (families define frozen dataclasses with these attributes).
 
     ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
-    ``timeout`` (seconds per run or None) and ``retries`` (re-runs of a failed run); ``task`` names the family.
+    ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds`` (how many seeds
+    of one cell share a worker process); ``task`` names the family.
     A family whose grids may go to a cluster declares a ``slurm`` field (default None): the manager strips the
     preset's ``[slurm]`` table before the family parses the rest, and attaches its parsed settings there; the engine
     never reads it.
@@ -320,6 +340,10 @@ class PresetBase:
     def retries(self) -> int:
         return 0
 
+    @property
+    def pack_seeds(self) -> int:
+        return 1
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -336,12 +360,14 @@ def unknown_keys(where: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> 
             raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}; known: {', '.join(known)}")
 
 
-def check_run_options(timeout: float | None, retries: int | None, where: str) -> None:
-    """How the scheduler treats runs (a preset's timeout and retries), checked once at planning."""
+def check_run_options(timeout: float | None, retries: int | None, where: str, pack_seeds: int | None = None) -> None:
+    """How the scheduler treats runs (a preset's timeout, retries and pack_seeds), checked once at planning."""
     if timeout is not None and not timeout > 0:
         raise GaptuiError(f"{where}: timeout = {timeout:g}: expected seconds > 0 (or no timeout)")
     if retries is not None and retries < 0:
         raise GaptuiError(f"{where}: retries = {retries}: expected a count >= 0")
+    if pack_seeds is not None and pack_seeds < 1:
+        raise GaptuiError(f"{where}: pack_seeds = {pack_seeds}: expected a count >= 1 (1: one run per process)")
 
 
 def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
@@ -413,6 +439,12 @@ class TaskFamily:
 
     def run(self, spec: Any, ctx: RunContext) -> Outcome:
         raise NotImplementedError
+
+    def steps(self, spec: Any, ctx: RunContext) -> Generator[None, None, Outcome]:
+        """:meth:`run` as a generator for packed seeds; families that can interleave runs yield between epochs."""
+        outcome = self.run(spec, ctx)
+        yield from ()
+        return outcome
 
     # -------------------------------------------------------------------------------- results
 

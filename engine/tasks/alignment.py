@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Generator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,6 +34,7 @@ from engine.tasks import (
     TaskFamily,
     check_run_options,
     list_of,
+    run_steps,
     unknown_keys,
 )
 
@@ -104,9 +106,15 @@ class RunOptions:
     topk: list[int] = field(default_factory=lambda: [5, 10])
     timeout: float | None = None
     retries: int = 0
+    #: Seeds of one cell trained together in one worker process (scheduling only: no run's hash changes).
+    pack_seeds: int = 1
 
     def spec_fields(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("timeout", "retries")}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in SCHEDULING}
+
+
+#: Run options that say how the scheduler treats runs, not what they compute: never copied into a spec.
+SCHEDULING = ("timeout", "retries", "pack_seeds")
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,10 @@ class Preset(PresetBase):
     @property
     def retries(self) -> int:
         return self.run.retries
+
+    @property
+    def pack_seeds(self) -> int:
+        return self.run.pack_seeds
 
 
 TOP_KEYS = ("task", "name", "description", "noise", "models", "seeds", "laplacian", "model_options", "run", "datasets")
@@ -222,7 +234,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     datasets = _unique(datasets, _dataset_key, "datasets", notes)
     model_options = _model_options(where, raw.get("model_options", {}), models)
     run = parse_dataclass(RunOptions, raw.get("run", {}), f"{where}: [run]")
-    check_run_options(run.timeout, run.retries, f"{where}: [run]")
+    check_run_options(run.timeout, run.retries, f"{where}: [run]", run.pack_seeds)
     laplacian = raw.get("laplacian", False)
     if not isinstance(laplacian, bool):
         raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
@@ -425,21 +437,38 @@ class _AlignmentRun:
     def dataset(self) -> Any:
         from engine.datasets import build_dataset
 
+        # The seeds of a pack share one dataset: it is loaded once per worker process.
+        key = "alignment-dataset:" + json.dumps(self.spec.dataset_spec().canonical(), sort_keys=True)
+        if key in self.ctx.shared:
+            dataset = self.ctx.shared[key]
+            self.ctx.log(f"dataset {dataset.id} (loaded by another run of this worker) at {dataset.path}")
+            return dataset
         dataset, built = build_dataset(self.spec.dataset_spec(), *_dataset_dirs(self.spec))
         self.ctx.log(f"dataset {dataset.id} ({'built' if built else 'cached'}) at {dataset.path}")
+        self.ctx.shared[key] = dataset
         return dataset
+
+    def pairs(self, dataset: Any, split: str, device: Any) -> Any:
+        """The split's tensors on ``device``, built once per worker process (read-only during training)."""
+        from engine.training import PairTensors
+
+        key = f"alignment-pairs:{dataset.id}:{split}:{device}"
+        if key not in self.ctx.shared:
+            self.ctx.shared[key] = PairTensors(dataset.split(split), device)
+        return self.ctx.shared[key]
 
     def out_dim(self, dataset: Any) -> int:
         from engine.sources import SOURCES
 
         return self.spec.out_dim or SOURCES.get(dataset.spec["base"]).embedding_dim
 
-    def run(self) -> Outcome:
+    def steps(self) -> Generator[None, None, Outcome]:
+        """The run, yielding after each epoch (the turn of the next run of a pack)."""
         self.spec.check_memory()
         dataset = self.dataset()
         if self.spec.model == BASELINE:
             return self.run_laplacian(dataset)
-        return self.run_training(dataset)
+        return (yield from self.run_training(dataset))
 
     def run_laplacian(self, dataset: Any) -> Outcome:
         from engine.laplacian import laplacian_scores
@@ -474,13 +503,12 @@ class _AlignmentRun:
         extra["dataset_seed"] = self.spec.dataset.get("seed", 0)
         return Outcome(metrics=metrics, params=0, extra=extra)
 
-    def run_training(self, dataset: Any) -> Outcome:
+    def run_training(self, dataset: Any) -> Generator[None, None, Outcome]:
         from engine import models
         from engine.evaluation import LapEvaluator
         from engine.training import (
             FEATURES,
             NonFiniteLoss,
-            PairTensors,
             TrainState,
             compile_model,
             evaluate,
@@ -504,8 +532,8 @@ class _AlignmentRun:
             **spec.model_options(),
         ).to(device)
         params = models.count_parameters(model)
-        train = PairTensors(dataset.split("train"), device)
-        val = PairTensors(dataset.split("val"), device)
+        train = self.pairs(dataset, "train", device)
+        val = self.pairs(dataset, "val", device)
         steps_per_epoch = -(-len(train) // spec.batch_size)
         opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, spec.epochs * steps_per_epoch, spec.warmup_steps)
         state = TrainState()
@@ -626,6 +654,7 @@ class _AlignmentRun:
                 ctx.log(f"epoch {epoch}/{spec.epochs} loss {train_loss:.4f}{acc} lr {lr:.2e} {seconds:.2f}s")
                 if ctx.should_stop():
                     raise cancel()
+                yield
         metrics.setdefault("train_loss", train_loss)
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**_device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": width}
@@ -684,7 +713,10 @@ class Alignment(TaskFamily):
         return [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *_dataset_dirs(spec)))]
 
     def run(self, spec: RunSpec, ctx: RunContext) -> Outcome:
-        return _AlignmentRun(spec, ctx).run()
+        return run_steps(self.steps(spec, ctx))
+
+    def steps(self, spec: RunSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+        return _AlignmentRun(spec, ctx).steps()
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> Preset:
         return parse_preset(raw, path)

@@ -301,6 +301,7 @@ class ManagerLoop:
         else:
             self.scheduler.set_slots(command.slots.slots())
             self.scheduler.timeout = preset.timeout
+            self.scheduler.pack_seeds = preset.pack_seeds
         target.retries = preset.retries
         known = {r["hash"]: r["status"] for r in self.history.records()}
         grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)

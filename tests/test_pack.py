@@ -1,0 +1,185 @@
+"""Packed seeds: several runs of one cell trained in one worker process give exactly what separate runs give."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import worker
+from engine.events import EXIT_CANCELLED, EXIT_NAN, read_events
+from engine.tasks import load_spec
+from gaptui.history import read_records
+from gaptui.workspace import Workspace
+from tests.conftest import ROOT, run_cli
+
+DATASET = {"base": "er", "noise": 0.12, "n_train": 30, "n_val": 10, "params": {"n": 20, "degree": 5}}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _spec(tmp_path: Path, name: str, **overrides) -> Path:
+    spec = {
+        "dataset": DATASET,
+        "model": "gcn",
+        # Dropout draws from the global torch generator: equal results need each run's random state kept apart.
+        "model_kwargs": {"dropout": 0.1},
+        "epochs": 2,
+        "batch_size": 10,
+        "budget": 5000,
+        "out_dim": 16,
+        "datasets_dir": str(tmp_path / "datasets"),
+        **overrides,
+    }
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def _worker(runs: list[tuple[Path, Path]]) -> subprocess.Popen[str]:
+    args = [a for spec, out in runs for a in ("--spec", str(spec), "--out", str(out))]
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", *args, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+    )
+
+
+@pytest.fixture
+def in_process():
+    """``python -m engine ARGS`` in this process (no start-up cost), torch on one thread, signal handlers restored."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def run(runs: list[tuple[Path, Path]]) -> int:
+        return worker.main([a for spec, out in runs for a in ("--spec", str(spec), "--out", str(out))] + ["--quiet"])
+
+    yield run
+    torch.set_num_threads(threads)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def _kinds(out: Path) -> list[str]:
+    return [e["event"] for e in read_events(out / "events.jsonl")[0]]
+
+
+def _result(out: Path) -> dict:
+    return json.loads((out / "result.json").read_text())
+
+
+def test_packed_seeds_equal_separate_runs(tmp_path: Path, in_process) -> None:
+    specs = [_spec(tmp_path, f"seed{s}", seed=s) for s in (0, 1, 2)]
+    for i, spec in enumerate(specs):
+        assert in_process([(spec, tmp_path / f"alone{i}")]) == 0
+    assert in_process([(spec, tmp_path / f"packed{i}") for i, spec in enumerate(specs)]) == 0
+    for i, spec in enumerate(specs):
+        packed, separate = tmp_path / f"packed{i}", tmp_path / f"alone{i}"
+        run_hash = load_spec(json.loads(spec.read_text())).hash()
+        a, b = _result(packed), _result(separate)
+        assert a["status"] == b["status"] == "done" and a["run"] == b["run"] == run_hash
+        assert a["metrics"] == b["metrics"] and a["params"] == b["params"]
+        assert _kinds(packed) == _kinds(separate) == ["start", "eval", "epoch", "eval", "epoch", "done"]
+        assert read_events(packed / "events.jsonl")[0][0]["run"] == run_hash
+        ckpt_a = torch.load(packed / "checkpoint.pt", weights_only=True)
+        ckpt_b = torch.load(separate / "checkpoint.pt", weights_only=True)
+        assert ckpt_a["state"] == ckpt_b["state"]
+        for name, tensor in ckpt_b["model"].items():
+            assert torch.allclose(ckpt_a["model"][name], tensor, rtol=0, atol=1e-6), name
+    # the seeds differ from each other (three runs, not one run written three times)
+    assert len({json.dumps(_result(tmp_path / f"packed{i}")["metrics"]) for i in range(3)}) == 3
+    assert "loaded by another run of this worker" in (tmp_path / "packed2" / "log.txt").read_text()
+
+
+def test_a_failing_run_fails_alone_and_finished_runs_are_not_redone(tmp_path: Path, in_process) -> None:
+    nan = _spec(tmp_path, "nan", model="tests.helpers_worker:NaNModel", model_kwargs={}, epochs=1)
+    seed0, seed1 = _spec(tmp_path, "seed0", seed=0, epochs=1), _spec(tmp_path, "seed1", seed=1, epochs=1)
+    assert in_process([(nan, tmp_path / "nan"), (seed0, tmp_path / "s0")]) == EXIT_NAN
+    assert _result(tmp_path / "nan")["status"] == "failed" and _kinds(tmp_path / "nan")[-1] == "error"
+    assert _result(tmp_path / "s0")["status"] == "done" and _kinds(tmp_path / "s0")[-1] == "done"
+    # a pack whose runs are partly done trains only the others
+    assert in_process([(seed0, tmp_path / "s0"), (seed1, tmp_path / "s1")]) == 0
+    assert _kinds(tmp_path / "s0").count("start") == 1 and "already done" in (tmp_path / "s0" / "log.txt").read_text()
+    assert _result(tmp_path / "s1")["status"] == "done"
+
+
+def test_cancelled_pack_checkpoints_every_run_and_each_resumes(tmp_path: Path) -> None:
+    # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so SIGTERM lands inside training.
+    sleepy = {"model": "tests.helpers_worker:SleepyModel", "model_kwargs": {}}
+    specs = [_spec(tmp_path, f"s{s}", seed=s, **sleepy) for s in (0, 1)]
+    runs = [(spec, tmp_path / f"run{i}") for i, spec in enumerate(specs)]
+    proc = _worker(runs)
+    deadline = time.monotonic() + 120
+    # the second run starts after the first one's first epoch: both are training once it has started
+    while "start" not in (_kinds(runs[1][1]) if (runs[1][1] / "events.jsonl").exists() else []):
+        assert time.monotonic() < deadline and proc.poll() is None, "the pack's second run never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_CANCELLED, stderr
+    for _, out in runs:
+        assert _kinds(out)[-1] == "cancelled" and (out / "checkpoint.pt").exists()
+        assert not (out / "result.json").exists()
+    proc = _worker(runs)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    for _, out in runs:
+        starts = [e for e in read_events(out / "events.jsonl")[0] if e["event"] == "start"]
+        assert len(starts) == 2 and starts[1]["resumed_from"] is not None
+        assert _result(out)["status"] == "done"
+
+
+def _grid(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        """description = "packed seeds"
+noise = [0.1]
+models = ["gcn"]
+seeds = [0, 1]
+
+[run]
+epochs = 2
+batch_size = 10
+budget = 5000
+out_dim = 8
+
+[[datasets]]
+base = "er"
+params = { n = 16, degree = 4 }
+train = 20
+val = 6
+"""
+    )
+    return path
+
+
+def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> None:
+    preset = _grid(tmp_path)
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    common = ("--preset", str(preset), "--cpu-jobs", "1")
+    packed = run_cli("run", *common, "--pack-seeds", "2", "--workspace", str(tmp_path / "packed"), env=env)
+    assert packed.returncode == 0, packed.stderr
+    alone = run_cli("run", *common, "--workspace", str(tmp_path / "alone"), env=env)
+    assert alone.returncode == 0, alone.stderr
+    a = {r["id"]: r for r in read_records(Workspace(tmp_path / "packed"))}
+    b = {r["id"]: r for r in read_records(Workspace(tmp_path / "alone"))}
+    assert len(a) == 2 and a.keys() == b.keys()
+    for run_id, record in a.items():
+        assert record["status"] == b[run_id]["status"] == "done"
+        assert record["metrics"] == b[run_id]["metrics"] and record["duration"] > 0
+    # one worker process trained both seeds; separately, two
+    assert {r["attempts"] for r in a.values()} == {1}
+    starts = [read_events(Path(r["run_dir"]) / "events.jsonl")[0][0] for r in a.values()]
+    assert starts[0]["pid"] == starts[1]["pid"]
+    starts = [read_events(Path(r["run_dir"]) / "events.jsonl")[0][0] for r in b.values()]
+    assert starts[0]["pid"] != starts[1]["pid"]
