@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,14 +11,13 @@ import pytest
 import torch
 
 from engine import worker
-from engine.events import EXIT_CANCELLED, EXIT_NAN, read_events
+from engine.events import EXIT_NAN, read_events
 from engine.tasks import load_spec
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 
 DATASET = {"base": "er", "noise": 0.12, "n_train": 30, "n_val": 10, "params": {"n": 20, "degree": 5}}
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _spec(tmp_path: Path, name: str, **overrides) -> Path:
@@ -40,18 +36,6 @@ def _spec(tmp_path: Path, name: str, **overrides) -> Path:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path
-
-
-def _worker(runs: list[tuple[Path, Path]]) -> subprocess.Popen[str]:
-    args = [a for spec, out in runs for a in ("--spec", str(spec), "--out", str(out))]
-    return subprocess.Popen(
-        [sys.executable, "-m", "engine", *args, "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-    )
 
 
 @pytest.fixture
@@ -113,32 +97,6 @@ def test_a_failing_run_fails_alone_and_finished_runs_are_not_redone(tmp_path: Pa
     assert _result(tmp_path / "s1")["status"] == "done"
 
 
-def test_cancelled_pack_checkpoints_every_run_and_each_resumes(tmp_path: Path) -> None:
-    # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so SIGTERM lands inside training.
-    sleepy = {"model": "tests.helpers_worker:SleepyModel", "model_kwargs": {}}
-    specs = [_spec(tmp_path, f"s{s}", seed=s, **sleepy) for s in (0, 1)]
-    runs = [(spec, tmp_path / f"run{i}") for i, spec in enumerate(specs)]
-    proc = _worker(runs)
-    deadline = time.monotonic() + 120
-    # the second run starts after the first one's first epoch: both are training once it has started
-    while "start" not in (_kinds(runs[1][1]) if (runs[1][1] / "events.jsonl").exists() else []):
-        assert time.monotonic() < deadline and proc.poll() is None, "the pack's second run never started"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_CANCELLED, stderr
-    for _, out in runs:
-        assert _kinds(out)[-1] == "cancelled" and (out / "checkpoint.pt").exists()
-        assert not (out / "result.json").exists()
-    proc = _worker(runs)
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr
-    for _, out in runs:
-        starts = [e for e in read_events(out / "events.jsonl")[0] if e["event"] == "start"]
-        assert len(starts) == 2 and starts[1]["resumed_from"] is not None
-        assert _result(out)["status"] == "done"
-
-
 def _grid(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(
@@ -183,3 +141,49 @@ def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> N
     assert starts[0]["pid"] == starts[1]["pid"]
     starts = [read_events(Path(r["run_dir"]) / "events.jsonl")[0][0] for r in b.values()]
     assert starts[0]["pid"] != starts[1]["pid"]
+
+
+def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_path: Path) -> None:
+    # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so the cancel lands inside training.
+    from engine.spec import RunSpec
+    from gaptui.history import History
+    from gaptui.scheduler import Scheduler, Slot
+
+    ws = Workspace(tmp_path / "ws")
+    raw = json.loads(_spec(tmp_path, "sleepy", model="tests.helpers_worker:SleepyModel", model_kwargs={}).read_text())
+    specs = [RunSpec.from_dict({**raw, "seed": s}) for s in (0, 1)]
+    hashes = [spec.hash() for spec in specs]
+    slot = Slot("cpu#0", {"OMP_NUM_THREADS": "1"})
+    with History(ws, write=True) as history:
+        scheduler = Scheduler(ws, history, [slot], pack_seeds=2)
+        scheduler.enqueue(specs)
+        scheduler.step()
+        assert set(scheduler.running) == set(hashes) and not scheduler.queue and slot.busy in hashes
+        assert len({job.pid for job in scheduler.running.values()}) == 1
+        second = scheduler.running[hashes[1]].run_dir / "events.jsonl"
+        deadline = time.monotonic() + 120
+        while not second.exists() or "start" not in _kinds(second.parent):
+            assert time.monotonic() < deadline, "the pack's second run never started"
+            scheduler.step()
+            time.sleep(0.1)
+        scheduler.detach()  # the manager goes away; the pack trains on
+    with History(ws, write=True) as history:
+        slot = Slot("cpu#0", {"OMP_NUM_THREADS": "1"})
+        scheduler = Scheduler(ws, history, [slot], pack_seeds=2)
+        reattached, interrupted = scheduler.recover()
+        assert sorted(reattached) == sorted(h[:12] for h in hashes) and interrupted == []
+        assert {scheduler.running[h].slot.name for h in hashes} == {"cpu#0"} and slot.busy in hashes
+        # cancelling one run stops the pack: the other goes back to the queue and resumes alone
+        assert scheduler.cancel(hashes[0])
+        deadline = time.monotonic() + 180
+        while scheduler.pending():
+            assert time.monotonic() < deadline, "the grid did not finish"
+            scheduler.step()
+            time.sleep(0.1)
+        records = history.by_hash()
+    cancelled = Path(records[hashes[0]]["run_dir"])
+    assert records[hashes[0]]["status"] == "cancelled" and _kinds(cancelled)[-1] == "cancelled"
+    assert (cancelled / "checkpoint.pt").exists() and not (cancelled / "result.json").exists()
+    assert records[hashes[1]]["status"] == "done" and records[hashes[1]]["duration"] > 0
+    starts = [e for e in read_events(Path(records[hashes[1]]["run_dir"]) / "events.jsonl")[0] if e["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["resumed_from"] is not None and starts[0]["pid"] != starts[1]["pid"]
