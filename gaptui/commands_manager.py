@@ -53,7 +53,15 @@ def register(app: typer.Typer) -> None:
 def run_cmd(
     preset: Annotated[str, typer.Option("--preset", help="Preset name (presets/*.toml) or path to a TOML file.")],
     workspace: WorkspaceOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and the start order, run nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan, the start order and its estimated duration; run nothing.")
+    ] = False,
+    recalibrate: Annotated[
+        bool, typer.Option("--recalibrate", help="With --dry-run: measure throughput again instead of the cache.")
+    ] = False,
+    no_estimate: Annotated[
+        bool, typer.Option("--no-estimate", help="With --dry-run: skip the duration estimate (and its calibration).")
+    ] = False,
     gpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
@@ -142,6 +150,10 @@ def run_cmd(
         raise GaptuiError(f"--backend '{backend}': expected local or slurm")
     elif detach:
         raise GaptuiError("--detach needs --backend slurm (local workers stop with the manager)")
+    if (recalibrate or no_estimate) and not dry_run:
+        raise GaptuiError("--recalibrate and --no-estimate go with --dry-run")
+    if recalibrate and no_estimate:
+        raise GaptuiError("--recalibrate measures for the estimate that --no-estimate skips: give one of them")
     cores = len(os.sched_getaffinity(0))
     if cpu_jobs is not None and cpu_jobs > cores:
         err_console.print(
@@ -171,6 +183,17 @@ def run_cmd(
                 console.print(f"  ... and {len(grid_plan.to_run) - 50} more", highlight=False)
         for line in _memory_lines(grid_plan.specs):
             console.print(line, highlight=False, markup=False)
+        if no_estimate:
+            return
+        if slurm_options is not None:
+            console.print(
+                "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
+                "cluster's nodes)",
+                highlight=False,
+            )
+            return
+        for line in _estimate_lines(ws, grid_plan, slots, known, recalibrate):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         return
 
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
@@ -251,6 +274,28 @@ def run_cmd(
             f"[red]{len(skipped_failed)} run(s) of the preset are failed[/] (skipped); rerun with --retry-failed"
         )
         raise typer.Exit(1)
+
+
+def _estimate_lines(
+    ws: Workspace, grid_plan: Any, slots: list[Any], known: dict[str, str], recalibrate: bool
+) -> list[str]:
+    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
+    from engine.throughput import CalibrationCache
+    from gaptui.estimate import Estimator, calibration_path
+    from gaptui.history import read_records
+
+    def warn(line: str) -> None:
+        err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+
+    records = read_records(ws) if known else []
+    with err_console.status("estimating ...") as status:
+        estimator = Estimator(
+            CalibrationCache(calibration_path(ws), warn),
+            records,
+            recalibrate=recalibrate,
+            progress=lambda text: status.update(escape(text) + " ..."),
+        )
+        return estimator.estimate(grid_plan, slots, ws).lines()
 
 
 def _distinct_memory(specs: list[Any]) -> dict[str, Any]:

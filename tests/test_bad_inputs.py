@@ -198,12 +198,22 @@ def test_disk_full_keeps_the_history_and_leaves_no_temp_file(tmp_path: Path) -> 
 def test_preset_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + TINY_PRESET.format(models='["gcn"]', seeds="[0]", run="").encode())
-    res = run_cli("run", "--preset", str(path), "--dry-run", "--workspace", str(tmp_path / "ws"))
+    res = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "--workspace", str(tmp_path / "ws"))
     assert res.returncode == 0, res.stderr
     assert "1 runs" in res.stdout and "memory: er batch 10: peak about" in res.stdout
 
 
 def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
-    res = run_cli("run", "--preset", "smoke", "--dry-run", "--cpu-jobs", "999", "--workspace", str(tmp_path / "ws"))
+    res = run_cli(
+        "run",
+        "--preset",
+        "smoke",
+        "--dry-run",
+        "--no-estimate",
+        "--cpu-jobs",
+        "999",
+        "--workspace",
+        str(tmp_path / "ws"),
+    )
     assert res.returncode == 0, res.stderr
     assert res.stderr.startswith("warning: --cpu-jobs 999 is more than the ") and "cores of this machine" in res.stderr

@@ -48,7 +48,18 @@ def test_wheel_install_finds_the_shipped_presets(tmp_path: Path) -> None:
     )
     assert all(line.startswith(str(target)) for line in where.stdout.split()), where.stdout
     res = subprocess.run(
-        [sys.executable, "-m", "gaptui", "run", "--preset", "smoke", "--dry-run", "--workspace", str(tmp_path / "ws")],
+        [
+            sys.executable,
+            "-m",
+            "gaptui",
+            "run",
+            "--preset",
+            "smoke",
+            "--dry-run",
+            "--no-estimate",
+            "--workspace",
+            str(tmp_path / "ws"),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -108,6 +108,8 @@ def test_unknown_preset_name(tmp_path: Path) -> None:
 
 
 def test_dry_run_lists_the_plan(tmp_path: Path) -> None:
-    res = run_cli("run", "--preset", "quick", "--dry-run", "--workspace", str(tmp_path), "--cpu-jobs", "2")
+    res = run_cli(
+        "run", "--preset", "quick", "--dry-run", "--no-estimate", "--workspace", str(tmp_path), "--cpu-jobs", "2"
+    )
     assert res.returncode == 0, res.stderr
     assert "33 runs" in res.stdout and "to run 33" in res.stdout and "cpu#1" in res.stdout

@@ -1,0 +1,437 @@
+"""How long a grid will take on these slots: what ``gaptui run --dry-run`` prints.
+
+Each run left to do costs, on a slot of a given device and thread count (seconds):
+
+    startup + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_val_pair
+
+with ``steps_per_epoch = ceil(train_pairs / batch_size)`` and ``evaluations`` the epochs that validate
+(``eval_every``, and the last one). The seconds come, in order of preference, from
+
+1. **history**: finished runs of the same cell (same dataset, model, model options, inputs, budget, width and
+   batch size; any seed and epoch count) on this host and device: their median epoch seconds, validation seconds
+   and the rest of their duration (start-up, dataset loading, checkpoints) from their events;
+2. **calibration**: :mod:`engine.throughput` measurements of the cell's cost key on this machine, cached in
+   ``<workspace>/calibration.json`` (measured now when missing or with ``--recalibrate``).
+
+The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
+after the runs it depends on): the same greedy order the scheduler follows, without its polling latency.
+Runs whose graph size is unknown before their dataset exists (real datasets not built yet) and runs of other
+task families are listed as not estimated, never given a made-up number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.throughput import CalibrationCache, CostKey, Throughput
+from gaptui.scheduler import Slot
+from gaptui.tui.planning import format_duration
+from gaptui.workspace import Workspace
+
+#: Fields of an alignment spec's canonical form that change the seconds per epoch (the seed, epochs and the
+#: schedule do not): two runs that agree on these are one cell for the history source.
+COST_FIELDS = ("dataset", "model", "model_kwargs", "features", "input_layer", "norm", "budget", "out_dim", "batch_size")
+#: Calibration file in the workspace.
+CALIBRATION_FILE = "calibration.json"
+
+
+def calibration_path(ws: Workspace) -> Path:
+    return ws.root / CALIBRATION_FILE
+
+
+# ------------------------------------------------------------------------------------------------ arithmetic
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a slot offers a run: the device type (``cpu``/``cuda``), its concrete device and its thread count."""
+
+    kind: str
+    device: str
+    threads: int
+
+    @classmethod
+    def of(cls, slot: Slot) -> Profile:
+        threads = int(slot.env.get("OMP_NUM_THREADS") or 1)
+        gpu = slot.env.get("CUDA_VISIBLE_DEVICES", "")
+        if slot.name.startswith("cuda") and gpu:
+            return cls("cuda", f"cuda:{gpu.split(',')[0]}", threads)
+        return cls("cpu", "cpu", threads)
+
+
+def evaluations(epochs: int, eval_every: int, val_pairs: int) -> int:
+    """How many epochs end with a validation pass (every ``eval_every`` and the last; none without pairs)."""
+    if val_pairs <= 0 or epochs <= 0:
+        return 0
+    return epochs // eval_every + (0 if epochs % eval_every == 0 else 1)
+
+
+def training_seconds(
+    t: Throughput, *, epochs: int, train_pairs: int, batch_size: int, val_pairs: int, eval_every: int, startup: float
+) -> float:
+    """Seconds of one training run from calibrated throughput (formula in the module docstring)."""
+    steps = math.ceil(train_pairs / batch_size)
+    evals = evaluations(epochs, eval_every, val_pairs)
+    return startup + epochs * (steps * t.step_s + t.checkpoint_s) + evals * val_pairs * t.val_pair_s
+
+
+@dataclass(frozen=True)
+class CellHistory:
+    """Medians over finished runs of one cell: train seconds per epoch, seconds per evaluation, the rest."""
+
+    epoch_s: float
+    eval_s: float
+    overhead_s: float
+    runs: int
+
+    def seconds(self, epochs: int, evals: int) -> float:
+        return self.overhead_s + epochs * self.epoch_s + evals * self.eval_s
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where the simulated runs went: the wall time, the compute summed over slots, the seconds of each run."""
+
+    wall: float
+    compute: float
+    seconds: dict[str, float]
+
+
+def schedule(runs: Sequence[tuple[str, Sequence[str], Mapping[Profile, float]]], slots: Sequence[Profile]) -> Schedule:
+    """Simulate ``runs`` (hash, dependency hashes, seconds per slot profile), in start order, on ``slots``: each run
+    goes where it would end first, no earlier than the end of its dependencies in ``runs``."""
+    free = [0.0] * len(slots)
+    end: dict[str, float] = {}
+    took: dict[str, float] = {}
+    for run_hash, deps, cost in runs:
+        ready = max((end[d] for d in deps if d in end), default=0.0)
+        best = min(range(len(slots)), key=lambda i: max(free[i], ready) + cost[slots[i]])
+        took[run_hash] = cost[slots[best]]
+        free[best] = end[run_hash] = max(free[best], ready) + took[run_hash]
+    return Schedule(max(free, default=0.0), sum(took.values()), took)
+
+
+# ------------------------------------------------------------------------------------------------ estimate
+
+
+@dataclass
+class RunEstimate:
+    spec: Any
+    label: str
+    seconds: dict[Profile, float]
+    source: str
+
+
+@dataclass
+class GridEstimate:
+    """The estimate of a plan's runs left to do on ``slots``; ``missing`` lists runs without one and why."""
+
+    slots: list[Profile]
+    done: int
+    runs: list[RunEstimate] = field(default_factory=list)
+    missing: list[tuple[Any, str]] = field(default_factory=list)
+    plan: Schedule = field(default_factory=lambda: Schedule(0.0, 0.0, {}))
+    unavailable: str = ""
+    datasets_to_build: int = 0
+
+    def lines(self) -> list[str]:
+        if self.unavailable:
+            return [f"estimate: {self.unavailable}"]
+        left = len(self.runs) + len(self.missing)
+        if not left:
+            return ["estimate: nothing left to run"]
+        kinds = sorted({(p.kind, p.threads) for p in self.slots})
+        where = ", ".join(
+            f"{sum(1 for p in self.slots if (p.kind, p.threads) == k)} {k[0]} slot(s) x {k[1]} thread(s)" for k in kinds
+        )
+        head = f"estimate: {len(self.runs)} run(s)"
+        if self.done:
+            head += f" (resuming: {left} of {left + self.done} left)"
+        head += (
+            f": wall about {format_duration(self.plan.wall)} on {where}; compute {format_duration(self.plan.compute)}"
+        )
+        out = [head]
+        by_label: dict[str, list[RunEstimate]] = {}
+        for run in self.runs:
+            by_label.setdefault(run.label, []).append(run)
+        width = max((len(label) for label in by_label), default=5)
+        for label, runs in by_label.items():
+            per_run = [self.plan.seconds[r.spec.hash()] for r in runs]
+            sources = sorted({r.source for r in runs})
+            out.append(
+                f"  {label:<{width}}  {len(runs):>4} run(s)  {format_duration(statistics.fmean(per_run)):>9} per run  "
+                f"{format_duration(sum(per_run)):>9} in all  from {', '.join(sources)}"
+            )
+        if self.missing:
+            reasons: dict[str, int] = {}
+            for _spec, why in self.missing:
+                reasons[why] = reasons.get(why, 0) + 1
+            for why, count in reasons.items():
+                out.append(f"  not estimated: {count} run(s): {why}")
+        if self.datasets_to_build:
+            out.append(f"  not counted: building {self.datasets_to_build} dataset(s) not yet in the cache")
+        return out
+
+
+Measure = Callable[[CostKey, str], Throughput]
+
+
+def _measure(key: CostKey, device: str) -> Throughput:
+    from engine.throughput import measure
+
+    return measure(key, device=device)
+
+
+def _startup() -> float:
+    from engine.throughput import measure_startup
+
+    return measure_startup()
+
+
+class Estimator:
+    """Estimates plans from history and calibration; measurements go through ``measure(key, device)`` and
+    ``startup()`` (replaceable in tests) and are cached in ``cache``. ``progress(text)`` is told before each
+    measurement."""
+
+    def __init__(
+        self,
+        cache: CalibrationCache,
+        records: Iterable[Mapping[str, Any]] = (),
+        *,
+        recalibrate: bool = False,
+        measure: Measure = _measure,
+        startup: Callable[[], float] = _startup,
+        progress: Callable[[str], None] = lambda _text: None,
+    ) -> None:
+        self.cache = cache
+        self.records = list(records)
+        self.recalibrate = recalibrate
+        self.measure = measure
+        self.startup = startup
+        self.progress = progress
+        self.measured: set[str] = set()
+        self._history: dict[tuple[str, str], CellHistory] | None = None
+        self._machines: dict[str, dict[str, str]] = {}
+
+    # ------------------------------------------------------------------ machine and calibration
+
+    def machine(self, device: str) -> dict[str, str]:
+        if device not in self._machines:
+            from engine.throughput import machine
+
+            self._machines[device] = machine(device)
+        return self._machines[device]
+
+    def startup_seconds(self) -> float:
+        host, key = self.machine("cpu"), {"startup": True}
+        cached = None if self.recalibrate and "startup" not in self.measured else self.cache.get(host, key)
+        if cached is None or "seconds" not in cached:
+            self.progress("timing a worker's start-up")
+            cached = {"seconds": self.startup()}
+            self.cache.put(host, key, cached)
+            self.measured.add("startup")
+        return float(cached["seconds"])
+
+    def throughput(self, key: CostKey, device: str) -> tuple[Throughput, bool]:
+        """The calibration of ``key`` (measured on ``device`` when not cached); True when measured now."""
+        host, raw = self.machine(device), key.to_dict()
+        ident = json.dumps([host, raw], sort_keys=True)
+        cached = None if self.recalibrate and ident not in self.measured else self.cache.get(host, raw)
+        if cached is not None:
+            try:
+                return Throughput.from_dict(cached), ident in self.measured
+            except (KeyError, TypeError):
+                pass  # an entry of another layout: measured again
+        self.progress(f"calibrating {key.describe()}")
+        value = self.measure(key, device)
+        self.cache.put(host, raw, value.__dict__)
+        self.measured.add(ident)
+        return value, True
+
+    # ------------------------------------------------------------------ history
+
+    def cell_history(self, spec: Any, profile: Profile) -> CellHistory | None:
+        if self._history is None:
+            self._history = _history_cells(self.records, self.machine)
+        return self._history.get((cell_key(spec), self.machine(profile.device)["device"]))
+
+    # ------------------------------------------------------------------ plan
+
+    def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace) -> GridEstimate:
+        from engine.spec import RunSpec
+
+        profiles = [Profile.of(s) for s in slots]
+        result = GridEstimate(slots=profiles, done=len(plan.done))
+        other = sorted({s.task for s in plan.to_run if not isinstance(s, RunSpec)})
+        if other:
+            result.unavailable = (
+                f"not available for task {', '.join(other)} (measured throughput covers alignment runs only)"
+            )
+            return result
+        from engine.tasks.alignment import BASELINE, model_label
+
+        result.datasets_to_build = _datasets_to_build(plan.to_run, ws)
+        timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
+        for spec in plan.to_run:
+            size = graph_size(spec, ws)
+            if size is None:
+                why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
+                result.missing.append((spec, why))
+                continue
+            seconds: dict[Profile, float] = {}
+            sources: list[str] = []
+            for profile in dict.fromkeys(profiles):
+                value, source = self.run_seconds(spec, profile, size)
+                seconds[profile] = value
+                sources.append(source)
+            label = BASELINE if spec.model == BASELINE else model_label(spec)
+            result.runs.append(RunEstimate(spec, label, seconds, sources[0]))
+            timed.append((spec.hash(), plan.dependencies(spec), seconds))
+        result.plan = schedule(timed, profiles)
+        return result
+
+    def run_seconds(self, spec: Any, profile: Profile, size: tuple[int, float]) -> tuple[float, str]:
+        """Seconds of one run on a slot of ``profile``, and the source they came from."""
+        from engine.spec import RunSpec
+
+        assert isinstance(spec, RunSpec)
+        canonical = spec.dataset_spec().canonical()
+        train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
+        laplacian = spec.model == "laplacian"
+        # A run's own device wins over the slot's: "cpu" runs stay on the CPU, the baseline never uses a GPU.
+        device = "cpu" if laplacian or spec.device == "cpu" else profile.device
+        profile = Profile("cpu", "cpu", profile.threads) if device == "cpu" else profile
+        evals = evaluations(spec.epochs, spec.eval_every, val) if not laplacian else 1
+        cell = self.cell_history(spec, profile)
+        if cell is not None:
+            return cell.seconds(0 if laplacian else spec.epochs, evals), f"history ({cell.runs} run(s))"
+        key = cost_key(spec, size, profile)
+        t, now = self.throughput(key, device)
+        source = "calibration (measured now)" if now else "calibration (cached)"
+        startup = self.startup_seconds()
+        if laplacian:
+            return startup + val * t.val_pair_s, source
+        return training_seconds(
+            t,
+            epochs=spec.epochs,
+            train_pairs=train,
+            batch_size=spec.batch_size,
+            val_pairs=val,
+            eval_every=spec.eval_every,
+            startup=startup,
+        ), source
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def out_dim(spec: Any) -> int:
+    from engine.sources import SOURCES
+
+    return spec.out_dim or SOURCES.get(spec.dataset["base"]).embedding_dim
+
+
+def cost_key(spec: Any, size: tuple[int, float], profile: Profile) -> CostKey:
+    """The calibration key of an alignment run on a slot of ``profile``."""
+    nodes, degree = size
+    if spec.model == "laplacian":
+        return CostKey("laplacian", nodes, degree, spec.batch_size, "cpu", profile.threads, out_dim=out_dim(spec))
+    return CostKey(
+        model=spec.model,
+        nodes=nodes,
+        degree=degree,
+        batch_size=spec.batch_size,
+        device=profile.kind,
+        threads=profile.threads,
+        features=spec.features,
+        budget=spec.budget,
+        out_dim=out_dim(spec),
+        model_options=spec.model_options(),
+    )
+
+
+def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:
+    """``(nodes per graph, mean degree)`` of a run's base graphs: from the source's parameters (synthetic), else
+    from the cached dataset's statistics; None when neither tells (a real dataset not built yet)."""
+    from engine.datasets import dataset_id, open_dataset
+    from engine.errors import GaptuiError
+    from engine.sources import SOURCES, parse_params
+
+    canonical = spec.dataset_spec().canonical()
+    source = SOURCES.get(canonical["base"])
+    hint = source.size_hint(parse_params(source, canonical["params"]))
+    if hint is not None:
+        return int(round(hint[0])), round(float(hint[1]), 1)
+    folder = Path(spec.datasets_dir or ws.datasets) / dataset_id(canonical)
+    try:
+        stats = open_dataset(folder).stats["train"]
+        return int(round(stats["mean_order"])), round(float(stats["mean_degree"]), 1)
+    except (GaptuiError, KeyError, TypeError):
+        return None
+
+
+def _datasets_to_build(specs: Iterable[Any], ws: Workspace) -> int:
+    from engine.datasets import dataset_id
+
+    missing = set()
+    for spec in specs:
+        ident = dataset_id(spec.dataset_spec().canonical())
+        if not (Path(spec.datasets_dir or ws.datasets) / ident / "meta.json").exists():
+            missing.add(ident)
+    return len(missing)
+
+
+def cell_key(spec: Any) -> str:
+    """What makes two alignment runs cost the same per epoch (:data:`COST_FIELDS`), as a string."""
+    canonical = spec.canonical()
+    return json.dumps({k: canonical.get(k) for k in COST_FIELDS}, sort_keys=True)
+
+
+def _history_cells(
+    records: Iterable[Mapping[str, Any]], machine: Callable[[str], dict[str, str]]
+) -> dict[tuple[str, str], CellHistory]:
+    """Finished alignment runs of this host, by (cell, device name): medians of their measured seconds."""
+    import platform
+
+    from engine.errors import GaptuiError
+    from engine.events import read_events
+    from engine.spec import RunSpec
+    from engine.tasks import load_spec
+
+    host = platform.node()
+    samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for record in records:
+        repro = record.get("repro") or {}
+        if record.get("status") != "done" or repro.get("host") != host or not record.get("duration"):
+            continue
+        try:
+            spec = load_spec(record["spec"])
+        except (GaptuiError, KeyError, TypeError):
+            continue
+        if not isinstance(spec, RunSpec):
+            continue
+        events, _ = read_events(Path(record["run_dir"]) / "events.jsonl")
+        epochs = [float(e["seconds"]) for e in events if e.get("event") == "epoch" and "seconds" in e]
+        evals = [float(e["seconds"]) for e in events if e.get("event") == "eval" and "seconds" in e]
+        if spec.model != "laplacian" and len(epochs) < spec.epochs:
+            continue  # resumed or partial events: the sum below would not be the run's
+        overhead = max(0.0, float(record["duration"]) - sum(epochs) - sum(evals))
+        epoch_s = statistics.median(epochs) if epochs else 0.0
+        eval_s = statistics.median(evals) if evals else 0.0
+        device_name = repro.get("device_name") or machine("cpu")["device"]
+        samples.setdefault((cell_key(spec), device_name), []).append((epoch_s, eval_s, overhead))
+    return {
+        key: CellHistory(
+            epoch_s=statistics.median(s[0] for s in values),
+            eval_s=statistics.median(s[1] for s in values),
+            overhead_s=statistics.median(s[2] for s in values),
+            runs=len(values),
+        )
+        for key, values in samples.items()
+    }

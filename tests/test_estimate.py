@@ -1,0 +1,198 @@
+"""The dry run's duration estimate: its arithmetic, the calibration cache, the history source and the CLI line."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from engine.throughput import CalibrationCache, CostKey, Throughput, measure
+from gaptui import launch
+from gaptui.estimate import (
+    CellHistory,
+    Estimator,
+    Profile,
+    calibration_path,
+    evaluations,
+    schedule,
+    training_seconds,
+)
+from gaptui.presets import load_preset
+from gaptui.scheduler import Slot
+from gaptui.workspace import Workspace
+from tests.conftest import run_cli
+
+FAKE = Throughput(step_s=0.5, val_pair_s=0.01, checkpoint_s=0.0, params=100, steps=3)
+CPU1 = Slot("cpu#0", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+CPU2 = Slot("cpu#1", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+
+
+def test_training_seconds_counts_steps_checkpoints_and_evaluations() -> None:
+    t = Throughput(step_s=0.5, val_pair_s=0.01, checkpoint_s=0.1)
+    # 250 pairs at batch 100: 3 steps per epoch; evaluating every 2nd epoch of 3, and the last: 2 evaluations.
+    seconds = training_seconds(t, epochs=3, train_pairs=250, batch_size=100, val_pairs=20, eval_every=2, startup=2)
+    assert seconds == pytest.approx(2 + 3 * (3 * 0.5 + 0.1) + 2 * 20 * 0.01)
+    assert evaluations(4, 2, 10) == 2 and evaluations(5, 1, 0) == 0 and evaluations(1, 5, 10) == 1
+
+
+def test_schedule_respects_dependencies_and_prefers_the_faster_slot() -> None:
+    cpu = Profile("cpu", "cpu", 1)
+    same = {cpu: 10.0}
+    runs = [("a", (), same), ("b", (), same), ("c", ("a",), {cpu: 5.0})]
+    plan = schedule(runs, [cpu, cpu])
+    assert (plan.wall, plan.compute) == (15.0, 25.0)
+    gpu = Profile("cuda", "cuda:0", 1)
+    mixed = schedule([("a", (), {cpu: 10.0, gpu: 2.0}), ("b", (), {cpu: 10.0, gpu: 2.0})], [cpu, gpu])
+    assert (mixed.wall, mixed.compute) == (4.0, 4.0)  # both on the GPU one after the other beat the CPU
+
+
+def _smoke_plan(ws: Path, known: dict[str, str] | None = None) -> launch.Plan:
+    workspace = Workspace(ws)
+    return launch.plan(load_preset("smoke", workspace), workspace, known or {})
+
+
+class Counting:
+    """A stand-in for the measurement: fixed throughput, every call recorded."""
+
+    def __init__(self) -> None:
+        self.keys: list[CostKey] = []
+        self.startups = 0
+
+    def measure(self, key: CostKey, device: str) -> Throughput:
+        self.keys.append(key)
+        return FAKE
+
+    def startup(self) -> float:
+        self.startups += 1
+        return 1.0
+
+
+def _estimator(ws: Path, counter: Counting, **kwargs) -> Estimator:
+    warned = kwargs.pop("warned", [])
+    cache = CalibrationCache(calibration_path(Workspace(ws)), warned.append)
+    return Estimator(cache, kwargs.pop("records", []), measure=counter.measure, startup=counter.startup, **kwargs)
+
+
+def test_estimate_of_a_plan_from_a_fake_calibration(tmp_path: Path) -> None:
+    counter = Counting()
+    plan = _smoke_plan(tmp_path)
+    result = _estimator(tmp_path, counter).estimate(plan, [CPU1, CPU2], Workspace(tmp_path))
+    # smoke: 2 epochs of 40 pairs at batch 20 (2 steps), 10 validation pairs every epoch, start-up 1 s.
+    per_run = 1.0 + 2 * (2 * 0.5) + 2 * 10 * 0.01
+    assert [r.seconds[Profile("cpu", "cpu", 1)] for r in result.runs] == [pytest.approx(per_run)] * 4
+    assert result.plan.compute == pytest.approx(4 * per_run) and result.plan.wall == pytest.approx(2 * per_run)
+    assert {k.model for k in counter.keys} == {"gcn", "gin"} and len(counter.keys) == 2  # one key per model
+    lines = result.lines()
+    assert lines[0].startswith("estimate: 4 run(s): wall about 6 s on 2 cpu slot(s) x 1 thread(s); compute 13 s")
+    assert any(line.split()[:3] == ["gcn", "2", "run(s)"] and "calibration (measured now)" in line for line in lines)
+    assert "not counted: building 2 dataset(s) not yet in the cache" in lines[-1]
+
+
+def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _smoke_plan(tmp_path)
+    first = Counting()
+    _estimator(tmp_path, first).estimate(plan, [CPU1], Workspace(tmp_path))
+    assert len(first.keys) == 2 and first.startups == 1
+    stored = calibration_path(Workspace(tmp_path)).read_bytes()
+
+    again = Counting()
+    lines = _estimator(tmp_path, again).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
+    assert again.keys == [] and again.startups == 0
+    assert calibration_path(Workspace(tmp_path)).read_bytes() == stored
+    assert all("calibration (cached)" in line for line in lines[1:3])
+
+    two_threads = Slot("cpu#0", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2"})
+    threads = Counting()
+    _estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
+    assert {k.threads for k in threads.keys} == {2} and len(threads.keys) == 2
+
+    import engine.throughput
+
+    real_machine = engine.throughput.machine
+    monkeypatch.setattr(engine.throughput, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
+    elsewhere = Counting()
+    _estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
+    assert len(elsewhere.keys) == 2 and elsewhere.startups == 1
+
+    forced = Counting()
+    _estimator(tmp_path, forced, recalibrate=True).estimate(plan, [CPU1], Workspace(tmp_path))
+    assert len(forced.keys) == 2 and forced.startups == 1  # each key measured once, not once per run
+
+
+def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Path) -> None:
+    path = calibration_path(Workspace(tmp_path))
+    path.write_text('{"entries": [1, 2')
+    warned: list[str] = []
+    counter = Counting()
+    _estimator(tmp_path, counter, warned=warned).estimate(_smoke_plan(tmp_path), [CPU1], Workspace(tmp_path))
+    assert len(warned) == 1 and "calibration cache" in warned[0] and "moved aside" in warned[0]
+    aside = list(tmp_path.glob("calibration.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text() == '{"entries": [1, 2'
+    assert len(counter.keys) == 2
+    assert len(json.loads(path.read_text())["entries"]) == 3  # two models and the start-up
+
+
+def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path) -> None:
+    from engine.worker import cpu_name
+
+    plan = _smoke_plan(tmp_path)
+    done = plan.to_run[0]  # gcn at noise 0.05, seed 0; a seed-1 run of the same cell is estimated from it
+    run_dir = tmp_path / "runs" / "x"
+    run_dir.mkdir(parents=True)
+    events = [{"event": "epoch", "epoch": e, "seconds": 0.25} for e in (1, 2)]
+    events += [{"event": "eval", "epoch": e, "seconds": 0.05} for e in (1, 2)]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps({"v": 1, "t": 0, **e}) + "\n" for e in events))
+    record = {
+        "status": "done",
+        "spec": done.to_dict(),
+        "run_dir": str(run_dir),
+        "duration": 4.0,
+        "repro": {"host": platform.node(), "device": "cpu", "device_name": cpu_name()},
+    }
+    later = done.replace(seed=1, epochs=4)
+    plan = SimpleNamespace(done=[done], to_run=[later, plan.to_run[1]], dependencies=lambda spec: ())
+    counter = Counting()
+    result = _estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
+    history = CellHistory(epoch_s=0.25, eval_s=0.05, overhead_s=4.0 - 0.5 - 0.1, runs=1)
+    assert result.runs[0].source == "history (1 run(s))"
+    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(history.seconds(4, 4))
+    assert result.runs[1].source == "calibration (measured now)" and [k.model for k in counter.keys] == ["gin"]
+    assert "(resuming: 2 of 3 left)" in result.lines()[0]
+
+
+def test_other_families_get_no_number(tmp_path: Path) -> None:
+    plan = SimpleNamespace(done=[], to_run=[SimpleNamespace(task="toy")], dependencies=lambda spec: ())
+    result = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path))
+    assert result.lines() == ["estimate: not available for task toy (measured throughput covers alignment runs only)"]
+
+
+def test_measure_times_the_real_training_step_and_the_baseline() -> None:
+    key = CostKey("gin", nodes=12, degree=3, batch_size=4, budget=2000, out_dim=8)
+    t = measure(key, seconds=0.05)
+    assert t.params > 0 and t.steps >= 2
+    assert all(math.isfinite(v) and v > 0 for v in (t.step_s, t.val_pair_s, t.checkpoint_s))
+    base = measure(CostKey("laplacian", nodes=12, degree=3, batch_size=4, out_dim=4), seconds=0.05)
+    assert base.val_pair_s > 0 and base.step_s == 0
+
+
+def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    args = ("run", "--preset", "smoke", "--dry-run", "--workspace", str(ws), "--gpus", "none", "--cpu-jobs", "2")
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert "estimate: 4 run(s): wall about " in first.stdout and "on 2 cpu slot(s) x 1 thread(s)" in first.stdout
+    assert "from calibration (measured now)" in first.stdout
+    cache = ws / "calibration.json"
+    stamp = cache.stat().st_mtime_ns
+    second = run_cli(*args)
+    assert second.returncode == 0, second.stderr
+    assert "from calibration (cached)" in second.stdout and "measured now" not in second.stdout
+    assert cache.stat().st_mtime_ns == stamp
+    skipped = run_cli(*args, "--no-estimate")
+    assert skipped.returncode == 0 and "estimate" not in skipped.stdout
+    alone = run_cli("run", "--preset", "smoke", "--recalibrate", "--workspace", str(ws))
+    assert alone.returncode == 2 and "--recalibrate and --no-estimate go with --dry-run" in alone.stderr
