@@ -19,12 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +73,20 @@ class CostKey:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Measured seconds: per training step (one batch), per validation pair, per checkpoint save."""
+    """Measured seconds: per training step (one batch), per validation pair, per checkpoint save, and building the
+    model (the width search for its budget, once per run)."""
 
     step_s: float
     val_pair_s: float
     checkpoint_s: float = 0.0
+    build_s: float = 0.0
     params: int = 0
     steps: int = 0
     measured: str = ""
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Throughput:
-        return cls(**{k: raw[k] for k in ("step_s", "val_pair_s", "checkpoint_s", "params", "steps", "measured")})
+        return cls(**{f.name: raw[f.name] for f in fields(cls)})
 
 
 def machine(device: str = "cpu") -> dict[str, str]:
@@ -168,9 +169,11 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
 
     device = resolve_device(device_name)
     seed_everything(0)
+    t0 = time.perf_counter()
     model = models.build(
         key.model, out_dim=key.out_dim, budget=key.budget, in_dim=FEATURES[key.features], **key.model_options
     ).to(device)
+    build_s = time.perf_counter() - t0
     data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size), device)
     opt, sched = make_optimiser(model, 3e-3, 0.01, total_steps=1 << 20, warmup_steps=30)
     state = TrainState()
@@ -220,6 +223,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         step_s=step_s,
         val_pair_s=val_pair_s,
         checkpoint_s=checkpoint_s,
+        build_s=build_s,
         params=models.count_parameters(model),
         steps=timed,
         measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -240,12 +244,16 @@ def _measure_laplacian(key: CostKey, seconds: float) -> Throughput:
     return Throughput(step_s=0.0, val_pair_s=per_pair, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
-def measure_startup() -> float:
-    """Seconds a fresh worker process spends before its first step: the interpreter and the imports it needs."""
-    code = "import engine.tasks.alignment, engine.training, engine.evaluation, engine.worker, torch_geometric"
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-    return time.perf_counter() - t0
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.throughput``: measure the keys of a JSON request on stdin (``{"keys": [...], "device":
+    ..., "seconds": ...}``) and print their :class:`Throughput` as a JSON list: how the dry run measures in as many
+    processes as a grid has slots, each in its slot's environment, so that concurrent runs slow each other as
+    they will."""
+    request = json.loads(sys.stdin.read() if argv is None else argv[0])
+    keys = [CostKey(**raw) for raw in request["keys"]]
+    out = [asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS)))) for key in keys]
+    print(json.dumps(out))
+    return 0
 
 
 def _digest(obj: Any) -> str:
@@ -301,3 +309,7 @@ class CalibrationCache:
             entries[_digest({"machine": host, "key": key})] = {"machine": host, "key": key, "value": dict(value)}
             atomic_write_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
             self._entries = entries
+
+
+if __name__ == "__main__":
+    sys.exit(main())

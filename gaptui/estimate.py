@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.throughput import CalibrationCache, CostKey, Throughput
+from engine.throughput import DEFAULT_SECONDS, CalibrationCache, CostKey, Throughput
 from gaptui.scheduler import Slot
 from gaptui.tui.planning import format_duration
 from gaptui.workspace import Workspace
@@ -179,25 +180,107 @@ class GridEstimate:
         return out
 
 
-Measure = Callable[[CostKey, str], Throughput]
+#: ``measure(keys, slots) -> [Throughput per key]``: the keys measured at once on every slot of one profile.
+Measure = Callable[[list[CostKey], list[Slot]], list[Throughput]]
+#: ``overhead(slots) -> seconds``: what a run costs besides its training, with every slot busy.
+Overhead = Callable[[list[Slot]], float]
 
 
-def _measure(key: CostKey, device: str) -> Throughput:
-    from engine.throughput import measure
+def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DEFAULT_SECONDS) -> list[Throughput]:
+    """Measure ``keys`` in one ``python -m engine.throughput`` process per slot, all at once, each in its slot's
+    environment (threads, GPU), so that the runs of concurrent slots slow each other as they will; returns the
+    mean over the processes per key."""
+    import os
+    import subprocess
+    import sys
 
-    return measure(key, device=device)
+    from engine.errors import GaptuiError
+
+    request = json.dumps({"keys": [k.to_dict() for k in keys], "seconds": seconds})
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "engine.throughput"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **slot.env},
+        )
+        for slot in slots
+    ]
+    for proc in procs:  # every process gets its request before any is waited for: they measure side by side
+        assert proc.stdin is not None
+        proc.stdin.write(request)
+        proc.stdin.close()
+    results: list[list[dict[str, Any]]] = []
+    for proc in procs:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = proc.stdout.read(), proc.stderr.read()
+        if proc.wait() != 0:
+            last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            raise GaptuiError(f"calibration failed: {last}")
+        results.append(json.loads(out))
+    return [
+        Throughput(
+            **{
+                name: statistics.fmean(r[i][name] for r in results)
+                for name in ("step_s", "val_pair_s", "checkpoint_s", "build_s")
+            },
+            params=int(results[0][i]["params"]),
+            steps=sum(int(r[i]["steps"]) for r in results),
+            measured=results[0][i]["measured"],
+        )
+        for i in range(len(keys))
+    ]
 
 
-def _startup() -> float:
-    from engine.throughput import measure_startup
+def measure_overhead(slots: list[Slot]) -> float:
+    """Seconds a run costs besides its training: one tiny run per slot (at most 16) through the real scheduler and
+    worker, all at once, in a temporary workspace: process start, imports, dataset loading, model, result, history."""
+    import tempfile
 
-    return measure_startup()
+    from engine.errors import GaptuiError
+    from engine.spec import RunSpec
+    from gaptui.history import History
+    from gaptui.launch import prepare
+    from gaptui.scheduler import Scheduler
+
+    slots = [Slot(s.name, dict(s.env)) for s in slots[:16]]
+    with tempfile.TemporaryDirectory(prefix="gaptui-overhead-") as tmp:
+        ws = Workspace(Path(tmp))
+        dataset = {"base": "er", "noise": 0.0, "n_train": 2, "n_val": 1, "params": {"n": 8, "degree": 2}}
+        specs = [
+            RunSpec.from_dict(
+                {
+                    "dataset": dataset,
+                    "model": "gcn",
+                    "epochs": 1,
+                    "batch_size": 2,
+                    "budget": 5000,
+                    "out_dim": 16,
+                    "seed": seed,
+                    "datasets_dir": str(ws.datasets),
+                    "data_root": str(ws.raw_data),
+                }
+            )
+            for seed in range(len(slots))
+        ]
+        prepare(specs[:1])  # a grid's datasets are prepared before its runs start
+        with History(ws, write=True, purpose="gaptui calibration") as history:
+            scheduler = Scheduler(ws, history, slots)
+            started = time.perf_counter()
+            scheduler.enqueue(specs)
+            scheduler.run()
+            wall = time.perf_counter() - started
+            failed = [r for r in history.records() if r["status"] != "done"]
+        if failed:
+            raise GaptuiError(f"calibration failed: a tiny run ended {failed[0]['status']}: {failed[0].get('error')}")
+    return wall
 
 
 class Estimator:
-    """Estimates plans from history and calibration; measurements go through ``measure(key, device)`` and
-    ``startup()`` (replaceable in tests) and are cached in ``cache``. ``progress(text)`` is told before each
-    measurement."""
+    """Estimates plans from history and calibration; measurements go through ``measure`` and ``overhead``
+    (replaceable in tests) and are cached in ``cache``. ``progress(text)`` is told before each measurement."""
 
     def __init__(
         self,
@@ -205,63 +288,69 @@ class Estimator:
         records: Iterable[Mapping[str, Any]] = (),
         *,
         recalibrate: bool = False,
-        measure: Measure = _measure,
-        startup: Callable[[], float] = _startup,
+        measure: Measure = measure_on_slots,
+        overhead: Overhead = measure_overhead,
         progress: Callable[[str], None] = lambda _text: None,
     ) -> None:
         self.cache = cache
         self.records = list(records)
         self.recalibrate = recalibrate
         self.measure = measure
-        self.startup = startup
+        self.overhead = overhead
         self.progress = progress
-        self.measured: set[str] = set()
         self._history: dict[tuple[str, str], CellHistory] | None = None
         self._machines: dict[str, dict[str, str]] = {}
 
-    # ------------------------------------------------------------------ machine and calibration
-
-    def machine(self, device: str) -> dict[str, str]:
-        if device not in self._machines:
+    def machine(self, profile: Profile) -> dict[str, str]:
+        if profile.device not in self._machines:
             from engine.throughput import machine
 
-            self._machines[device] = machine(device)
-        return self._machines[device]
-
-    def startup_seconds(self) -> float:
-        host, key = self.machine("cpu"), {"startup": True}
-        cached = None if self.recalibrate and "startup" not in self.measured else self.cache.get(host, key)
-        if cached is None or "seconds" not in cached:
-            self.progress("timing a worker's start-up")
-            cached = {"seconds": self.startup()}
-            self.cache.put(host, key, cached)
-            self.measured.add("startup")
-        return float(cached["seconds"])
-
-    def throughput(self, key: CostKey, device: str) -> tuple[Throughput, bool]:
-        """The calibration of ``key`` (measured on ``device`` when not cached); True when measured now."""
-        host, raw = self.machine(device), key.to_dict()
-        ident = json.dumps([host, raw], sort_keys=True)
-        cached = None if self.recalibrate and ident not in self.measured else self.cache.get(host, raw)
-        if cached is not None:
-            try:
-                return Throughput.from_dict(cached), ident in self.measured
-            except (KeyError, TypeError):
-                pass  # an entry of another layout: measured again
-        self.progress(f"calibrating {key.describe()}")
-        value = self.measure(key, device)
-        self.cache.put(host, raw, value.__dict__)
-        self.measured.add(ident)
-        return value, True
-
-    # ------------------------------------------------------------------ history
+            self._machines[profile.device] = machine(profile.device)
+        return self._machines[profile.device]
 
     def cell_history(self, spec: Any, profile: Profile) -> CellHistory | None:
         if self._history is None:
-            self._history = _history_cells(self.records, self.machine)
-        return self._history.get((cell_key(spec), self.machine(profile.device)["device"]))
+            self._history = _history_cells(self.records)
+        return self._history.get((cell_key(spec), self.machine(profile)["device"]))
 
-    # ------------------------------------------------------------------ plan
+    def _cached(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None if self.recalibrate else self.cache.get(host, key)
+
+    def overhead_seconds(self, slots: Sequence[Slot]) -> float:
+        profiles = [Profile.of(s) for s in slots]
+        host = self.machine(profiles[0])
+        key = {"overhead": sorted({json.dumps(p.__dict__, sort_keys=True) for p in profiles}), "slots": len(slots)}
+        cached = self._cached(host, key)
+        if cached is None or "seconds" not in cached:
+            self.progress(f"timing a tiny run on each of {len(slots)} slot(s)")
+            cached = {"seconds": self.overhead(list(slots))}
+            self.cache.put(host, key, cached)
+        return float(cached["seconds"])
+
+    def throughputs(
+        self, wanted: Mapping[Profile, dict[str, CostKey]], slots: Sequence[Slot]
+    ) -> dict[tuple[Profile, str], tuple[Throughput, bool]]:
+        """Each wanted key's calibration on its profile, measured (on all slots of the profile at once) when not
+        cached; True when measured now."""
+        out: dict[tuple[Profile, str], tuple[Throughput, bool]] = {}
+        for profile, keys in wanted.items():
+            host = self.machine(profile)
+            missing: list[tuple[str, CostKey]] = []
+            for ident, key in keys.items():
+                cached = self._cached(host, key.to_dict())
+                try:
+                    out[(profile, ident)] = (Throughput.from_dict(cached or {}), False)
+                except KeyError:  # not cached, or an entry of another layout
+                    missing.append((ident, key))
+            if not missing:
+                continue
+            here = [s for s in slots if Profile.of(s) == profile]
+            names = ", ".join(sorted({k.model for _, k in missing}))
+            self.progress(f"calibrating {names} on {len(here)} {profile.kind} slot(s) at once")
+            for (ident, key), value in zip(missing, self.measure([k for _, k in missing], here), strict=True):
+                self.cache.put(host, key.to_dict(), asdict(value))
+                out[(profile, ident)] = (value, True)
+        return out
 
     def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace) -> GridEstimate:
         from engine.spec import RunSpec
@@ -277,55 +366,74 @@ class Estimator:
         from engine.tasks.alignment import BASELINE, model_label
 
         result.datasets_to_build = _datasets_to_build(plan.to_run, ws)
-        timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
+        # Pass 1: what each run on each slot profile needs (history, or a calibration key).
+        needs: list[tuple[Any, dict[Profile, CellHistory | tuple[Profile, str]]]] = []
+        wanted: dict[Profile, dict[str, CostKey]] = {}
         for spec in plan.to_run:
             size = graph_size(spec, ws)
             if size is None:
                 why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
                 result.missing.append((spec, why))
                 continue
+            per: dict[Profile, CellHistory | tuple[Profile, str]] = {}
+            for profile in dict.fromkeys(profiles):
+                own = run_profile(spec, profile)
+                cell = self.cell_history(spec, own)
+                if cell is not None:
+                    per[profile] = cell
+                else:
+                    key = cost_key(spec, size, own)
+                    ident = json.dumps(key.to_dict(), sort_keys=True)
+                    wanted.setdefault(profile, {})[ident] = key
+                    per[profile] = (profile, ident)
+            needs.append((spec, per))
+        measured = self.throughputs(wanted, slots)
+        overhead = self.overhead_seconds(slots) if wanted else 0.0
+        # Pass 2: seconds per run and profile, then the schedule.
+        timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
+        for spec, per in needs:
             seconds: dict[Profile, float] = {}
             sources: list[str] = []
-            for profile in dict.fromkeys(profiles):
-                value, source = self.run_seconds(spec, profile, size)
-                seconds[profile] = value
-                sources.append(source)
+            for profile, need in per.items():
+                if isinstance(need, CellHistory):
+                    laplacian = spec.model == BASELINE
+                    val = int(spec.dataset_spec().canonical()["n_val"] or 0)
+                    evals = 1 if laplacian else evaluations(spec.epochs, spec.eval_every, val)
+                    seconds[profile] = need.seconds(0 if laplacian else spec.epochs, evals)
+                    sources.append(f"history ({need.runs} run(s))")
+                else:
+                    t, now = measured[need]
+                    seconds[profile] = calibrated_seconds(spec, t, overhead)
+                    sources.append("calibration (measured now)" if now else "calibration (cached)")
             label = BASELINE if spec.model == BASELINE else model_label(spec)
             result.runs.append(RunEstimate(spec, label, seconds, sources[0]))
             timed.append((spec.hash(), plan.dependencies(spec), seconds))
         result.plan = schedule(timed, profiles)
         return result
 
-    def run_seconds(self, spec: Any, profile: Profile, size: tuple[int, float]) -> tuple[float, str]:
-        """Seconds of one run on a slot of ``profile``, and the source they came from."""
-        from engine.spec import RunSpec
 
-        assert isinstance(spec, RunSpec)
-        canonical = spec.dataset_spec().canonical()
-        train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
-        laplacian = spec.model == "laplacian"
-        # A run's own device wins over the slot's: "cpu" runs stay on the CPU, the baseline never uses a GPU.
-        device = "cpu" if laplacian or spec.device == "cpu" else profile.device
-        profile = Profile("cpu", "cpu", profile.threads) if device == "cpu" else profile
-        evals = evaluations(spec.epochs, spec.eval_every, val) if not laplacian else 1
-        cell = self.cell_history(spec, profile)
-        if cell is not None:
-            return cell.seconds(0 if laplacian else spec.epochs, evals), f"history ({cell.runs} run(s))"
-        key = cost_key(spec, size, profile)
-        t, now = self.throughput(key, device)
-        source = "calibration (measured now)" if now else "calibration (cached)"
-        startup = self.startup_seconds()
-        if laplacian:
-            return startup + val * t.val_pair_s, source
-        return training_seconds(
-            t,
-            epochs=spec.epochs,
-            train_pairs=train,
-            batch_size=spec.batch_size,
-            val_pairs=val,
-            eval_every=spec.eval_every,
-            startup=startup,
-        ), source
+def run_profile(spec: Any, profile: Profile) -> Profile:
+    """Where a run computes on a slot: its own ``device = "cpu"`` and the training-free baseline stay on the CPU."""
+    if spec.model == "laplacian" or spec.device == "cpu":
+        return Profile("cpu", "cpu", profile.threads)
+    return profile
+
+
+def calibrated_seconds(spec: Any, t: Throughput, overhead: float) -> float:
+    """Seconds of one alignment run from its calibration and the per-run overhead."""
+    canonical = spec.dataset_spec().canonical()
+    train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
+    if spec.model == "laplacian":
+        return overhead + val * t.val_pair_s
+    return training_seconds(
+        t,
+        epochs=spec.epochs,
+        train_pairs=train,
+        batch_size=spec.batch_size,
+        val_pairs=val,
+        eval_every=spec.eval_every,
+        startup=overhead + t.build_s,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -393,9 +501,7 @@ def cell_key(spec: Any) -> str:
     return json.dumps({k: canonical.get(k) for k in COST_FIELDS}, sort_keys=True)
 
 
-def _history_cells(
-    records: Iterable[Mapping[str, Any]], machine: Callable[[str], dict[str, str]]
-) -> dict[tuple[str, str], CellHistory]:
+def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], CellHistory]:
     """Finished alignment runs of this host, by (cell, device name): medians of their measured seconds."""
     import platform
 
@@ -424,8 +530,8 @@ def _history_cells(
         overhead = max(0.0, float(record["duration"]) - sum(epochs) - sum(evals))
         epoch_s = statistics.median(epochs) if epochs else 0.0
         eval_s = statistics.median(evals) if evals else 0.0
-        device_name = repro.get("device_name") or machine("cpu")["device"]
-        samples.setdefault((cell_key(spec), device_name), []).append((epoch_s, eval_s, overhead))
+        if repro.get("device_name"):
+            samples.setdefault((cell_key(spec), repro["device_name"]), []).append((epoch_s, eval_s, overhead))
     return {
         key: CellHistory(
             epoch_s=statistics.median(s[0] for s in values),

@@ -60,28 +60,28 @@ class Counting:
 
     def __init__(self) -> None:
         self.keys: list[CostKey] = []
-        self.startups = 0
+        self.overheads = 0
 
-    def measure(self, key: CostKey, device: str) -> Throughput:
-        self.keys.append(key)
-        return FAKE
+    def measure(self, keys: list[CostKey], slots: list[Slot]) -> list[Throughput]:
+        self.keys += keys
+        return [FAKE] * len(keys)
 
-    def startup(self) -> float:
-        self.startups += 1
+    def overhead(self, slots: list[Slot]) -> float:
+        self.overheads += 1
         return 1.0
 
 
 def _estimator(ws: Path, counter: Counting, **kwargs) -> Estimator:
     warned = kwargs.pop("warned", [])
     cache = CalibrationCache(calibration_path(Workspace(ws)), warned.append)
-    return Estimator(cache, kwargs.pop("records", []), measure=counter.measure, startup=counter.startup, **kwargs)
+    return Estimator(cache, kwargs.pop("records", []), measure=counter.measure, overhead=counter.overhead, **kwargs)
 
 
 def test_estimate_of_a_plan_from_a_fake_calibration(tmp_path: Path) -> None:
     counter = Counting()
     plan = _smoke_plan(tmp_path)
     result = _estimator(tmp_path, counter).estimate(plan, [CPU1, CPU2], Workspace(tmp_path))
-    # smoke: 2 epochs of 40 pairs at batch 20 (2 steps), 10 validation pairs every epoch, start-up 1 s.
+    # smoke: 2 epochs of 40 pairs at batch 20 (2 steps), 10 validation pairs every epoch, 1 s per run besides.
     per_run = 1.0 + 2 * (2 * 0.5) + 2 * 10 * 0.01
     assert [r.seconds[Profile("cpu", "cpu", 1)] for r in result.runs] == [pytest.approx(per_run)] * 4
     assert result.plan.compute == pytest.approx(4 * per_run) and result.plan.wall == pytest.approx(2 * per_run)
@@ -96,12 +96,12 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     plan = _smoke_plan(tmp_path)
     first = Counting()
     _estimator(tmp_path, first).estimate(plan, [CPU1], Workspace(tmp_path))
-    assert len(first.keys) == 2 and first.startups == 1
+    assert len(first.keys) == 2 and first.overheads == 1
     stored = calibration_path(Workspace(tmp_path)).read_bytes()
 
     again = Counting()
     lines = _estimator(tmp_path, again).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
-    assert again.keys == [] and again.startups == 0
+    assert again.keys == [] and again.overheads == 0
     assert calibration_path(Workspace(tmp_path)).read_bytes() == stored
     assert all("calibration (cached)" in line for line in lines[1:3])
 
@@ -116,11 +116,11 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(engine.throughput, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
     elsewhere = Counting()
     _estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
-    assert len(elsewhere.keys) == 2 and elsewhere.startups == 1
+    assert len(elsewhere.keys) == 2 and elsewhere.overheads == 1
 
     forced = Counting()
     _estimator(tmp_path, forced, recalibrate=True).estimate(plan, [CPU1], Workspace(tmp_path))
-    assert len(forced.keys) == 2 and forced.startups == 1  # each key measured once, not once per run
+    assert len(forced.keys) == 2 and forced.overheads == 1  # each key measured once, not once per run
 
 
 def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
     aside = list(tmp_path.glob("calibration.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text() == '{"entries": [1, 2'
     assert len(counter.keys) == 2
-    assert len(json.loads(path.read_text())["entries"]) == 3  # two models and the start-up
+    assert len(json.loads(path.read_text())["entries"]) == 3  # two models and the per-run overhead
 
 
 def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path) -> None:
@@ -181,10 +181,10 @@ def test_measure_times_the_real_training_step_and_the_baseline() -> None:
 
 def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    args = ("run", "--preset", "smoke", "--dry-run", "--workspace", str(ws), "--gpus", "none", "--cpu-jobs", "2")
+    args = ("run", "--preset", "smoke", "--dry-run", "--workspace", str(ws), "--gpus", "none", "--cpu-jobs", "1")
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
-    assert "estimate: 4 run(s): wall about " in first.stdout and "on 2 cpu slot(s) x 1 thread(s)" in first.stdout
+    assert "estimate: 4 run(s): wall about " in first.stdout and "on 1 cpu slot(s) x 1 thread(s)" in first.stdout
     assert "from calibration (measured now)" in first.stdout
     cache = ws / "calibration.json"
     stamp = cache.stat().st_mtime_ns
@@ -192,7 +192,5 @@ def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Pa
     assert second.returncode == 0, second.stderr
     assert "from calibration (cached)" in second.stdout and "measured now" not in second.stdout
     assert cache.stat().st_mtime_ns == stamp
-    skipped = run_cli(*args, "--no-estimate")
-    assert skipped.returncode == 0 and "estimate" not in skipped.stdout
     alone = run_cli("run", "--preset", "smoke", "--recalibrate", "--workspace", str(ws))
     assert alone.returncode == 2 and "--recalibrate and --no-estimate go with --dry-run" in alone.stderr

@@ -113,3 +113,4 @@ def test_dry_run_lists_the_plan(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert "33 runs" in res.stdout and "to run 33" in res.stdout and "cpu#1" in res.stdout
+    assert "estimate" not in res.stdout  # --no-estimate: no calibration either
