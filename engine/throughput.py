@@ -7,7 +7,9 @@ Erdos-Renyi pairs of that size (no dataset is built): ``engine.training.train_ep
 :func:`~engine.training.similarity`, :func:`~engine.training.alignment_loss`, backward, clipping, AdamW and the
 one-cycle step), :func:`~engine.training.evaluate` with the LAP evaluator for the validation pairs, and one
 checkpoint save (the worker writes one per epoch). A few warm-up steps come first; then steps are timed for about
-``seconds``. The Laplacian baseline is timed through :func:`~engine.laplacian.laplacian_scores`.
+``seconds``. The Laplacian baseline is timed through :func:`~engine.laplacian.laplacian_scores`. ``python -m
+engine.throughput`` measures a list of keys in a fresh process, which is how the dry run measures one process per
+slot side by side (:func:`gaptui.estimate.measure_on_slots`).
 
 :class:`CalibrationCache` keeps the measurements in one JSON file (``<workspace>/calibration.json``), keyed by the
 machine (:func:`machine`: host, CPU model, device name, torch version) and the cost key, so a second dry run does
@@ -33,7 +35,8 @@ from engine.files import atomic_write_json, locked, move_aside, read_json
 CACHE_FORMAT = 1
 #: Seconds of timed training steps per key (after the warm-up): long enough to average over a loaded machine.
 DEFAULT_SECONDS = 1.5
-WARMUP_STEPS = 2
+#: Untimed steps first (the first step pays one-off costs: allocations, lazy initialisation, autograd graph).
+WARMUP_STEPS = 1
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def _sync(device: Any) -> None:
 
 def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SECONDS) -> Throughput:
     """Time ``key`` on ``device`` (default ``key.device``; ``cuda:1`` picks a GPU of the key's kind); takes about
-    ``1.3 * seconds`` plus the warm-up, evaluation and checkpoint."""
+    ``1.3 * seconds`` plus a warm-up step (a step slower than ``seconds`` is timed once)."""
     with torch_threads(key.threads):
         if key.model == "laplacian":
             return _measure_laplacian(key, seconds)
@@ -198,7 +201,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         step()
     _sync(device)
     timed, t0 = 0, time.perf_counter()
-    while timed < 2 or time.perf_counter() - t0 < seconds:
+    while timed < 1 or time.perf_counter() - t0 < seconds:
         step()
         timed += 1
         _sync(device)

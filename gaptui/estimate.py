@@ -2,7 +2,7 @@
 
 Each run left to do costs, on a slot of a given device and thread count (seconds):
 
-    startup + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_val_pair
+    overhead + build + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_val_pair
 
 with ``steps_per_epoch = ceil(train_pairs / batch_size)`` and ``evaluations`` the epochs that validate
 (``eval_every``, and the last one). The seconds come, in order of preference, from
@@ -10,13 +10,15 @@ with ``steps_per_epoch = ceil(train_pairs / batch_size)`` and ``evaluations`` th
 1. **history**: finished runs of the same cell (same dataset, model, model options, inputs, budget, width and
    batch size; any seed and epoch count) on this host and device: their median epoch seconds, validation seconds
    and the rest of their duration (start-up, dataset loading, checkpoints) from their events;
-2. **calibration**: :mod:`engine.throughput` measurements of the cell's cost key on this machine, cached in
-   ``<workspace>/calibration.json`` (measured now when missing or with ``--recalibrate``).
+2. **calibration**: :mod:`engine.throughput` measurements of the run's cost key, taken in one process per slot of
+   the grid side by side, each in its slot's environment (so concurrent runs slow each other as they will), and
+   the per-run ``overhead`` timed on tiny runs through the real scheduler and worker, one per slot at once. Both
+   are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
 
 The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
-after the runs it depends on): the same greedy order the scheduler follows, without its polling latency.
-Runs whose graph size is unknown before their dataset exists (real datasets not built yet) and runs of other
-task families are listed as not estimated, never given a made-up number.
+after the runs it depends on): the same greedy order the scheduler follows. Runs whose graph size is unknown
+before their dataset exists (real datasets not built yet) and runs of other task families are listed as not
+estimated, never given a made-up number; building datasets is not counted.
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def test_other_families_get_no_number(tmp_path: Path) -> None:
 def test_measure_times_the_real_training_step_and_the_baseline() -> None:
     key = CostKey("gin", nodes=12, degree=3, batch_size=4, budget=2000, out_dim=8)
     t = measure(key, seconds=0.05)
-    assert t.params > 0 and t.steps >= 2
+    assert t.params > 0 and t.steps >= 1
     assert all(math.isfinite(v) and v > 0 for v in (t.step_s, t.val_pair_s, t.checkpoint_s))
     base = measure(CostKey("laplacian", nodes=12, degree=3, batch_size=4, out_dim=4), seconds=0.05)
     assert base.val_pair_s > 0 and base.step_s == 0
