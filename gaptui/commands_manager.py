@@ -295,7 +295,11 @@ def _estimate_lines(
             recalibrate=recalibrate,
             progress=lambda text: status.update(escape(text) + " ..."),
         )
-        return estimator.estimate(grid_plan, slots, ws).lines()
+        try:
+            return estimator.estimate(grid_plan, slots, ws).lines()
+        except GaptuiError as exc:
+            # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
+            return [f"estimate: not available: {exc}"]
 
 
 def _distinct_memory(specs: list[Any]) -> dict[str, Any]:

@@ -61,11 +61,15 @@ class Profile:
 
     @classmethod
     def of(cls, slot: Slot) -> Profile:
+        import os
+
         threads = int(slot.env.get("OMP_NUM_THREADS") or 1)
-        gpu = slot.env.get("CUDA_VISIBLE_DEVICES", "")
-        if slot.name.startswith("cuda") and gpu:
-            return cls("cuda", f"cuda:{gpu.split(',')[0]}", threads)
-        return cls("cpu", "cpu", threads)
+        gpu = slot.env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
+        if not (slot.name.startswith("cuda") and gpu):
+            return cls("cpu", "cpu", threads)
+        # The slot names a GPU as the system numbers it; this process may see only some of them, renumbered.
+        visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+        return cls("cuda", f"cuda:{visible.index(gpu) if gpu in visible else gpu}", threads)
 
 
 def evaluations(epochs: int, eval_every: int, val_pairs: int) -> int:
@@ -154,6 +158,8 @@ class GridEstimate:
             f"{sum(1 for p in self.slots if (p.kind, p.threads) == k)} {k[0]} slot(s) x {k[1]} thread(s)" for k in kinds
         )
         head = f"estimate: {len(self.runs)} run(s)"
+        if self.missing:
+            head += f" ({len(self.missing)} more not estimated)"
         if self.done:
             head += f" (resuming: {left} of {left + self.done} left)"
         head += (

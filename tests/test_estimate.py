@@ -194,3 +194,14 @@ def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Pa
     assert cache.stat().st_mtime_ns == stamp
     alone = run_cli("run", "--preset", "smoke", "--recalibrate", "--workspace", str(ws))
     assert alone.returncode == 2 and "--recalibrate and --no-estimate go with --dry-run" in alone.stderr
+
+
+def test_runs_of_a_real_dataset_not_built_yet_are_listed_not_guessed(tmp_path: Path) -> None:
+    smoke = _smoke_plan(tmp_path).to_run
+    real = smoke[0].replace(dataset={"base": "aqsol", "noise": 0.1})
+    plan = SimpleNamespace(done=[], to_run=[real, smoke[1]], dependencies=lambda spec: ())
+    counter = Counting()
+    lines = _estimator(tmp_path, counter).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
+    assert lines[0].startswith("estimate: 1 run(s) (1 more not estimated): wall about ")
+    assert "  not estimated: 1 run(s): aqsol: graph size unknown until its dataset is built" in "\n".join(lines)
+    assert [k.model for k in counter.keys] == ["gin"]
