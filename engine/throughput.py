@@ -60,6 +60,8 @@ class CostKey:
     budget: int = 60_000
     out_dim: int = 64
     model_options: dict[str, Any] = field(default_factory=dict)
+    #: Whether the run trains through ``torch.compile`` (``engine.training.wants_compile``).
+    compile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
@@ -76,13 +78,14 @@ class CostKey:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Measured seconds: per training step (one batch), per validation pair, per checkpoint save, and building the
-    model (the width search for its budget, once per run)."""
+    """Measured seconds: per training step (one batch), per validation pair, per checkpoint save, and once per run
+    building the model (the width search for its budget) and compiling it (when the key compiles)."""
 
     step_s: float
     val_pair_s: float
     checkpoint_s: float = 0.0
     build_s: float = 0.0
+    compile_s: float = 0.0
     params: int = 0
     steps: int = 0
     measured: str = ""
@@ -159,9 +162,11 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
     from engine import models
     from engine.evaluation import LapEvaluator
     from engine.training import (
+        CHECK_EVERY,
         FEATURES,
         PairTensors,
         TrainState,
+        compile_model,
         evaluate,
         make_optimiser,
         resolve_device,
@@ -177,14 +182,22 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         key.model, out_dim=key.out_dim, budget=key.budget, in_dim=FEATURES[key.features], **key.model_options
     ).to(device)
     build_s = time.perf_counter() - t0
-    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size), device)
+    # On a GPU, epochs of as many batches as train_epoch runs between two reads of the loss (its host syncs); on a
+    # CPU, where a sync costs nothing, one batch per epoch so that a slow step is timed without waiting for more.
+    per_call = CHECK_EVERY if device.type == "cuda" else 1
+    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size * per_call), device)
     opt, sched = make_optimiser(model, 3e-3, 0.01, total_steps=1 << 20, warmup_steps=30)
     state = TrainState()
+    trained, compile_s = model, 0.0
+    if key.compile:
+        t0 = time.perf_counter()
+        trained = compile_model(model, key.features, lambda _line: None)
+        compile_s = time.perf_counter() - t0
 
     def step() -> None:
-        # One epoch over one batch: exactly the worker's step (gather, forward, loss, backward, clip, AdamW).
+        # Exactly the worker's steps (gather, forward, loss, backward, clip, AdamW, one-cycle).
         train_epoch(
-            model,
+            trained,
             data,
             opt,
             sched,
@@ -205,7 +218,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         step()
         timed += 1
         _sync(device)
-    step_s = (time.perf_counter() - t0) / timed
+    step_s = (time.perf_counter() - t0) / (timed * per_call)
 
     with LapEvaluator() as evaluator:
         evaluate(model, data, key.batch_size, evaluator, key.features)
@@ -227,6 +240,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         val_pair_s=val_pair_s,
         checkpoint_s=checkpoint_s,
         build_s=build_s,
+        compile_s=compile_s,
         params=models.count_parameters(model),
         steps=timed,
         measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

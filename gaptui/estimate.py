@@ -2,10 +2,12 @@
 
 Each run left to do costs, on a slot of a given device and thread count (seconds):
 
-    overhead + build + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_val_pair
+    overhead + build + compile + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_pair
 
-with ``steps_per_epoch = ceil(train_pairs / batch_size)`` and ``evaluations`` the epochs that validate
-(``eval_every``, and the last one). The seconds come, in order of preference, from
+with ``steps_per_epoch = ceil(train_pairs / batch_size)``, ``evaluations`` the epochs that validate (``eval_every``,
+and the last one), and ``compile`` the time ``torch.compile`` takes for runs that compile (the ``compile`` run
+option; ``auto`` compiles long CPU runs), whose steps are then timed compiled. The seconds come, in order of
+preference, from
 
 1. **history**: finished runs of the same cell (same dataset, model, model options, inputs, budget, width and
    batch size; any seed and epoch count) on this host and device: their median epoch seconds, validation seconds
@@ -39,7 +41,18 @@ from gaptui.workspace import Workspace
 
 #: Fields of an alignment spec's canonical form that change the seconds per epoch (the seed, epochs and the
 #: schedule do not): two runs that agree on these are one cell for the history source.
-COST_FIELDS = ("dataset", "model", "model_kwargs", "features", "input_layer", "norm", "budget", "out_dim", "batch_size")
+COST_FIELDS = (
+    "dataset",
+    "model",
+    "model_kwargs",
+    "features",
+    "input_layer",
+    "norm",
+    "budget",
+    "out_dim",
+    "batch_size",
+    "compile",
+)
 #: Calibration file in the workspace.
 CALIBRATION_FILE = "calibration.json"
 
@@ -232,7 +245,7 @@ def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DE
         Throughput(
             **{
                 name: statistics.fmean(r[i][name] for r in results)
-                for name in ("step_s", "val_pair_s", "checkpoint_s", "build_s")
+                for name in ("step_s", "val_pair_s", "checkpoint_s", "build_s", "compile_s")
             },
             params=int(results[0][i]["params"]),
             steps=sum(int(r[i]["steps"]) for r in results),
@@ -440,7 +453,7 @@ def calibrated_seconds(spec: Any, t: Throughput, overhead: float) -> float:
         batch_size=spec.batch_size,
         val_pairs=val,
         eval_every=spec.eval_every,
-        startup=overhead + t.build_s,
+        startup=overhead + t.build_s + t.compile_s,
     )
 
 
@@ -469,7 +482,20 @@ def cost_key(spec: Any, size: tuple[int, float], profile: Profile) -> CostKey:
         budget=spec.budget,
         out_dim=out_dim(spec),
         model_options=spec.model_options(),
+        compile=compiles(spec, profile),
     )
+
+
+def compiles(spec: Any, profile: Profile) -> bool:
+    """Whether the worker trains this run through ``torch.compile`` on a slot of ``profile`` (as the alignment
+    worker decides: ``wants_compile``, and ``auto`` never compiles an import-path model)."""
+    import torch
+
+    from engine.training import wants_compile
+
+    steps = spec.epochs * math.ceil(int(spec.dataset_spec().canonical()["n_train"] or 0) / spec.batch_size)
+    wanted = wants_compile(spec.compile, torch.device(profile.kind), steps)
+    return wanted and (spec.compile == "on" or ":" not in spec.model)
 
 
 def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:

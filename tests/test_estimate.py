@@ -175,8 +175,20 @@ def test_measure_times_the_real_training_step_and_the_baseline() -> None:
     t = measure(key, seconds=0.05)
     assert t.params > 0 and t.steps >= 1
     assert all(math.isfinite(v) and v > 0 for v in (t.step_s, t.val_pair_s, t.checkpoint_s))
+    compiled = measure(
+        CostKey("gcn", nodes=12, degree=3, batch_size=4, budget=2000, out_dim=8, compile=True), seconds=0
+    )
+    assert compiled.compile_s > 0 and compiled.step_s > 0
     base = measure(CostKey("laplacian", nodes=12, degree=3, batch_size=4, out_dim=4), seconds=0.05)
     assert base.val_pair_s > 0 and base.step_s == 0
+
+
+@pytest.mark.slow
+def test_measure_times_compiling_for_runs_that_compile() -> None:
+    # Slow: torch.compile takes tens of seconds on a CPU even for a tiny model.
+    key = CostKey("gcn", nodes=12, degree=3, batch_size=4, budget=2000, out_dim=8, compile=True)
+    compiled = measure(key, seconds=0)
+    assert compiled.compile_s > 0 and compiled.step_s > 0 and compiled.steps >= 1
 
 
 def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Path) -> None:
