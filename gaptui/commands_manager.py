@@ -192,7 +192,8 @@ def run_cmd(
                 highlight=False,
             )
             return
-        for line in _estimate_lines(ws, grid_plan, slots, known, recalibrate):
+        packing = pack_seeds or spec_preset.pack_seeds
+        for line in _estimate_lines(ws, grid_plan, slots, known, recalibrate, packing):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         return
 
@@ -277,7 +278,7 @@ def run_cmd(
 
 
 def _estimate_lines(
-    ws: Workspace, grid_plan: Any, slots: list[Any], known: dict[str, str], recalibrate: bool
+    ws: Workspace, grid_plan: Any, slots: list[Any], known: dict[str, str], recalibrate: bool, pack_seeds: int
 ) -> list[str]:
     """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
     from engine.throughput import CalibrationCache
@@ -296,7 +297,7 @@ def _estimate_lines(
             progress=lambda text: status.update(escape(text) + " ..."),
         )
         try:
-            return estimator.estimate(grid_plan, slots, ws).lines()
+            return estimator.estimate(grid_plan, slots, ws, pack_seeds).lines()
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
             return [f"estimate: not available: {exc}"]

@@ -53,6 +53,9 @@ COST_FIELDS = (
     "batch_size",
     "compile",
 )
+#: Seconds of a run's duration besides its epochs and evaluations below which it was a run of a pack (whose
+#: duration is rounded to 0.01 s from just those).
+PACKED_REST = 0.05
 #: Calibration file in the workspace.
 CALIBRATION_FILE = "calibration.json"
 
@@ -103,24 +106,29 @@ def training_seconds(
 
 @dataclass(frozen=True)
 class CellHistory:
-    """Medians over finished runs of one cell: train seconds per epoch, seconds per evaluation, the rest."""
+    """Medians over finished runs of one cell: train seconds per epoch, seconds per evaluation, and the rest of a
+    run's duration (None when only runs of packs are known: their duration is their own epochs and evaluations)."""
 
     epoch_s: float
     eval_s: float
-    overhead_s: float
+    overhead_s: float | None
     runs: int
 
-    def seconds(self, epochs: int, evals: int) -> float:
-        return self.overhead_s + epochs * self.epoch_s + evals * self.eval_s
+    def seconds(self, epochs: int, evals: int, overhead: float = 0.0) -> float:
+        """A run's seconds; ``overhead`` stands in for an unknown rest."""
+        rest = overhead if self.overhead_s is None else self.overhead_s
+        return rest + epochs * self.epoch_s + evals * self.eval_s
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Where the simulated runs went: the wall time, the compute summed over slots, the seconds of each run."""
+    """Where the simulated runs went: the wall time, the compute summed over slots, the seconds of each run and the
+    slot profile it went to."""
 
     wall: float
     compute: float
     seconds: dict[str, float]
+    where: dict[str, Profile] = field(default_factory=dict)
 
 
 def schedule(runs: Sequence[tuple[str, Sequence[str], Mapping[Profile, float]]], slots: Sequence[Profile]) -> Schedule:
@@ -129,12 +137,28 @@ def schedule(runs: Sequence[tuple[str, Sequence[str], Mapping[Profile, float]]],
     free = [0.0] * len(slots)
     end: dict[str, float] = {}
     took: dict[str, float] = {}
+    where: dict[str, Profile] = {}
     for run_hash, deps, cost in runs:
         ready = max((end[d] for d in deps if d in end), default=0.0)
         best = min(range(len(slots)), key=lambda i: max(free[i], ready) + cost[slots[i]])
-        took[run_hash] = cost[slots[best]]
+        took[run_hash], where[run_hash] = cost[slots[best]], slots[best]
         free[best] = end[run_hash] = max(free[best], ready) + took[run_hash]
-    return Schedule(max(free, default=0.0), sum(took.values()), took)
+    return Schedule(max(free, default=0.0), sum(took.values()), took, where)
+
+
+def packs(cells: Sequence[str], size: int) -> list[list[int]]:
+    """Indices of runs (in start order, ``cells[i]`` the cell of run ``i``) grouped as ``pack_seeds = size`` groups
+    them: up to ``size`` runs of one cell per worker process, each pack at the place of its first run."""
+    out: list[list[int]] = []
+    open_packs: dict[str, list[int]] = {}
+    for i, cell in enumerate(cells):
+        pack = open_packs.get(cell)
+        if pack is not None and len(pack) < size:
+            pack.append(i)
+        else:
+            open_packs[cell] = [i]
+            out.append(open_packs[cell])
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ estimate
@@ -142,10 +166,14 @@ def schedule(runs: Sequence[tuple[str, Sequence[str], Mapping[Profile, float]]],
 
 @dataclass
 class RunEstimate:
+    """One run's seconds per slot profile, of which ``shared`` (per profile) is paid once per worker process
+    (start-up, dataset loading: what the runs of a pack share), and where the numbers came from."""
+
     spec: Any
     label: str
     seconds: dict[Profile, float]
     source: str
+    shared: dict[Profile, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,6 +187,9 @@ class GridEstimate:
     plan: Schedule = field(default_factory=lambda: Schedule(0.0, 0.0, {}))
     unavailable: str = ""
     datasets_to_build: int = 0
+    pack_seeds: int = 1
+    #: Seconds of each run (hash) where the schedule placed it, its pack's shared part split between its runs.
+    placed: dict[str, float] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         if self.unavailable:
@@ -175,6 +206,8 @@ class GridEstimate:
             head += f" ({len(self.missing)} more not estimated)"
         if self.done:
             head += f" (resuming: {left} of {left + self.done} left)"
+        if self.pack_seeds > 1:
+            where += f", up to {self.pack_seeds} seeds per worker"
         head += (
             f": wall about {format_duration(self.plan.wall)} on {where}; compute {format_duration(self.plan.compute)}"
         )
@@ -184,7 +217,7 @@ class GridEstimate:
             by_label.setdefault(run.label, []).append(run)
         width = max((len(label) for label in by_label), default=5)
         for label, runs in by_label.items():
-            per_run = [self.plan.seconds[r.spec.hash()] for r in runs]
+            per_run = [self.placed[r.spec.hash()] for r in runs]
             sources = sorted({r.source for r in runs})
             out.append(
                 f"  {label:<{width}}  {len(runs):>4} run(s)  {format_duration(statistics.fmean(per_run)):>9} per run  "
@@ -373,11 +406,12 @@ class Estimator:
                 out[(profile, ident)] = (value, True)
         return out
 
-    def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace) -> GridEstimate:
+    def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace, pack_seeds: int = 1) -> GridEstimate:
+        """The estimate of ``plan``'s runs left to do on ``slots``, seeds packed by ``pack_seeds`` per worker."""
         from engine.spec import RunSpec
 
         profiles = [Profile.of(s) for s in slots]
-        result = GridEstimate(slots=profiles, done=len(plan.done))
+        result = GridEstimate(slots=profiles, done=len(plan.done), pack_seeds=pack_seeds)
         other = sorted({s.task for s in plan.to_run if not isinstance(s, RunSpec)})
         if other:
             result.unavailable = (
@@ -409,28 +443,56 @@ class Estimator:
                     per[profile] = (profile, ident)
             needs.append((spec, per))
         measured = self.throughputs(wanted, slots)
-        overhead = self.overhead_seconds(slots) if wanted else 0.0
-        # Pass 2: seconds per run and profile, then the schedule.
-        timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
+        unknown_rest = any(
+            isinstance(n, CellHistory) and n.overhead_s is None for _, per in needs for n in per.values()
+        )
+        overhead = self.overhead_seconds(slots) if wanted or unknown_rest else 0.0
+        # Pass 2: seconds per run and profile.
         for spec, per in needs:
-            seconds: dict[Profile, float] = {}
+            run = RunEstimate(spec, BASELINE if spec.model == BASELINE else model_label(spec), {}, "")
             sources: list[str] = []
             for profile, need in per.items():
                 if isinstance(need, CellHistory):
                     laplacian = spec.model == BASELINE
                     val = int(spec.dataset_spec().canonical()["n_val"] or 0)
                     evals = 1 if laplacian else evaluations(spec.epochs, spec.eval_every, val)
-                    seconds[profile] = need.seconds(0 if laplacian else spec.epochs, evals)
+                    run.seconds[profile] = need.seconds(0 if laplacian else spec.epochs, evals, overhead)
+                    run.shared[profile] = overhead if need.overhead_s is None else need.overhead_s
                     sources.append(f"history ({need.runs} run(s))")
                 else:
                     t, now = measured[need]
-                    seconds[profile] = calibrated_seconds(spec, t, overhead)
+                    run.seconds[profile] = calibrated_seconds(spec, t, overhead)
+                    run.shared[profile] = overhead
                     sources.append("calibration (measured now)" if now else "calibration (cached)")
-            label = BASELINE if spec.model == BASELINE else model_label(spec)
-            result.runs.append(RunEstimate(spec, label, seconds, sources[0]))
-            timed.append((spec.hash(), plan.dependencies(spec), seconds))
+            run.source = sources[0]
+            result.runs.append(run)
+        # Pass 3: packs of seeds (one process each: their shared part paid once), then the schedule.
+        groups = packs([_cell(r.spec) for r in result.runs], max(1, pack_seeds))
+        timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
+        for group in groups:
+            members = [result.runs[i] for i in group]
+            hashes = {r.spec.hash() for r in members}
+            deps = [d for r in members for d in plan.dependencies(r.spec) if d not in hashes]
+            cost = {p: _pack_seconds(members, p) for p in dict.fromkeys(profiles)}
+            timed.append((members[0].spec.hash(), deps, cost))
         result.plan = schedule(timed, profiles)
+        for group in groups:
+            members = [result.runs[i] for i in group]
+            profile = result.plan.where[members[0].spec.hash()]
+            shared = max(r.shared[profile] for r in members)
+            for r in members:
+                result.placed[r.spec.hash()] = r.seconds[profile] - r.shared[profile] + shared / len(members)
         return result
+
+
+def _cell(spec: Any) -> str:
+    """A run without its seed: the runs that a pack may hold together (the scheduler's rule for ``pack_seeds``)."""
+    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
+
+
+def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:
+    """Seconds of one worker process training ``members`` in turn: their own parts, and the shared part once."""
+    return sum(r.seconds[profile] - r.shared[profile] for r in members) + max(r.shared[profile] for r in members)
 
 
 def run_profile(spec: Any, profile: Profile) -> Profile:
@@ -566,12 +628,14 @@ def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
         eval_s = statistics.median(evals) if evals else 0.0
         if repro.get("device_name"):
             samples.setdefault((cell_key(spec), repro["device_name"]), []).append((epoch_s, eval_s, overhead))
-    return {
-        key: CellHistory(
+    out = {}
+    for key, values in samples.items():
+        # A run of a pack records its own epochs and evaluations as its duration: no rest to learn from it.
+        rests = [s[2] for s in values if s[2] > PACKED_REST]
+        out[key] = CellHistory(
             epoch_s=statistics.median(s[0] for s in values),
             eval_s=statistics.median(s[1] for s in values),
-            overhead_s=statistics.median(s[2] for s in values),
+            overhead_s=statistics.median(rests) if rests else None,
             runs=len(values),
         )
-        for key, values in samples.items()
-    }
+    return out

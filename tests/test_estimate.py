@@ -136,7 +136,10 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
     assert len(json.loads(path.read_text())["entries"]) == 3  # two models and the per-run overhead
 
 
-def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path) -> None:
+# 4.0 s: a run alone (3.4 s besides its epochs and evaluations); 0.6 s: a run of a pack, whose duration is just its
+# epochs and evaluations, so the rest comes from the measured per-run overhead (1 s here).
+@pytest.mark.parametrize(("duration", "rest"), [(4.0, 3.4), (0.6, 1.0)])
+def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: float, rest: float) -> None:
     from engine.worker import cpu_name
 
     plan = _smoke_plan(tmp_path)
@@ -150,14 +153,14 @@ def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path) -> None:
         "status": "done",
         "spec": done.to_dict(),
         "run_dir": str(run_dir),
-        "duration": 4.0,
+        "duration": duration,
         "repro": {"host": platform.node(), "device": "cpu", "device_name": cpu_name()},
     }
     later = done.replace(seed=1, epochs=4)
     plan = SimpleNamespace(done=[done], to_run=[later, plan.to_run[1]], dependencies=lambda spec: ())
     counter = Counting()
     result = _estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
-    history = CellHistory(epoch_s=0.25, eval_s=0.05, overhead_s=4.0 - 0.5 - 0.1, runs=1)
+    history = CellHistory(epoch_s=0.25, eval_s=0.05, overhead_s=rest, runs=1)
     assert result.runs[0].source == "history (1 run(s))"
     assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(history.seconds(4, 4))
     assert result.runs[1].source == "calibration (measured now)" and [k.model for k in counter.keys] == ["gin"]
@@ -217,3 +220,17 @@ def test_runs_of_a_real_dataset_not_built_yet_are_listed_not_guessed(tmp_path: P
     assert lines[0].startswith("estimate: 1 run(s) (1 more not estimated): wall about ")
     assert "  not estimated: 1 run(s): aqsol: graph size unknown until its dataset is built" in "\n".join(lines)
     assert [k.model for k in counter.keys] == ["gin"]
+
+
+def test_packed_seeds_share_one_process_start_per_pack(tmp_path: Path) -> None:
+    smoke = _smoke_plan(tmp_path).to_run
+    seeds = [spec.replace(seed=seed) for seed in (0, 1, 2) for spec in smoke]  # seed-major, like a grid
+    plan = SimpleNamespace(done=[], to_run=seeds, dependencies=lambda spec: ())
+    alone = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path))
+    packed = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path), pack_seeds=2)
+    per_run = 1.0 + 2 * (2 * 0.5) + 2 * 10 * 0.01  # with the fake calibration's 1 s shared part
+    assert alone.plan.compute == pytest.approx(12 * per_run)
+    # 4 cells x 3 seeds in packs of at most 2: 8 processes, each paying the shared second once.
+    assert packed.plan.compute == pytest.approx(12 * per_run - 4 * 1.0)
+    assert sum(packed.placed.values()) == pytest.approx(packed.plan.compute)
+    assert "up to 2 seeds per worker" in packed.lines()[0]
