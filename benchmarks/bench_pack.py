@@ -72,9 +72,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ks", default="1,2,5,10", help="pack sizes (seeds per cell)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--pairs", type=int, default=200, help="training pairs")
-    parser.add_argument("--val", type=int, default=50, help="validation pairs")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=300, help="training pairs")
+    parser.add_argument("--val", type=int, default=100, help="validation pairs")
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--model", default="gcn")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]

@@ -9,6 +9,8 @@ key        meaning
 ``v``      schema version (:data:`SCHEMA_VERSION`); readers skip events of a newer major version
 ``event``  one of ``start``, ``epoch``, ``eval``, ``done``, ``cancelled``, ``error``
 ``t``      wall-clock time, seconds since the epoch (float)
+``run``    the run's spec hash (on every event written once the worker has read the spec; a worker that
+           trains packed seeds echoes several runs' events on one stdout)
 =========  ===========================================================================================
 
 and, by kind:
@@ -64,8 +66,10 @@ class EventWriter:
     pipe), echoing stops quietly and the file goes on.
     """
 
-    def __init__(self, path: Path, echo: TextIO | None = sys.stdout) -> None:
+    def __init__(self, path: Path, echo: TextIO | None = sys.stdout, common: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
+        #: Fields written into every event (the run's hash).
+        self.common = dict(common or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a+b", buffering=0)  # noqa: SIM115 - lives as long as the writer
         if self._fh.tell() > 0:
@@ -84,7 +88,7 @@ class EventWriter:
         """Write event ``name`` (one of :data:`KINDS`) with ``fields``; returns the event as written."""
         if name not in KINDS:
             raise ValueError(f"unknown event kind {name!r}")
-        event = {"v": SCHEMA_VERSION, "event": name, "t": time.time(), **fields}
+        event = {"v": SCHEMA_VERSION, "event": name, "t": time.time(), **self.common, **fields}
         line = json.dumps(event, default=_jsonable)
         self._fh.write((line + "\n").encode())
         if name in ("done", "cancelled", "error"):

@@ -342,7 +342,8 @@ class _Folder:
             return self._refuse(str(exc))
         for name in TEMPORARY:
             (out / name).unlink(missing_ok=True)
-        self.events = EventWriter(out / "events.jsonl", echo=None if self.quiet else sys.stdout)
+        echo = None if self.quiet else sys.stdout
+        self.events = EventWriter(out / "events.jsonl", echo=echo, common={"run": spec.hash()})
         self.log = open(out / "log.txt", "a")  # noqa: SIM115 - closed by close(), after the last step
         return self._steps(spec)
 
