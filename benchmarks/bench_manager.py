@@ -28,7 +28,8 @@ t = time.time()
 ev = {"v": 1, "event": "done", "t": t, "metrics": {"val_lap_acc": 0.5}, "params": 1, "seconds": 0.0}
 with open(out / "events.jsonl", "a") as fh:
     fh.write(json.dumps(ev) + "\n")
-(out / "result.json").write_text(json.dumps({"status": "done", "metrics": ev["metrics"], "params": 1}))
+run = sys.argv[sys.argv.index("--run") + 1]
+(out / "result.json").write_text(json.dumps({"status": "done", "run": run, "metrics": ev["metrics"], "params": 1}))
 """
 
 
@@ -39,15 +40,19 @@ def bench_scheduler(runs: int, slots: int) -> dict[str, float]:
     from gaptui.scheduler import Scheduler, make_slots
     from gaptui.workspace import Workspace
 
-    def noop_worker(spec, out, *, env=None, quiet=False, stdout=None, stderr=None):
+    def noop_worker(runs, *, env=None, quiet=False, stdout=None, stderr=None):
         from gaptui.runner import write_spec
 
+        ((spec, out),) = runs  # one run per process: the scheduler's default pack_seeds = 1
         write_spec(spec, out)
         return subprocess.Popen(
-            [sys.executable, "-c", NOOP, "--out", str(out)], stdout=stdout, stderr=stderr, start_new_session=True
+            [sys.executable, "-c", NOOP, "--out", str(out), "--run", spec.hash()],
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
         )
 
-    scheduler_mod.start_worker = noop_worker
+    scheduler_mod.start_pack = noop_worker
     preset = parse_preset(
         {
             "noise": [0.1],
