@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.throughput import DEFAULT_SECONDS, CalibrationCache, CostKey, Throughput
-from gaptui.scheduler import Slot
+from gaptui.scheduler import Slot, group_packs, pack_key
 from gaptui.tui.planning import format_duration
 from gaptui.workspace import Workspace
 
@@ -144,21 +144,6 @@ def schedule(runs: Sequence[tuple[str, Sequence[str], Mapping[Profile, float]]],
         took[run_hash], where[run_hash] = cost[slots[best]], slots[best]
         free[best] = end[run_hash] = max(free[best], ready) + took[run_hash]
     return Schedule(max(free, default=0.0), sum(took.values()), took, where)
-
-
-def packs(cells: Sequence[str], size: int) -> list[list[int]]:
-    """Indices of runs (in start order, ``cells[i]`` the cell of run ``i``) grouped as ``pack_seeds = size`` groups
-    them: up to ``size`` runs of one cell per worker process, each pack at the place of its first run."""
-    out: list[list[int]] = []
-    open_packs: dict[str, list[int]] = {}
-    for i, cell in enumerate(cells):
-        pack = open_packs.get(cell)
-        if pack is not None and len(pack) < size:
-            pack.append(i)
-        else:
-            open_packs[cell] = [i]
-            out.append(open_packs[cell])
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ estimate
@@ -467,7 +452,7 @@ class Estimator:
             run.source = sources[0]
             result.runs.append(run)
         # Pass 3: packs of seeds (one process each: their shared part paid once), then the schedule.
-        groups = packs([_cell(r.spec) for r in result.runs], max(1, pack_seeds))
+        groups = group_packs([pack_key(r.spec) for r in result.runs], max(1, pack_seeds))
         timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
         for group in groups:
             members = [result.runs[i] for i in group]
@@ -483,11 +468,6 @@ class Estimator:
             for r in members:
                 result.placed[r.spec.hash()] = r.seconds[profile] - r.shared[profile] + shared / len(members)
         return result
-
-
-def _cell(spec: Any) -> str:
-    """A run without its seed: the runs that a pack may hold together (the scheduler's rule for ``pack_seeds``)."""
-    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
 
 
 def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:

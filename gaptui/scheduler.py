@@ -39,7 +39,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,27 @@ def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: i
         for k in range(cpu_jobs)
     ]
     return slots
+
+
+def pack_key(spec: TaskSpec) -> str:
+    """A spec without its seed: runs with equal keys differ only by seed, so a pack (``pack_seeds``) may hold them."""
+    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
+
+
+def group_packs(cells: Sequence[str], size: int) -> list[list[int]]:
+    """Indices of runs (in start order, ``cells[i]`` the :func:`pack_key` of run ``i``) grouped as
+    ``pack_seeds = size`` groups them: up to ``size`` runs of one cell per worker process, each pack at the place
+    of its first run."""
+    out: list[list[int]] = []
+    open_packs: dict[str, list[int]] = {}
+    for i, cell in enumerate(cells):
+        pack = open_packs.get(cell)
+        if pack is not None and len(pack) < size:
+            pack.append(i)
+        else:
+            open_packs[cell] = [i]
+            out.append(open_packs[cell])
+    return out
 
 
 #: Statuses of a dependency after which its dependants can never start.
@@ -366,27 +387,16 @@ class Scheduler:
         else up to ``pack_seeds`` specs of one cell (equal apart from ``seed``), in queue order of their first."""
         if self.pack_seeds <= 1:
             return [[spec] for spec in self.take_ready(limit)]
-        packs: list[list[TaskSpec]] = []
-        open_packs: dict[str, list[TaskSpec]] = {}
-        rest: list[TaskSpec] = []
-        for spec in self.take_ready():
-            key = self._cell(spec)
-            pack = open_packs.get(key)
-            if pack is not None and len(pack) < self.pack_seeds:
-                pack.append(spec)
-            elif len(packs) < limit:
-                open_packs[key] = [spec]
-                packs.append(open_packs[key])
-            else:
-                rest.append(spec)
-        self.queue.extendleft(reversed(rest))
-        return packs
+        ready = self.take_ready()
+        groups = group_packs([self._cell(spec) for spec in ready], self.pack_seeds)[:limit]
+        taken = {i for group in groups for i in group}
+        self.queue.extendleft(reversed([spec for i, spec in enumerate(ready) if i not in taken]))
+        return [[ready[i] for i in group] for group in groups]
 
     def _cell(self, spec: TaskSpec) -> str:
-        """The spec without its seed: runs with equal keys differ only by seed and may share a worker."""
         h = spec.hash()
         if h not in self._cells:
-            self._cells[h] = json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
+            self._cells[h] = pack_key(spec)
         return self._cells[h]
 
     def take_ready(self, limit: int | None = None) -> list[TaskSpec]:

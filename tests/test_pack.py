@@ -187,3 +187,22 @@ def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_p
     assert records[hashes[1]]["status"] == "done" and records[hashes[1]]["duration"] > 0
     starts = [e for e in read_events(Path(records[hashes[1]]["run_dir"]) / "events.jsonl")[0] if e["event"] == "start"]
     assert len(starts) == 2 and starts[1]["resumed_from"] is not None and starts[0]["pid"] != starts[1]["pid"]
+
+
+def test_a_free_slot_takes_the_first_ready_run_and_more_seeds_of_its_cell(tmp_path: Path) -> None:
+    from engine.spec import RunSpec
+    from gaptui.history import History
+    from gaptui.scheduler import Scheduler, Slot
+
+    raw = json.loads(_spec(tmp_path, "cell").read_text())
+    # seed-major, as grids are planned: (cell, seed) for seeds 0..2 of cells a and b
+    specs = [RunSpec.from_dict({**raw, "seed": s, "lr": lr}) for s in (0, 1, 2) for lr in (1e-3, 2e-3)]
+    ws = Workspace(tmp_path / "ws")
+    with History(ws, write=True) as history:
+        scheduler = Scheduler(ws, history, [Slot("cpu#0", {}), Slot("cpu#1", {})], pack_seeds=2)
+        scheduler.enqueue(specs)
+        packs = scheduler.take_packs(2)
+        assert [[(s.lr, s.seed) for s in pack] for pack in packs] == [[(1e-3, 0), (1e-3, 1)], [(2e-3, 0), (2e-3, 1)]]
+        assert [(s.lr, s.seed) for s in scheduler.queue] == [(1e-3, 2), (2e-3, 2)]
+        assert [[s.seed for s in pack] for pack in scheduler.take_packs(1)] == [[2]]
+        assert [(s.lr, s.seed) for s in scheduler.queue] == [(2e-3, 2)]
