@@ -6,10 +6,11 @@ batch size, the device and the torch thread count. :func:`measure` times the rea
 Erdos-Renyi pairs of that size (no dataset is built): ``engine.training.train_epoch`` on one batch (gather,
 :func:`~engine.training.similarity`, :func:`~engine.training.alignment_loss`, backward, clipping, AdamW and the
 one-cycle step), :func:`~engine.training.evaluate` with the LAP evaluator for the validation pairs, and one
-checkpoint save (the worker writes one per epoch). A few warm-up steps come first; then steps are timed for about
-``seconds``. The Laplacian baseline is timed through :func:`~engine.laplacian.laplacian_scores`. ``python -m
-engine.throughput`` measures a list of keys in a fresh process, which is how the dry run measures one process per
-slot side by side (:func:`gaptui.estimate.measure_on_slots`).
+checkpoint save (the worker writes one per epoch). One warm-up step comes first; then steps are timed for about
+``seconds`` and their median kept. The Laplacian baseline is timed through
+:func:`~engine.laplacian.laplacian_scores`. ``python -m engine.throughput`` measures a list of keys in a fresh
+process, which is how the dry run measures one process per slot side by side
+(:func:`gaptui.estimate.measure_on_slots`).
 
 :class:`CalibrationCache` keeps the measurements in one JSON file (``<workspace>/calibration.json``), keyed by the
 machine (:func:`machine`: host, CPU model, device name, torch version) and the cost key, so a second dry run does
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -33,7 +35,7 @@ from engine.files import atomic_write_json, locked, move_aside, read_json
 
 #: Version of the cache file's layout; entries of another version are measured anew and the file rewritten.
 CACHE_FORMAT = 1
-#: Seconds of timed training steps per key (after the warm-up): long enough to average over a loaded machine.
+#: Seconds of timed training steps per key (after the warm-up): enough steps for a median on a loaded machine.
 DEFAULT_SECONDS = 1.5
 #: Untimed steps first (the first step pays one-off costs: allocations, lazy initialisation, autograd graph).
 WARMUP_STEPS = 1
@@ -182,10 +184,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         key.model, out_dim=key.out_dim, budget=key.budget, in_dim=FEATURES[key.features], **key.model_options
     ).to(device)
     build_s = time.perf_counter() - t0
-    # On a GPU, epochs of as many batches as train_epoch runs between two reads of the loss (its host syncs); on a
-    # CPU, where a sync costs nothing, one batch per epoch so that a slow step is timed without waiting for more.
-    per_call = CHECK_EVERY if device.type == "cuda" else 1
-    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size * per_call), device)
+    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size), device)
     opt, sched = make_optimiser(model, 3e-3, 0.01, total_steps=1 << 20, warmup_steps=30)
     state = TrainState()
     trained, compile_s = model, 0.0
@@ -194,8 +193,8 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         trained = compile_model(model, key.features, lambda _line: None)
         compile_s = time.perf_counter() - t0
 
-    def step() -> None:
-        # Exactly the worker's steps (gather, forward, loss, backward, clip, AdamW, one-cycle).
+    def epoch() -> None:
+        # Exactly the worker's steps (gather, forward, loss, backward, clip, AdamW, one-cycle) over every batch.
         train_epoch(
             trained,
             data,
@@ -210,23 +209,38 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         )
         state.epoch, state.batch_in_epoch = state.epoch + 1, 0
 
+    t0 = time.perf_counter()
     for _ in range(WARMUP_STEPS):
-        step()
+        epoch()
     _sync(device)
-    timed, t0 = 0, time.perf_counter()
-    while timed < 1 or time.perf_counter() - t0 < seconds:
-        step()
-        timed += 1
+    warm = (time.perf_counter() - t0) / WARMUP_STEPS
+    # Epochs of several batches, as in a run: an epoch's own work (its shuffle, reading the losses back every
+    # CHECK_EVERY steps) is spread over its steps, which on a loaded 2-core CPU made one-batch epochs ~20 % slower
+    # per step. As many batches as fit in a third of the budget, at most CHECK_EVERY (always that many on a GPU).
+    per_call = CHECK_EVERY if device.type == "cuda" else max(1, min(CHECK_EVERY, int(seconds / 3 / warm)))
+    if per_call > 1:
+        data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size * per_call), device)
+        epoch()  # the new shapes' warm-up
         _sync(device)
-    step_s = (time.perf_counter() - t0) / (timed * per_call)
+    # The median epoch: on a shared machine a burst of someone else's work lands in a few epochs, not in the runs.
+    times: list[float] = []
+    t0 = time.perf_counter()
+    while not times or time.perf_counter() - t0 < seconds:
+        t1 = time.perf_counter()
+        epoch()
+        _sync(device)
+        times.append(time.perf_counter() - t1)
+    step_s, timed = statistics.median(times) / per_call, len(times) * per_call
 
     with LapEvaluator() as evaluator:
         evaluate(model, data, key.batch_size, evaluator, key.features)
-        rounds, t0 = 0, time.perf_counter()
-        while rounds < 1 or time.perf_counter() - t0 < seconds / 3:
+        rounds: list[float] = []
+        t0 = time.perf_counter()
+        while not rounds or time.perf_counter() - t0 < seconds / 3:
+            t1 = time.perf_counter()
             evaluate(model, data, key.batch_size, evaluator, key.features)
-            rounds += 1
-        val_pair_s = (time.perf_counter() - t0) / (rounds * len(data))
+            rounds.append(time.perf_counter() - t1)
+        val_pair_s = statistics.median(rounds) / len(data)
 
     with tempfile.TemporaryDirectory(prefix="gaptui-calibration-") as tmp:
         checkpoints = Checkpoints(Path(tmp), lambda _text: None)
