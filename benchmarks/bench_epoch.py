@@ -223,6 +223,9 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
         model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **options)
         trained = model
         if side == "compiled":
+            # A fresh compiler cache per model: one process compiles several models of different widths and
+            # layer types, which would otherwise hit dynamo's recompile limit and silently run eagerly.
+            torch._dynamo.reset()
             t0 = time.perf_counter()
             trained = compile_model(model, "degree", lambda line: None)
             compile_seconds = time.perf_counter() - t0

@@ -278,16 +278,30 @@ def train_epoch(
     return True
 
 
-#: ``compile = "auto"`` compiles CPU runs of at least this many optimiser steps: compiling takes 10-30 s on a CPU
+#: ``compile = "auto"`` compiles CPU runs of at least this many optimiser steps: compiling takes 5-20 s on a CPU
 #: and saves 0.05-1 s per step of 100 pairs (benchmarks/bench_epoch.py), so it pays after a few hundred steps.
 AUTO_COMPILE_STEPS = 500
 
+#: Built-in models whose layers still compute a message per edge on the sparse path (ResGatedGraphConv's gates,
+#: GATv2Conv's scores): the compiler fuses those passes, about 3x per step whatever the thread count. The other
+#: built-ins gain from compiling on one thread only; with two or more, their eager sparse-matrix products use the
+#: threads and beat the compiled scatter path (benchmarks/bench_epoch.py, README "Training speed").
+COMPILE_PAYS_THREADED = frozenset({"gatedgcn", "gatv2"})
 
-def wants_compile(mode: str, device: torch.device, steps: int) -> bool:
-    """Whether a run trains through ``torch.compile``: ``on``, ``off``, or ``auto`` (long runs on a CPU; on a GPU
-    compiling is opt-in, as its gain there is not measured)."""
+
+def wants_compile(mode: str, device: torch.device, steps: int, model: str = "", threads: int | None = None) -> bool:
+    """Whether a run of ``model`` trains through ``torch.compile``: ``on``, ``off``, or ``auto``: long runs on a
+    CPU, with one torch thread (``threads``, default this process's) or a model in :data:`COMPILE_PAYS_THREADED`;
+    never an import-path model (only the built-ins are known to compile) and never on a GPU, where compiling is
+    opt-in, as its gain there is not measured."""
     if mode == "auto":
-        return device.type == "cpu" and steps >= AUTO_COMPILE_STEPS
+        threads = torch.get_num_threads() if threads is None else threads
+        return (
+            device.type == "cpu"
+            and steps >= AUTO_COMPILE_STEPS
+            and ":" not in model
+            and (threads == 1 or model in COMPILE_PAYS_THREADED)
+        )
     return mode == "on"
 
 
@@ -306,8 +320,14 @@ def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -
     sparse = getattr(model, "sparse", None)
     if sparse is not None:
         model.sparse = False
-    compiled = torch.compile(model, dynamic=True)
     device = next(model.parameters()).device
+    if device.type == "cpu":
+        # The generated C++ kernels on one thread (their scatters, parallel, contend over atomic adds: 3-4x slower
+        # steps on 2 threads than on one); the matrix products between them still use every torch thread.
+        import torch._inductor.config
+
+        torch._inductor.config.cpp.threads = 1
+    compiled = torch.compile(model, dynamic=True)
     sizes = torch.tensor([5, 6], device=device)
     ring = torch.cat([torch.arange(n, device=device) for n in sizes.tolist()])
     offsets = torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)

@@ -536,8 +536,7 @@ def compiles(spec: Any, profile: Profile) -> bool:
     from engine.training import wants_compile
 
     steps = spec.epochs * math.ceil(int(spec.dataset_spec().canonical()["n_train"] or 0) / spec.batch_size)
-    wanted = wants_compile(spec.compile, torch.device(profile.kind), steps)
-    return wanted and (spec.compile == "on" or ":" not in spec.model)
+    return wants_compile(spec.compile, torch.device(profile.kind), steps, spec.model, profile.threads)
 
 
 def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:

@@ -71,9 +71,17 @@ def test_dense_norm_only_for_equal_graphs_in_order() -> None:
 
 def test_auto_compiles_long_cpu_runs_only() -> None:
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert wants_compile("auto", cpu, 15_000) and not wants_compile("auto", cpu, 40)
-    assert not wants_compile("auto", gpu, 15_000)  # opt-in on a GPU
-    assert wants_compile("on", cpu, 1) and not wants_compile("off", cpu, 15_000)
+    assert wants_compile("auto", cpu, 15_000, "gcn", 1) and not wants_compile("auto", cpu, 40, "gcn", 1)
+    assert not wants_compile("auto", gpu, 15_000, "gcn", 1)  # opt-in on a GPU
+    assert not wants_compile("auto", cpu, 15_000, "mypkg.models:Net", 1)  # only built-ins are known to compile
+    assert wants_compile("on", cpu, 1, "mypkg.models:Net") and not wants_compile("off", cpu, 15_000, "gcn", 1)
+
+
+def test_auto_compiles_threaded_cpu_runs_only_where_it_pays() -> None:
+    cpu = torch.device("cpu")
+    assert not wants_compile("auto", cpu, 15_000, "gcn", 2)  # eager sparse products use the threads better
+    assert wants_compile("auto", cpu, 15_000, "gatv2", 2) and wants_compile("auto", cpu, 15_000, "gatedgcn", 4)
+    assert wants_compile("on", cpu, 15_000, "gcn", 2)
 
 
 def test_compile_is_hashed_only_when_set() -> None:

@@ -592,10 +592,7 @@ class _AlignmentRun:
             pid=os.getpid(),
         )
         ctx.log(f"model {spec.model}: {params} parameters, width {width}, device {device}")
-        # auto never compiles a user's import-path model: only the built-ins are known to compile
-        compiled = wants_compile(spec.compile, device, spec.epochs * steps_per_epoch) and (
-            spec.compile == "on" or ":" not in spec.model
-        )
+        compiled = wants_compile(spec.compile, device, spec.epochs * steps_per_epoch, spec.model)
         trained = compile_model(model, spec.features, ctx.log) if compiled else model
         train_loss = float("nan")
         with LapEvaluator(ks=spec.topk) as evaluator:
