@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -52,7 +53,7 @@ import torch  # noqa: E402
 
 from engine import worker  # noqa: E402
 from engine.spec import RunSpec  # noqa: E402
-from gaptui.reference import kendall_tau  # noqa: E402
+from gaptui.reference import kendall_tau, load_reference  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -156,17 +157,44 @@ def probe(args: argparse.Namespace, variants: list[str], models: list[str]) -> N
     print(f"estimated training time of the ablation: {estimate:.0f} min (+ evaluation and start-up)")
 
 
-def median_table(results: dict[str, dict[str, list[float]]], variants: list[str], models: list[str]) -> list[str]:
-    """Markdown rows: per variant, median accuracy per model, spread, order and tau against the first variant.
+#: The paper's name of each model the ablation runs, for the Table D.3 comparison; our ``gatedgcn`` (Bresson &
+#: Laurent's ResGatedGraphConv) is not the paper's "GatedGCN" (PyG's GatedGraphConv with two steps: ``ggnn2``).
+PAPER_NAMES = {"gcn": "gcn", "gin": "gin", "ggnn2": "gatedgcn", "gat": "gat", "gatv2": "gatv2"}
+
+
+def paper_values(args: argparse.Namespace, models: list[str]) -> dict[str, float]:
+    """Table D.3's median accuracy (percent) of each model at the ablation's noise on ER; empty for other noises.
+
+    The paper's ER is ER(100, 8); only the ranking is compared, as its protocol (300 epochs, 5,000 pairs) is not
+    the ablation's.
+    """
+    if (args.n, args.degree) != (100, 8.0):
+        return {}
+    reference = load_reference("paper")
+    cells = {m: reference.cell("er", PAPER_NAMES[m], args.noise) for m in models if m in PAPER_NAMES}
+    return {m: 100 * cell.median for m, cell in cells.items() if cell is not None}
+
+
+def median_table(
+    results: dict[str, dict[str, list[float]]],
+    variants: list[str],
+    models: list[str],
+    paper: dict[str, float] | None = None,
+) -> list[str]:
+    """Markdown rows: per variant, median accuracy per model, spread, order, tau against the first variant and,
+    when ``paper`` holds Table D.3's values, tau against the paper's order over the models it has (first row).
 
     Cells without a finished run show as "-" and are left out of that variant's spread, order and tau.
     """
+    paper = paper or {}
     medians = {v: {m: statistics.median(results[v][m]) for m in models if results[v][m]} for v in variants}
     base = medians[variants[0]]
-    lines = [
-        "| variant | " + " | ".join(models) + " | spread best - worst | order | tau vs " + variants[0] + " |",
-        "|---|" + "---|" * (len(models) + 3),
-    ]
+    header = " | spread best - worst | order | tau vs " + variants[0] + " |" + (" tau vs paper |" if paper else "")
+    lines = ["| variant | " + " | ".join(models) + header, "|---|" + "---|" * (len(models) + 3 + bool(paper))]
+    if paper:
+        cells = [f"{paper[m]:.1f}" if m in paper else "-" for m in models]
+        order = " > ".join(sorted(paper, key=lambda m: -paper[m]))
+        lines.append("| Table D.3 (300 epochs) | " + " | ".join(cells) + f" | - | {order} | - | +1.00 |")
     for v in variants:
         row = medians[v]
         cells = []
@@ -179,7 +207,12 @@ def median_table(results: dict[str, dict[str, list[float]]], variants: list[str]
         common = [m for m in models if m in row and m in base]
         tau = kendall_tau([row[m] for m in common], [base[m] for m in common]) if len(common) > 1 else float("nan")
         tau_text = "-" if tau != tau else f"{tau:+.2f}"
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {spread} | {' > '.join(order)} | {tau_text} |")
+        line = f"| {v} | " + " | ".join(cells) + f" | {spread} | {' > '.join(order)} | {tau_text} |"
+        if paper:
+            shared = [m for m in models if m in row and m in paper]
+            tau = kendall_tau([row[m] for m in shared], [paper[m] for m in shared]) if len(shared) > 1 else math.nan
+            line += " - |" if tau != tau else f" {tau:+.2f} |"
+        lines.append(line)
     lines += ["", "| variant | " + " | ".join(f"{m} - ours" for m in models) + " |", "|---|" + "---|" * len(models)]
     for v in variants[1:]:
         diffs = [f"{medians[v][m] - base[m]:+.1f}" if m in medians[v] and m in base else "-" for m in models]
@@ -252,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.epochs} epochs, batch {args.batch_size}, seeds {args.seeds}, AdamW one-cycle 3e-3 (30 warm-up "
         f"steps), clip 0.1; final validation LAP accuracy, median over seeds (min-max in brackets)"
     )
-    lines = [protocol, "", *median_table(results, variants, models), ""]
+    lines = [protocol, "", *median_table(results, variants, models, paper_values(args, models)), ""]
     load1 = os.getloadavg()[0]
     total = sum(r["seconds"] for r in records) / 60
     lines.append(f"{len(records)} runs, {total:.0f} min of training and evaluation in all (one thread each)")
