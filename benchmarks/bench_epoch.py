@@ -62,6 +62,7 @@ from torch_geometric.utils import to_dense_batch  # noqa: E402
 from engine import models  # noqa: E402
 from engine.datasets import DatasetSpec, build_dataset  # noqa: E402
 from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.memory import tune_allocator  # noqa: E402
 from engine.training import (  # noqa: E402
     FEATURES,
     IGNORE,
@@ -308,6 +309,8 @@ def profile(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    # As a worker does, for both sides alike; GAPTUI_MALLOC=default measures with glibc's own settings.
+    tuned = tune_allocator()
     if args.profile:
         profile(args)
         return 0
@@ -323,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
         f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}; "
+        f"allocator {'tuned (engine.memory.tune_allocator)' if tuned else 'glibc defaults'}; "
         f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end. Epoch seconds: min / median; "
         "speed-up: reference median / ours median; LAP accuracy after the last epoch, in percent."
     )

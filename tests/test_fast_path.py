@@ -4,13 +4,18 @@ option whose metrics equal the eager run's."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from engine import models, worker
+from engine.memory import ENV_MALLOC
 from engine.models.sparse import Graph
 from engine.spec import RunSpec
 from engine.training import wants_compile
@@ -119,3 +124,18 @@ def test_compile_on_and_off_give_the_same_metrics(tmp_path: Path) -> None:
     for key in ("val_loss", "train_loss"):
         assert compiled["metrics"][key] == pytest.approx(eager["metrics"][key], rel=1e-4)
     assert compiled["metrics"]["val_lap_acc"] == pytest.approx(eager["metrics"]["val_lap_acc"], abs=0.02)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_allocator_tuning_is_set_in_a_fresh_process_and_can_be_turned_off() -> None:
+    code = (
+        "import torch\nfrom engine.memory import tune_allocator\nok = tune_allocator()\n"
+        "for _ in range(3):\n    x = torch.ones(20_000_000)\n    assert float(x.sum()) == 2e7\n    del x\n"
+        "print(ok)"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(ENV_MALLOC, None)
+    tuned = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    env[ENV_MALLOC] = "default"
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert (tuned.stdout.strip(), plain.stdout.strip()) == ("True", "False")
