@@ -280,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     ..., "seconds": ...}``) and print their :class:`Throughput` as a JSON list: how the dry run measures in as many
     processes as a grid has slots, each in its slot's environment, so that concurrent runs slow each other as
     they will."""
-    from engine.memory import tune_allocator
+    from engine.memory import flush_denormals, tune_allocator
 
-    tune_allocator()  # as a worker does
+    flush_denormals()  # as a worker does
+    tune_allocator()
     request = json.loads(sys.stdin.read() if argv is None else argv[0])
     keys = [CostKey(**raw) for raw in request["keys"]]
     out = [asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS)))) for key in keys]

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
-from engine.memory import tune_allocator
+from engine.memory import flush_denormals, tune_allocator
 from engine.tasks import Cancelled, RunContext, RunFailed, TaskSpec, family, load_spec, load_spec_file, run_steps
 
 CHECKPOINT_FORMAT = 1
@@ -465,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --out {repeated} is given twice: each run needs its own folder", file=sys.stderr)
         return EXIT_INPUT
 
+    flush_denormals()  # first: the threads torch starts later copy the flag
     tune_allocator()
     stop = _Stop()
     stop.install()
