@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_dense_batch
 
 from engine.evaluation import AlignmentScores, LapEvaluator
@@ -40,6 +41,9 @@ class SiameseBatch:
     batch: torch.Tensor
     num_nodes: torch.Tensor
     target: torch.Tensor
+    #: Every graph's edges hold both directions of each edge, sorted by (source, target) (checked once per split
+    #: by :class:`PairTensors`), so the whole ``edge_index`` is sorted by source and undirected.
+    undirected_sorted: bool = False
 
     @property
     def size(self) -> int:
@@ -58,6 +62,24 @@ def _ranges(ptr: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.arange(int(lengths.sum()), device=ptr.device) + shift, lengths
 
 
+def undirected_sorted(edge_index: np.ndarray, edge_ptr: np.ndarray, node_ptr: np.ndarray) -> bool:
+    """Whether each graph's edges (columns ``edge_ptr[p]:edge_ptr[p + 1]`` of ``edge_index``, local ids) hold
+    both directions of each edge and lie sorted by (source, target), as the pair builder writes them: one sort of
+    the reversed edges of the whole split, once."""
+    edges = int(edge_ptr[-1]) if len(edge_ptr) else 0
+    if edges == 0:
+        return True
+    graph = np.repeat(np.arange(len(edge_ptr) - 1), np.diff(edge_ptr))
+    offset = np.asarray(node_ptr, dtype=np.int64)[graph]
+    src = np.asarray(edge_index[0, :edges], dtype=np.int64) + offset
+    dst = np.asarray(edge_index[1, :edges], dtype=np.int64) + offset
+    total = int(node_ptr[-1]) + 1
+    keys = src * total + dst
+    if not bool(np.all(keys[1:] > keys[:-1])):
+        return False
+    return bool(np.array_equal(np.sort(dst * total + src), keys))
+
+
 class PairTensors:
     """A :class:`PairSplit` moved to a device once, from which siamese batches are gathered without copies."""
 
@@ -71,6 +93,10 @@ class PairTensors:
         self.edge_index_g, self.edge_ptr_g = t(split.edge_index_g), t(split.edge_ptr_g)
         self.edge_index_h, self.edge_ptr_h = t(split.edge_index_h), t(split.edge_ptr_h)
         self.perm = t(split.perm)
+        self.undirected_sorted = all(
+            undirected_sorted(edges, ptr, split.node_ptr)
+            for edges, ptr in ((split.edge_index_g, split.edge_ptr_g), (split.edge_index_h, split.edge_ptr_h))
+        )
 
     def __len__(self) -> int:
         return int(self.num_nodes.shape[0])
@@ -95,6 +121,7 @@ class PairTensors:
             batch=torch.cat([pair_of_node, pair_of_node + size]),
             num_nodes=n,
             target=target,
+            undirected_sorted=self.undirected_sorted,
         )
 
     def batches(self, batch_size: int, order: torch.Tensor | None = None, start: int = 0) -> Iterator[SiameseBatch]:
@@ -125,8 +152,13 @@ def similarity(model: nn.Module, batch: SiameseBatch, features: str = "degree") 
 
     Padded columns of ``S`` are ``-inf`` so that they take no probability mass in the row softmax.
     """
-    x = node_features(features, batch.edge_index, int(batch.batch.shape[0]))
-    emb = model(x, batch.edge_index, batch.batch)
+    nodes = int(batch.batch.shape[0])
+    x = node_features(features, batch.edge_index, nodes)
+    edge_index = batch.edge_index
+    if batch.undirected_sorted and getattr(model, "reads_edge_index", False):
+        # A model that says it reads PyG's EdgeIndex flags builds its sparse matrices without sorting.
+        edge_index = EdgeIndex(edge_index, sparse_size=(nodes, nodes), sort_order="row", is_undirected=True)
+    emb = model(x, edge_index, batch.batch)
     total, size = batch.total_nodes, batch.size
     xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
     xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
@@ -283,23 +315,28 @@ def train_epoch(
 AUTO_COMPILE_STEPS = 500
 
 #: Built-in models whose layers still compute a message per edge on the sparse path (ResGatedGraphConv's gates,
-#: GATv2Conv's scores): the compiler fuses those passes, about 3x per step whatever the thread count. The other
-#: built-ins gain from compiling on one thread only; with two or more, their eager sparse-matrix products use the
-#: threads and beat the compiled scatter path (benchmarks/bench_epoch.py, README "Training speed").
+#: GATv2Conv's scores): the compiler fuses those passes, 1.2-2.4x per step whatever the thread count. The other
+#: built-ins gain from compiling on one thread only (1.1-1.2x); with two or more, their eager sparse-matrix
+#: products use the threads and beat the compiled scatter path (benchmarks/bench_epoch.py, README "Training speed").
 COMPILE_PAYS_THREADED = frozenset({"gatedgcn", "gatv2"})
+
+#: Built-in models that are no faster compiled even on one thread: GCN's eager step (one sparse product per
+#: layer, no sort) took 262 ms against 274 ms compiled for 100 pairs of ER(100, 8).
+COMPILE_NEVER_PAYS = frozenset({"gcn"})
 
 
 def wants_compile(mode: str, device: torch.device, steps: int, model: str = "", threads: int | None = None) -> bool:
     """Whether a run of ``model`` trains through ``torch.compile``: ``on``, ``off``, or ``auto``: long runs on a
     CPU, with one torch thread (``threads``, default this process's) or a model in :data:`COMPILE_PAYS_THREADED`;
-    never an import-path model (only the built-ins are known to compile) and never on a GPU, where compiling is
-    opt-in, as its gain there is not measured."""
+    never a model in :data:`COMPILE_NEVER_PAYS`, never an import-path model (only the built-ins are known to
+    compile) and never on a GPU, where compiling is opt-in, as its gain there is not measured."""
     if mode == "auto":
         threads = torch.get_num_threads() if threads is None else threads
         return (
             device.type == "cpu"
             and steps >= AUTO_COMPILE_STEPS
             and ":" not in model
+            and model not in COMPILE_NEVER_PAYS
             and (threads == 1 or model in COMPILE_PAYS_THREADED)
         )
     return mode == "on"

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+from torch_geometric import EdgeIndex
 
 from engine import models, worker
-from engine.memory import ENV_MALLOC
+from engine.memory import ENV_DENORMALS, ENV_MALLOC
 from engine.models.sparse import Graph
 from engine.spec import RunSpec
-from engine.training import wants_compile
+from engine.training import PairTensors, similarity, undirected_sorted, wants_compile
 from tests.test_models import random_graph
 
 #: (model, options): every built-in layer the fast path handles, plus the paper package's settings.
@@ -76,10 +78,11 @@ def test_dense_norm_only_for_equal_graphs_in_order() -> None:
 
 def test_auto_compiles_long_cpu_runs_only() -> None:
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert wants_compile("auto", cpu, 15_000, "gcn", 1) and not wants_compile("auto", cpu, 40, "gcn", 1)
-    assert not wants_compile("auto", gpu, 15_000, "gcn", 1)  # opt-in on a GPU
+    assert wants_compile("auto", cpu, 15_000, "gin", 1) and not wants_compile("auto", cpu, 40, "gin", 1)
+    assert not wants_compile("auto", gpu, 15_000, "gin", 1)  # opt-in on a GPU
     assert not wants_compile("auto", cpu, 15_000, "mypkg.models:Net", 1)  # only built-ins are known to compile
-    assert wants_compile("on", cpu, 1, "mypkg.models:Net") and not wants_compile("off", cpu, 15_000, "gcn", 1)
+    assert not wants_compile("auto", cpu, 15_000, "gcn", 1)  # its eager sort-free step is as fast
+    assert wants_compile("on", cpu, 1, "mypkg.models:Net") and not wants_compile("off", cpu, 15_000, "gin", 1)
 
 
 def test_auto_compiles_threaded_cpu_runs_only_where_it_pays() -> None:
@@ -139,3 +142,131 @@ def test_allocator_tuning_is_set_in_a_fresh_process_and_can_be_turned_off() -> N
     env[ENV_MALLOC] = "default"
     plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert (tuned.stdout.strip(), plain.stdout.strip()) == ("True", "False")
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the flag is x86's")
+def test_subnormal_floats_are_flushed_in_a_fresh_process_and_can_be_kept() -> None:
+    # Set before torch starts its threads, the flag reaches the worker threads too (the product runs on two).
+    code = (
+        "from engine.memory import flush_denormals\nok = flush_denormals()\nimport torch\n"
+        "torch.set_num_threads(2)\nx = torch.full((1 << 16,), 1e-39)\n"
+        "print(ok, float((x * 1.5).abs().max()) == 0.0)"
+    )
+    env = {**os.environ}
+    env.pop(ENV_DENORMALS, None)
+    flushed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    env[ENV_DENORMALS] = "keep"
+    kept = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert (flushed.stdout.strip(), kept.stdout.strip()) == ("True True", "False False")
+
+
+# ------------------------------------------------------------------ sorted undirected edges: no sort per forward
+
+
+def by_source(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    return edge_index[:, torch.argsort(edge_index[0] * num_nodes + edge_index[1])]
+
+
+def undirected_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Graphs of 9 and 7 nodes, both directions of each edge, sorted by (source, target)."""
+    first, second = random_graph(9, 0.4, 4), random_graph(7, 0.5, 5) + 9
+    return by_source(torch.cat([first, second], dim=1), 16), torch.cat([torch.zeros(9), torch.ones(7)]).long()
+
+
+def looped_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`undirected_batch` with a self-loop: GCN and the attention layers replace it, so the structure is
+    built the general way."""
+    edge_index, batch = undirected_batch()
+    return by_source(torch.cat([edge_index, torch.tensor([[3], [3]])], dim=1), 16), batch
+
+
+SORT_FREE = [("gcn", {}), ("gin", {}), ("gin", {"train_eps": True}), ("ggnn", {}), ("gat", {}), ("gatv2", {})]
+SORT_FREE += [("sage", {}), ("gatedgcn", {}), ("gin", {"input_layer": "conv", "norm": "whole-batch"})]
+
+
+@pytest.mark.parametrize(("name", "options"), SORT_FREE, ids=[f"{n}-{'-'.join(map(str, o))}" for n, o in SORT_FREE])
+@pytest.mark.parametrize("batch_of", [undirected_batch, looped_batch, equal_size_batch], ids=["ragged", "loop", "eq"])
+def test_edge_index_flags_give_the_same_outputs_and_gradients(name: str, options: dict, batch_of) -> None:
+    edge_index, batch = batch_of()
+    n = int(batch.shape[0])
+    edge_index = by_source(edge_index, n)
+    flagged = EdgeIndex(edge_index, sparse_size=(n, n), sort_order="row", is_undirected=True)
+    x = torch.randn(n, 2, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = models.build(name, out_dim=16, in_dim=2, width=16, **options)
+    results = []
+    for edges in (edge_index, flagged):
+        model.zero_grad(set_to_none=True)
+        y = model(x, edges, batch)
+        assert type(y) is torch.Tensor
+        y.pow(2).sum().backward()
+        results.append((y.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (y_plain, g_plain), (y_flag, g_flag) = results
+    assert torch.allclose(y_flag, y_plain, rtol=1e-4, atol=1e-5 * float(y_plain.abs().max()))
+    scale = max(float(g.abs().max()) for g in g_plain)
+    for flag, plain in zip(g_flag, g_plain, strict=True):
+        assert float((flag - plain).abs().max()) <= 1e-4 * scale
+
+
+def test_graph_reads_the_flags_and_hands_the_layers_a_plain_tensor() -> None:
+    edge_index, batch = undirected_batch()
+    graph = Graph.from_edge_index(EdgeIndex(edge_index, sparse_size=(16, 16), sort_order="row"), batch, 16)
+    assert not graph.undirected_sorted  # sorted, but not said to be undirected
+    graph = Graph.from_edge_index(
+        EdgeIndex(edge_index, sparse_size=(16, 16), sort_order="row", is_undirected=True), batch, 16
+    )
+    assert graph.undirected_sorted and type(graph.edge_index) is torch.Tensor
+    assert not Graph.from_edge_index(edge_index, batch, 16).undirected_sorted
+    # The matrix with loops built by counting equals A + I built by sorting.
+    plus, _ = graph.adjacency_plus(torch.tensor(1.0))
+    dense = torch.zeros(16, 16)
+    dense[edge_index[1], edge_index[0]] = 1.0
+    assert torch.equal(plus.to_dense(), dense + torch.eye(16))
+    crow, cols = plus.crow_indices(), plus.col_indices()
+    for row in range(16):  # columns sorted within each row, as CSR invariants ask
+        assert torch.all(cols[crow[row] + 1 : crow[row + 1]] > cols[crow[row] : crow[row + 1] - 1])
+
+
+def _split(tmp_path: Path):
+    from engine.datasets import DatasetSpec, build_dataset
+
+    spec = DatasetSpec("er", 0.1, n_train=6, n_val=2, params={"n": 12, "degree": 3.0})
+    dataset, _ = build_dataset(spec, tmp_path / "datasets")
+    return dataset.split("train")
+
+
+def test_pairs_are_checked_once_for_sorted_undirected_edges(tmp_path: Path) -> None:
+    split = _split(tmp_path)
+    ptr = split.node_ptr
+    assert undirected_sorted(split.edge_index_g, split.edge_ptr_g, ptr)
+    assert undirected_sorted(split.edge_index_h, split.edge_ptr_h, ptr)
+    data = PairTensors(split)
+    assert data.undirected_sorted and data.gather(torch.tensor([3, 1])).undirected_sorted
+    edges, eptr = split.edge_index_g.copy(), split.edge_ptr_g
+    first = slice(int(eptr[0]), int(eptr[1]))
+    edges[:, first] = edges[:, first][:, ::-1]  # one graph out of order
+    assert not undirected_sorted(edges, eptr, ptr)
+    one_way = split.edge_index_g[:, 1:]  # an edge left in one direction only
+    assert not undirected_sorted(one_way, eptr - (eptr > 0), ptr)
+
+
+class _Recorder(nn.Module):
+    def __init__(self, reads: bool) -> None:
+        super().__init__()
+        self.reads_edge_index = reads
+        self.lin = nn.Linear(2, 4)
+        self.seen: list[type] = []
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        self.seen.append(type(edge_index))
+        return self.lin(x)
+
+
+def test_similarity_flags_edges_only_for_models_that_read_them(tmp_path: Path) -> None:
+    batch = PairTensors(_split(tmp_path)).gather(torch.arange(3))
+    reader, other = _Recorder(True), _Recorder(False)
+    similarity(reader, batch)
+    similarity(other, batch)
+    assert (reader.seen, other.seen) == ([EdgeIndex], [torch.Tensor])
+    assert models.build("gcn", width=8, in_dim=2).reads_edge_index
+    assert not models.build("gcn", width=8, in_dim=2, sparse=False).reads_edge_index

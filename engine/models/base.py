@@ -211,7 +211,7 @@ class ResidualGNN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
-        graph = Graph(edge_index, batch, x.shape[0])
+        graph = Graph.from_edge_index(edge_index, batch, x.shape[0])
         sparse = self.sparse
         conv_of = convolve if sparse else lambda conv, h, graph: conv(h, graph.edge_index)
         h = F.relu(conv_of(self.input, x, graph)) if self.input_layer == "conv" else self.input(x)
@@ -230,6 +230,12 @@ class ResidualGNN(nn.Module):
                 h = self.batch_norms[0](h)
             h = self.batch_norms[1](h)
         return self.output(h)
+
+    @property
+    def reads_edge_index(self) -> bool:
+        """Whether :func:`engine.training.similarity` should pass edges as a PyG ``EdgeIndex`` whose flags (sorted
+        by row, undirected) spare the sparse path its sorts; PyG's own path takes plain tensors."""
+        return self.sparse
 
     def extra_repr(self) -> str:
         extra = "".join(
