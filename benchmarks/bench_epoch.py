@@ -62,7 +62,7 @@ from torch_geometric.utils import to_dense_batch  # noqa: E402
 from engine import models  # noqa: E402
 from engine.datasets import DatasetSpec, build_dataset  # noqa: E402
 from engine.evaluation import LapEvaluator  # noqa: E402
-from engine.memory import tune_allocator  # noqa: E402
+from engine.memory import flush_denormals, tune_allocator  # noqa: E402
 from engine.training import (  # noqa: E402
     FEATURES,
     IGNORE,
@@ -91,6 +91,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ours-options", default="", help="model options of ours, e.g. sparse=false")
+    parser.add_argument(
+        "--features",
+        choices=sorted(FEATURES),
+        default="degree",
+        help="node inputs of ours (the reference always takes all-ones inputs); with --ours-options "
+        "norm=whole-batch,input_layer=conv and --features ones, ours has the reference's architecture",
+    )
     parser.add_argument("--compile", action="store_true", help="also time ours through torch.compile")
     parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
     parser.add_argument("--profile", metavar="MODEL", help="profile a few of our training steps and stop")
@@ -213,7 +220,7 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     steps = args.epochs * -(-len(train) // args.batch_size)
 
     options = parse_options(args.ours_options)
-    ours = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **options)
+    ours = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
     heads = getattr(ours, "heads", 1)
     torch.manual_seed(args.seed)
     ref = Reference(model_name, ours.width, heads, 64)
@@ -221,14 +228,14 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     compile_seconds = None
     for side in ("ours", "compiled") if args.compile else ("ours",):
         torch.manual_seed(args.seed)
-        model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES["degree"], **options)
+        model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
         trained = model
         if side == "compiled":
             # A fresh compiler cache per model: one process compiles several models of different widths and
             # layer types, which would otherwise hit dynamo's recompile limit and silently run eagerly.
             torch._dynamo.reset()
             t0 = time.perf_counter()
-            trained = compile_model(model, "degree", lambda line: None)
+            trained = compile_model(model, args.features, lambda line: None)
             compile_seconds = time.perf_counter() - t0
         sides[side] = (model, trained, *make_optimiser(model, LR, WEIGHT_DECAY, steps, WARMUP), TrainState())
     ref_opt, ref_sched = make_optimiser(ref, LR, WEIGHT_DECAY, steps, WARMUP)
@@ -246,6 +253,7 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
                 seed=args.seed,
                 clip=CLIP,
                 clip_mode="value",
+                features=args.features,
             )
             state.epoch += 1
             state.batch_in_epoch = 0
@@ -256,7 +264,8 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
         if epoch > 1 or args.epochs == 1:
             times["reference"].append(time.perf_counter() - t0)
     accuracy = {
-        side: evaluate(model, val, args.batch_size, evaluator)[0].lap_acc for side, (model, *_) in sides.items()
+        side: evaluate(model, val, args.batch_size, evaluator, args.features)[0].lap_acc
+        for side, (model, *_) in sides.items()
     }
     accuracy["reference"] = reference_accuracy(ref, ref_val, args.batch_size)
     return {
@@ -308,9 +317,11 @@ def profile(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    # As a worker does, for both sides alike; GAPTUI_MALLOC=default measures with glibc's own settings.
+    # As a worker does, for both sides alike, before torch starts its threads; GAPTUI_MALLOC=default and
+    # GAPTUI_DENORMALS=keep measure with the process's own settings.
+    flushed = flush_denormals()
     tuned = tune_allocator()
+    torch.set_num_threads(args.threads)
     if args.profile:
         profile(args)
         return 0
@@ -325,8 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
-        f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}; "
+        f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}, "
+        f"{args.features} inputs; "
         f"allocator {'tuned (engine.memory.tune_allocator)' if tuned else 'glibc defaults'}; "
+        f"subnormal floats {'flushed (engine.memory.flush_denormals)' if flushed else 'kept'}; "
         f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end. Epoch seconds: min / median; "
         "speed-up: reference median / ours median; LAP accuracy after the last epoch, in percent."
     )
