@@ -270,3 +270,24 @@ def test_similarity_flags_edges_only_for_models_that_read_them(tmp_path: Path) -
     assert (reader.seen, other.seen) == ([EdgeIndex], [torch.Tensor])
     assert models.build("gcn", width=8, in_dim=2).reads_edge_index
     assert not models.build("gcn", width=8, in_dim=2, sparse=False).reads_edge_index
+
+
+@pytest.mark.parametrize("name", ["gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2"])
+def test_flagged_path_is_permutation_equivariant(name: str) -> None:
+    """Relabelling the nodes (and sorting the relabelled edges again, as the flags require) relabels the output."""
+    edge_index, batch = undirected_batch()
+    n = int(batch.shape[0])
+    gen = torch.Generator().manual_seed(3)
+    perm = torch.randperm(n, generator=gen)  # new node i is old node perm[i]; it mixes the two graphs
+    inverse = torch.argsort(perm)
+    x = torch.rand(n, 2, generator=gen, dtype=torch.float64)
+    torch.manual_seed(0)
+    model = models.build(name, out_dim=8, in_dim=2, width=16).double()
+
+    def flagged(edges: torch.Tensor) -> EdgeIndex:
+        return EdgeIndex(by_source(edges, n), sparse_size=(n, n), sort_order="row", is_undirected=True)
+
+    with torch.no_grad():
+        out = model(x, flagged(edge_index), batch)
+        out_perm = model(x[perm], flagged(inverse[edge_index]), batch[perm])
+    assert torch.allclose(out_perm, out[perm], atol=1e-9, rtol=1e-7)
