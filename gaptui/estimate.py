@@ -470,6 +470,31 @@ class Estimator:
         return result
 
 
+class NotCached(Exception):
+    """A measurement that :func:`estimate_from_cache` does not make."""
+
+
+def _not_cached(*_args: Any) -> Any:
+    raise NotCached
+
+
+def estimate_from_cache(
+    plan: Any, slots: Sequence[Slot], ws: Workspace, records: Iterable[Mapping[str, Any]], pack_seeds: int = 1
+) -> GridEstimate | None:
+    """The estimate of ``plan`` from history and cached calibrations only, measuring nothing (the terminal app's
+    form asks on every edit); None when a run left to do would need a measurement (``gaptui run --dry-run``
+    makes them) or has no estimate at all."""
+    from engine.errors import GaptuiError
+
+    cache = CalibrationCache(calibration_path(ws), lambda _line: None)
+    estimator = Estimator(cache, records, measure=_not_cached, overhead=_not_cached)
+    try:
+        result = estimator.estimate(plan, slots, ws, pack_seeds)
+    except (NotCached, GaptuiError):
+        return None
+    return None if result.unavailable or result.missing else result
+
+
 def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:
     """Seconds of one worker process training ``members`` in turn: their own parts, and the shared part once."""
     return sum(r.seconds[profile] - r.shared[profile] for r in members) + max(r.shared[profile] for r in members)

@@ -17,6 +17,7 @@ from gaptui.estimate import (
     Estimator,
     Profile,
     calibration_path,
+    estimate_from_cache,
     evaluations,
     schedule,
     training_seconds,
@@ -234,3 +235,16 @@ def test_packed_seeds_share_one_process_start_per_pack(tmp_path: Path) -> None:
     assert packed.plan.compute == pytest.approx(12 * per_run - 4 * 1.0)
     assert sum(packed.placed.values()) == pytest.approx(packed.plan.compute)
     assert "up to 2 seeds per worker" in packed.lines()[0]
+
+
+def test_the_form_estimate_uses_the_cache_and_never_measures(tmp_path: Path) -> None:
+    """What the terminal app's form asks on every edit: nothing until a dry run calibrated, then the same wall."""
+    ws, plan = Workspace(tmp_path), _smoke_plan(tmp_path)
+    assert estimate_from_cache(plan, [CPU1, CPU2], ws, []) is None  # an empty cache: no number, no measurement
+    assert not calibration_path(ws).exists()
+    measured = _estimator(tmp_path, Counting()).estimate(plan, [CPU1, CPU2], ws)  # a dry run fills the cache
+    cached = estimate_from_cache(plan, [CPU1, CPU2], ws, [])
+    assert cached is not None and cached.plan.wall == pytest.approx(measured.plan.wall)
+    assert {r.source for r in cached.runs} == {"calibration (cached)"}
+    # Another slot layout has no cached overhead: no number rather than a guess
+    assert estimate_from_cache(plan, [CPU1], ws, []) is None

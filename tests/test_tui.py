@@ -609,3 +609,39 @@ async def test_family_pickers_switch_columns_tables_and_the_form(
         await wait_until(pilot, lambda: form.family_preset is not None, what="toy preset loaded")
         await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 2, what="toy summary")
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.asyncio
+async def test_form_estimate_turns_to_measured_throughput_once_a_dry_run_calibrated(tmp_path: Path) -> None:
+    from engine.throughput import CalibrationCache, Throughput
+    from gaptui.estimate import Estimator, calibration_path
+    from gaptui.launch import plan
+
+    ws = Workspace(tmp_path / "ws")
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        await wait_until(pilot, lambda: form.query_one("#models", SelectionList).option_count > 0, what="models")
+        form.query_one("#preset", Select).value = "smoke"
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 4, what="grid summary")
+        assert form.summary.estimate_seconds is None  # no history, no calibration
+        assert "gaptui run --dry-run measures" in str(form.query_one("#plan", Static).render())
+
+        # What `gaptui run --dry-run` leaves behind for this grid on the form's slots (a fixed throughput here).
+        draft = form.draft()
+        preset, slots = form._chosen_preset(draft), draft.slot_config().slots()
+        fixed = Throughput(step_s=0.5, val_pair_s=0.01, checkpoint_s=0.0, params=100, steps=3)
+        estimator = Estimator(
+            CalibrationCache(calibration_path(ws)),
+            measure=lambda keys, _slots: [fixed] * len(keys),
+            overhead=lambda _slots: 1.0,
+        )
+        wall = estimator.estimate(plan(preset, ws, {}), slots, ws).plan.wall
+        await type_into(pilot, form.query_one("#name", Input), "smoke2")  # any edit plans again
+        await wait_until(
+            pilot, lambda: form.summary is not None and form.summary.estimate_source == "measured", what="estimate"
+        )
+        assert form.summary.estimate_seconds == pytest.approx(wall)
+        assert "from measured throughput" in str(form.query_one("#plan", Static).render())
+        await pilot.press("ctrl+q")

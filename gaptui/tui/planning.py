@@ -298,15 +298,19 @@ class PlanSummary:
     to_run: int
     slots: int
     estimate_seconds: float | None
+    #: What the estimate comes from: ``history`` (the mean finished run of each model) or ``measured`` (this
+    #: machine's calibrated throughput and finished runs of the same cells, as ``gaptui run --dry-run`` says).
+    estimate_source: str = "history"
 
     def text(self) -> str:
         """One line for the form's launch bar."""
         if not self.to_run:
             estimate = "nothing to run"
         elif self.estimate_seconds is None:
-            estimate = "no finished run to estimate the time from"
+            estimate = "no finished run to estimate the time from (gaptui run --dry-run measures this machine)"
         else:
-            estimate = f"≈ {format_duration(self.estimate_seconds)} on {self.slots} slot(s)"
+            source = "measured throughput" if self.estimate_source == "measured" else "mean run time in history"
+            estimate = f"≈ {format_duration(self.estimate_seconds)} on {self.slots} slot(s), from {source}"
         return (
             f"grid {self.size} runs · {self.existing} in history ({self.done} done, {self.failed} failed) · "
             f"{self.to_run} to run · {estimate}"

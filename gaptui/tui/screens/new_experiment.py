@@ -6,7 +6,7 @@ one of their preset files (the form shows its description and size, and the devi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from textual import on
@@ -356,11 +356,29 @@ class NewExperimentScreen(SectionScreen):
             preset = self._chosen_preset(draft)
             slots = draft.slot_config().slots()
             summary = summarize(grid(preset, self.gapp.ws), records, len(slots))
+            if summary.to_run and not worker.is_cancelled:
+                summary = self._measured(summary, preset, slots, records)
             message = PlanComputed(summary)
         except GaptuiError as exc:
             message = PlanComputed(None, str(exc))
         if not worker.is_cancelled:
             self.post_message(message)
+
+    def _measured(
+        self, summary: PlanSummary, preset: PresetBase, slots: list[Any], records: dict[str, dict[str, Any]]
+    ) -> PlanSummary:
+        """``summary`` with the estimate of ``gaptui run --dry-run`` where this machine's calibration (cached by
+        an earlier dry run) and history cover every run left; measuring here would stall the form."""
+        from gaptui.estimate import estimate_from_cache
+        from gaptui.launch import plan
+
+        known = {h: str(r.get("status")) for h, r in records.items()}
+        ws = self.gapp.ws
+        pack = preset.pack_seeds
+        found = estimate_from_cache(plan(preset, ws, known, retry_failed=True), slots, ws, records.values(), pack)
+        if found is None:
+            return summary
+        return replace(summary, estimate_seconds=found.plan.wall, estimate_source="measured")
 
     def on_plan_computed(self, message: PlanComputed) -> None:
         self.summary = message.summary
