@@ -645,3 +645,16 @@ async def test_form_estimate_turns_to_measured_throughput_once_a_dry_run_calibra
         assert form.summary.estimate_seconds == pytest.approx(wall)
         assert "from measured throughput" in str(form.query_one("#plan", Static).render())
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.asyncio
+async def test_loading_without_a_chosen_preset_points_at_the_list(tmp_path: Path) -> None:
+    app = GaptuiApp(Workspace(tmp_path / "ws"))
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: "choose a preset in the list first" in notices(app), what="notice")
+        assert app.focused is form.query_one("#preset", Select)
+        assert not any("unknown preset" in note for note in notices(app))
+        await pilot.press("ctrl+q")

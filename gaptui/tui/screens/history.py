@@ -134,7 +134,7 @@ class HistoryScreen(SectionScreen):
 
     @on(Select.Changed, "#history-task")
     def _task_chosen(self, event: Select.Changed) -> None:
-        task = None if event.value in (ALL_TASKS, Select.BLANK) else str(event.value)
+        task = None if event.value in (ALL_TASKS, Select.NULL) else str(event.value)
         if task != self.task_name:
             self.task_name = task
             self._rebuild()

@@ -248,7 +248,7 @@ class NewExperimentScreen(SectionScreen):
 
     @on(Select.Changed, "#task")
     def _task_chosen(self, event: Select.Changed) -> None:
-        if event.value is not Select.BLANK and event.value != self.task_name:
+        if event.value is not Select.NULL and event.value != self.task_name:
             self.task_name = str(event.value)
             self.family_preset = None
             with self.prevent(Select.Changed):
@@ -430,7 +430,7 @@ class NewExperimentScreen(SectionScreen):
     @on(Button.Pressed, "#load")
     def action_load_preset(self) -> None:
         name = self.query_one("#preset", Select).value
-        if name is Select.BLANK:
+        if name is Select.NULL:
             self.query_one("#preset", Select).focus()
             self.notify("choose a preset in the list first")
             return

@@ -208,7 +208,7 @@ class RankingScreen(SectionScreen):
 
     @on(Select.Changed, "#ranking-task")
     def _task_chosen(self, event: Select.Changed) -> None:
-        if event.value is not Select.BLANK and event.value != self.task_name:
+        if event.value is not Select.NULL and event.value != self.task_name:
             self.task_name = str(event.value)
             self.rebuild()
 
