@@ -349,15 +349,18 @@ class NewExperimentScreen(SectionScreen):
         self.gapp.run_task(lambda: self._plan(draft, records), name="grid summary", group="plan", exclusive=True)
 
     def _plan(self, draft: ExperimentDraft, records: dict[str, dict[str, Any]]) -> None:
-        from gaptui.presets import grid
+        from gaptui.launch import plan
 
         worker = get_current_worker()
         try:
             preset = self._chosen_preset(draft)
             slots = draft.slot_config().slots()
-            summary = summarize(grid(preset, self.gapp.ws), records, len(slots))
+            known = {h: str(r.get("status")) for h, r in records.items()}
+            # One expansion of the grid for both the counts and the estimate; failed runs count as to run.
+            grid_plan = plan(preset, self.gapp.ws, known, retry_failed=True)
+            summary = summarize(grid_plan.specs, records, len(slots))
             if summary.to_run and not worker.is_cancelled:
-                summary = self._measured(summary, preset, slots, records)
+                summary = self._measured(summary, grid_plan, slots, records)
             message = PlanComputed(summary)
         except GaptuiError as exc:
             message = PlanComputed(None, str(exc))
@@ -365,17 +368,14 @@ class NewExperimentScreen(SectionScreen):
             self.post_message(message)
 
     def _measured(
-        self, summary: PlanSummary, preset: PresetBase, slots: list[Any], records: dict[str, dict[str, Any]]
+        self, summary: PlanSummary, grid_plan: Any, slots: list[Any], records: dict[str, dict[str, Any]]
     ) -> PlanSummary:
         """``summary`` with the estimate of ``gaptui run --dry-run`` where this machine's calibration (cached by
         an earlier dry run) and history cover every run left; measuring here would stall the form."""
         from gaptui.estimate import estimate_from_cache
-        from gaptui.launch import plan
 
-        known = {h: str(r.get("status")) for h, r in records.items()}
-        ws = self.gapp.ws
-        pack = preset.pack_seeds
-        found = estimate_from_cache(plan(preset, ws, known, retry_failed=True), slots, ws, records.values(), pack)
+        ws, pack = self.gapp.ws, grid_plan.preset.pack_seeds
+        found = estimate_from_cache(grid_plan, slots, ws, records.values(), pack)
         if found is None:
             return summary
         return replace(summary, estimate_seconds=found.plan.wall, estimate_source="measured")
