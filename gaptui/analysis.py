@@ -181,6 +181,8 @@ class Cell:
     std: float
     planned: int | None
     mark: str = ""
+    #: The seed of each value, in the same order (empty for a derived table's cells, which average over seeds).
+    seeds: tuple[Any, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -355,8 +357,10 @@ def build_tables(
             seeds[seed] = (finished, value)
 
     grouped: dict[str, dict[tuple[str, Any], tuple[float, ...]]] = defaultdict(dict)
+    seeds_of: dict[tuple[str, str, Any], tuple[Any, ...]] = {}
     for (label, row, column), seeds in per_seed.items():
         grouped[label][(row, column)] = tuple(v for _, v in seeds.values())
+        seeds_of[(label, row, column)] = tuple(seeds)
 
     tables = []
     for label in sorted(grouped):
@@ -380,6 +384,7 @@ def build_tables(
                 std=statistics.stdev(values) if len(values) > 1 else 0.0,
                 planned=planned.get((label, row, column)),
                 mark=mark,
+                seeds=seeds_of[(label, row, column)],
             )
         tables.append(RankingTable(task, label, m, rows, columns, cells))
     done = [r for r in records if record_task(r) == task and r.get("status") == "done"]

@@ -34,7 +34,7 @@ ReferenceOpt = Annotated[
         "--reference",
         "-r",
         help="Compare with reference results: 'paper' (Table D.3), a NAME from <workspace>/references/NAME.csv, "
-        "or a .csv path (format: README, 'Comparing with the paper').",
+        "or a .csv path (format: docs/results.md).",
     ),
 ]
 MetricOpt = Annotated[
@@ -191,8 +191,42 @@ def export_cmd(
         console.print(f"wrote {path}", highlight=False)
 
 
+def stats_cmd(
+    dataset: DatasetOpt = None,
+    metric: MetricOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text, json, md or latex.")] = "text",
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the critical difference.")] = 0.05,
+    task: TaskOpt = DEFAULT_TASK,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Test which rows of a task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
+    Friedman's test, the Nemenyi critical difference, and Kendall's tau and W for rank consistency."""
+    from gaptui import statistics
+
+    analysis.check_format(fmt, ("text", "json", "md", "latex"))
+    if not 0.0 < alpha < 1.0:
+        raise GaptuiError(f"--alpha {alpha:g}: expected a level between 0 and 1, e.g. 0.05")
+    ws, records = _load(workspace)
+    tables, why_empty = _tables(records, task, dataset, metric)
+    if not any(not t.derived for t in tables):
+        message = why_empty or f"no {task} ranking tables"
+        if fmt == "json":
+            print_json(None)
+        (console if fmt == "text" else err_console).print(
+            f"{message} in {ws.history}; nothing to test", highlight=False
+        )
+        return
+    result = statistics.table_statistics(tables, alpha=alpha)
+    if fmt == "json":
+        print_json(result.as_dict())
+        return
+    render = {"text": statistics.render_text, "md": statistics.render_markdown, "latex": statistics.render_latex}
+    sys.stdout.write(render[fmt](result))
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``table``, ``gap`` and ``export`` to ``app``."""
+    """Add ``table``, ``gap``, ``stats`` and ``export`` to ``app``."""
     app.command("table")(table_cmd)
     app.command("gap")(gap_cmd)
+    app.command("stats")(stats_cmd)
     app.command("export")(export_cmd)
