@@ -71,11 +71,16 @@ def fsync_dir(folder: Path) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to a sibling temporary file, fsync it and rename it over ``path`` (never a torn file)."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a sibling temporary file, fsync it and rename it over ``path`` (never a torn file)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

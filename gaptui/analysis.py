@@ -35,6 +35,7 @@ Gap (paper section 5)
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -62,11 +63,14 @@ WITHIN_1_POINTS = 1.0
 WITHIN_3_POINTS = 3.0
 #: Plain-text suffix of each mark, so the ranking survives without colour.
 MARKERS = {BEST: "**", WITHIN_1: "*", WITHIN_3: "+", "": ""}
+#: Suffix of a cell not significantly different from the best (Holm-corrected Welch p >= SIGNIFICANCE).
+TIED_MARKER = "†"
+SIGNIFICANCE = 0.05
 RICH_STYLES = {BEST: "bold red", WITHIN_1: "red", WITHIN_3: "blue", "": ""}
 EMPTY = "–"
 _TOLERANCE = 1e-9
 
-CELL_FIELDS = ("median", "std", "runs", "planned", "mark")
+CELL_FIELDS = ("median", "std", "runs", "planned", "mark", "tied")
 EXPORT_FILES = ("tables.csv", "tables.md", "tables.tex", "runs.json")
 EXPORT_MANIFEST = ".gaptui-export.json"
 
@@ -183,6 +187,8 @@ class Cell:
     mark: str = ""
     #: The seed of each value, in the same order (empty for a derived table's cells, which average over seeds).
     seeds: tuple[Any, ...] = ()
+    #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05; :mod:`gaptui.statistics`).
+    tied: bool = False
 
     @property
     def runs(self) -> int:
@@ -200,8 +206,12 @@ class Cell:
         return f"{body} ({self.runs}/{self.planned})" if self.incomplete else body
 
     def marked_text(self, metric: Metric) -> str:
-        """:meth:`text` plus the mark's suffix (``**``, ``*``, ``+``)."""
-        return self.text(metric) + (f" {MARKERS[self.mark]}" if self.mark else "")
+        """:meth:`text` plus the mark's suffix (``**``, ``*``, ``+``) and ``†`` when tied with the best."""
+        return (
+            self.text(metric)
+            + (f" {MARKERS[self.mark]}" if self.mark else "")
+            + (f" {TIED_MARKER}" if self.tied else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -270,7 +280,7 @@ class RankingTable:
     def cell_dict(self, cell: Cell) -> dict[str, Any]:
         """JSON/CSV form of a cell, in the metric's own units."""
         values = {self.family.table.statistic: cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
-        return {**self.coordinates(cell), **values, "mark": cell.mark}
+        return {**self.coordinates(cell), **values, "mark": cell.mark, "tied": cell.tied}
 
     def csv_columns(self) -> tuple[str, ...]:
         layout = self.layout
@@ -386,12 +396,23 @@ def build_tables(
                 mark=mark,
                 seeds=seeds_of[(label, row, column)],
             )
-        tables.append(RankingTable(task, label, m, rows, columns, cells))
+        tables.append(_with_ties(RankingTable(task, label, m, rows, columns, cells)))
     done = [r for r in records if record_task(r) == task and r.get("status") == "done"]
     for derived in fam.derived_tables(done, m.key) if done else []:
         if group is None or group == derived.name:
             tables.append(_derived_table(task, derived))
     return tables
+
+
+def _with_ties(table: RankingTable) -> RankingTable:
+    """``table`` with :attr:`Cell.tied` set on the cells not significantly different from their column's best."""
+    from gaptui.statistics import ties_with_best
+
+    cells = dict(table.cells)
+    for column in table.columns:
+        for row in ties_with_best(table, column, SIGNIFICANCE):
+            cells[(row, column)] = dataclasses.replace(cells[(row, column)], tied=True)
+    return dataclasses.replace(table, cells=cells)
 
 
 def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
@@ -525,6 +546,10 @@ def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
         parts.append(("", f"({names} = training-free baseline, never marked; (k/n) = k of n planned seeds)"))
     else:
         parts.append(("", "((k/n) = k of n planned seeds)"))
+    if any(c.tied for c in table.cells.values()):
+        parts.insert(
+            3, ("", f"{TIED_MARKER} not significantly different from the best (Holm-corrected Welch p ≥ 0.05)")
+        )
     return parts
 
 
@@ -620,10 +645,10 @@ def _md_cell(c: Cell | None, metric: Metric) -> str:
     if c is None:
         return EMPTY
     text = c.text(metric)
-    marker = MARKERS[c.mark].replace("*", r"\*")
+    marker = MARKERS[c.mark].replace("*", r"\*") + (f" {TIED_MARKER}" if c.tied else "")
     if c.mark == BEST:
         return f"**{text}** {marker}"
-    return f"{text} {marker}" if marker else text
+    return f"{text} {marker.strip()}" if marker else text
 
 
 def render_markdown(tables: Sequence[RankingTable]) -> str:
@@ -692,13 +717,14 @@ def _latex_cell(c: Cell | None, metric: Metric) -> str:
     body = f"{format_number(c.median, metric)} $\\pm$ {format_number(c.std, metric)}"
     if c.incomplete:
         body += f" ({c.runs}/{c.planned})"
+    tie = "$^{\\dagger}$" if c.tied else ""
     if c.mark == BEST:
         return f"\\textbf{{{body}}}$^{{**}}$"
     if c.mark == WITHIN_1:
-        return f"\\underline{{{body}}}$^{{*}}$"
+        return f"\\underline{{{body}}}$^{{*}}${tie}"
     if c.mark == WITHIN_3:
-        return f"{body}$^{{+}}$"
-    return body
+        return f"{body}$^{{+}}${tie}"
+    return body + tie
 
 
 def _latex_header(table: RankingTable, column: Any) -> str:

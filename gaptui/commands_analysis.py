@@ -224,9 +224,31 @@ def stats_cmd(
     sys.stdout.write(render[fmt](result))
 
 
+def figures_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figure files.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="png, svg or pdf.")] = "png",
+    metric: MetricOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Draw a task's publication figures (matplotlib): the kinds its family declares, sized for a paper."""
+    from gaptui import figures
+
+    if fmt not in figures.FORMATS:
+        raise GaptuiError(f"--format {fmt!r}: expected one of {', '.join(figures.FORMATS)}")
+    ws, records = _load(workspace)
+    analysis.check_task(task)
+    if not analysis.done_groups(records, task):
+        err_console.print(f"[yellow]note:[/] no finished {task} runs in {ws.history}; no figures", highlight=False)
+        return
+    for path in figures.figure_files(records, out, task, fmt, metric):
+        console.print(f"wrote {path}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``table``, ``gap``, ``stats`` and ``export`` to ``app``."""
     app.command("table")(table_cmd)
     app.command("gap")(gap_cmd)
     app.command("stats")(stats_cmd)
+    app.command("figures")(figures_cmd)
     app.command("export")(export_cmd)

@@ -30,12 +30,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special
 
-from gaptui.analysis import Cell, RankingTable
+if TYPE_CHECKING:
+    from gaptui.analysis import RankingTable
 
 ALPHA = 0.05
 
@@ -125,31 +126,54 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def pair_test(group: str, column: Any, a: Cell, b: Cell) -> PairTest:
-    """Welch's t-test and the Mann-Whitney U test of two cells' per-seed values (not yet Holm-corrected)."""
-    va, vb = np.asarray(a.values, dtype=float), np.asarray(b.values, dtype=float)
-    base = {"group": group, "column": column, "a": a.row, "b": b.row, "n_a": len(va), "n_b": len(vb)}
-    if len(va) < 2 or len(vb) < 2:
-        reason = f"fewer than 2 seeds ({a.row}: {len(va)}, {b.row}: {len(vb)})"
-        return PairTest(**base, welch_p=None, mannwhitney_p=None, p_holm=None, mannwhitney_p_holm=None, reason=reason)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # zero variance: scipy warns and returns nan
-        welch = _finite(sps.ttest_ind(va, vb, equal_var=False).pvalue)
-        mw = _finite(sps.mannwhitneyu(va, vb, alternative="two-sided").pvalue)
-    reason = "" if welch is not None else "no variance on either side: the t statistic is undefined"
-    return PairTest(**base, welch_p=welch, mannwhitney_p=mw, p_holm=None, mannwhitney_p_holm=None, reason=reason)
+def welch_pvalues(samples: Sequence[Sequence[float]], pairs: Sequence[tuple[int, int]]) -> list[float | None]:
+    """Two-sided Welch t-test p-values of ``pairs`` of ``samples`` (what ``scipy.stats.ttest_ind(a, b,
+    equal_var=False)`` gives), in one vectorised pass; ``None`` where a side has fewer than 2 values or neither side
+    varies (the t statistic is undefined). Ranking tables mark every cell with it, so it must stay cheap."""
+    if not pairs:
+        return []
+    n = np.array([len(s) for s in samples], dtype=float)
+    mean = np.array([np.mean(s) if len(s) else np.nan for s in samples])
+    var = np.array([np.var(s, ddof=1) if len(s) > 1 else np.nan for s in samples])
+    i, j = np.array(pairs).T
+    sa, sb = var[i] / n[i], var[j] / n[j]
+    se2 = sa + sb
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (mean[i] - mean[j]) / np.sqrt(se2)
+        df = se2**2 / (sa**2 / (n[i] - 1) + sb**2 / (n[j] - 1))
+        p = 2.0 * special.stdtr(df, -np.abs(t))  # Student's t CDF: scipy.stats costs a second to import
+    ok = (n[i] >= 2) & (n[j] >= 2) & (se2 > 0)
+    return [float(v) if good and math.isfinite(v) else None for v, good in zip(p, ok, strict=True)]
 
 
-def cell_tests(table: RankingTable, column: Any) -> list[PairTest]:
-    """Every pair of rows of one column of ``table``, Holm-corrected within the cell."""
+def cell_tests(table: RankingTable, column: Any, mann_whitney: bool = True) -> list[PairTest]:
+    """Every pair of rows of one column of ``table``, Holm-corrected within the cell (``mann_whitney=False``
+    leaves the rank test, and the import of scipy.stats, out: table marks need Welch's test only)."""
     cells = [c for r in table.rows if (c := table.cell(r, column)) is not None]
-    tests = [pair_test(table.group, column, a, b) for a, b in combinations(cells, 2)]
+    pairs = list(combinations(range(len(cells)), 2))
+    welch = welch_pvalues([c.values for c in cells], pairs)
+    tests = []
+    for (i, j), p in zip(pairs, welch, strict=True):
+        a, b = cells[i], cells[j]
+        base = {"group": table.group, "column": column, "a": a.row, "b": b.row, "n_a": a.runs, "n_b": b.runs}
+        if a.runs < 2 or b.runs < 2:
+            reason, mw = f"fewer than 2 seeds ({a.row}: {a.runs}, {b.row}: {b.runs})", None
+        else:
+            reason = "" if p is not None else "no variance on either side: the t statistic is undefined"
+            mw = _mann_whitney(a.values, b.values) if mann_whitney else None
+        tests.append(PairTest(**base, welch_p=p, mannwhitney_p=mw, p_holm=None, mannwhitney_p_holm=None, reason=reason))
     out = list(tests)
     for key, adjusted_key in (("welch_p", "p_holm"), ("mannwhitney_p", "mannwhitney_p_holm")):
         tested = [i for i, t in enumerate(out) if getattr(t, key) is not None]
         for i, p in zip(tested, holm([getattr(out[i], key) for i in tested]), strict=True):
             out[i] = _replace(out[i], **{adjusted_key: p})
     return out
+
+
+def _mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
+    from scipy import stats as sps
+
+    return _finite(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def _replace(test: PairTest, **changes: Any) -> PairTest:
@@ -165,7 +189,7 @@ def ties_with_best(table: RankingTable, column: Any, alpha: float = ALPHA) -> se
     if not best:
         return set()
     out = set()
-    for t in cell_tests(table, column):
+    for t in cell_tests(table, column, mann_whitney=False):
         if t.p_holm is None or t.p_holm < alpha:
             continue
         if t.a in best and t.b not in best:
@@ -177,11 +201,15 @@ def ties_with_best(table: RankingTable, column: Any, alpha: float = ALPHA) -> se
 
 def nemenyi_q(k: int, alpha: float = ALPHA) -> float:
     """The Nemenyi test's critical value for ``k`` rows (Demšar 2006, Table 5a: 1.960, 2.343, 2.569, ...)."""
+    from scipy import stats as sps
+
     return float(sps.studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2))
 
 
 def rank_test(tables: Sequence[RankingTable], higher_is_better: bool, alpha: float = ALPHA) -> RankTest:
     """Average ranks over every cell holding all the compared rows, Friedman's test and Nemenyi's CD."""
+    from scipy import stats as sps
+
     blocks: list[dict[str, float]] = []
     for table in tables:
         for column in table.columns:
@@ -247,6 +275,8 @@ def kendall_w(ranks: np.ndarray) -> float | None:
 
 def consistency(tables: Sequence[RankingTable]) -> Consistency:
     """Kendall's tau between adjacent columns' row orders and Kendall's W over each cell's seeds."""
+    from scipy import stats as sps
+
     taus, ws = [], []
     for table in tables:
         rows = [r for r in table.rows if r not in table.baselines]

@@ -103,7 +103,7 @@ def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: Non
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: no alignment run matches")
     csv_out = run_cli("export", "--task", "toy", "--out", str(tmp_path / "x"), *where, env=ENV)
     assert csv_out.returncode == 0, csv_out.stderr
-    assert (tmp_path / "x" / "tables.csv").read_text().startswith("model,size,median,std,runs,planned,mark\n")
+    assert (tmp_path / "x" / "tables.csv").read_text().startswith("model,size,median,std,runs,planned,mark,tied\n")
 
     again = run_cli("run", "--preset", str(preset), *where, env=ENV)
     assert again.returncode == 0 and "10 already done" in again.stderr

@@ -69,6 +69,16 @@ def test_pairwise_welch_and_mann_whitney_by_hand() -> None:
     assert at[(0.2, frozenset(("gat", "gin")))].p_holm > 0.05
 
 
+def test_vectorised_welch_equals_scipy() -> None:
+    samples = [[0.1, 0.4, 0.35], [0.5, 0.52, 0.7, 0.61], [0.3, 0.3], [0.9], [0.2, 0.25, 0.31, 0.18, 0.4]]
+    pairs = [(0, 1), (0, 2), (1, 4), (2, 4), (0, 3)]
+    got = statistics.welch_pvalues(samples, pairs)
+    for (i, j), p in zip(pairs[:4], got, strict=False):
+        assert p == pytest.approx(sps.ttest_ind(samples[i], samples[j], equal_var=False).pvalue, rel=1e-9)
+    assert got[4] is None  # one value on a side
+    assert statistics.welch_pvalues([[0.5, 0.5], [0.5, 0.5]], [(0, 1)]) == [None]  # no variance anywhere
+
+
 def test_one_seed_gives_no_test() -> None:
     rows = _grid({("gin", 0.1): [0.9], ("gcn", 0.1): [0.5, 0.6]})
     (t,) = statistics.table_statistics(analysis.build_tables(rows)).pairwise

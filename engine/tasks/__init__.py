@@ -385,6 +385,23 @@ def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], wha
 # ------------------------------------------------------------------------------------------------ families
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A figure ``gaptui figures`` draws for a family (drawn by :mod:`gaptui.figures`; the engine only names it).
+
+    Kinds: ``lines`` (the metric against the table's columns, one line per row with its seed band), ``gap`` (the
+    gap to the worst row, optimal column marked), ``curves`` (learning curves per cell from ``events.jsonl``),
+    ``cd`` (critical-difference diagram of the average ranks), ``bars`` (grouped bars with seed error bars;
+    ``derived`` for the family's derived tables), ``heatmap`` (rows x columns of cell values per table) and
+    ``series`` (metrics named ``<prefix><x>`` against x, e.g. accuracy per test size).
+    """
+
+    kind: str
+    derived: bool = False
+    prefix: str = ""
+    label: str = ""
+
+
 class TaskFamily:
     """Base class of task families: subclass, fill in the class attributes and hooks, register an instance."""
 
@@ -397,6 +414,8 @@ class TaskFamily:
     result_metric: ClassVar[str] = ""
     axes: ClassVar[tuple[Axis, ...]] = ()
     table: ClassVar[TableLayout]
+    #: What ``gaptui figures`` and ``gaptui report`` draw for this family.
+    figures: ClassVar[tuple[Figure, ...]] = (Figure("lines"), Figure("curves"), Figure("cd"))
 
     # -------------------------------------------------------------------------------- metadata look-ups
 

@@ -23,6 +23,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Cancelled,
+    Figure,
     Input,
     Metric,
     Outcome,
@@ -682,6 +683,7 @@ class Alignment(TaskFamily):
         Axis("model", "model", order=(BASELINE, *PAPER_ORDER)),
     )
     table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,))
+    figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
 
     def metric(self, key: str) -> Metric:
         # Any other top-k accuracy a spec asked for (topk = [3]) is a share like the declared ones.

@@ -23,6 +23,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Cancelled,
+    Figure,
     Input,
     Metric,
     Outcome,
@@ -259,6 +260,7 @@ class Gape(TaskFamily):
     default_metric = "val_mae"
     axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
     table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
+    figures = (Figure("bars"), Figure("curves"), Figure("cd"))
 
     def record_axes(self, spec: GapeSpec) -> dict[str, Any]:
         return {"dataset": dataset_label(spec), "pe": spec.pe_spec().kind}

@@ -26,6 +26,7 @@ from engine.tasks import (
     Axis,
     Cancelled,
     DerivedTable,
+    Figure,
     Input,
     Metric,
     Outcome,
@@ -250,6 +251,12 @@ class Properties(TaskFamily):
         Axis("property", "property", order=PROPERTY_NAMES),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
+    figures = (
+        Figure("heatmap"),
+        Figure("bars", derived=True),
+        Figure("series", prefix="acc_n", label="test graph size n"),
+        Figure("cd"),
+    )
 
     def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
         return {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
