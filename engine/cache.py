@@ -5,9 +5,11 @@ Folder entries (alignment, property and molecule datasets, positional encodings)
 ``meta.json`` whose ``files`` maps each data file (path relative to the entry) to its size and SHA-256. An entry
 is written into a hidden temporary sibling and renamed into place, so it is never half-written. Opening one
 checks ``meta.json`` (a JSON object with a ``files`` map), then each file: size first, then the hash. An entry
-that fails (a file truncated, altered at the same size or missing; ``meta.json`` missing, garbled or written
-before fingerprints were recorded) is renamed to ``<name>.corrupt-<UTC time>`` with one ``warning:`` line naming
-the file, and the caller builds it again.
+that fails (a file truncated, altered at the same size or missing; ``meta.json`` missing or garbled) is renamed
+to ``<name>.corrupt-<UTC time>`` with one ``warning:`` line naming the file, and the caller builds it again. An
+entry written before fingerprints were recorded is checked by its content where its kind can (every label of a
+property dataset against its property, arrays that load whole) and then gets its fingerprints; otherwise it is
+moved aside and built again like a corrupt one.
 
 Single-file caches (the calibration measurements) carry their fingerprint inside: a ``fingerprint`` key with the
 size and SHA-256 of the canonical JSON of everything else, checked the same way.
@@ -18,6 +20,7 @@ to load it), so every open checks again: nothing is remembered between opens.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,6 +39,8 @@ META = "meta.json"
 LEGACY = "no fingerprints (written by an older gaptui)"
 
 Warn = Callable[[str], None]
+#: Checks the content of an entry written before fingerprints were recorded: ``""`` when right, else why not.
+Legacy = Callable[[Path, dict[str, Any]], str]
 
 
 def _stderr(line: str) -> None:
@@ -106,11 +111,15 @@ def write_entry(final: Path, write: Callable[[Path], dict[str, Any]], *, force: 
 
 
 def check_entry(
-    path: Path, required: Iterable[str] = (), files: Iterable[str] = ()
+    path: Path, required: Iterable[str] = (), files: Iterable[str] = (), legacy: Legacy | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """``(meta, "")`` when the entry at ``path`` matches its fingerprints, else ``(None, why)``, the why naming
     the file. ``required`` lists keys ``meta.json`` must have besides ``files``; ``files`` the data files its
-    ``files`` map must list."""
+    ``files`` map must list.
+
+    An entry written before fingerprints were recorded fails, unless ``legacy(path, meta)`` checks its content
+    (``""`` when it is right): then its fingerprints are recorded now and it is used.
+    """
     path = Path(path)
     meta_path = path / META
     try:
@@ -127,7 +136,7 @@ def check_entry(
         return None, f"{META}: not a JSON object"
     recorded = meta.get("files")
     if recorded is None:
-        return None, f"{META}: {LEGACY}"
+        return _adopt(path, meta, required, files, legacy)
     if not isinstance(recorded, dict) or not recorded or not all(_is_fingerprint(v) for v in recorded.values()):
         return None, f"{META}: 'files' is not a map of file fingerprints"
     lacking = [k for k in required if k not in meta] + [f"files/{f}" for f in files if f not in recorded]
@@ -139,6 +148,24 @@ def check_entry(
         problem = mismatch(path / name, expected)
         if problem:
             return None, f"{name}: {problem}"
+    return meta, ""
+
+
+def _adopt(
+    path: Path, meta: dict[str, Any], required: Iterable[str], files: Iterable[str], legacy: Legacy | None
+) -> tuple[dict[str, Any] | None, str]:
+    """Check an entry without fingerprints by its content and record them when it passes."""
+    if legacy is None:
+        return None, f"{META}: {LEGACY}"
+    lacking = [k for k in required if k not in meta] + [f for f in files if not (path / f).is_file()]
+    if lacking:
+        return None, f"{META}: {LEGACY}, and {', '.join(lacking)} missing"
+    problem = legacy(path, meta)
+    if problem:
+        return None, problem
+    meta = {**meta, "files": manifest(path)}
+    with contextlib.suppress(OSError):  # a read-only cache is still used; it is checked by content again next time
+        atomic_write_text(path / META, json.dumps(meta, indent=2, sort_keys=True, default=str))
     return meta, ""
 
 
@@ -166,6 +193,7 @@ def open_entry(
     *,
     required: Iterable[str] = (),
     files: Iterable[str] = (),
+    legacy: Legacy | None = None,
     warn: Warn | None = None,
     then: str = "rebuilding it",
 ) -> dict[str, Any] | None:
@@ -175,7 +203,7 @@ def open_entry(
     path = Path(path)
     if not path.exists():
         return None
-    meta, problem = check_entry(path, required, files)
+    meta, problem = check_entry(path, required, files, legacy)
     if meta is not None:
         return meta
     discard(path, what, problem, warn, then)

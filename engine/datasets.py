@@ -184,8 +184,21 @@ def build_dataset(
 def open_verified(path: Path) -> Dataset | None:
     """The cached dataset at ``path`` after its check; None when there is none or (after moving it aside with a
     one-line warning) when it failed the check."""
-    meta = open_entry(path, "cached dataset", required=REQUIRED, files=FILES)
+    meta = open_entry(path, "cached dataset", required=REQUIRED, files=FILES, legacy=_pairs_load)
     return None if meta is None else Dataset(meta["id"], Path(path), meta)
+
+
+def _pairs_load(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: every split loads and holds its recorded pair count."""
+    for split in SPLITS:
+        try:
+            pairs = len(PairSplit.load(path / split))
+        except (ValueError, OSError, EOFError) as exc:
+            return f"{split}/: unreadable ({exc})"
+        expected = meta["stats"].get(split, {}).get("pairs") if isinstance(meta["stats"], dict) else None
+        if pairs != expected:
+            return f"{split}/: {pairs} pairs, expected {expected}"
+    return ""
 
 
 def intact(dataset: Dataset, raw_root: Path | None = None) -> Dataset:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -509,3 +510,41 @@ def test_gape_worker_rebuilds_garbled_molecule_and_encoding_caches(tmp_path: Pat
     assert "cached positional encoding" in warnings[1] and "(pe.npy: checksum mismatch)" in warnings[1]
     assert np.array_equal(np.load(part / "pe.npy"), values)
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "done"
+
+
+def _strip_fingerprints(entry: Path) -> None:
+    meta = json.loads((entry / "meta.json").read_text())
+    del meta["files"]
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("kind", list(CACHES))
+def test_a_cache_written_before_fingerprints_is_checked_by_content_or_rebuilt(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build, _ = CACHES[kind]
+    path, original, _ = build(tmp_path)
+    _strip_fingerprints(path)
+    capsys.readouterr()
+    _, again, built = build(tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert _same(again, original)
+    if kind == "pe":  # an encoding has nothing to check it by: computed again
+        assert (
+            built and len(warnings) == 1 and "(meta.json: no fingerprints (written by an older gaptui))" in warnings[0]
+        )
+    else:  # checked by its content, then fingerprinted in place
+        assert not built and warnings == [] and "files" in json.loads((path / "meta.json").read_text())
+
+
+def test_an_old_property_dataset_whose_labels_contradict_its_graphs_is_rebuilt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, original, _ = _property_cache(tmp_path)
+    _garble(path / "label.npy")
+    _strip_fingerprints(path)
+    capsys.readouterr()
+    _, again, built = _property_cache(tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert built and _same(again, original)
+    assert len(warnings) == 1 and re.search(r"\(label.npy: [1-4] labels contradict their graphs\)", warnings[0])

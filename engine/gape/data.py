@@ -14,6 +14,7 @@ folder and renamed into place (concurrent builders keep one copy), checked again
 from __future__ import annotations
 
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,14 +169,33 @@ REQUIRED = ("id", "num_atom_types")
 def open_molecules(path: Path) -> MoleculeData | None:
     """The cached molecule dataset at ``path`` after its check; None when there is none or (after moving it aside
     with a one-line warning) when it failed the check."""
-    meta = open_entry(path, "cached molecule dataset", required=REQUIRED, files=("arrays.npz",))
+    meta = open_entry(path, "cached molecule dataset", required=REQUIRED, files=("arrays.npz",), legacy=_loads)
     return None if meta is None else _load(Path(path), meta)
+
+
+#: What reading a damaged ``arrays.npz`` raises.
+UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path / "arrays.npz", allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def _load(path: Path, meta: dict[str, Any]) -> MoleculeData:
     try:
-        with np.load(path / "arrays.npz", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as exc:
+        arrays = _arrays(path)
+    except UNREADABLE as exc:
         raise GaptuiError(f"molecule dataset {path}: cannot read arrays.npz ({exc}); build it again") from None
     return MoleculeData(meta["id"], path, meta, arrays)
+
+
+def _loads(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: every array reads back whole (the archive's CRC-32s
+    catch altered bytes) and there is one node count per molecule."""
+    try:
+        arrays = _arrays(path)
+    except UNREADABLE as exc:
+        return f"arrays.npz: unreadable ({exc})"
+    count = arrays["num_nodes"].size if "num_nodes" in arrays else None
+    return "" if count == meta.get("molecules") else f"arrays.npz: {count} molecules, expected {meta.get('molecules')}"

@@ -151,8 +151,28 @@ def properties_dir(datasets_dir: Path) -> Path:
 def open_property_dataset(path: Path) -> PropertyDataset | None:
     """The cached dataset at ``path`` after its check; None when there is none or (after moving it aside with a
     one-line warning) when it failed the check."""
-    meta = open_entry(path, "cached property dataset", required=REQUIRED, files=FILES)
+    meta = open_entry(path, "cached property dataset", required=REQUIRED, files=FILES, legacy=_labels_hold)
     return None if meta is None else PropertyDataset(meta["id"], Path(path), meta)
+
+
+def _labels_hold(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: its arrays load, agree in length, and every label is
+    what the property's checker says of its graph."""
+    arrays = {}
+    for name in ARRAYS:
+        try:
+            arrays[name] = np.load(path / f"{name}.npy", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            return f"{name}.npy: unreadable ({exc})"
+    spec = meta["spec"]
+    graphs, n = spec.get("graphs"), spec.get("n")
+    if not isinstance(n, int) or arrays["bits"].shape != (graphs, -(-n * n // 8)):
+        return f"bits.npy: shape {arrays['bits'].shape} does not hold {graphs} graphs on {n} nodes"
+    short = [f"{name}.npy" for name in ARRAYS if arrays[name].shape != (graphs,) and name != "bits"]
+    if short:
+        return f"{', '.join(short)}: not {graphs} values"
+    wrong = int((get_property(spec["property"])(unpack(arrays["bits"], n)) != arrays["label"].astype(bool)).sum())
+    return f"label.npy: {wrong} labels contradict their graphs" if wrong else ""
 
 
 def cached_property_dataset(spec: PropertyDatasetSpec, datasets_dir: Path) -> PropertyDataset | None:
