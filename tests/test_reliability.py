@@ -548,3 +548,18 @@ def test_an_old_property_dataset_whose_labels_contradict_its_graphs_is_rebuilt(
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert built and _same(again, original)
     assert len(warnings) == 1 and re.search(r"\(label.npy: [1-4] labels contradict their graphs\)", warnings[0])
+
+
+def test_a_manager_removes_the_staging_folders_of_killed_cache_builds(tmp_path: Path) -> None:
+    dead = 2**22 + 11  # above the largest pid: no live process owns these
+    datasets = tmp_path / "datasets"
+    stale = [
+        datasets / "properties" / f".tmp-symmetric-perturb-n5-abc-{dead}-1",
+        datasets / "molecules" / f".tmp-mol-ringmol-abc-{dead}-1",
+        datasets / "pe" / "mol-ringmol-abc" / f".tmp-rwpe-abc-{dead}-1",
+    ]
+    for folder in stale:
+        folder.mkdir(parents=True)
+    with History(Workspace(tmp_path), write=True):
+        pass
+    assert not any(p.exists() for p in stale)
