@@ -563,3 +563,23 @@ def test_a_manager_removes_the_staging_folders_of_killed_cache_builds(tmp_path: 
     with History(Workspace(tmp_path), write=True):
         pass
     assert not any(p.exists() for p in stale)
+
+
+def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from engine.sources import SOURCES, parse_params
+    from tests.test_sources_real import write_aqsol
+
+    write_aqsol(tmp_path)
+    source = SOURCES.get("aqsol")(parse_params(SOURCES.get("aqsol"), {}))
+    first = source.load(None, None, np.random.default_rng(0), tmp_path)
+    _truncate(tmp_path / "aqsol" / "processed" / "train.pt")
+    capsys.readouterr()
+    again = source.load(None, None, np.random.default_rng(0), tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "aqsol's processed cache" in warnings[0] and "processing the raw" in warnings[0]
+    assert [g.num_nodes for g in again.train] == [g.num_nodes for g in first.train]
+    assert len(list((tmp_path / "aqsol").glob("processed.corrupt-*"))) == 1
