@@ -6,10 +6,10 @@ Layout of one cached dataset (``<datasets dir>/<id>/``)::
     train/<array>.npy    the arrays of :class:`engine.pairs.PairSplit` (six files)
     val/<array>.npy
 
-A build writes into a temporary sibling folder and renames it into place, so the cache never holds a
-half-written dataset. Opening a cached dataset checks every array against its size and checksum; a dataset that
-fails (a truncated or altered file) is moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built
-again.
+The dataset is an entry of the fingerprinted store (:mod:`engine.cache`): written into a temporary sibling folder
+and renamed into place, so the cache never holds a half-written dataset, and checked against its sizes and
+checksums when opened; a dataset that fails (a truncated, altered or missing file, a garbled ``meta.json``) is
+moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built again.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.cache import open_entry, read_meta, write_entry
 from engine.errors import GaptuiError
-from engine.files import fingerprint, mismatch, move_aside
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
 from engine.sources import SOURCES, data_root, params_dict, parse_params
@@ -34,6 +33,9 @@ from engine.sources import SOURCES, data_root, params_dict, parse_params
 #: Bump when the generation procedure changes: old cache entries are then never confused with new ones.
 FORMAT_VERSION = 2
 SPLITS = ("train", "val")
+#: The files every dataset entry holds besides ``meta.json``.
+FILES = tuple(f"{split}/{a}.npy" for split in SPLITS for a in ARRAYS)
+REQUIRED = ("id", "spec", "stats")
 
 
 @dataclass(frozen=True)
@@ -103,26 +105,6 @@ def seeded_rng(seed: int, key: dict[str, Any]) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
 
 
-def staging_dir(final: Path) -> Path:
-    """A fresh temporary sibling of ``final`` to build into (hidden, so cache listings skip it)."""
-    return final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-
-
-def publish_dir(tmp: Path, final: Path, *, force: bool = False) -> bool:
-    """Rename the finished build ``tmp`` to ``final`` atomically; False when another builder's copy was kept.
-
-    Builds are deterministic, so when ``final`` appeared meanwhile (a concurrent builder won the race) that copy
-    is kept and ``tmp`` removed, unless ``force`` asks to replace it.
-    """
-    if final.exists():
-        if not force:
-            shutil.rmtree(tmp)
-            return False
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return True
-
-
 @dataclass(frozen=True)
 class Dataset:
     """A cached alignment dataset on disk."""
@@ -162,8 +144,8 @@ def build_dataset(
     ident = dataset_id(canonical)
     datasets_dir = Path(datasets_dir)
     final = datasets_dir / ident
-    if (final / "meta.json").exists() and not force:
-        cached = _open_verified(final)
+    if not force:
+        cached = open_verified(final)
         if cached is not None:
             return cached, False
 
@@ -179,16 +161,13 @@ def build_dataset(
     )
     noise_rng = seeded_rng(canonical["seed"], canonical)
 
-    datasets_dir.mkdir(parents=True, exist_ok=True)
-    tmp = staging_dir(final)
-    try:
+    def write(tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {}
         for name, graphs in (("train", splits.train), ("val", splits.val)):
             pairs, noise_stats = correlate(graphs, canonical["noise_model"], canonical["noise"], noise_rng)
             pairs.save(tmp / name)
             stats[name] = noise_stats.to_dict(pairs)
-        files = {f"{split}/{a}.npy": fingerprint(tmp / split / f"{a}.npy") for split in SPLITS for a in ARRAYS}
-        meta = {
+        return {
             "id": ident,
             "spec": canonical,
             "stats": stats,
@@ -196,79 +175,43 @@ def build_dataset(
             "normalisation_note": splits.report.summary(),
             "build_seconds": round(time.perf_counter() - started, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": files,
         }
-        write_json(tmp / "meta.json", meta)
-        if not publish_dir(tmp, final, force=force):
-            return open_dataset(final), False
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return open_dataset(final), True
+
+    built = write_entry(final, write, force=force)
+    return open_dataset(final), built
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON and fsync it (used inside staging folders, which are renamed whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+def open_verified(path: Path) -> Dataset | None:
+    """The cached dataset at ``path`` after its check; None when there is none or (after moving it aside with a
+    one-line warning) when it failed the check."""
+    meta = open_entry(path, "cached dataset", required=REQUIRED, files=FILES, legacy=_pairs_load)
+    return None if meta is None else Dataset(meta["id"], Path(path), meta)
 
 
-def verify_dataset(dataset: Dataset) -> str:
-    """Why a cached dataset's arrays do not match what was written (``""`` when they do).
-
-    Datasets cached before checksums were recorded are checked by loading every array instead.
-    """
-    files = dataset.meta.get("files")
-    if isinstance(files, dict):
-        for name, expected in sorted(files.items()):
-            problem = mismatch(dataset.path / name, expected)
-            if problem:
-                return f"{name}: {problem}"
-        return ""
+def _pairs_load(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: every split loads and holds its recorded pair count."""
     for split in SPLITS:
         try:
-            dataset.split(split)
-        except GaptuiError as exc:
-            return str(exc)
+            pairs = len(PairSplit.load(path / split))
+        except (ValueError, OSError, EOFError) as exc:
+            return f"{split}/: unreadable ({exc})"
+        expected = meta["stats"].get(split, {}).get("pairs") if isinstance(meta["stats"], dict) else None
+        if pairs != expected:
+            return f"{split}/: {pairs} pairs, expected {expected}"
     return ""
 
 
-def _open_verified(path: Path) -> Dataset | None:
-    """The cached dataset at ``path``; None (after moving it aside with a warning) when it is corrupt."""
-    import sys
-
-    try:
-        dataset = open_dataset(path)
-        problem = verify_dataset(dataset)
-    except GaptuiError as exc:
-        problem = str(exc)
-    if not problem:
-        return dataset
-    aside = move_aside(path)
-    print(
-        f"warning: cached dataset {path.name} is corrupt ({problem}); moved aside to {aside}; rebuilding it",
-        file=sys.stderr,
+def intact(dataset: Dataset, raw_root: Path | None = None) -> Dataset:
+    """``dataset`` once it passed its check; built again from its spec when it failed (and was moved aside)."""
+    return (
+        open_verified(dataset.path)
+        or build_dataset(DatasetSpec.from_canonical(dataset.spec), dataset.path.parent, raw_root)[0]
     )
-    return None
 
 
 def open_dataset(path: Path) -> Dataset:
-    meta_path = Path(path) / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_bytes())
-    except FileNotFoundError:
-        raise GaptuiError(f"no dataset at {path} (missing {meta_path.name})") from None
-    except ValueError as exc:
-        raise GaptuiError(f"{meta_path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or not all(k in meta for k in ("id", "spec", "stats")):
-        raise GaptuiError(f"{meta_path}: not a gaptui dataset description (needs id, spec and stats)")
-    for split in SPLITS:
-        missing = [a for a in ARRAYS if not (Path(path) / split / f"{a}.npy").exists()]
-        if missing:
-            raise GaptuiError(f"dataset {path} is incomplete: {split}/ lacks {', '.join(missing)}")
+    """The dataset at ``path`` from its ``meta.json`` alone (listings and statistics; see :func:`open_verified`)."""
+    meta = read_meta(path, REQUIRED)
     return Dataset(meta["id"], Path(path), meta)
 
 

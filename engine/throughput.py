@@ -14,7 +14,9 @@ process, which is how the dry run measures one process per slot side by side
 
 :class:`CalibrationCache` keeps the measurements in one JSON file (``<workspace>/calibration.json``), keyed by the
 machine (:func:`machine`: host, CPU model, device name, torch version) and the cost key, so a second dry run does
-not measure again. A corrupt file is moved aside with one line and measured again.
+not measure again. The file carries its own fingerprint (:func:`engine.cache.write_sealed_json`); a file that fails
+it (truncated, altered, garbled, or written before fingerprints were recorded) is moved aside with one line and
+measured again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine.files import atomic_write_json, locked, move_aside, read_json
+from engine.cache import discard, open_sealed_json, write_sealed_json
+from engine.files import locked, read_json
 
 #: Version of the cache file's layout; entries of another version are measured anew and the file rewritten.
 CACHE_FORMAT = 1
@@ -312,17 +315,16 @@ class CalibrationCache:
         return locked(self.path.with_name(f".{self.path.name}.lock"), "gaptui calibration")
 
     def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {}
         raw = read_json(self.path)
         if isinstance(raw, dict) and raw.get("format") != CACHE_FORMAT and isinstance(raw.get("format"), int):
             return {}  # another gaptui's layout: measured again, and replaced on the next write
-        entries = raw.get("entries") if isinstance(raw, dict) else None
+        what, then = "calibration cache", "measuring again"
+        sealed = open_sealed_json(self.path, what, warn=self.warn, then=then)
+        if sealed is None:
+            return {}
+        entries = sealed.get("entries")
         if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
-            aside = move_aside(self.path)
-            self.warn(
-                f"warning: calibration cache {self.path} is corrupt; moved aside to {aside.name}; measuring again"
-            )
+            discard(self.path, what, "'entries' is not a table of measurements", self.warn, then)
             return {}
         return entries
 
@@ -342,7 +344,7 @@ class CalibrationCache:
         with self._lock():
             entries = self._read()
             entries[_digest({"machine": host, "key": key})] = {"machine": host, "key": key, "value": dict(value)}
-            atomic_write_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
+            write_sealed_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
             self._entries = entries
 
 

@@ -184,9 +184,10 @@ def datasets_export(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Export a dataset as one .npz (format in the README)."""
-    from engine.datasets import export_npz, find_dataset
+    from engine.datasets import export_npz, find_dataset, intact
 
-    dataset = find_dataset(Workspace.resolve(workspace).datasets, ident)
+    ws = Workspace.resolve(workspace)
+    dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
     path = export_npz(dataset, out, force=force)
     console.print(f"wrote {path}", highlight=False)
 

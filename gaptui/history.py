@@ -157,7 +157,14 @@ def check_workspace(root: Path) -> None:
 
 
 #: Temporary files a killed writer may leave in a workspace, removed when a manager opens it.
-STALE_TEMPS = (".history.json.*.tmp", ".calibration.json.*.tmp", "datasets/.tmp-*")
+STALE_TEMPS = (
+    ".history.json.*.tmp",
+    ".calibration.json.*.tmp",
+    "datasets/.tmp-*",
+    "datasets/properties/.tmp-*",
+    "datasets/molecules/.tmp-*",
+    "datasets/pe/*/.tmp-*",
+)
 
 
 def now() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,3 +302,284 @@ def test_no_validation_pairs_means_no_metric_never_a_ranked_zero(workspace: Path
     assert record["status"] == "done" and "val_lap_acc" not in record["metrics"] and "train_loss" in record["metrics"]
     table = run_cli("table", "--format", "json", "--workspace", str(workspace))
     assert table.returncode == 0 and json.loads(table.stdout) == []  # nothing to rank, rather than a 0 % best
+
+
+# ------------------------------------------------------------------------------------------ issue 19, caches
+# Every cache goes through one fingerprinted store (engine.cache): each fault below gives one warning line naming
+# the file, the entry moved aside as <name>.corrupt-<time>, and the cache built again with the same content.
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-5])
+
+
+def _garble(path: Path) -> None:
+    """Flip the last bytes (array data, not the header): the size stays, the content changes."""
+    data = bytearray(path.read_bytes())
+    data[-4:] = bytes(b ^ 0xFF for b in data[-4:])
+    path.write_bytes(bytes(data))
+
+
+def _garble_meta(path: Path) -> None:
+    """Same size, no longer JSON."""
+    path.write_bytes(b"#" + path.read_bytes()[1:])
+
+
+FAULTS = {  # fault: what it does to (entry folder, the file it hits)
+    "truncated": lambda entry, name: _truncate(entry / name),
+    "garbled": lambda entry, name: _garble(entry / name),
+    "missing": lambda entry, name: (entry / name).unlink(),
+    "garbled-meta": lambda entry, name: _garble_meta(entry / "meta.json"),
+}
+
+
+def _alignment_cache(root: Path) -> tuple[Path, dict, bool]:
+    from engine.datasets import SPLITS, DatasetSpec, build_dataset
+
+    ds, built = build_dataset(DatasetSpec("er", 0.1, n_train=6, n_val=2, params={"n": 12, "degree": 3}), root)
+    return ds.path, {f"{s}/{k}": v for s in SPLITS for k, v in ds.split(s).arrays().items()}, built
+
+
+def _property_cache(root: Path) -> tuple[Path, dict, bool]:
+    from engine.properties.datasets import ARRAYS, PropertyDatasetSpec, build_property_dataset
+
+    ds, built = build_property_dataset(PropertyDatasetSpec("symmetric", 5, "perturb", 40), root)
+    return ds.path, {name: ds.array(name) for name in ARRAYS}, built
+
+
+def _molecule_cache(root: Path) -> tuple[Path, dict, bool]:
+    from engine.gape.data import MoleculeSpec, build_molecules
+
+    data, built = build_molecules(MoleculeSpec("ringmol", {"count": 12}), root)
+    return data.path, data.arrays, built
+
+
+def _pe_cache(root: Path) -> tuple[Path, dict, bool]:
+    from engine.gape.data import MoleculeSpec, build_molecules
+    from engine.gape.pe import EncodingOptions, encoding, parse_pe
+
+    data, _ = build_molecules(MoleculeSpec("ringmol", {"count": 12}), root)
+    parts = root / "pe" / data.id
+    before = {p.name: p.stat().st_ino for p in parts.iterdir()} if parts.is_dir() else {}
+    values = encoding(data, parse_pe("rwpe"), root, EncodingOptions(rwpe_steps=4)).values
+    (path,) = [p for p in parts.iterdir() if "corrupt" not in p.name]
+    return path, {"pe": values}, before.get(path.name) != path.stat().st_ino  # a new folder: computed now
+
+
+CACHES = {  # kind: (build, the file its faults hit)
+    "alignment": (_alignment_cache, "train/perm.npy"),
+    "properties": (_property_cache, "label.npy"),
+    "molecules": (_molecule_cache, "arrays.npz"),
+    "pe": (_pe_cache, "pe.npy"),
+}
+
+
+def _same(a: dict, b: dict) -> bool:
+    import numpy as np
+
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("kind", list(CACHES))
+def test_a_corrupt_cache_is_moved_aside_said_once_and_rebuilt(
+    tmp_path: Path, kind: str, fault: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cache import check_entry
+
+    build, target = CACHES[kind]
+    path, original, built = build(tmp_path)
+    assert built
+    FAULTS[fault](path, target)
+    capsys.readouterr()
+    again_path, again, built = build(tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    named = "meta.json" if fault == "garbled-meta" else target
+    assert len(warnings) == 1 and f"({named}: " in warnings[0] and "moved aside" in warnings[0], warnings
+    aside = list(path.parent.glob(f"{path.name}.corrupt-*"))
+    assert len(aside) == 1 and (aside[0] / "meta.json").exists()  # kept as it was, not deleted
+    assert again_path == path and built and _same(again, original)
+    assert check_entry(path)[0] is not None
+    # Intact now: opened again without a word, not rebuilt.
+    assert not build(tmp_path)[2] and "warning" not in capsys.readouterr().err
+
+
+def _calibrated(tmp_path: Path) -> tuple[list[str], object]:
+    from gaptui.workspace import Workspace as Ws
+    from tests.test_estimate import CPU1, Counting, _estimator, _smoke_plan
+
+    warned: list[str] = []
+    counter = Counting()
+    _estimator(tmp_path, counter, warned=warned).estimate(_smoke_plan(tmp_path), [CPU1], Ws(tmp_path))
+    return warned, counter
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_corrupt_calibration_cache_is_moved_aside_said_once_and_measured_again(tmp_path: Path, fault: str) -> None:
+    from engine.cache import check_sealed_json
+
+    _calibrated(tmp_path)
+    path = tmp_path / "calibration.json"
+    original = check_sealed_json(path)[0]
+    text = path.read_text()
+    if fault == "garbled":  # a measurement altered at the same size: still JSON, no longer what was measured
+        first = json.loads(text)["entries"]
+        value = next(iter(first.values()))["value"]
+        seconds = f"{next(iter(value.values()))!r}"
+        path.write_text(text.replace(seconds, seconds[:-1] + str((int(seconds[-1]) + 1) % 10), 1))
+    elif fault == "garbled-meta":  # the file's own fingerprint
+        digest = json.loads(text)["fingerprint"]["sha256"]
+        path.write_text(text.replace(digest, digest[::-1]))
+    else:
+        FAULTS[fault](tmp_path, path.name)
+    warned, counter = _calibrated(tmp_path)
+    assert len(counter.keys) == 2 and counter.overheads == 1  # measured again
+    assert check_sealed_json(path)[0] == original
+    aside = list(tmp_path.glob("calibration.json.corrupt-*"))
+    if fault == "missing":  # nothing cached, nothing to move aside: measured, silently
+        assert warned == [] and aside == []
+        return
+    assert len(warned) == 1 and warned[0].startswith("warning: calibration cache ") and "moved aside" in warned[0]
+    assert len(aside) == 1
+    warned, counter = _calibrated(tmp_path)
+    assert warned == [] and counter.keys == []  # trusted now
+
+
+def test_cli_export_of_a_garbled_alignment_dataset_rebuilds_it(workspace: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    args = ["datasets", "build", "er", "--noise", "0.1", "--train", "6", "--val", "2", "-p", "n=12", "--json"]
+    first = json.loads(run_cli(*args, "--workspace", str(workspace)).stdout)
+    perm = Path(first["path"]) / "val" / "perm.npy"
+    before = np.load(perm)
+    _garble(perm)
+    out = tmp_path / "pairs.npz"
+    res = run_cli("datasets", "export", first["id"], "--out", str(out), "--workspace", str(workspace))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: cached dataset ") and "(val/perm.npy: " in lines[0]
+    assert np.array_equal(np.load(out)["val_perm"], before)
+    assert len(list((workspace / "datasets").glob(f"{first['id']}.corrupt-*"))) == 1
+
+
+def test_cli_export_of_a_garbled_property_dataset_writes_rows_that_match_their_labels(
+    workspace: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from engine.properties.datasets import build_property_dataset
+    from engine.properties.definitions import get_property
+    from engine.properties.published import read_published_train
+    from engine.properties.suite import suite_specs
+
+    (spec,) = suite_specs(["symmetric"], ["perturb"], graphs=40, sizes=1)
+    ds, _ = build_property_dataset(spec, workspace / "datasets")
+    _garble(ds.path / "label.npy")  # labels flipped at the same size: the export would contradict its rows
+    out = tmp_path / "published"
+    args = ["properties", "export", "--out", str(out), "-p", "symmetric", "-f", "perturb", "--graphs", "40"]
+    res = run_cli(*args, "--sizes", "1", "-j", "1", "--json", "--workspace", str(workspace))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "(label.npy: checksum mismatch)" in warnings[0]
+    published = read_published_train(out, "perturb", "symmetric")
+    assert np.array_equal(get_property("symmetric")(published.adjacency), published.labels.astype(bool))
+    assert len(list(ds.path.parent.glob(f"{ds.path.name}.corrupt-*"))) == 1
+
+
+def test_gape_worker_rebuilds_garbled_molecule_and_encoding_caches(tmp_path: Path) -> None:
+    import numpy as np
+
+    from engine.gape.data import MoleculeSpec, build_molecules
+    from engine.gape.pe import EncodingOptions, encoding, parse_pe
+
+    datasets = tmp_path / "datasets"
+    data, _ = build_molecules(MoleculeSpec("ringmol", {"count": 24}), datasets)
+    values = encoding(data, parse_pe("rwpe"), datasets, EncodingOptions(rwpe_steps=4)).values
+    (part,) = (datasets / "pe" / data.id).iterdir()
+    _garble(part / "pe.npy")  # a garbled encoding a run would otherwise train on and finish `done`
+    _garble_meta(data.path / "meta.json")
+    spec = {"task": "gape", "dataset": {"base": "ringmol", "params": {"count": 24}}, "pe": "rwpe", "rwpe_steps": 4}
+    spec |= {"layers": 1, "heads": 2, "budget": 2000, "epochs": 1, "batch_size": 12, "datasets_dir": str(datasets)}
+    spec_path = tmp_path / "spec.in.json"
+    spec_path.write_text(json.dumps(spec))
+    res = _worker(spec_path, tmp_path / "run")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, res.stderr
+    assert "cached molecule dataset" in warnings[0] and "(meta.json: not valid JSON)" in warnings[0]
+    assert "cached positional encoding" in warnings[1] and "(pe.npy: checksum mismatch)" in warnings[1]
+    assert np.array_equal(np.load(part / "pe.npy"), values)
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "done"
+
+
+def _strip_fingerprints(entry: Path) -> None:
+    meta = json.loads((entry / "meta.json").read_text())
+    del meta["files"]
+    (entry / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("kind", list(CACHES))
+def test_a_cache_written_before_fingerprints_is_checked_by_content_or_rebuilt(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build, _ = CACHES[kind]
+    path, original, _ = build(tmp_path)
+    _strip_fingerprints(path)
+    capsys.readouterr()
+    _, again, built = build(tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert _same(again, original)
+    if kind == "pe":  # an encoding has nothing to check it by: computed again
+        assert (
+            built and len(warnings) == 1 and "(meta.json: no fingerprints (written by an older gaptui))" in warnings[0]
+        )
+    else:  # checked by its content, then fingerprinted in place
+        assert not built and warnings == [] and "files" in json.loads((path / "meta.json").read_text())
+
+
+def test_an_old_property_dataset_whose_labels_contradict_its_graphs_is_rebuilt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, original, _ = _property_cache(tmp_path)
+    _garble(path / "label.npy")
+    _strip_fingerprints(path)
+    capsys.readouterr()
+    _, again, built = _property_cache(tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert built and _same(again, original)
+    assert len(warnings) == 1 and re.search(r"\(label.npy: [1-4] labels contradict their graphs\)", warnings[0])
+
+
+def test_a_manager_removes_the_staging_folders_of_killed_cache_builds(tmp_path: Path) -> None:
+    dead = 2**22 + 11  # above the largest pid: no live process owns these
+    datasets = tmp_path / "datasets"
+    stale = [
+        datasets / "properties" / f".tmp-symmetric-perturb-n5-abc-{dead}-1",
+        datasets / "molecules" / f".tmp-mol-ringmol-abc-{dead}-1",
+        datasets / "pe" / "mol-ringmol-abc" / f".tmp-rwpe-abc-{dead}-1",
+    ]
+    for folder in stale:
+        folder.mkdir(parents=True)
+    with History(Workspace(tmp_path), write=True):
+        pass
+    assert not any(p.exists() for p in stale)
+
+
+def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from engine.sources import SOURCES, parse_params
+    from tests.test_sources_real import write_aqsol
+
+    write_aqsol(tmp_path)
+    source = SOURCES.get("aqsol")(parse_params(SOURCES.get("aqsol"), {}))
+    first = source.load(None, None, np.random.default_rng(0), tmp_path)
+    _truncate(tmp_path / "aqsol" / "processed" / "train.pt")
+    capsys.readouterr()
+    again = source.load(None, None, np.random.default_rng(0), tmp_path)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "aqsol's processed cache" in warnings[0] and "processing the raw" in warnings[0]
+    assert [g.num_nodes for g in again.train] == [g.num_nodes for g in first.train]
+    assert len(list((tmp_path / "aqsol").glob("processed.corrupt-*"))) == 1

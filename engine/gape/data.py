@@ -6,23 +6,22 @@ Layout of one cached molecule dataset (``<datasets dir>/molecules/<id>/``)::
     arrays.npz         num_nodes [G], edge_index [2, E] (local ids, both directions), edge_ptr [G + 1],
                        atom_types [N], target [G], rows [G], skipped [S], split_<name> [G_split]
 
-Builds write into a temporary sibling folder and rename it into place, so the cache never holds a half-written
-dataset; concurrent builders keep one copy.
+Each dataset is an entry of the fingerprinted store (:mod:`engine.cache`): written into a temporary sibling
+folder and renamed into place (concurrent builders keep one copy), checked against the sizes and checksums in
+``meta.json`` when opened, and moved aside and built again when it fails.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
-from collections.abc import Callable
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.cache import open_entry, read_meta, write_entry
 from engine.datasets import content_digest, seeded_rng
 from engine.errors import GaptuiError
 from engine.graphs import Graph
@@ -110,41 +109,14 @@ class MoleculeData:
         return out
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def atomic_build(final: Path, write: Callable[[Path], None]) -> bool:
-    """Build into a temporary sibling of ``final`` with ``write(tmp)`` and rename it into place.
-
-    Returns False when another builder got there first (its copy is kept: builds are deterministic).
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        tmp.mkdir()
-        write(tmp)
-        if (final / "meta.json").exists():
-            return False
-        if final.exists():
-            shutil.rmtree(final)  # a folder without meta.json is a leftover of an older, killed build
-        os.replace(tmp, final)
-        return True
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def build_molecules(spec: MoleculeSpec, datasets_dir: Path, raw_root: Path | None = None) -> tuple[MoleculeData, bool]:
     """Build (or find in the cache) the molecule dataset of ``spec``. Returns ``(data, built_now)``."""
     canonical = spec.canonical()
     ident = molecule_id(canonical)
     final = Path(datasets_dir) / "molecules" / ident
-    if (final / "meta.json").exists():
-        return open_molecules(final), False
+    cached = open_molecules(final)
+    if cached is not None:
+        return cached, False
     started = time.perf_counter()
     cls = molecule_source(canonical["base"])
     source = cls(parse_params(cls, canonical["params"]))
@@ -183,20 +155,47 @@ def build_molecules(spec: MoleculeSpec, datasets_dir: Path, raw_root: Path | Non
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
-    def write(tmp: Path) -> None:
+    def write(tmp: Path) -> dict[str, Any]:
         np.savez(tmp / "arrays.npz", **arrays)
-        _write_json(tmp / "meta.json", meta)
+        return meta
 
-    built = atomic_build(final, write)
-    return open_molecules(final), built
+    built = write_entry(final, write)
+    return _load(final, read_meta(final, REQUIRED)), built
 
 
-def open_molecules(path: Path) -> MoleculeData:
-    path = Path(path)
+REQUIRED = ("id", "num_atom_types")
+
+
+def open_molecules(path: Path) -> MoleculeData | None:
+    """The cached molecule dataset at ``path`` after its check; None when there is none or (after moving it aside
+    with a one-line warning) when it failed the check."""
+    meta = open_entry(path, "cached molecule dataset", required=REQUIRED, files=("arrays.npz",), legacy=_loads)
+    return None if meta is None else _load(Path(path), meta)
+
+
+#: What reading a damaged ``arrays.npz`` raises.
+UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path / "arrays.npz", allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _load(path: Path, meta: dict[str, Any]) -> MoleculeData:
     try:
-        meta = json.loads((path / "meta.json").read_text())
-        with np.load(path / "arrays.npz") as z:
-            arrays = {k: z[k] for k in z.files}
-    except (FileNotFoundError, json.JSONDecodeError, OSError, ValueError) as exc:
-        raise GaptuiError(f"molecule dataset {path} is unreadable ({exc}); delete the folder to rebuild it") from None
+        arrays = _arrays(path)
+    except UNREADABLE as exc:
+        raise GaptuiError(f"molecule dataset {path}: cannot read arrays.npz ({exc}); build it again") from None
     return MoleculeData(meta["id"], path, meta, arrays)
+
+
+def _loads(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: every array reads back whole (the archive's CRC-32s
+    catch altered bytes) and there is one node count per molecule."""
+    try:
+        arrays = _arrays(path)
+    except UNREADABLE as exc:
+        return f"arrays.npz: unreadable ({exc})"
+    count = arrays["num_nodes"].size if "num_nodes" in arrays else None
+    return "" if count == meta.get("molecules") else f"arrays.npz: {count} molecules, expected {meta.get('molecules')}"

@@ -17,13 +17,13 @@ name                   encoding of each atom
 
 Graphs with ``n <= k`` atoms have ``n - 1`` non-trivial eigenvectors; the missing columns are zeros.
 Cached parts live in ``<datasets dir>/pe/<molecule dataset id>/<part>-<hash>/`` (``meta.json`` and ``pe.npy``,
-float32 ``[sum(num_nodes), dim]``), written atomically; ``abs-lap``, ``r-lap`` and ``gape+rwpe`` are derived
-from the cached ``lap``, ``rwpe`` and ``gape`` parts when loaded.
+float32 ``[sum(num_nodes), dim]``), entries of the fingerprinted store (:mod:`engine.cache`: written atomically,
+checked when read, moved aside and computed again when they fail); ``abs-lap``, ``r-lap`` and ``gape+rwpe`` are
+derived from the cached ``lap``, ``rwpe`` and ``gape`` parts when loaded.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.cache import open_entry, write_entry
 from engine.datasets import content_digest
 from engine.errors import GaptuiError
-from engine.gape.data import MoleculeData, atomic_build
+from engine.gape.data import MoleculeData
 
 #: Bump when an encoding's computation changes.
 PE_FORMAT = 1
@@ -151,17 +152,24 @@ def _cached_part(
     """The array of one encoding part, computed once per (molecule dataset, part) and cached atomically."""
     canonical = {"format": PE_FORMAT, "molecules": data.id, **key}
     final = Path(datasets_dir) / "pe" / data.id / f"{key['part']}-{content_digest(canonical)[:12]}"
-    if not (final / "meta.json").exists():
-        started = time.perf_counter()
-        values = np.ascontiguousarray(compute(), dtype=np.float32)
+    rows = int(data.num_nodes.sum())
+    if open_entry(final, "cached positional encoding", required=("spec", "shape"), files=("pe.npy",)) is not None:
+        try:
+            values = np.load(final / "pe.npy", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise GaptuiError(f"positional encoding {final}: cannot read pe.npy ({exc}); compute it again") from None
+        if values.ndim == 2 and values.shape[0] == rows:
+            return values
+        raise GaptuiError(f"positional encoding {final}: pe.npy has shape {values.shape}, expected {rows} rows")
+    started = time.perf_counter()
+    values = np.ascontiguousarray(compute(), dtype=np.float32)
 
-        def write(tmp: Path) -> None:
-            np.save(tmp / "pe.npy", values)
-            meta = {"spec": canonical, "shape": list(values.shape), "seconds": round(time.perf_counter() - started, 3)}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    def write(tmp: Path) -> dict[str, Any]:
+        np.save(tmp / "pe.npy", values, allow_pickle=False)
+        return {"spec": canonical, "shape": list(values.shape), "seconds": round(time.perf_counter() - started, 3)}
 
-        atomic_build(final, write)
-    return np.load(final / "pe.npy")
+    write_entry(final, write)
+    return values
 
 
 @dataclass

@@ -19,13 +19,13 @@ Layout (``<datasets dir>/properties/<id>/``): ``meta.json`` (spec, stats, build 
 / 8)]`` uint8, the row-major adjacency packed with :func:`numpy.packbits`), ``label.npy`` (``[G]`` uint8, 1 =
 satisfies), ``source.npy`` (``[G]`` int32: for a GraphPerturb negative the index of its positive, else -1) and
 ``flips.npy`` (``[G]`` uint8: cells flipped, 0 for positives and GraphRandom). Graphs are stored in a seeded random
-order. Builds are staged in a hidden folder and renamed into place.
+order. Each dataset is an entry of the fingerprinted store (:mod:`engine.cache`): staged in a hidden folder and
+renamed into place, checked against the sizes and checksums in ``meta.json`` when opened, and moved aside and built
+again when it fails.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.datasets import content_digest, publish_dir, seeded_rng, staging_dir, write_json
+from engine.cache import open_entry, read_meta, write_entry
+from engine.datasets import content_digest, seeded_rng
 from engine.errors import GaptuiError, unknown
 from engine.properties.definitions import BASE_SIZES, MAX_NODES, Property, get_property
 from engine.properties.sat import RelationSampler
@@ -48,6 +49,8 @@ GRAPHS_PER_DATASET = 10_000
 #: Give up when this many draws per wanted graph (plus a constant) still leave the dataset short.
 MAX_DRAWS_PER_GRAPH = 25
 ARRAYS = ("bits", "label", "source", "flips")
+FILES = tuple(f"{a}.npy" for a in ARRAYS)
+REQUIRED = ("id", "spec", "stats")
 
 Progress = Callable[[int, int], None]
 
@@ -123,7 +126,13 @@ class PropertyDataset:
         return self.meta["stats"]
 
     def array(self, name: str) -> np.ndarray:
-        return np.load(self.path / f"{name}.npy")
+        try:
+            return np.load(self.path / f"{name}.npy", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise GaptuiError(
+                f"property dataset {self.path}: cannot read {name}.npy ({exc}); build it again with "
+                "`gaptui properties build`"
+            ) from None
 
     def adjacency(self) -> np.ndarray:
         """``[G, n, n]`` bool."""
@@ -139,24 +148,36 @@ def properties_dir(datasets_dir: Path) -> Path:
     return Path(datasets_dir) / "properties"
 
 
-def open_property_dataset(path: Path) -> PropertyDataset:
-    meta_path = Path(path) / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise GaptuiError(f"no property dataset at {path} (missing meta.json)") from None
-    except json.JSONDecodeError as exc:
-        raise GaptuiError(f"{meta_path}: not valid JSON ({exc})") from None
-    missing = [a for a in ARRAYS if not (Path(path) / f"{a}.npy").exists()]
-    if missing:
-        raise GaptuiError(f"property dataset {path} is incomplete: lacks {', '.join(missing)}")
-    return PropertyDataset(meta["id"], Path(path), meta)
+def open_property_dataset(path: Path) -> PropertyDataset | None:
+    """The cached dataset at ``path`` after its check; None when there is none or (after moving it aside with a
+    one-line warning) when it failed the check."""
+    meta = open_entry(path, "cached property dataset", required=REQUIRED, files=FILES, legacy=_labels_hold)
+    return None if meta is None else PropertyDataset(meta["id"], Path(path), meta)
+
+
+def _labels_hold(path: Path, meta: dict[str, Any]) -> str:
+    """A dataset cached before fingerprints were recorded: its arrays load, agree in length, and every label is
+    what the property's checker says of its graph."""
+    arrays = {}
+    for name in ARRAYS:
+        try:
+            arrays[name] = np.load(path / f"{name}.npy", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            return f"{name}.npy: unreadable ({exc})"
+    spec = meta["spec"]
+    graphs, n = spec.get("graphs"), spec.get("n")
+    if not isinstance(n, int) or arrays["bits"].shape != (graphs, -(-n * n // 8)):
+        return f"bits.npy: shape {arrays['bits'].shape} does not hold {graphs} graphs on {n} nodes"
+    short = [f"{name}.npy" for name in ARRAYS if arrays[name].shape != (graphs,) and name != "bits"]
+    if short:
+        return f"{', '.join(short)}: not {graphs} values"
+    wrong = int((get_property(spec["property"])(unpack(arrays["bits"], n)) != arrays["label"].astype(bool)).sum())
+    return f"label.npy: {wrong} labels contradict their graphs" if wrong else ""
 
 
 def cached_property_dataset(spec: PropertyDatasetSpec, datasets_dir: Path) -> PropertyDataset | None:
-    """The cached dataset of ``spec``, or None when it has not been built."""
-    final = properties_dir(datasets_dir) / property_dataset_id(spec.canonical())
-    return open_property_dataset(final) if (final / "meta.json").exists() else None
+    """The cached dataset of ``spec`` when it is built and intact, else None."""
+    return open_property_dataset(properties_dir(datasets_dir) / property_dataset_id(spec.canonical()))
 
 
 def build_property_dataset(
@@ -166,29 +187,26 @@ def build_property_dataset(
     canonical = spec.canonical()
     ident = property_dataset_id(canonical)
     final = properties_dir(datasets_dir) / ident
-    if (final / "meta.json").exists() and not force:
-        return open_property_dataset(final), False
+    if not force:
+        cached = open_property_dataset(final)
+        if cached is not None:
+            return cached, False
     started = time.perf_counter()
     arrays, stats = generate(canonical, seeded_rng(canonical["seed"], canonical), progress)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = staging_dir(final)
-    try:
-        tmp.mkdir()
+
+    def write(tmp: Path) -> dict[str, Any]:
         for name, arr in arrays.items():
-            np.save(tmp / f"{name}.npy", arr)
-        meta = {
+            np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+        return {
             "id": ident,
             "spec": canonical,
             "stats": stats,
             "build_seconds": round(time.perf_counter() - started, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        write_json(tmp / "meta.json", meta)
-        built = publish_dir(tmp, final, force=force)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return open_property_dataset(final), built
+
+    built = write_entry(final, write, force=force)
+    return PropertyDataset(ident, final, read_meta(final, REQUIRED)), built
 
 
 # ---------------------------------------------------------------------------------------------------- generation

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import GaptuiError
 from engine.properties.datasets import (
     FAMILIES,
     GRAPHS_PER_DATASET,
@@ -131,6 +132,6 @@ def export_suite(targets: dict[Path, PropertyDatasetSpec], datasets_dir: Path) -
     """Write each (already built) dataset of ``targets`` to its CSV file."""
     for path, spec in targets.items():
         dataset = cached_property_dataset(spec, datasets_dir)
-        if dataset is None:
-            raise RuntimeError(f"dataset of {spec} is not built")
+        if dataset is None:  # moved aside or removed since it was built
+            raise GaptuiError(f"property dataset {spec.property} n={spec.n} ({spec.family}) is gone; export again")
         write_csv(path, dataset.adjacency(), np.asarray(dataset.labels()))

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cache import discard
 from engine.errors import GaptuiError
 from engine.graphs import Graph
 from engine.sampling import bfs_subgraphs
@@ -163,18 +164,36 @@ def open_pyg(name: str, folder: Path, files: Sequence[str], dataset_dir: Path, m
     """Construct a PyG dataset whose raw files are ``files`` in ``folder``.
 
     The constructor downloads missing raw files itself (only allowed when none are present and not offline)
-    and processes them into ``processed/`` once; network and unreadable-file errors become one-line errors.
+    and processes them into ``processed/`` once; network and unreadable-file errors become one-line errors. A
+    ``processed/`` folder that cannot be read (a truncated or altered file) is moved aside with one warning and
+    the raw files processed again.
     """
     missing = check_download_allowed(name, folder, files)
+    try:
+        return _construct(name, folder, missing, dataset_dir, make)
+    except UNREADABLE as exc:
+        processed = dataset_dir / "processed"
+        if not processed.is_dir():
+            raise GaptuiError(f"{name}: cannot read the raw files in {folder}: {_reason(exc)}") from exc
+        discard(processed, f"{name}'s processed cache", _reason(exc), then="processing the raw files again")
+    try:
+        return _construct(name, folder, missing, dataset_dir, make)
+    except UNREADABLE as exc:
+        raise GaptuiError(f"{name}: cannot read the raw files in {folder}: {_reason(exc)}") from exc
+
+
+#: What constructing a PyG dataset from damaged raw or processed files raises (``torch.load``: RuntimeError).
+UNREADABLE = (*NETWORK_ERRORS, pickle.UnpicklingError, RuntimeError)
+
+
+def _construct(name: str, folder: Path, missing: list[str], dataset_dir: Path, make: Callable[[], Any]) -> Any:
     try:
         with socket_timeout(), _cleanup_on_failure(dataset_dir):
             return make()
     except NETWORK_ERRORS as exc:
         if missing:
             raise missing_error(name, folder, missing, f"and the download failed ({_reason(exc)})") from exc
-        raise GaptuiError(f"{name}: cannot read the raw files in {folder}: {_reason(exc)}") from exc
-    except pickle.UnpicklingError as exc:
-        raise GaptuiError(f"{name}: cannot read the raw files in {folder}: {_reason(exc)}") from exc
+        raise
 
 
 def pyg_item(data: Any, label: str) -> tuple[int, np.ndarray]:
