@@ -27,9 +27,11 @@ import numpy as np
 
 from engine.errors import GaptuiError
 from engine.files import fingerprint, mismatch, move_aside
+from engine.graphs import Graph
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
-from engine.sources import SOURCES, data_root, params_dict, parse_params
+from engine.sources import SOURCES, BaseSplits, data_root, params_dict, parse_params
+from engine.sources.base import has_alignment_signal
 
 #: Bump when the generation procedure changes: old cache entries are then never confused with new ones.
 FORMAT_VERSION = 2
@@ -210,13 +212,11 @@ def build_dataset(
     return open_dataset(final), True
 
 
-def _with_signal(splits: Any) -> tuple[dict[str, list[Any]], dict[str, int]]:
+def _with_signal(splits: BaseSplits) -> tuple[dict[str, list[Graph]], dict[str, int]]:
     """The graphs of each split that carry alignment signal, and per split how many were left out (here and by
     the source before it drew its sample). Leaving none out keeps the graph lists, hence the datasets, as they were.
     """
-    from engine.sources.base import has_alignment_signal
-
-    kept: dict[str, list[Any]] = {}
+    kept: dict[str, list[Graph]] = {}
     left_out: dict[str, int] = {}
     for name in SPLITS:
         graphs = getattr(splits, name)
