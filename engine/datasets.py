@@ -26,9 +26,11 @@ import numpy as np
 
 from engine.cache import open_entry, read_meta, write_entry
 from engine.errors import GaptuiError
+from engine.graphs import Graph
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
-from engine.sources import SOURCES, data_root, params_dict, parse_params
+from engine.sources import SOURCES, BaseSplits, data_root, params_dict, parse_params
+from engine.sources.base import has_alignment_signal
 
 #: Bump when the generation procedure changes: old cache entries are then never confused with new ones.
 FORMAT_VERSION = 2
@@ -147,6 +149,7 @@ def build_dataset(
     if not force:
         cached = open_verified(final)
         if cached is not None:
+            _check_trainable(cached.stats, ident)
             return cached, False
 
     from engine.memory import check_fits
@@ -160,13 +163,15 @@ def build_dataset(
         canonical["n_train"], canonical["n_val"], seeded_rng(canonical["seed"], base_key), data_root(raw_root)
     )
     noise_rng = seeded_rng(canonical["seed"], canonical)
+    kept, left_out = _with_signal(splits)
+    _check_trainable({name: {"pairs": len(kept[name]), "left_out": left_out[name]} for name in SPLITS}, ident)
 
     def write(tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {}
-        for name, graphs in (("train", splits.train), ("val", splits.val)):
-            pairs, noise_stats = correlate(graphs, canonical["noise_model"], canonical["noise"], noise_rng)
+        for name in SPLITS:
+            pairs, noise_stats = correlate(kept[name], canonical["noise_model"], canonical["noise"], noise_rng)
             pairs.save(tmp / name)
-            stats[name] = noise_stats.to_dict(pairs)
+            stats[name] = {**noise_stats.to_dict(pairs), "left_out": left_out[name]}
         return {
             "id": ident,
             "spec": canonical,
@@ -186,6 +191,33 @@ def open_verified(path: Path) -> Dataset | None:
     one-line warning) when it failed the check."""
     meta = open_entry(path, "cached dataset", required=REQUIRED, files=FILES, legacy=_pairs_load)
     return None if meta is None else Dataset(meta["id"], Path(path), meta)
+
+
+def _with_signal(splits: BaseSplits) -> tuple[dict[str, list[Graph]], dict[str, int]]:
+    """The graphs of each split that carry alignment signal, and per split how many were left out (here and by
+    the source before it drew its sample). Leaving none out keeps the graph lists, hence the datasets, as they were.
+    """
+    kept: dict[str, list[Graph]] = {}
+    left_out: dict[str, int] = {}
+    for name in SPLITS:
+        graphs = getattr(splits, name)
+        kept[name] = [g for g in graphs if has_alignment_signal(g)]
+        left_out[name] = splits.left_out.get(name, 0) + len(graphs) - len(kept[name])
+    return kept, left_out
+
+
+def _check_trainable(stats: dict[str, Any], ident: str) -> None:
+    """Refuse a dataset that would train on nothing: no training pair, or no validation pair left after leaving
+    out graphs without alignment signal (its runs would finish without a metric)."""
+    for name, what in (("train", "training"), ("val", "validation")):
+        pairs, left = int(stats[name].get("pairs", 0)), int(stats[name].get("left_out", 0))
+        if pairs == 0 and left:
+            raise GaptuiError(
+                f"dataset {ident} has no {what} pair: all {left} {what} graphs have fewer than 2 nodes or no "
+                "edges, which carry no alignment signal; use graphs with edges (molecules with bonds)"
+            )
+        if pairs == 0 and name == "train":
+            raise GaptuiError(f"dataset {ident} has no training pair; choose a base dataset or sizes that give some")
 
 
 def _pairs_load(path: Path, meta: dict[str, Any]) -> str:

@@ -7,6 +7,10 @@ removed independently with probability ``p_remove`` and each non-edge added inde
 - ``add_remove``: ``p_remove = eta`` (the degree stays stable on average);
 - ``add``: ``p_remove = 0`` (sparse graphs such as molecules stay connected).
 
+A graph too dense to take ``eta |E|`` added edges (``eta |E| > T - |E|``: a triangle, a 2-atom molecule, any
+complete graph) is *capped*: ``p_add = 1``, every non-edge is added (before removals its noised graph is complete),
+and it adds ``T - |E| < eta |E|`` edges. Removals are unchanged. Capped graphs are counted in :class:`NoiseStats`.
+
 The pair is stored as ``(G, H, perm)`` with ``H`` the noised graph relabelled so that node ``i`` of ``G``
 corresponds to node ``perm[i]`` of ``H``; the target of training is ``perm``, never the identity.
 """
@@ -49,34 +53,36 @@ def check_noise_model(model: str, where: str = "--noise-model") -> str:
 
 
 def noise_probabilities(model: str, eta: float, num_nodes: int, num_edges: int) -> tuple[float, float]:
-    """``(p_remove, p_add)`` for one graph; refuses ``p_add > 1`` with the numbers that make it so."""
+    """``(p_remove, p_add)`` for one graph, ``p_add`` capped at 1 (see :func:`capped_graphs`)."""
     p_remove, p_add = noise_probability_arrays(model, eta, np.array([num_nodes]), np.array([num_edges]))
     return float(p_remove[0]), float(p_add[0])
+
+
+def capped_graphs(eta: float, num_nodes: np.ndarray, num_edges: np.ndarray) -> np.ndarray:
+    """Bool ``[P]``: the graphs whose ``eta |E|`` exceeds their non-edges ``N(N-1)/2 - |E|``, so that the formula
+    would give ``p_add > 1`` (``1/0`` for a complete graph); their ``p_add`` is capped at 1."""
+    n = np.asarray(num_nodes, dtype=np.int64)
+    m = np.asarray(num_edges, dtype=np.int64)
+    return (m > 0) & (eta * m > n * (n - 1) // 2 - m)
 
 
 def noise_probability_arrays(
     model: str, eta: float, num_nodes: np.ndarray, num_edges: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised :func:`noise_probabilities` over graphs: ``(p_remove [P], p_add [P])``."""
+    """Vectorised :func:`noise_probabilities` over graphs: ``(p_remove [P], p_add [P])``.
+
+    ``p_add = min(1, eta |E| / (N(N-1)/2 - |E|))``; a complete graph, with no non-edge, gets 0 (nothing to add).
+    """
     check_noise_model(model)
     check_noise(eta)
     n = np.asarray(num_nodes, dtype=np.int64)
     m = np.asarray(num_edges, dtype=np.int64)
-    pairs = n * (n - 1) // 2
-    free = pairs - m
+    free = n * (n - 1) // 2 - m
     p_remove = np.full(n.shape, eta if model == "add_remove" else 0.0)
     if eta == 0.0:
         return p_remove, np.zeros(n.shape)
-    bad = np.flatnonzero((m > 0) & (eta * m > free))
-    if bad.size:
-        i = int(bad[0])
-        nn, mm, tt, ff = int(n[i]), int(m[i]), int(pairs[i]), int(free[i])
-        raise GaptuiError(
-            f"noise {eta:g} is too high for graph {i} (N={nn}, |E|={mm}): "
-            f"p_add = eta*|E|/(N(N-1)/2 - |E|) = {eta:g}*{mm}/({tt} - {mm}) = {eta * mm / max(ff, 1):.4g} > 1 "
-            f"(this graph allows eta <= {ff / mm:.4g})"
-        )
     p_add = np.divide(eta * m, free, out=np.zeros(n.shape), where=free > 0)
+    np.minimum(p_add, 1.0, out=p_add)
     return p_remove, p_add
 
 
@@ -89,6 +95,8 @@ class NoiseStats:
     removed: int
     added: int
     disconnected_h: int
+    #: Graphs too dense to take eta*|E| added edges, whose p_add was capped at 1 (:func:`capped_graphs`).
+    capped: int = 0
 
     def to_dict(self, split: PairSplit) -> dict[str, float | int]:
         n = split.num_nodes
@@ -103,6 +111,9 @@ class NoiseStats:
             "removed_fraction": self.removed / self.edges if self.edges else 0.0,
             "added_fraction": self.added / self.edges if self.edges else 0.0,
             "disconnected_h_share": self.disconnected_h / self.pairs if self.pairs else 0.0,
+            "removed_edges": self.removed,
+            "added_edges": self.added,
+            "capped_graphs": self.capped,
         }
 
 
@@ -452,5 +463,6 @@ def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Genera
         removed=int(removed.size),
         added=int(added.sum()),
         disconnected_h=int((~connected).sum()),
+        capped=int(capped_graphs(eta, n, m).sum()),
     )
     return split, stats

@@ -61,6 +61,8 @@ STAT_LABELS = (
     ("removed_fraction", "removed / |E|", "{:.4f}"),
     ("added_fraction", "added / |E|", "{:.4f}"),
     ("disconnected_h_share", "disconnected H", "{:.2%}"),
+    ("capped_graphs", "p_add capped at 1", "{:d}"),
+    ("left_out", "left out (no edges)", "{:d}"),
 )
 
 

@@ -152,7 +152,29 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         ["export", "--out", "{}/tables", "-w", "{}.ws"],
         "a path component is a file, not a folder",
     ),
+    # issue 19, real molecules
+    (
+        "molecules without bonds only (train)",
+        lambda t: _single_atoms(t),
+        ["train", "--base", "molecules", "-p", "path={}", "--noise", "0.1", "--model", "gin", "--epochs", "1"],
+        "has no training pair: all 8 training graphs have fewer than 2 nodes or no edges",
+    ),
+    (
+        "molecules without bonds only (datasets build)",
+        lambda t: _single_atoms(t),
+        ["datasets", "build", "molecules", "-p", "path={}", "--noise", "0.1"],
+        "which carry no alignment signal",
+    ),
 ]
+
+
+def _single_atoms(tmp: Path) -> str:
+    """A CSV of ten molecules without a bond (single atoms, ions, a salt): no alignment pair can come of it."""
+    path = tmp / "atoms.csv"
+    path.write_text(
+        "smiles\n" + "\n".join(["C", "O", "[Na+]", "N", "[Na+].[Cl-]", "Cl", "[NH4+]", "I", "F", "S"]) + "\n"
+    )
+    return str(path)
 
 
 @pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

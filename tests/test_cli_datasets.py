@@ -65,7 +65,6 @@ def test_workspace_from_environment(tmp_path: Path) -> None:
         (["er", "--noise", "0.1", "--param", "degre=3"], "did you mean 'degree'?"),
         (["er", "--noise", "0.1", "--param", "n=abc"], "expected an integer, got 'abc'"),
         (["er", "--noise", "0.1", "--param", "novalue"], "expected key=value"),
-        (["er", "--noise", "0.5", "--param", "n=10", "--param", "degree=8"], "p_add = eta*|E|"),
         (["er", "--noise", "0.1", "--noise-model", "remove"], "unknown noise model"),
         (["aqsol", "--noise", "0.1"], "place train.pickle"),
         (["folder", "--noise", "0.1"], "path"),

@@ -139,3 +139,58 @@ def test_format_version_keys_the_cache(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(datasets, "FORMAT_VERSION", datasets.FORMAT_VERSION - 1)
     older, built = build_dataset(small(), tmp_path)
     assert built and older.id != current.id  # datasets of the old generator are never served as new ones
+
+
+# issue 19, real molecules
+
+
+@pytest.mark.parametrize(
+    ("spec", "ident", "digest"),
+    [
+        (
+            DatasetSpec("er", 0.12, n_train=50, n_val=10, seed=3, params={"n": 30}),
+            "er-n12-6ca34fc7c8ed",
+            "84a92bc3b38b3940",
+        ),
+        (DatasetSpec("er", 0.3, "add", 20, 5, seed=1, params={"n": 20}), "er-n30-12640a1139eb", "76a35c05d6d2a555"),
+        (DatasetSpec("ringmol", 0.15, params={"count": 100}), "ringmol-n15-0acde96fb915", "ad6d60060b51fdff"),
+        (DatasetSpec("tree", 0.1, n_train=30, n_val=5), "tree-n10-e39c04880820", "85c90c12a5f514dc"),
+    ],
+)
+def test_datasets_without_capped_or_empty_graphs_keep_their_ids_and_bytes(
+    tmp_path: Path, spec: DatasetSpec, ident: str, digest: str
+) -> None:
+    # Pinned before p_add was capped and graphs without edges were left out: neither may change these datasets.
+    # (A deliberate change of the random stream bumps FORMAT_VERSION, which changes the ids, and these values.)
+    import json
+
+    dataset, _ = build_dataset(spec, tmp_path)
+    files = json.dumps(_files_digest(dataset.path), sort_keys=True).encode()
+    assert (dataset.id, hashlib.sha256(files).hexdigest()[:16]) == (ident, digest)
+    assert dataset.stats["train"]["capped_graphs"] == 0 and dataset.stats["train"]["left_out"] == 0
+
+
+def test_graphs_too_dense_for_the_noise_are_capped_not_refused(tmp_path: Path) -> None:
+    # ER(10, degree 8): about 40 of 45 pairs are edges, far fewer non-edges than eta*|E| = 20: every graph is capped
+    # (this dataset was refused with "p_add = eta*|E|/(...) > 1" before). Capped graphs gain all their non-edges.
+    spec = DatasetSpec("er", 0.5, n_train=20, n_val=5, params={"n": 10, "degree": 8})
+    dataset, _ = build_dataset(spec, tmp_path)
+    for name in ("train", "val"):
+        stats, split = dataset.stats[name], dataset.split(name)
+        assert stats["capped_graphs"] == stats["pairs"] == len(split)
+        free = 45 * len(split) - stats["edges"]
+        assert stats["added_edges"] == free and stats["added_fraction"] == pytest.approx(free / stats["edges"])
+        assert 0 < stats["removed_edges"] < stats["edges"]
+        # H = the complete graph minus the removed edges.
+        assert split.edge_index_h.shape[1] // 2 == 45 * len(split) - stats["removed_edges"]
+
+
+def test_aqsol_with_a_triangle_and_a_two_atom_molecule_builds(tmp_path: Path) -> None:
+    # The AQSOL fixture holds a triangle (train) and a 2-atom molecule (val): complete graphs with nothing to add,
+    # which refused the whole dataset at any noise before p_add was capped.
+    from tests.test_sources_real import write_aqsol
+
+    write_aqsol(tmp_path / "raw")
+    dataset, _ = build_dataset(DatasetSpec("aqsol", 0.1), tmp_path / "datasets", tmp_path / "raw")
+    assert [dataset.stats[s]["capped_graphs"] for s in ("train", "val")] == [1, 1]
+    assert [dataset.stats[s]["pairs"] for s in ("train", "val")] == [3, 2]

@@ -7,7 +7,7 @@ import pytest
 
 from engine.errors import GaptuiError
 from engine.graphs import Graph
-from engine.noise import correlate, noise_probabilities
+from engine.noise import capped_graphs, correlate, noise_probabilities
 from engine.sources.synthetic import bernoulli_graphs
 
 
@@ -20,12 +20,19 @@ def test_p_add_matches_hand_computed_values() -> None:
     assert noise_probabilities("add_remove", 0.0, 10, 9) == (0.0, 0.0)
 
 
-def test_p_add_above_one_is_refused_with_its_numbers() -> None:
-    # Complete graph minus one edge: 44 edges, 1 non-edge; eta*44 > 1 -> p_add > 1.
-    with pytest.raises(GaptuiError) as info:
-        noise_probabilities("add_remove", 0.05, 10, 44)
-    msg = str(info.value)
-    assert "p_add" in msg and "0.05*44/(45 - 44)" in msg and "eta <= 0.02273" in msg
+def test_p_add_above_one_is_capped_at_one() -> None:
+    # Complete graph minus one edge: 44 edges, 1 non-edge; eta*44 > 1 would give p_add = 2.2: capped at 1.
+    assert noise_probabilities("add_remove", 0.05, 10, 44) == (0.05, 1.0)
+    assert noise_probabilities("add", 0.05, 10, 44) == (0.0, 1.0)
+    # eta*|E| equal to the non-edges is not capped: p_add = 1 exactly, the expectation still eta*|E|.
+    assert noise_probabilities("add", 0.5, 4, 4) == (0.0, 1.0)
+    # Complete graphs (a triangle, a 2-atom molecule) have nothing to add: p_add = 0, not 1/(1 - 1).
+    assert noise_probabilities("add", 0.1, 3, 3) == (0.0, 0.0)
+    assert noise_probabilities("add", 0.1, 2, 1) == (0.0, 0.0)
+    n, m = np.array([10, 10, 4, 3, 2, 1, 5]), np.array([44, 9, 4, 3, 1, 0, 0])
+    assert capped_graphs(0.05, n, m).tolist() == [True, False, False, True, True, False, False]
+    assert capped_graphs(0.5, n, m).tolist() == [True, False, False, True, True, False, False]
+    assert capped_graphs(0.0, n, m).tolist() == [False] * 7
 
 
 @pytest.mark.parametrize("eta", [-0.1, 1.0, 1.5, float("nan")])
@@ -284,3 +291,55 @@ def test_empty_inputs() -> None:
     split, stats = correlate(lonely, "add", 0.1, np.random.default_rng(0))
     assert split.edge_ptr_g.tolist() == [0, 0, 0] and split.edge_ptr_h.tolist() == [0, 0, 0]
     assert stats.disconnected_h == 1  # the single node is connected, the three isolated nodes are not
+
+
+# issue 19, real molecules
+
+
+def _graph(n: int, edges: list[tuple[int, int]]) -> Graph:
+    return Graph(n, np.array(edges, dtype=np.int64).reshape(-1, 2))
+
+
+#: (graph, capped at eta = 0.4): expected additions eta*|E| where the graph can take them, else all its non-edges.
+SMALL = [
+    (_path(6), False),  # 5 edges, 10 non-edges: p_add 0.2 (drawn as a subset)
+    (_path(3), False),  # 2 edges, 1 non-edge: p_add 0.8 (coins)
+    (_graph(4, [(0, 1), (0, 2), (0, 3)]), False),  # star: 3 edges, 3 non-edges, p_add 0.4
+    (_graph(4, [(0, 1), (1, 2), (2, 3), (0, 3)]), False),  # square: 4 edges, 2 non-edges, p_add 0.8
+    (_graph(3, [(0, 1), (0, 2), (1, 2)]), True),  # triangle: complete, nothing to add
+    (_graph(2, [(0, 1)]), True),  # a 2-atom molecule: complete
+    (_graph(4, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3)]), True),  # K4 minus an edge: 0.4*5 > 1 non-edge
+]
+
+
+@pytest.mark.parametrize("model", ["add", "add_remove"])
+def test_capped_graphs_gain_every_non_edge_and_the_others_eta_times_their_edges(model: str) -> None:
+    eta, copies = 0.4, 1500
+    graphs = [g for g, _ in SMALL] * copies
+    split, stats = correlate(graphs, model, eta, np.random.default_rng(5))
+    assert stats.capped == copies * sum(c for _, c in SMALL)
+    added: dict[int, list[int]] = {k: [] for k in range(len(SMALL))}
+    removed: dict[int, list[int]] = {k: [] for k in range(len(SMALL))}
+    for p in range(len(graphs)):
+        k = p % len(SMALL)
+        graph = SMALL[k][0]
+        base = {(int(u), int(v)) for u, v in graph.edges}
+        noised = _noised_in_g_labels(split, p)
+        added[k].append(len(noised - base))
+        removed[k].append(len(base - noised))
+        if SMALL[k][1]:
+            # p_add = 1: every non-edge is added, so H is complete except for the removed edges.
+            everything = {(u, v) for u in range(graph.num_nodes) for v in range(u + 1, graph.num_nodes)}
+            assert noised == everything - (base - noised)
+    for k, (graph, capped) in enumerate(SMALL):
+        m, free = graph.num_edges, graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges
+        if capped:
+            assert set(added[k]) == {free}
+        else:
+            # The expectation stays eta*|E| (Binomial(free, eta*|E|/free)); 4.5 standard deviations of the mean.
+            p_add = eta * m / free
+            assert np.mean(added[k]) == pytest.approx(eta * m, abs=4.5 * np.sqrt(free * p_add * (1 - p_add) / copies))
+        p_remove = eta if model == "add_remove" else 0.0
+        sd = np.sqrt(m * p_remove * (1 - p_remove) / copies)
+        assert np.mean(removed[k]) == pytest.approx(m * p_remove, abs=4.5 * sd + 1e-12)
+    assert stats.added == sum(map(sum, added.values())) and stats.removed == sum(map(sum, removed.values()))

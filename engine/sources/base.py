@@ -26,6 +26,15 @@ class BaseSplits:
     train: list[Graph]
     val: list[Graph]
     report: NormalisationReport = field(default_factory=NormalisationReport)
+    #: Per split, the graphs without alignment signal (:func:`has_alignment_signal`) the source already left
+    #: out before drawing its sample; the dataset builder adds those it leaves out itself.
+    left_out: dict[str, int] = field(default_factory=dict)
+
+
+def has_alignment_signal(graph: Graph) -> bool:
+    """Whether an alignment pair of ``graph`` can teach anything: at least 2 nodes and 1 edge (a graph without
+    edges has all its nodes alike, a 1-node graph one trivial matching)."""
+    return graph.num_nodes >= 2 and graph.num_edges > 0
 
 
 @dataclass(frozen=True)
@@ -132,17 +141,19 @@ def parse_param_args(items: list[str] | None) -> dict[str, str]:
 
 
 def graphs_from_edge_lists(
-    items: list[tuple[int, np.ndarray]], names: list[str] | None = None
+    items: list[tuple[int, np.ndarray]], names: list[str] | None = None, *, keep_empty: bool = False
 ) -> tuple[list[Graph], NormalisationReport]:
-    """Normalise ``(num_nodes, edge_index)`` items into graphs; refuses graphs without nodes or edges."""
+    """Normalise ``(num_nodes, edge_index)`` items into graphs; refuses graphs without nodes or edges, unless
+    ``keep_empty`` (collections where a few such graphs are expected, e.g. molecules that are single ions: the
+    dataset builder leaves them out of alignment pairs and counts them)."""
     report = NormalisationReport()
     graphs: list[Graph] = []
     for i, (num_nodes, edge_index) in enumerate(items):
         label = names[i] if names else f"graph {i}"
-        if num_nodes <= 0:
+        if num_nodes <= 0 and not keep_empty:
             raise GaptuiError(f"{label} is empty (no nodes): an alignment pair needs a graph with edges")
         graph, rep = simple_graph(num_nodes, edge_index)
-        if graph.num_edges == 0:
+        if graph.num_edges == 0 and not keep_empty:
             raise GaptuiError(f"{label} is empty (no edges): an alignment pair needs a graph with edges")
         report.add(rep)
         graphs.append(graph)
@@ -219,8 +230,8 @@ def seeded_splits(
 class MoleculeSource(Source):
     """A source of molecules: :meth:`molecules` for downstream regression; :meth:`load` makes it an alignment base.
 
-    The alignment view takes the train and val molecules that have bonds (an alignment pair needs edges), then
-    ``n_train`` / ``n_val`` of them at random (``None``: all).
+    The alignment view takes the train and val molecules that have bonds (an alignment pair needs edges; the
+    others are counted in ``left_out``), then ``n_train`` / ``n_val`` of them at random (``None``: all).
     """
 
     noise_model = "add"
@@ -236,9 +247,10 @@ class MoleculeSource(Source):
         report = NormalisationReport()
         report.notes.extend(mols.notes)
         picked: list[list[Graph]] = []
+        left_out: dict[str, int] = {}
         for split, count in (("train", n_train), ("val", n_val)):
-            bonded = [mols.graphs[i] for i in mols.splits[split] if mols.graphs[i].num_edges]
-            dropped = len(mols.splits[split]) - len(bonded)
+            bonded = [mols.graphs[i] for i in mols.splits[split] if has_alignment_signal(mols.graphs[i])]
+            dropped = left_out[split] = len(mols.splits[split]) - len(bonded)
             if dropped:
                 report.notes.append(
                     f"{self.name}: {dropped} {split} molecules without bonds left out of alignment pairs"
@@ -250,7 +262,7 @@ class MoleculeSource(Source):
                 )
             picked.append(bonded if count is None else subset(bonded, count, rng))
         report.graphs = len(picked[0]) + len(picked[1])
-        return BaseSplits(picked[0], picked[1], report)
+        return BaseSplits(picked[0], picked[1], report, left_out)
 
 
 def molecule_graph(num_atoms: int, edge_index: np.ndarray, atom_types: np.ndarray, target: float) -> Graph:

@@ -223,7 +223,8 @@ def _molecule_splits(
     chosen = [(train_ds, "train", int(i)) for i in train_idx] + [(val_ds, "val", int(i)) for i in val_idx]
     labels = [f"{name} {split} graph {i}" for _, split, i in chosen]
     items = [pyg_item(ds[i], label) for (ds, _, i), label in zip(chosen, labels, strict=True)]
-    graphs, report = graphs_from_edge_lists(items, labels)
+    # Molecules without bonds (single ions, salts) are kept here and left out of alignment pairs, counted.
+    graphs, report = graphs_from_edge_lists(items, labels, keep_empty=True)
     return BaseSplits(graphs[:n_train], graphs[n_train:], report)
 
 

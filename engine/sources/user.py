@@ -410,7 +410,7 @@ class PygDataset(Source):
         def fetch(idx: np.ndarray) -> tuple[list[Graph], NormalisationReport]:
             labels = [f"{cls_name} graph {int(i)}" for i in idx]
             return graphs_from_edge_lists(
-                [pyg_item(dataset[int(i)], lab) for i, lab in zip(idx, labels, strict=True)], labels
+                [pyg_item(dataset[int(i)], lab) for i, lab in zip(idx, labels, strict=True)], labels, keep_empty=True
             )
 
         return collection_splits(
