@@ -259,6 +259,7 @@ class Gape(TaskFamily):
     default_metric = "val_mae"
     axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
     table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
+    import_roles = {"model": "pretraining model", "base": "base dataset", "dataset": "dataset class"}
 
     def record_axes(self, spec: GapeSpec) -> dict[str, Any]:
         return {"dataset": dataset_label(spec), "pe": spec.pe_spec().kind}

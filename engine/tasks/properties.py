@@ -250,6 +250,7 @@ class Properties(TaskFamily):
         Axis("property", "property", order=PROPERTY_NAMES),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
+    import_roles = {"poolings": "pooling"}
 
     def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
         return {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
