@@ -49,13 +49,19 @@ class PresetReview:
     code: tuple[PresetCode, ...]
 
     @property
+    def runnable(self) -> tuple[PresetCode, ...]:
+        """The import paths whose module Python finds: the code loading the preset runs (the others make
+        validation fail with one error naming them, and run nothing)."""
+        return tuple(c for c in self.code if c.origin.location is not None)
+
+    @property
     def local_code(self) -> tuple[PresetCode, ...]:
-        """The import paths whose code is not part of an installed package (a local file, or not found)."""
-        return tuple(c for c in self.code if not c.origin.installed)
+        """The runnable import paths whose code is not part of an installed package (a local file)."""
+        return tuple(c for c in self.runnable if not c.origin.installed)
 
     def notes(self) -> list[str]:
-        """One line per import path, for ``gaptui run`` (empty when the preset names no code)."""
-        return [f"{self.path}: this preset runs code from {c.describe()}" for c in self.code]
+        """One line per runnable import path, for ``gaptui run`` (empty when the preset runs no user code)."""
+        return [f"{self.path}: this preset runs code from {c.describe()}" for c in self.runnable]
 
     def load(self) -> Any:
         """The validated preset, parsed from the bytes that were hashed (this imports the code it names)."""

@@ -78,7 +78,9 @@ def test_a_presets_import_paths_are_listed_and_placed_without_importing_them(tmp
     )
     # the other families say what their import paths are used as
     (tmp_path / "p.toml").write_text('task = "properties"\nproperties = ["symmetric"]\npoolings = ["a.b:pool"]\n')
-    assert [(c.path, c.role) for c in review_preset(str(tmp_path / "p.toml")).code] == [("a.b:pool", "pooling")]
+    pooled = review_preset(str(tmp_path / "p.toml"))
+    assert [(c.path, c.role) for c in pooled.code] == [("a.b:pool", "pooling")]
+    assert pooled.runnable == () and pooled.notes() == []  # not found: validation names it, nothing runs
     (tmp_path / "g.toml").write_text('task = "gape"\n[[datasets]]\nbase = "zinc"\npretrain = { model = "m:G" }\n')
     assert [(c.path, c.role) for c in review_preset(str(tmp_path / "g.toml")).code] == [("m:G", "pretraining model")]
     assert review_preset("smoke").code == ()
