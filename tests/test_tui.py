@@ -46,6 +46,7 @@ from gaptui.tui.widgets.ranking_grid import RankingGrid
 from gaptui.tui.widgets.record_table import RecordTable
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT
+from tests.test_preset_code import PROBE
 
 SIZE = (120, 40)
 
@@ -664,24 +665,6 @@ async def test_loading_without_a_chosen_preset_points_at_the_list(tmp_path: Path
 # ------------------------------------------------------------------------------------------ code named by a preset
 # issue 19, code named by a preset
 
-#: A user model in a local file (not an installed package): importing it leaves a marker file beside it.
-PROBE_MODULE = """
-from pathlib import Path
-
-import torch
-
-Path(__file__).with_name("imported").write_text("imported")
-
-
-class Model(torch.nn.Module):
-    def __init__(self, *, out_dim, budget, in_dim):
-        super().__init__()
-        self.out = torch.nn.Linear(in_dim, out_dim)
-
-    def forward(self, x, edge_index, batch=None):
-        return self.out(x)
-"""
-
 
 @pytest.mark.asyncio
 async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it(
@@ -692,7 +675,7 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
     module = "gaptui_probe_user_model"
     code = tmp_path / "code"
     code.mkdir()
-    (code / f"{module}.py").write_text(PROBE_MODULE)
+    (code / f"{module}.py").write_text(PROBE)  # a local model; importing it leaves a file 'imported'
     marker = code / "imported"
     monkeypatch.syspath_prepend(str(code))
     ws = Workspace(tmp_path / "ws")
