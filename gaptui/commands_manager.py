@@ -111,13 +111,17 @@ def run_cmd(
     from engine.tasks import check_run_options
     from gaptui import launch
     from gaptui.history import History
-    from gaptui.presets import load_preset
+    from gaptui.preset_code import review_preset
     from gaptui.scheduler import Scheduler
 
     check_run_options(timeout, None, "--timeout")
     check_run_options(None, None, "--pack-seeds", pack_seeds)
     ws = Workspace.resolve(workspace)
-    spec_preset = load_preset(preset, ws)
+    review = review_preset(preset, ws)
+    # Before validation imports it: the user code this preset runs (the command was typed, so it runs).
+    for line in review.notes():
+        err_console.print(f"[yellow]note:[/] {escape(line)}", soft_wrap=True)
+    spec_preset = review.load()
     for note in spec_preset.notes:
         err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
     slurm_options = None

@@ -44,6 +44,7 @@ __all__ = [
     "placement",
     "preset_names",
     "preset_task",
+    "read_preset_file",
     "slurm_options",
 ]
 
@@ -72,9 +73,15 @@ def find_preset(name: str, ws: Workspace | None = None) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    return read_preset_file(path)[1]
+
+
+def read_preset_file(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """A preset file's bytes and its TOML document, read once (so a hash of the bytes is of what was parsed)."""
+    content = path.read_bytes()
     try:
         # utf-8-sig: a byte-order mark (some editors write one) is not part of the TOML
-        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+        return content, tomllib.loads(content.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); a preset is a TOML text file") from None
     except tomllib.TOMLDecodeError as exc:

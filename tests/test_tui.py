@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ from gaptui.tui.widgets.ranking_grid import RankingGrid
 from gaptui.tui.widgets.record_table import RecordTable
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT
+from tests.test_preset_code import PROBE
 
 SIZE = (120, 40)
 
@@ -657,4 +659,105 @@ async def test_loading_without_a_chosen_preset_points_at_the_list(tmp_path: Path
         await wait_until(pilot, lambda: "choose a preset in the list first" in notices(app), what="notice")
         assert app.focused is form.query_one("#preset", Select)
         assert not any("unknown preset" in note for note in notices(app))
+        await pilot.press("ctrl+q")
+
+
+# ------------------------------------------------------------------------------------------ code named by a preset
+# issue 19, code named by a preset
+
+
+@pytest.mark.asyncio
+async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gaptui.preset_code import TRUST_FILE
+
+    module = "gaptui_probe_user_model"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / f"{module}.py").write_text(PROBE)  # a local model; importing it leaves a file 'imported'
+    marker = code / "imported"
+    monkeypatch.syspath_prepend(str(code))
+    ws = Workspace(tmp_path / "ws")
+    (ws.root / "presets").mkdir(parents=True)
+    shared = ws.root / "presets" / "shared.toml"
+    shared.write_text(
+        f'noise = [0.1]\nmodels = ["gcn", "{module}:Model"]\nseeds = [0]\n[run]\nepochs = 1\nout_dim = 8\n'
+        'budget = 5000\n[[datasets]]\nbase = "er"\nparams = { n = 16, degree = 4 }\ntrain = 10\nval = 4\n'
+    )
+
+    def question() -> str:
+        """The question on screen ("" while none is shown)."""
+        found = app.screen.query("#question") if isinstance(app.screen, ChoiceScreen) else []
+        return str(found[0].render()) if found else ""
+
+    app = GaptuiApp(ws)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            form = app.screen
+            assert isinstance(form, NewExperimentScreen)
+            form.query_one("#preset", Select).value = "shared"  # choosing it loads it
+            await wait_until(pilot, question, 30, "the question")
+            assert f"{module}:Model (model; {module} from {code / module}.py, not an installed package)" in question()
+            assert any(f"runs code from: {module}:Model" in n for n in notices(app))
+            # Cancel: nothing imported, the form as it was, nothing remembered
+            await pilot.press("c")
+            await tasks_done(app)
+            assert not marker.exists() and module not in sys.modules
+            assert form.query_one("#name", Input).value != "shared"
+            assert not (ws.root / TRUST_FILE).exists()
+
+            # Allow: imported and loaded, and remembered by the file's SHA-256
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, question, 30, "the question")
+            await pilot.press("a")
+            await wait_until(pilot, lambda: form.query_one("#name", Input).value == "shared", 30, "preset loaded")
+            await tasks_done(app)
+            assert marker.exists() and module in sys.modules
+            trusted = json.loads((ws.root / TRUST_FILE).read_text())
+            assert list(trusted) == [hashlib.sha256(shared.read_bytes()).hexdigest()]
+
+            # The same file again: loaded without a question
+            await type_into(pilot, form.query_one("#name", Input), "renamed")
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, lambda: form.query_one("#name", Input).value == "shared", 30, "loaded again")
+            assert not isinstance(app.screen, ChoiceScreen)
+
+            # The file changed: asked again; Cancel leaves the form alone
+            shared.write_text(shared.read_text().replace("epochs = 1", "epochs = 2"))
+            await type_into(pilot, form.query_one("#name", Input), "renamed")
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, question, 30, "the question again")
+            await pilot.press("escape")
+            await tasks_done(app)
+            assert form.query_one("#name", Input).value == "renamed" and form.query_one("#epochs", Input).value == "1"
+            await pilot.press("ctrl+q")
+    finally:
+        sys.modules.pop(module, None)
+
+
+@pytest.mark.asyncio
+async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    import tests.toy_family  # noqa: F401 - registers the family in this process (the registry may be loaded)
+
+    ws = Workspace(tmp_path / "ws")
+    (ws.root / "presets").mkdir(parents=True)
+    path = ws.root / "presets" / "toy-grid.toml"
+    path.write_text('task = "toy"\nsizes = [2]\nmodels = ["mean"]\nseeds = [0]\n')
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.screen
+        assert isinstance(form, NewExperimentScreen)
+        form.query_one("#task", Select).value = "toy"
+        await wait_until(pilot, lambda: not form.query_one("#alignment-form").display, what="toy form")
+        form.query_one("#preset", Select).value = "toy-grid"
+        await wait_until(pilot, lambda: form.family_preset is not None, what="toy preset loaded")
+        # launching reads the file again: what it says now was never reviewed
+        path.write_text(path.read_text().replace("sizes = [2]", "sizes = [2, 3]"))
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: any("changed since it was loaded" in n for n in notices(app)), what="refusal")
+        assert app.current_mode == "new" and len(app.book) == 0
         await pilot.press("ctrl+q")

@@ -69,6 +69,9 @@ What a family implements (hooks with defaults are optional)
       ``(preset, placement) -> [spec]``: preset expansion. A preset file names its family with ``task = "..."``
       (default ``alignment``); every spec of the grid must come out of ``grid`` (dependencies included, before
       their dependants), seed-major so early results cover every cell once.
+    - :meth:`TaskFamily.preset_import_paths` ``(raw TOML dict) -> {import path: role}``: the user code a preset
+      names (``module.path:Name`` models, poolings...), listed without importing it, so the user sees what
+      opening the preset runs. The default finds every such string and names it by ``import_roles[key]``.
     - :meth:`TaskFamily.describe` ``(spec) -> str``: one line for progress output.
     - :meth:`TaskFamily.derived_tables` ``(records, metric) -> [DerivedTable]``: tables computed across runs
       (scores relative to the other methods, averages over an axis), shown after the ranking tables everywhere
@@ -93,6 +96,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from engine.errors import GaptuiError, did_you_mean, unknown
+from engine.registry import find_import_paths
 from engine.typed import parse_dataclass
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
@@ -475,6 +479,17 @@ class TaskFamily:
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> PresetBase:
         raise GaptuiError(f"{where}: task '{self.name}' has no presets")
+
+    #: What a preset's import paths are used as, by the TOML key that holds them (e.g. ``{"models": "model"}``).
+    import_roles: ClassVar[Mapping[str, str]] = {}
+
+    def preset_import_paths(self, raw: dict[str, Any]) -> dict[str, str]:
+        """``{module.path:Name: role}`` for the code a preset document names, in file order; imports nothing.
+
+        The default takes every string (or table key) of the form ``module.path:Name``, named by
+        :attr:`import_roles` or else by its key; a family whose presets hold such strings that are not code
+        overrides it."""
+        return find_import_paths(raw, self.import_roles)
 
     def grid(self, preset: Any, placement: Placement, limit: int | None = None) -> list[Any]:
         raise NotImplementedError

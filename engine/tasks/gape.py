@@ -261,6 +261,7 @@ class Gape(TaskFamily):
     axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
     table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
     figures = (Figure("bars"), Figure("curves"), Figure("cd"))
+    import_roles = {"model": "pretraining model", "base": "base dataset", "dataset": "dataset class"}
 
     def record_axes(self, spec: GapeSpec) -> dict[str, Any]:
         return {"dataset": dataset_label(spec), "pe": spec.pe_spec().kind}

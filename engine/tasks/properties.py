@@ -257,6 +257,7 @@ class Properties(TaskFamily):
         Figure("series", prefix="acc_n", label="test graph size n"),
         Figure("cd"),
     )
+    import_roles = {"poolings": "pooling"}
 
     def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
         return {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}

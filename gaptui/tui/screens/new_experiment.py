@@ -2,10 +2,15 @@
 
 For the alignment family the form composes the grid (datasets x noise x models x seeds); other families launch
 one of their preset files (the form shows its description and size, and the device slots).
+
+Loading a preset lists the Python code it names (``module.path:Name`` import paths) before importing any; code
+that is not part of an installed package is imported only once the user allowed it for that file (asked once per
+file content, remembered in the workspace: :mod:`gaptui.preset_code`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -22,7 +27,8 @@ from textual.worker import get_current_worker
 
 from engine.errors import GaptuiError
 from engine.tasks import DEFAULT_TASK, FAMILIES, PresetBase
-from gaptui.presets import Preset, dump_preset, load_preset, parse_preset, preset_names, preset_task
+from gaptui.preset_code import PresetReview, is_trusted, review_preset, trust
+from gaptui.presets import Preset, dump_preset, parse_preset, preset_names, preset_task
 from gaptui.tui.planning import (
     PAPER_NOISE,
     DatasetDraft,
@@ -34,7 +40,7 @@ from gaptui.tui.planning import (
     parse_noise_levels,
     summarize,
 )
-from gaptui.tui.screens.confirm import confirm
+from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.dataset_row import DatasetRow
 
@@ -56,10 +62,19 @@ class PlanComputed(Message):
 
 
 @dataclass
+class PresetReviewed(Message):
+    """A preset file was read and the code it names listed, nothing imported yet; ``trusted``: allowed before."""
+
+    review: PresetReview
+    trusted: bool
+
+
+@dataclass
 class PresetLoaded(Message):
-    """A preset file was read and validated (of any family)."""
+    """A preset file was read and validated (of any family); ``sha256``: of the file content it was parsed from."""
 
     preset: PresetBase
+    sha256: str = ""
 
 
 @dataclass
@@ -137,6 +152,8 @@ class NewExperimentScreen(SectionScreen):
         #: The family the form launches; for families other than alignment, the preset chosen for it.
         self.task_name = DEFAULT_TASK
         self.family_preset: PresetBase | None = None
+        #: SHA-256 of the file :attr:`family_preset` was loaded from (launching re-reads that file).
+        self.family_preset_sha256 = ""
 
     def compose_body(self) -> ComposeResult:
         draft = ExperimentDraft()
@@ -435,12 +452,48 @@ class NewExperimentScreen(SectionScreen):
             self.notify("choose a preset in the list first")
             return
         ws = self.gapp.ws
-        self.notify(f"loading preset {name} ...")
-        self.gapp.run_task(
-            lambda: self.post_message(PresetLoaded(load_preset(str(name), ws))),
-            name=f"load preset {name}",
-            group="preset",
+
+        def read() -> None:
+            review = review_preset(str(name), ws)
+            self.post_message(PresetReviewed(review, is_trusted(ws, review)))
+
+        self.gapp.run_task(read, name=f"read preset {name}", group="preset")
+
+    def on_preset_reviewed(self, message: PresetReviewed) -> None:
+        """Say what code the preset runs; ask before importing code that is not part of an installed package."""
+        review = message.review
+        if review.runnable:
+            listed = "; ".join(c.describe() for c in review.runnable)
+            self.notify(f"{review.path} runs code from: {listed}", markup=False, timeout=10)
+        if not review.local_code or message.trusted:
+            self._load_reviewed(review, allowed=False)
+            return
+        lines = "\n".join(f"  {c.describe()}" for c in review.runnable)
+        question = (
+            f"This preset runs Python code from:\n{lines}\n\nLoading it imports that code, which runs with your "
+            "permissions. Allow? (Asked once for this file; asked again when it changes.)"
         )
+        choices = [Choice("allow", "Allow", "a", "warning"), Choice("cancel", "Cancel", "c", "primary")]
+
+        def answer(choice: str | None) -> None:
+            if choice == "allow":
+                self._load_reviewed(review, allowed=True)
+            else:
+                self.notify(f"{review.path}: not loaded; nothing was imported", markup=False)
+
+        self.app.push_screen(ChoiceScreen(question, choices, title=f"Code named by {review.path.name}"), answer)
+
+    def _load_reviewed(self, review: PresetReview, allowed: bool) -> None:
+        """Validate the preset from the bytes that were reviewed (this imports its code), remembering an Allow."""
+        ws = self.gapp.ws
+
+        def load() -> None:
+            if allowed:
+                trust(ws, review)
+            self.post_message(PresetLoaded(review.load(), review.sha256))
+
+        self.notify(f"loading preset {review.path.stem} ...", markup=False)
+        self.gapp.run_task(load, name=f"load preset {review.path.stem}", group="preset")
 
     async def on_preset_loaded(self, message: PresetLoaded) -> None:
         preset = message.preset
@@ -453,6 +506,7 @@ class NewExperimentScreen(SectionScreen):
             self.notify(f"loaded preset {preset.name} ({preset.size} runs)", markup=False)
             return
         self.family_preset = preset
+        self.family_preset_sha256 = message.sha256
         self._show_family()
         self._schedule_plan()
         self.notify(f"loaded {preset.task} preset {preset.name}", markup=False)
@@ -465,11 +519,23 @@ class NewExperimentScreen(SectionScreen):
         try:
             preset = self._chosen_preset(draft)
             slots = draft.slot_config()
+            self._check_unchanged(preset)
         except GaptuiError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
         if self.gapp.launch(preset, slots, draft.retry_failed):
             self.gapp.switch_mode("runs")
+
+    def _check_unchanged(self, preset: PresetBase) -> None:
+        """Launching reads a family preset's file again: refuse a file changed since it was loaded (and reviewed)."""
+        if preset is not self.family_preset or preset.path is None or not self.family_preset_sha256:
+            return
+        try:
+            sha256 = hashlib.sha256(preset.path.read_bytes()).hexdigest()
+        except OSError:
+            sha256 = ""
+        if sha256 != self.family_preset_sha256:
+            raise GaptuiError(f"{preset.path} changed since it was loaded; load it again (^o) to launch it")
 
     @on(Button.Pressed, "#save")
     def action_save(self) -> None:

@@ -1,0 +1,110 @@
+"""The Python code a preset runs: the import paths it names, where each would load from, and which preset files
+a workspace trusts.
+
+A preset may name user code as ``module.path:Name`` (a model, a pooling, a dataset class); planning imports it,
+so opening a preset someone shared runs their code. :func:`review_preset` lists that code without importing any
+of it (the family says where its presets hold import paths: :meth:`engine.tasks.TaskFamily.preset_import_paths`).
+``gaptui run`` prints the list; the terminal app asks once per preset file, remembered by the file's SHA-256 in
+``<workspace>/trusted-presets.json``, before importing code that is not part of an installed package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.files import atomic_write_json, move_aside, read_json
+from engine.registry import CodeOrigin, code_origin
+from engine.tasks import family, task_of
+from gaptui.presets import find_preset, parse_preset, read_preset_file
+from gaptui.workspace import Workspace
+
+#: Preset files whose code the user allowed, by SHA-256: ``{sha256: {"file": path, "allowed": UTC time}}``.
+TRUST_FILE = "trusted-presets.json"
+
+
+@dataclass(frozen=True)
+class PresetCode:
+    """One import path a preset names: what the preset uses it as, and where its package would load from."""
+
+    path: str
+    role: str
+    origin: CodeOrigin
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.role}; {self.origin.describe()})"
+
+
+@dataclass(frozen=True)
+class PresetReview:
+    """A preset file as read once: its SHA-256, its document and the code it names (nothing imported)."""
+
+    path: Path
+    sha256: str
+    raw: dict[str, Any]
+    code: tuple[PresetCode, ...]
+
+    @property
+    def runnable(self) -> tuple[PresetCode, ...]:
+        """The import paths whose module Python finds: the code loading the preset runs (the others make
+        validation fail with one error naming them, and run nothing)."""
+        return tuple(c for c in self.code if c.origin.location is not None)
+
+    @property
+    def local_code(self) -> tuple[PresetCode, ...]:
+        """The runnable import paths whose code is not part of an installed package (a local file)."""
+        return tuple(c for c in self.runnable if not c.origin.installed)
+
+    def notes(self) -> list[str]:
+        """One line per runnable import path, for ``gaptui run`` (empty when the preset runs no user code)."""
+        return [f"{self.path}: this preset runs code from {c.describe()}" for c in self.runnable]
+
+    def load(self) -> Any:
+        """The validated preset, parsed from the bytes that were hashed (this imports the code it names)."""
+        return parse_preset(self.raw, self.path)
+
+
+def review_preset(name: str, ws: Workspace | None = None) -> PresetReview:
+    """Read preset ``name`` (a path or a preset name) and list the code it names, importing none of it."""
+    path = find_preset(name, ws)
+    content, raw = read_preset_file(path)
+    try:
+        fam = family(task_of(raw))
+    except GaptuiError as exc:
+        raise GaptuiError(f"{path}: key 'task': {exc}") from None
+    named = fam.preset_import_paths({k: v for k, v in raw.items() if k != "slurm"})
+    code = tuple(PresetCode(p, role, code_origin(p)) for p, role in named.items())
+    return PresetReview(path, hashlib.sha256(content).hexdigest(), raw, code)
+
+
+def trust_path(ws: Workspace) -> Path:
+    return ws.root / TRUST_FILE
+
+
+def _trusted(ws: Workspace) -> dict[str, Any] | None:
+    """The trust file's entries; None when it exists but is not a JSON object."""
+    path = trust_path(ws)
+    if not path.exists():
+        return {}
+    data = read_json(path)
+    return data if isinstance(data, dict) else None
+
+
+def is_trusted(ws: Workspace, review: PresetReview) -> bool:
+    """Whether the user allowed the code of this exact preset file (same SHA-256) in this workspace."""
+    return review.sha256 in (_trusted(ws) or {})
+
+
+def trust(ws: Workspace, review: PresetReview) -> None:
+    """Remember that the user allowed the code of this preset file (an unreadable trust file is moved aside)."""
+    entries = _trusted(ws)
+    if entries is None:
+        move_aside(trust_path(ws))
+        entries = {}
+    entries[review.sha256] = {"file": str(review.path), "allowed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    ws.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(trust_path(ws), entries, indent=2, sort_keys=True)

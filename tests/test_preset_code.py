@@ -1,0 +1,140 @@
+"""Code named by a preset: listed without importing it, placed (installed package or local file), trusted per
+file content, and announced by ``gaptui run`` before planning imports it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.registry import code_origin, find_import_paths
+from gaptui.preset_code import TRUST_FILE, is_trusted, review_preset, trust
+from gaptui.workspace import Workspace
+from tests.conftest import run_cli
+
+#: A user model in a local file: importing it says so on stderr and leaves a marker file beside it.
+PROBE = """
+import sys
+from pathlib import Path
+
+import torch
+
+Path(__file__).with_name("imported").write_text("imported")
+sys.stderr.write("probe module imported\\n")
+
+
+class Model(torch.nn.Module):
+    def __init__(self, *, out_dim, budget, in_dim):
+        super().__init__()
+        self.out = torch.nn.Linear(in_dim, out_dim)
+
+    def forward(self, x, edge_index, batch=None):
+        return self.out(x)
+"""
+
+
+def alignment_preset(module: str) -> str:
+    return (
+        f'noise = [0.1]\nmodels = ["gcn", "{module}:Model"]\nseeds = [0]\n'
+        f'[model_options]\n"{module}:Model" = {{}}\n'
+        "[run]\nepochs = 1\nout_dim = 8\nbudget = 5000\n"
+        '[[datasets]]\nbase = "er"\nparams = { n = 16, degree = 4 }\ntrain = 10\nval = 4\n'
+        '[[datasets]]\nbase = "pyg"\nparams = { dataset = "torch_geometric.datasets:TUDataset", name = "MUTAG" }\n'
+        '[slurm]\ntime = "01:00:00"\n'
+    )
+
+
+@pytest.fixture
+def probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A local module ``gaptui_probe_code`` on sys.path (its folder returned); never left imported."""
+    module = "gaptui_probe_code"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / f"{module}.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(code))
+    yield code
+    sys.modules.pop(module, None)
+
+
+def test_a_presets_import_paths_are_listed_and_placed_without_importing_them(tmp_path: Path, probe: Path) -> None:
+    preset = tmp_path / "shared.toml"
+    preset.write_text(alignment_preset("gaptui_probe_code"))
+    review = review_preset(str(preset))
+    assert [(c.path, c.role) for c in review.code] == [
+        ("gaptui_probe_code:Model", "model"),
+        ("torch_geometric.datasets:TUDataset", "dataset class"),
+    ]  # the [model_options] key is the same model; the [slurm] time is no import path
+    local, installed = review.code
+    assert local.origin.location == str(probe / "gaptui_probe_code.py") and not local.origin.installed
+    assert installed.origin.installed and installed.origin.module == "torch_geometric"
+    assert review.local_code == (local,)
+    assert not (probe / "imported").exists() and "gaptui_probe_code" not in sys.modules
+    assert review.notes()[0] == (
+        f"{preset}: this preset runs code from gaptui_probe_code:Model "
+        f"(model; gaptui_probe_code from {probe / 'gaptui_probe_code.py'}, not an installed package)"
+    )
+    # the other families say what their import paths are used as
+    (tmp_path / "p.toml").write_text('task = "properties"\nproperties = ["symmetric"]\npoolings = ["a.b:pool"]\n')
+    pooled = review_preset(str(tmp_path / "p.toml"))
+    assert [(c.path, c.role) for c in pooled.code] == [("a.b:pool", "pooling")]
+    assert pooled.runnable == () and pooled.notes() == []  # not found: validation names it, nothing runs
+    (tmp_path / "g.toml").write_text('task = "gape"\n[[datasets]]\nbase = "zinc"\npretrain = { model = "m:G" }\n')
+    assert [(c.path, c.role) for c in review_preset(str(tmp_path / "g.toml")).code] == [("m:G", "pretraining model")]
+    assert review_preset("smoke").code == ()
+
+
+def test_only_the_top_level_package_is_looked_up_so_nothing_runs(tmp_path: Path, monkeypatch) -> None:
+    package = tmp_path / "gaptui_probe_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit('the package ran')\n")
+    (package / "sub" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    origin = code_origin("gaptui_probe_pkg.sub.models:Model")
+    assert origin.location == str(package) and not origin.installed
+    assert "gaptui_probe_pkg" not in sys.modules
+    assert code_origin("engine.models:build").describe() == "part of gaptui (engine)"
+    assert code_origin("json:loads").installed and code_origin("torch.nn:Linear").installed
+    assert code_origin("gaptui_no_such_package.x:Y").describe() == "module gaptui_no_such_package not found"
+    assert find_import_paths({"a": ["x:y", "no colon", "01:00:00", "gpu:a100:2", "two words:x"]}) == {"x:y": "a"}
+
+
+def test_allowed_preset_files_are_remembered_by_content(tmp_path: Path, probe: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    preset = tmp_path / "shared.toml"
+    preset.write_text(alignment_preset("gaptui_probe_code"))
+    review = review_preset(str(preset))
+    assert not is_trusted(ws, review)
+    trust(ws, review)
+    assert is_trusted(ws, review_preset(str(preset)))
+    entry = json.loads((ws.root / TRUST_FILE).read_text())[review.sha256]
+    assert entry["file"] == str(preset)
+    preset.write_text(preset.read_text() + "# edited\n")
+    assert not is_trusted(ws, review_preset(str(preset)))  # a changed file is asked about again
+    # an unreadable trust file asks again, and is moved aside (not overwritten) when the next answer is stored
+    (ws.root / TRUST_FILE).write_text("{not json")
+    assert not is_trusted(ws, review)
+    trust(ws, review)
+    assert is_trusted(ws, review) and len(list(ws.root.glob(f"{TRUST_FILE}.corrupt-*"))) == 1
+
+
+def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: Path) -> None:
+    preset = tmp_path / "shared.toml"
+    preset.write_text(alignment_preset("gaptui_probe_code").split('[[datasets]]\nbase = "pyg"')[0])
+    path = os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH", "")]))
+    res = run_cli(
+        "run", "--preset", str(preset), "--dry-run", "--no-estimate", "-w", str(tmp_path / "ws"),
+        env={"PYTHONPATH": path},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    note = (
+        f"note: {preset}: this preset runs code from gaptui_probe_code:Model "
+        f"(model; gaptui_probe_code from {probe / 'gaptui_probe_code.py'}, not an installed package)"
+    )
+    assert lines[0] == note
+    # the headless command imports it as before (the user typed it), after saying so
+    assert "probe module imported" in lines[1:] and (probe / "imported").exists()
+    assert "gaptui_probe_code:Model seed 0" in res.stdout
