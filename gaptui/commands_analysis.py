@@ -245,10 +245,27 @@ def figures_cmd(
         console.print(f"wrote {path}", highlight=False)
 
 
+def report_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for report.md, report.html and figures/.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace files of the same name that an earlier report did not write.")
+    ] = False,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Write the whole study as one Markdown file and the same as self-contained HTML: per family its tables with
+    significance marks, statistics, figures, reference comparison and reproducibility record."""
+    from gaptui import report
+
+    ws, records = _load(workspace)
+    for path in report.write_report(records, out, ws, force=force):
+        console.print(f"wrote {path}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``table``, ``gap``, ``stats`` and ``export`` to ``app``."""
     app.command("table")(table_cmd)
     app.command("gap")(gap_cmd)
     app.command("stats")(stats_cmd)
     app.command("figures")(figures_cmd)
+    app.command("report")(report_cmd)
     app.command("export")(export_cmd)

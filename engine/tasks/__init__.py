@@ -418,6 +418,8 @@ class TaskFamily:
     result_metric: ClassVar[str] = ""
     axes: ClassVar[tuple[Axis, ...]] = ()
     table: ClassVar[TableLayout]
+    #: A shipped reference table (``gaptui/references/<name>.csv``) that ``gaptui report`` compares with; "" for none.
+    reference: ClassVar[str] = ""
     #: What ``gaptui figures`` and ``gaptui report`` draw for this family.
     figures: ClassVar[tuple[Figure, ...]] = (Figure("lines"), Figure("curves"), Figure("cd"))
 

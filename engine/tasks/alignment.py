@@ -684,6 +684,7 @@ class Alignment(TaskFamily):
     )
     table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,))
     figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
+    reference = "paper"
     import_roles = {"models": "model", "model_options": "model", "base": "base dataset", "dataset": "dataset class"}
 
     def metric(self, key: str) -> Metric:

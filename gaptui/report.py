@@ -1,0 +1,201 @@
+"""``gaptui report``: the whole study in one Markdown file and the same as self-contained HTML.
+
+Per task family present in the history: its ranking tables with their marks (``†`` = not significantly different
+from the best), the statistics of :mod:`gaptui.statistics`, every figure the family declares
+(:mod:`gaptui.figures`, under ``figures/`` with relative links), the comparison with the family's reference table
+where it declares one, and the reproducibility record (gaptui's version and git commit, the package versions,
+devices, presets and seeds the runs came from, and the run ids).
+
+The folder is the report's own: ``.gaptui-report.json`` lists what the report wrote, so running it again on a grown
+history replaces those files, removes figures that no longer exist, and refuses to replace any other file of the
+same name unless ``force``. Figures are drawn into a temporary folder first, so a refusal leaves the folder as it
+was.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.files import atomic_write_text, read_json
+from engine.tasks import family
+from gaptui import analysis, figures, statistics
+
+MANIFEST = ".gaptui-report.json"
+FIGURES = "figures"
+
+
+def _demote(markdown_text: str) -> str:
+    """Headings one level down, so a renderer's sections nest under the report's."""
+    return re.sub(r"(?m)^(#+) ", r"#\1 ", markdown_text)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("gaptui", "torch", "torch_geometric", "numpy", "scipy", "matplotlib"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def _generator() -> list[str]:
+    from gaptui.scheduler import git_commit
+
+    here = git_commit(Path(__file__).resolve().parent)
+    sha = f"{here['commit'][:12]}{' (with local changes)' if here['dirty'] else ''}" if here else "not a checkout"
+    versions = ", ".join(f"{k} {v}" for k, v in _versions().items())
+    return [f"- gaptui source: {sha}", f"- packages of this report: {versions}"]
+
+
+def _repro_section(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Where the runs came from: presets, seeds, devices, packages and projects, counted over the runs."""
+    done = [r for r in records if r.get("status") == "done"]
+    presets = Counter(str(r.get("preset") or "(single run)") for r in done)
+    seeds = sorted({r.get("seed") for r in done}, key=str)
+    devices: Counter[str] = Counter()
+    packages: dict[str, Counter[str]] = defaultdict(Counter)
+    projects: Counter[str] = Counter()
+    for r in done:
+        repro = r.get("repro") or {}
+        devices[str(repro.get("device_name") or repro.get("device") or "unknown")] += 1
+        for name, value in (repro.get("versions") or {}).items():
+            packages[name][str(value)] += 1
+        project = repro.get("project") or {}
+        if project.get("commit"):
+            projects[project["commit"][:12] + (" (dirty)" if project.get("dirty") else "")] += 1
+
+    def counted(c: Counter[str]) -> str:
+        return ", ".join(f"{k} ({n})" for k, n in sorted(c.items())) or "not recorded"
+
+    lines = [
+        f"- finished runs: {len(done)} of {len(records)} recorded",
+        f"- presets (runs): {counted(presets)}",
+        f"- seeds: {', '.join(map(str, seeds)) or 'none'}",
+        f"- devices (runs): {counted(devices)}",
+        f"- project commits (runs): {counted(projects)}",
+    ]
+    lines += [f"- {name} (runs): {counted(values)}" for name, values in sorted(packages.items())]
+    ids = ", ".join(sorted(str(r.get("id")) for r in done))
+    lines += ["", "<details><summary>run ids</summary>", "", ids or "none", "", "</details>"]
+    return lines
+
+
+def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) -> list[str]:
+    name = family(task).reference
+    if not name:
+        return []
+    from gaptui import reference as ref
+
+    chosen = ref.load_reference(name, ws)
+    try:
+        ref.check_metric(chosen, tables[0].metric if tables else None)
+    except GaptuiError as exc:
+        return [f"Reference `{name}`: not compared ({exc})."]
+    comparisons = [c for t in tables if not t.derived and (c := ref.compare(t, chosen)) is not None]
+    if not comparisons:
+        return [f"Reference `{name}` covers none of these tables ({', '.join(chosen.datasets)})."]
+    return [f"Compared with reference `{name}`:", "", _demote(ref.render_markdown(comparisons)).rstrip()]
+
+
+def family_section(
+    task: str, records: Sequence[dict[str, Any]], staging: Path, ws: Any = None, fmt: str = "png"
+) -> list[str]:
+    """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``."""
+    fam = family(task)
+    mine = analysis.task_records(records, task)
+    tables = analysis.build_tables(mine, task=task)
+    out = [f"# {task}: {fam.title}", ""]
+    if not tables:
+        return [*out, "No finished runs report the family's metric yet.", ""]
+    out += ["## Ranking tables", "", _demote(analysis.render_markdown(tables)).rstrip(), ""]
+    plain = [t for t in tables if not t.derived]
+    if plain:
+        result = statistics.table_statistics(tables)
+        out += ["## Statistics", "", statistics.render_markdown(result).rstrip(), ""]
+    drawn = figures.figure_files(mine, staging, task, fmt)
+    if drawn:
+        out += ["## Figures", ""]
+        out += [f"![{p.stem}]({FIGURES}/{p.name})" + "\n" for p in drawn]
+    if ref := _reference_section(task, tables, ws):
+        out += ["## Reference", "", *ref, ""]
+    out += ["## Reproducibility", "", *_repro_section(mine), ""]
+    return out
+
+
+def render_html(markdown_text: str, folder: Path) -> str:
+    """The report as one HTML file: Markdown converted, every figure embedded as a data URI."""
+    try:
+        import markdown
+    except ImportError:
+        raise GaptuiError("the HTML report needs markdown: pip install 'gaptui[figures]'") from None
+    body = markdown.markdown(markdown_text, extensions=["tables", "fenced_code", "md_in_html"])
+    kinds = {".png": "image/png", ".svg": "image/svg+xml", ".pdf": "application/pdf"}
+
+    def inline(match: re.Match[str]) -> str:
+        path = folder / match.group(1)
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f'src="data:{kinds.get(path.suffix, "application/octet-stream")};base64,{data}"'
+
+    body = re.sub(r'src="(' + FIGURES + r'/[^"]+)"', inline, body)
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;line-height:1.4}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}"
+        "img{max-width:100%}code{background:#f4f4f4}"
+    )
+    return f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>gaptui report</title><style>{style}</style>' \
+        f"</head><body>\n{body}\n</body></html>\n"  # fmt: skip
+
+
+def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, force: bool = False) -> list[Path]:
+    """Write ``report.md``, ``report.html`` and ``figures/`` into ``out`` (see the module docstring)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GaptuiError(f"report folder {out} exists and is not a folder")
+    tasks = [
+        t
+        for t in analysis.record_tasks(records)
+        if any(r.get("status") == "done" for r in analysis.task_records(records, t))
+    ]
+    previous = read_json(out / MANIFEST)
+    ours = set(previous.get("files", [])) if isinstance(previous, dict) else set()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        lines = ["# gaptui report", "", *_generator(), ""]
+        for task in tasks:
+            lines += family_section(task, records, staging, ws)
+        if not tasks:
+            lines += ["The history holds no finished runs yet.", ""]
+        markdown_text = "\n".join(lines).rstrip() + "\n"
+        names = ["report.md", "report.html"] + [f"{FIGURES}/{p.name}" for p in sorted(staging.iterdir())]
+        if not force:
+            foreign = [n for n in names if (out / n).exists() and n not in ours]
+            if foreign:
+                raise GaptuiError(
+                    f"{out / foreign[0]} exists and was not written by gaptui report; "
+                    "choose another --out folder or pass --force to replace it"
+                )
+        (out / FIGURES).mkdir(exist_ok=True)
+        for path in sorted(staging.iterdir()):
+            path.replace(out / FIGURES / path.name)
+        for stale in ours - set(names):
+            if stale.startswith(f"{FIGURES}/"):
+                (out / stale).unlink(missing_ok=True)
+        atomic_write_text(out / "report.md", markdown_text)
+        atomic_write_text(out / "report.html", render_html(markdown_text, out))
+        atomic_write_text(out / MANIFEST, json.dumps({"files": names}, indent=2) + "\n")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out / n for n in names]

@@ -1,0 +1,71 @@
+"""`gaptui report`: one Markdown file and the same as self-contained HTML for every family of the history, with
+links that resolve, updated in place on a grown history, and never replacing a file it did not write."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("markdown")
+
+from tests.conftest import run_cli  # noqa: E402
+from tests.test_figures import alignment_history, gape_history, properties_history  # noqa: E402
+
+
+def _workspace(tmp_path: Path, records: list) -> Path:
+    from gaptui.history import History
+    from gaptui.workspace import Workspace
+
+    ws = Workspace.resolve(tmp_path / "ws")
+    ws.root.mkdir(parents=True, exist_ok=True)
+    with History(ws, write=True) as history:
+        history.put_many(records)
+    return ws.root
+
+
+def test_report_of_every_family(tmp_path: Path) -> None:
+    from gaptui import report
+
+    records = alignment_history(tmp_path) + gape_history(tmp_path) + properties_history()
+    out = tmp_path / "out"
+    written = report.write_report(records, out)
+    text = (out / "report.md").read_text()
+    for task in ("alignment", "gape", "properties"):
+        assert f"\n# {task}: " in text
+    assert text.count("## Statistics") == 3 and "Compared with reference `paper`" in text
+    assert "Friedman: chi2" in text and "Kendall W over 3 seeds" in text
+    assert "- seeds: 0, 1, 2" in text and "gaptui source:" in text
+    links = re.findall(r"\]\((figures/[^)]+)\)", text)
+    assert len(links) == 13 and all((out / link).is_file() for link in links)
+    assert {p.relative_to(out).as_posix() for p in written} == {"report.md", "report.html", *links}
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == 13 and "figures/" not in html  # self-contained
+    assert html.count("<table>") >= 6
+
+
+def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    ws = _workspace(tmp_path, gape_history(tmp_path))
+    res = run_cli("report", "--out", str(out), "--workspace", str(ws))
+    assert res.returncode == 0, res.stderr
+    assert "# alignment" not in (out / "report.md").read_text()
+    # The history grows: the same command updates the report in place.
+    ws = _workspace(tmp_path, alignment_history(tmp_path))
+    res = run_cli("report", "--out", str(out), "--workspace", str(ws))
+    assert res.returncode == 0, res.stderr
+    assert "# alignment" in (out / "report.md").read_text() and (out / "figures" / "alignment-cd.png").is_file()
+    # A file the report did not write is never replaced without --force, and nothing else changes.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    res = run_cli("report", "--out", str(mine), "--workspace", str(ws))
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error: {mine / 'report.md'} exists and was not written by gaptui report; "
+        "choose another --out folder or pass --force to replace it"
+    ]
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"] and (mine / "report.md").read_text() == "my notes"
+    res = run_cli("report", "--out", str(mine), "--force", "--workspace", str(ws))
+    assert res.returncode == 0 and (mine / "report.md").read_text().startswith("# gaptui report")
