@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import fingerprint, mismatch, move_aside
+from engine.files import fingerprint, mismatch, move_aside, staged_files
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
 from engine.sources import SOURCES, data_root, params_dict, parse_params
@@ -319,10 +319,6 @@ def export_npz(dataset: Dataset, out: Path, force: bool = False) -> Path:
         for name, arr in dataset.split(split).arrays().items():
             arrays[f"{split}_{name}"] = np.asarray(arr)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
-    try:
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with staged_files() as stage, open(stage(out), "wb") as fh:
+        np.savez_compressed(fh, **arrays)
     return out

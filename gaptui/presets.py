@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import read_user_text
 from engine.tasks import Placement, PresetBase, family, task_of
 from engine.tasks.alignment import DatasetEntry, Preset, RunOptions, toml_value
 from engine.tasks.alignment import dump_preset as dump_alignment_preset
@@ -72,11 +73,9 @@ def find_preset(name: str, ws: Workspace | None = None) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    text = read_user_text(path, "a preset is a TOML text file")
     try:
-        # utf-8-sig: a byte-order mark (some editors write one) is not part of the TOML
-        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); a preset is a TOML text file") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GaptuiError(f"{path}: not valid TOML ({exc})") from None
 
