@@ -356,3 +356,16 @@ def test_a_family_module_that_does_not_import_is_one_warning_and_the_others_stil
     res = run_cli("table", "--task", "broken", "--workspace", str(tmp_path / "ws"), env=env)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1].endswith("modules that did not import: broken_family")
+
+
+def test_a_property_build_that_would_take_weeks_is_refused_with_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import memory
+    from engine.properties.datasets import PropertyDatasetSpec, check_builds_fit
+
+    monkeypatch.setattr(memory, "machine_memory", lambda: 1 << 60)  # memory fits: time decides
+    canonical = PropertyDatasetSpec("reflexive", 16, graphs=10**10).canonical()
+    with pytest.raises(
+        GaptuiError, match=r"would take about [\d,]+ hours \(at least; 20,000,000,000 graphs on 2 processes\)"
+    ):
+        check_builds_fit([canonical, canonical], workers=2)
+    check_builds_fit([PropertyDatasetSpec("reflexive", 16, graphs=1000).canonical()], workers=2)

@@ -67,7 +67,7 @@ class GapeSpec(TaskSpec):
 
         # the molecules, and an encoding of every atom as wide as the longest of the Laplacian and random-walk ones
         per_atom = 2 * 4 * max(self.lap_k, self.rwpe_steps)
-        check_source_fits(molecules.base, molecules.params, f"{where}: molecule dataset", per_node=per_atom)
+        check_source_fits(molecules.base, molecules.params, "molecule dataset", per_node=per_atom)
         for key, low in (
             ("lap_k", 1),
             ("rwpe_steps", 1),

@@ -231,10 +231,12 @@ def check_builds_fit(canonicals: list[dict[str, Any]], workers: int) -> None:
         sum(sizes[:workers]),
         f"{workers} at once; the largest, {largest['property']} on n = {largest['n']} with {largest['graphs']:,} "
         f"graphs, about {human(sizes[0])}",
-        "lower --graphs or --workers",
+        "lower the graphs per dataset (--graphs, or graphs in a preset)" + (" or --workers" if workers > 1 else ""),
     )
     seconds = sum(build_seconds(c) for c in canonicals) / workers
-    refuse_over_time(what, seconds, f"{graphs:,} graphs on {workers} processes, at least", "lower --graphs")
+    refuse_over_time(
+        what, seconds, f"at least; {graphs:,} graphs on {workers} processes", "lower the graphs per dataset"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- generation
