@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from engine.cache import open_entry, read_meta, write_entry
 from engine.errors import GaptuiError
+from engine.files import staged_files
 from engine.graphs import Graph
 from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
@@ -294,10 +294,6 @@ def export_npz(dataset: Dataset, out: Path, force: bool = False) -> Path:
         for name, arr in dataset.split(split).arrays().items():
             arrays[f"{split}_{name}"] = np.asarray(arr)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
-    try:
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with staged_files() as stage, open(stage(out), "wb") as fh:
+        np.savez_compressed(fh, **arrays)
     return out

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,33 +69,80 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a sibling temporary file, fsync it and rename it over ``path`` (never a torn file)."""
-    atomic_write_bytes(path, text.encode())
+@contextlib.contextmanager
+def staged_files() -> Iterator[Callable[[Path], Path]]:
+    """Write a group of files all or none: ``stage(path)`` returns the temporary sibling to write ``path``'s content
+    to; when the body ends every staged file is fsynced and renamed into place, and when it fails (a full disk) every
+    temporary file is removed, so that no file is torn and no part of the group is left to block a rerun. A
+    filesystem error names the file it was writing (the final path, not the temporary one)."""
+    staged: dict[Path, Path] = {}
+
+    def stage(path: Path) -> Path:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        staged[tmp] = path
+        return tmp
+
+    try:
+        yield stage
+        for tmp in staged:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for tmp, path in staged.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        named = staged.get(Path(exc.filename)) if exc.filename is not None else None
+        if (exc.filename is None or named is not None) and exc.errno is not None and staged:
+            # write and fsync errors name no file, and a temporary name means nothing to the user
+            raise OSError(exc.errno, exc.strerror, str(named or list(staged.values())[-1])) from exc
+        raise
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a sibling temporary file, fsync it and rename it over ``path`` (never a torn file)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.filename is None and exc.errno is not None:  # fsync and write errors name no file
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with staged_files() as stage, open(stage(path), "wb") as fh:
+        fh.write(data)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) atomically: see :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any, **dump_args: Any) -> None:
     atomic_write_text(path, json.dumps(obj, default=str, **dump_args))
+
+
+def read_user_bytes(path: Path, expected: str) -> bytes:
+    """The bytes of a file the user named; a file that cannot be read is one :class:`GaptuiError` line naming it and
+    saying what was ``expected`` (e.g. "a preset is a TOML text file")."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise os_error(exc, f"reading it; {expected}") from None
+
+
+def decode_user_text(data: bytes, path: Path, expected: str) -> str:
+    """``data`` of the user's file ``path`` as UTF-8, a byte-order mark (some editors write one) dropped; a file that
+    is not text (binary, another encoding) is one :class:`GaptuiError` line naming it and the byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); {expected}") from None
+
+
+def read_user_text(path: Path, expected: str) -> str:
+    """The text of a file the user named (:func:`read_user_bytes`, :func:`decode_user_text`)."""
+    return decode_user_text(read_user_bytes(path, expected), path, expected)
 
 
 def read_json(path: Path) -> Any:

@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: Bytes of a :class:`Graph` besides its arrays' contents: the object and two numpy array headers.
+_GRAPH_OVERHEAD = 600
+
+
+def graph_bytes(nodes: float, mean_degree: float) -> int:
+    """Bytes one :class:`Graph` of ``nodes`` nodes and ``mean_degree`` holds in memory (edges once, int64, and
+    int64 node types), for memory estimates before a source draws or reads its graphs."""
+    return int(_GRAPH_OVERHEAD + nodes * (8 * mean_degree + 8))
+
 
 @dataclass(frozen=True, eq=False)
 class Graph:

@@ -123,6 +123,8 @@ def estimate(canonical: dict[str, Any], batch_size: int | None = None) -> Memory
         return None
     nodes, degree, dense = hint
     pairs = int(canonical["n_train"] or 0) + int(canonical["n_val"] or 0)
+    if canonical["n_train"] is None:  # all of the source: as many pairs as it has graphs, where it says
+        pairs = source_cls.count_hint(parse_params(source_cls, canonical["params"])) or pairs
     # per pair: G and H edge lists (both directions, 2 rows), their pointers, the permutation and the order
     noisy_degree = degree * (1 + canonical["noise"])
     per_pair = (2 * 2 * nodes * (degree + noisy_degree) / 2 + nodes + 4) * _INT
@@ -139,8 +141,7 @@ def estimate(canonical: dict[str, Any], batch_size: int | None = None) -> Memory
 def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: str = "this run") -> None:
     """Refuse a plan whose estimate exceeds the machine's memory, in one line naming both."""
     est = estimate(canonical, batch_size)
-    total = machine_memory()
-    if est is None or total is None or est.peak <= total:
+    if est is None:
         return
     big = "training batch" if (est.batch_bytes or 0) > est.generation_bytes else "dataset"
     hint = (
@@ -148,7 +149,31 @@ def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: s
         if big == "training batch"
         else "lower --train/--val or the graph order (n)"
     )
+    detail = f"{est.describe()}; graphs of about {est.nodes:,.0f} nodes x {est.pairs:,} pairs"
+    refuse_over_memory(what, est.peak, detail, hint)
+
+
+def refuse_over_memory(what: str, need: float, detail: str, hint: str) -> None:
+    """Refuse work whose estimate ``need`` (bytes) exceeds this machine's memory, before any of it is done: one
+    line with the estimate, what it is made of (``detail``), the machine's total and what to lower (``hint``).
+    Every family and source calls it with its own estimate; a no-op where the platform does not say its total."""
+    total = machine_memory()
+    if total is None or need <= total:
+        return
     raise GaptuiError(
-        f"{what} needs about {human(est.peak)} of memory ({est.describe()}; graphs of about {est.nodes:,.0f} "
-        f"nodes x {est.pairs:,} pairs) but this machine has {human(total)}; {hint}"
+        f"{what} needs about {human(need)} of memory ({detail}) but this machine has {human(total)}; {hint}"
+    )
+
+
+#: Work estimated to take longer than this (a week) is refused before it starts.
+MAX_SECONDS = 7 * 24 * 3600
+
+
+def refuse_over_time(what: str, seconds: float, detail: str, hint: str, bound: float = MAX_SECONDS) -> None:
+    """Refuse work estimated to run longer than ``bound`` seconds, in one line with the estimate and the bound."""
+    if seconds <= bound:
+        return
+    raise GaptuiError(
+        f"{what} would take about {seconds / 3600:,.0f} hours ({detail}), more than the {bound / 3600:,.0f} hours "
+        f"gaptui starts without asking; {hint}"
     )

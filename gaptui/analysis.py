@@ -39,9 +39,7 @@ import dataclasses
 import io
 import json
 import math
-import os
 import statistics
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ from typing import Any
 from rich.markup import escape
 
 from engine.errors import GaptuiError, unknown
+from engine.files import staged_files
 from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
 
 FORMATS = ("text", "md", "csv", "latex", "json")
@@ -878,22 +877,6 @@ def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: 
 # ------------------------------------------------------------------------------------------ export
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
-    # Temporary file in the same folder, then rename: a reader never sees half a file. Opened with "x" (not
-    # mkstemp) so the export gets the user's usual permissions rather than 0600.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _previous_export(out_dir: Path) -> set[str]:
     try:
         return set(json.loads((out_dir / EXPORT_MANIFEST).read_text()).get("files", []))
@@ -912,9 +895,10 @@ def export_all(
 
     ``runs.json`` holds the records of ``task`` (all of its records, finished or not).
 
-    Each file is written atomically. A file of the same name is replaced only when a previous export wrote it
-    (listed in ``.gaptui-export.json``, which is written last) or when ``force`` is set; otherwise nothing is
-    written and :class:`GaptuiError` names the file. Returns the paths written, manifest last.
+    The files are written all or none (temporary siblings renamed into place once all are written), so a full
+    disk leaves the folder as it was. A file of the same name is replaced only when a previous export wrote it
+    (listed in ``.gaptui-export.json``) or when ``force`` is set; otherwise nothing is written and
+    :class:`GaptuiError` names the file. Returns the paths written, manifest last.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -937,10 +921,6 @@ def export_all(
         "tables.tex": render_latex(tables),
         "runs.json": json.dumps(list(records), indent=2, sort_keys=True, default=str) + "\n",
     }
-    written = []
-    for name in EXPORT_FILES:
-        write_atomic(out_dir / name, contents[name])
-        written.append(out_dir / name)
     manifest = {
         "files": list(EXPORT_FILES),
         "task": task,
@@ -948,6 +928,9 @@ def export_all(
         "runs": len(records),
         "tables": len(tables),
     }
-    write_atomic(out_dir / EXPORT_MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    written.append(out_dir / EXPORT_MANIFEST)
+    contents[EXPORT_MANIFEST] = json.dumps(manifest, indent=2) + "\n"
+    written = [out_dir / name for name in (*EXPORT_FILES, EXPORT_MANIFEST)]
+    with staged_files() as stage:
+        for path in written:
+            stage(path).write_text(contents[path.name], encoding="utf-8")
     return written

@@ -412,6 +412,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         TimeRemainingColumn(),
         console=err_console,
         disable=not show_progress,
+        transient=True,  # a failed run's error line is the only line left, not under a bar
     )
     task = progress.add_task(spec.model, total=spec.epochs, info="")
 
@@ -497,10 +498,19 @@ def main() -> None:
     from engine.files import describe_os_error
 
     try:
-        app()
+        # Click's own errors come back to us (not as its usage box) so that they read like every other error.
+        code = app(standalone_mode=False)
     except GaptuiError as exc:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except _click_exception() as exc:
+        line = _usage_error_line(exc)
+        if line:
+            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("[yellow]interrupted[/]")
+        sys.exit(130)
     except BrokenPipeError:
         # The reader of our output went away (`gaptui history | head`): nothing left to say to anyone.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -513,6 +523,27 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         sys.exit(130)
+    if isinstance(code, int) and not isinstance(code, bool):  # typer.Exit(code) without standalone mode
+        sys.exit(code)
+
+
+def _click_exception() -> type[Exception]:
+    """Click's base of the errors it shows a user (Typer bundles Click since 0.22; earlier it depends on it)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _usage_error_line(exc: Exception) -> str:
+    """One line for a Click usage error (a bad value, a missing or unknown option) naming the command and where
+    its help is; ``""`` for a group called without a command, whose help Typer has printed already."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return ""
+    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    message = message[:1].lower() + message[1:].rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    command = "gaptui" + ctx.command_path[len(ctx.find_root().command_path) :]
+    return f"{command}: {message} (see `{command} --help`)"
 
 
 if __name__ == "__main__":

@@ -115,6 +115,8 @@ def _table_with_reference(dataset: str | None, metric: str | None, fmt: str, nam
     tables, why_empty = _tables(records, "alignment", dataset, metric)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
     comparisons = [c for _, c in pairs if c is not None]
+    if tables and not any(ref.shared_cells(table, chosen) for table in tables):
+        raise ref.no_overlap(chosen, tables)
     unmatched = [t.group for t, c in pairs if c is None]
     if unmatched:
         err_console.print(
@@ -122,6 +124,9 @@ def _table_with_reference(dataset: str | None, metric: str | None, fmt: str, nam
             f"(it covers {', '.join(chosen.datasets)})",
             highlight=False,
         )
+    for table in tables:
+        if note := ref.uncovered_noise(table, chosen):
+            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if fmt == "json":
         print_json([ref.comparison_json(c) for c in comparisons])
         return

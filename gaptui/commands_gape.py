@@ -43,15 +43,15 @@ def gape_embed(
         raise GaptuiError(f"--out {out}: expected a file name ending in .npz")
     if out.exists() and not force:
         raise GaptuiError(f"--out {out} exists; choose another name or pass --force to replace it")
-    from engine.gape.embed import embed_source, load_frozen, resolve_run, write_embeddings
+    from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
     from engine.sources import parse_param_args
     from engine.training import resolve_device
 
+    params = parse_param_args(param)
+    check_embedding_fits(dataset, params, seed)  # again with the model's width once it is loaded
     frozen = load_frozen(resolve_run(run, ws.runs), resolve_device(device))
     started = time.perf_counter()
-    result = embed_source(
-        frozen, dataset, parse_param_args(param), seed=seed, datasets_dir=ws.datasets, raw_root=ws.raw_data
-    )
+    result = embed_source(frozen, dataset, params, seed=seed, datasets_dir=ws.datasets, raw_root=ws.raw_data)
     seconds = time.perf_counter() - started
     for note in result.notes:
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)

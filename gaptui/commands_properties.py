@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -84,15 +85,19 @@ def _specs(
 
 
 def _build_with_progress(specs: list, datasets_dir: Path, workers: int | None, quiet: bool) -> list:
+    from engine.properties.datasets import check_builds_fit
     from engine.properties.suite import build_suite
 
+    # Refused before the progress bar starts, so that an error is the only line.
+    check_builds_fit([spec.canonical() for spec in specs], workers or os.cpu_count() or 1)
     if quiet:
         return build_suite(specs, datasets_dir, workers)
     columns = (
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[last]}"),
     )  # fmt: skip
-    with Progress(*columns, console=err_console) as progress:
+    # transient: an error that stops the build is the last and only line, not under a bar
+    with Progress(*columns, console=err_console, transient=True) as progress:
         task = progress.add_task("datasets", total=len(specs), last="")
 
         def done(report) -> None:  # noqa: ANN001 - a BuildReport

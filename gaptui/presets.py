@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import decode_user_text, read_user_bytes
 from engine.tasks import Placement, PresetBase, family, task_of
 from engine.tasks.alignment import DatasetEntry, Preset, RunOptions, toml_value
 from engine.tasks.alignment import dump_preset as dump_alignment_preset
@@ -78,12 +79,10 @@ def _read(path: Path) -> dict[str, Any]:
 
 def read_preset_file(path: Path) -> tuple[bytes, dict[str, Any]]:
     """A preset file's bytes and its TOML document, read once (so a hash of the bytes is of what was parsed)."""
-    content = path.read_bytes()
+    expected = "a preset is a TOML text file"
+    content = read_user_bytes(path, expected)
     try:
-        # utf-8-sig: a byte-order mark (some editors write one) is not part of the TOML
-        return content, tomllib.loads(content.decode("utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); a preset is a TOML text file") from None
+        return content, tomllib.loads(decode_user_text(content, path, expected))
     except tomllib.TOMLDecodeError as exc:
         raise GaptuiError(f"{path}: not valid TOML ({exc})") from None
 

@@ -28,12 +28,13 @@ import csv
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import read_user_text
 from engine.tasks import Metric, TaskFamily, family
 from gaptui import analysis
 from gaptui.workspace import Workspace
@@ -125,6 +126,9 @@ class Reference:
     def models(self, dataset: str) -> list[str]:
         return _model_order(m for d, m, _ in self.cells if d == dataset)
 
+    def noise_levels(self, dataset: str | None = None) -> list[float]:
+        return sorted({n for d, _, n in self.cells if dataset is None or d == dataset})
+
 
 def reference_names(ws: Workspace | None = None) -> list[str]:
     """Names ``--reference`` accepts: the shipped references and ``<workspace>/references/*.csv``."""
@@ -153,10 +157,7 @@ def find_reference(name: str, ws: Workspace | None = None) -> Path:
 def load_reference(name: str, ws: Workspace | None = None) -> Reference:
     """Find and parse a reference; every problem is one :class:`GaptuiError` line naming file and line."""
     path = find_reference(name, ws)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GaptuiError(f"reference {path}: cannot be read ({exc})") from None
+    text = read_user_text(path, "a reference is a CSV text file (format: README, 'Comparing with the paper')")
     return parse_reference(text, path, name=path.stem)
 
 
@@ -312,6 +313,45 @@ def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | 
                 within = all(c.mark in (analysis.BEST, analysis.WITHIN_1) for c in ours_best if c is not None)
         agreement[noise] = NoiseAgreement(noise, common, None if math.isnan(tau) else tau, best, within)
     return Comparison(table, reference, models, agreement)
+
+
+def shared_cells(table: analysis.RankingTable, reference: Reference) -> int:
+    """How many cells of ``table`` (model x noise) the reference also has."""
+    return sum(
+        table.cell(m, n) is not None and reference.cell(table.group, m, n) is not None
+        for m in table.rows
+        for n in table.columns
+    )
+
+
+def _listed(values: Iterable[Any]) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) or "none"
+
+
+def no_overlap(reference: Reference, tables: Sequence[analysis.RankingTable]) -> GaptuiError:
+    """The error for a history of which the reference has no cell: what each side has, so the user can see which
+    runs (or which reference) to choose."""
+    ours_datasets = [t.group for t in tables]
+    ours_models = _model_order({m for t in tables for m in t.rows})
+    ours_noise = sorted({_noise_key(n) for t in tables for n in t.columns})
+    theirs_models = _model_order({m for _, m, _ in reference.cells})
+    return GaptuiError(
+        f"reference '{reference.name}' has no cell that the history has: the history's finished runs cover "
+        f"datasets {_listed(ours_datasets)}, models {_listed(ours_models)}, noise {_listed(ours_noise)}; the "
+        f"reference covers datasets {_listed(reference.datasets)}, models {_listed(theirs_models)}, noise "
+        f"{_listed(reference.noise_levels())}"
+    )
+
+
+def uncovered_noise(table: analysis.RankingTable, reference: Reference) -> str:
+    """A note naming the noise levels of ``table`` the reference has no cell for (``""`` when none)."""
+    missing = [n for n in table.columns if all(reference.cell(table.group, m, n) is None for m in table.rows)]
+    if not missing or table.group not in reference.datasets:
+        return ""
+    return (
+        f"reference '{reference.name}' has no {table.group} cell at noise {_listed(missing)} "
+        f"(it covers {_listed(reference.noise_levels(table.group))})"
+    )
 
 
 def _signed(value: float, metric: Metric) -> str:

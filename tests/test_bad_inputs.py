@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.test_analysis import rec
 
 TINY_PRESET = """
 noise = [0.1]
@@ -165,6 +166,69 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         ["datasets", "build", "molecules", "-p", "path={}", "--noise", "0.1"],
         "which carry no alignment signal",
     ),
+    # issue 19, files, messages and size guards
+    (
+        "not an integer (Click)",
+        lambda t: str(t / "ws"),
+        ["properties", "build", "--graphs", "abc", "-w", "{}"],
+        "gaptui properties build: invalid value for '--graphs'",
+    ),
+    (
+        "not an integer in run",
+        lambda t: "abc",
+        ["run", "--preset", "smoke", "--time", "{}"],
+        "invalid value for '--time'",
+    ),
+    ("missing required option", lambda t: "0.1", ["train", "--noise", "{}"], "gaptui train: missing option '--base'"),
+    ("unknown option", lambda t: "x", ["history", "--nosuch", "{}"], "no such option: --nosuch"),
+    (
+        "negative seed of a property build",
+        lambda t: str(t / "ws"),
+        ["properties", "build", "--seed", "-1", "-w", "{}"],
+        "dataset seed -1: expected a seed >= 0",
+    ),
+    (
+        "negative seed of an embedding",
+        lambda t: str(t),
+        ["gape", "embed", "abc", "--dataset", "ringmol", "--out", "{}/e.npz", "--seed", "-1", "-w", "{}/ws"],
+        "--seed -1: expected a seed >= 0",
+    ),
+    (
+        "property datasets too large for memory",
+        lambda t: str(t / "ws"),
+        ["properties", "build", "--graphs", "1000000000000", "-w", "{}"],
+        "of memory (",
+    ),
+    (
+        "embedding too large for memory",
+        lambda t: str(t),
+        ["gape", "embed", "abc", "--dataset", "ringmol", "-p", "count=1000000000000", "--out", "{}/e.npz"],
+        "embedding ringmol needs about",
+    ),
+    (
+        "binary reference",
+        lambda t: (t / "r.csv").write_bytes(b"\xff\xfe\x00\x01") and str(t / "r.csv"),
+        ["table", "--reference", "{}", "-w", "{}.ws"],
+        "not UTF-8 text (byte 0); a reference is a CSV text file",
+    ),
+    (
+        "reference with other columns",
+        lambda t: (t / "r.csv").write_text("a,b\n1,2\n") and str(t / "r.csv"),
+        ["table", "--reference", "{}", "-w", "{}.ws"],
+        "header lacks column(s) dataset, model, noise, median, std",
+    ),
+    (
+        "reference that has none of the history",
+        lambda t: _history_of(t, [rec("gcn", 0.5, 0.05, dataset="tree")]),
+        ["table", "--reference", "paper", "-w", "{}"],
+        "the history's finished runs cover datasets tree, models gcn, noise 0.5; the reference covers datasets er",
+    ),
+    (
+        "binary run spec",
+        lambda t: (t / "run").mkdir() or (t / "run" / "spec.json").write_bytes(b"\x80\x81") and str(t / "run"),
+        ["gape", "embed", "{}", "--dataset", "er", "--out", "{}/e.npz"],
+        "not UTF-8 text (byte 0); a run spec is a JSON text file",
+    ),
 ]
 
 
@@ -175,6 +239,17 @@ def _single_atoms(tmp: Path) -> str:
         "smiles\n" + "\n".join(["C", "O", "[Na+]", "N", "[Na+].[Cl-]", "Cl", "[NH4+]", "I", "F", "S"]) + "\n"
     )
     return str(path)
+
+
+def _history_of(tmp: Path, records: list[dict]) -> str:
+    from gaptui.history import History
+    from gaptui.workspace import Workspace
+
+    ws = Workspace.resolve(tmp / "ws")
+    ws.root.mkdir(parents=True)
+    with History(ws, write=True) as history:
+        history.put_many(records)
+    return str(ws.root)
 
 
 @pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -240,3 +315,10 @@ def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stderr.startswith("warning: --cpu-jobs 999 is more than the ") and "cores of this machine" in res.stderr
+
+
+def test_help_still_works_and_a_group_without_a_command_shows_its_help(tmp_path: Path) -> None:
+    res = run_cli("properties", "build", "--help", cwd=tmp_path)
+    assert res.returncode == 0 and "--graphs" in res.stdout and res.stderr == "", res.stderr
+    res = run_cli("properties", cwd=tmp_path)
+    assert "build" in res.stdout + res.stderr and "error:" not in res.stderr

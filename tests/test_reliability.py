@@ -583,3 +583,71 @@ def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
     assert len(warnings) == 1 and "aqsol's processed cache" in warnings[0] and "processing the raw" in warnings[0]
     assert [g.num_nodes for g in again.train] == [g.num_nodes for g in first.train]
     assert len(list((tmp_path / "aqsol").glob("processed.corrupt-*"))) == 1
+
+
+# issue 19, files, messages and size guards
+
+
+def test_an_export_onto_a_full_disk_names_the_file_leaves_nothing_and_reruns(tmp_path: Path) -> None:
+    from tests.test_analysis import rec
+    from tests.test_bad_inputs import _history_of
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        # runs.json of 400 records is about 150 KB: more than the disk holds
+        ws = _history_of(tmp_path, [rec("gcn", 0.1, 0.5, seed) for seed in range(400)])
+        out = disk / "tables"
+        res = run_cli("export", "--out", str(out), "--workspace", ws)
+        assert res.returncode == 2, res.stderr
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"error: disk full at {out}/"), line
+        assert sorted(p.name for p in out.iterdir()) == []  # no half of the export, no temporary file
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space freed
+        res = run_cli("export", "--out", str(out), "--workspace", ws)
+        assert res.returncode == 0, res.stderr
+        assert sorted(p.name for p in out.iterdir()) == [
+            ".gaptui-export.json",
+            "runs.json",
+            "tables.csv",
+            "tables.md",
+            "tables.tex",
+        ]
+        assert len(json.loads((out / "runs.json").read_text())) == 400
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_family_module_that_does_not_import_is_one_warning_and_the_others_still_work(tmp_path: Path) -> None:
+    (tmp_path / "broken_family.py").write_text("def register(:\n")
+    env = {
+        "GAPTUI_FAMILIES": "broken_family,tests.toy_family",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+    }
+    res = run_cli("tasks", env=env)
+    assert res.returncode == 0, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("warning: GAPTUI_FAMILIES: could not import 'broken_family' (SyntaxError: "), line
+    assert line.endswith("; the other families still work"), line
+    for name in ("alignment", "gape", "properties", "toy"):
+        assert name in res.stdout
+    res = run_cli("table", "--task", "broken", "--workspace", str(tmp_path / "ws"), env=env)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1].endswith("modules that did not import: broken_family")
+
+
+def test_a_property_build_that_would_take_weeks_is_refused_with_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import memory
+    from engine.properties.datasets import PropertyDatasetSpec, check_builds_fit
+
+    monkeypatch.setattr(memory, "machine_memory", lambda: 1 << 60)  # memory fits: time decides
+    canonical = PropertyDatasetSpec("reflexive", 16, graphs=10**10).canonical()
+    with pytest.raises(
+        GaptuiError, match=r"would take about [\d,]+ hours \(at least; 20,000,000,000 graphs on 2 processes\)"
+    ):
+        check_builds_fit([canonical, canonical], workers=2)
+    check_builds_fit([PropertyDatasetSpec("reflexive", 16, graphs=1000).canonical()], workers=2)

@@ -24,7 +24,7 @@ import numpy as np
 from engine.cache import open_entry, read_meta, write_entry
 from engine.datasets import content_digest, seeded_rng
 from engine.errors import GaptuiError
-from engine.graphs import Graph
+from engine.graphs import Graph, graph_bytes
 from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params
 
 #: Bump when the way molecules are read changes: old cache entries are then never confused with new ones.
@@ -50,6 +50,8 @@ class MoleculeSpec:
 
     def canonical(self) -> dict[str, Any]:
         cls = molecule_source(self.base)
+        if int(self.seed) < 0:
+            raise GaptuiError(f"molecule dataset seed {self.seed}: expected a seed >= 0")
         return {
             "format": FORMAT_VERSION,
             "base": cls.name,
@@ -109,6 +111,38 @@ class MoleculeData:
         return out
 
 
+def molecules_bytes(count: int, atoms: float, degree: float) -> int:
+    """Peak bytes of ``count`` graphs of ``atoms`` nodes and mean degree ``degree`` held as :class:`Graph` objects
+    and as the flat arrays :func:`build_molecules` makes of them (both directions of each edge, int64, and the
+    concatenated copy)."""
+    return int(count * (graph_bytes(atoms, degree) + 2 * atoms * (16 * degree + 8) + 64))
+
+
+def check_source_fits(
+    base: str, params: dict[str, Any], what: str, count: int | None = None, per_node: int = 0
+) -> None:
+    """Refuse, before any graph is drawn or read, a source whose graphs cannot fit in this machine's memory, with
+    ``per_node`` more bytes per node (an encoding or embedding of them). ``count`` defaults to the source's own
+    (a user-given count such as ringmol's ``count``); nothing is refused where neither the count nor the graph
+    size is known before loading (files: their size is what it is)."""
+    from engine.memory import refuse_over_memory
+
+    cls = SOURCES.get(base)
+    parsed = parse_params(cls, params)
+    count = cls.count_hint(parsed) if count is None else count
+    hint = cls.size_hint(parsed)
+    if count is None or hint is None:
+        return
+    nodes, degree, _ = hint
+    need = molecules_bytes(count, nodes, degree) + count * nodes * per_node
+    refuse_over_memory(
+        what,
+        need,
+        f"{count:,} graphs of about {nodes:,.0f} nodes",
+        f"lower the number or size of the graphs of {cls.name}",
+    )
+
+
 def build_molecules(spec: MoleculeSpec, datasets_dir: Path, raw_root: Path | None = None) -> tuple[MoleculeData, bool]:
     """Build (or find in the cache) the molecule dataset of ``spec``. Returns ``(data, built_now)``."""
     canonical = spec.canonical()
@@ -119,6 +153,7 @@ def build_molecules(spec: MoleculeSpec, datasets_dir: Path, raw_root: Path | Non
         return cached, False
     started = time.perf_counter()
     cls = molecule_source(canonical["base"])
+    check_source_fits(cls.name, canonical["params"], f"molecule dataset {ident}")
     source = cls(parse_params(cls, canonical["params"]))
     mols = source.molecules(seeded_rng(canonical["seed"], canonical), data_root(raw_root))
     graphs = mols.graphs

@@ -7,8 +7,6 @@ on the other graphs of a batch, and they are permutation-equivariant: relabellin
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import torch
 from torch import nn
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import read_json, staged_files
 from engine.graphs import Graph
 
 #: Nodes embedded per forward pass (bounds memory; a batch never splits a graph).
@@ -98,10 +97,8 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
 
     run_dir = Path(run_dir)
     spec = RunSpec.from_file(run_dir / "spec.json")
-    try:
-        result = json.loads((run_dir / "result.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        result = {}
+    result = read_json(run_dir / "result.json")
+    result = result if isinstance(result, dict) else {}
     if result.get("status") != "done":
         raise GaptuiError(f"run {run_dir.name} has not finished (status: {result.get('status', 'no result yet')})")
     if spec.model == "laplacian":
@@ -134,18 +131,14 @@ def write_embeddings(
     if out.exists() and not force:
         raise GaptuiError(f"--out {out} exists; choose another name or pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
-    try:
+    with staged_files() as stage, open(stage(out), "wb") as fh:
         np.savez_compressed(
-            tmp,
+            fh,
             num_nodes=np.asarray(num_nodes, dtype=np.int64),
             pe=np.asarray(pe, dtype=np.float32),
             skipped=np.asarray(skipped, dtype=np.int64),
             run=np.array(run),
         )
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -159,6 +152,21 @@ class SourceEmbedding:
     skipped: np.ndarray
     run: str
     notes: list[str]
+
+
+def check_embedding_fits(base: str, params: dict[str, str], seed: int, dim: int = 0) -> None:
+    """Refuse, before the model or any graph is loaded, a negative seed or a source whose graphs and ``dim``-wide
+    float32 embeddings (each pass's output and the stacked result) cannot fit in this machine's memory."""
+    from engine.gape.data import check_source_fits
+    from engine.sources import SOURCES, MoleculeSource
+
+    if int(seed) < 0:
+        raise GaptuiError(f"--seed {seed}: expected a seed >= 0")
+    cls = SOURCES.get(base)
+    count = None
+    if not (isinstance(cls, type) and issubclass(cls, MoleculeSource)) and None not in cls.sizes:
+        count = int(cls.sizes[0]) + int(cls.sizes[1])  # what embed_source draws: the default train and val sizes
+    check_source_fits(base, params, f"embedding {base}", count=count, per_node=2 * 4 * dim)
 
 
 def embed_source(
@@ -179,6 +187,7 @@ def embed_source(
     from engine.gape.data import MoleculeSpec, build_molecules
     from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params
 
+    check_embedding_fits(base, params, seed, frozen.out_dim)
     cls = SOURCES.get(base)
     if isinstance(cls, type) and issubclass(cls, MoleculeSource):
         data, _ = build_molecules(MoleculeSpec(base, dict(params), seed), datasets_dir, raw_root)

@@ -185,11 +185,28 @@ class Encoding:
         return int(self.values.shape[1])
 
 
+def check_encoding_fits(data: MoleculeData, pe: PESpec, options: EncodingOptions) -> None:
+    """Refuse an encoding of ``data`` that cannot fit in this machine's memory: float32 ``[atoms, width]``, computed,
+    saved and read back (a GAPE part counted at 64 wide, the default embedding)."""
+    from engine.memory import refuse_over_memory
+
+    width = {"lap": options.lap_k, "abs-lap": options.lap_k, "r-lap": options.lap_k, "rwpe": options.rwpe_steps}
+    dim = width.get(pe.kind, 64 + (options.rwpe_steps if pe.kind == "gape+rwpe" else 0))
+    atoms = int(data.num_nodes.sum())
+    refuse_over_memory(
+        f"positional encoding {pe.name} of {data.id}",
+        3 * 4 * atoms * dim,
+        f"{atoms:,} atoms x {dim} values",
+        "use a smaller molecule dataset or encoding",
+    )
+
+
 def encoding(data: MoleculeData, pe: PESpec, datasets_dir: Path, options: EncodingOptions) -> Encoding:
     """The encoding ``pe`` of ``data``, from the cache or computed now (and cached)."""
     total = int(data.num_nodes.sum())
     if pe.kind == "none":
         return Encoding(np.zeros((total, 0), dtype=np.float32))
+    check_encoding_fits(data, pe, options)
     parts: list[np.ndarray] = []
     if pe.kind in ("lap", "abs-lap", "r-lap"):
         seed = int(content_digest({"lap": data.id})[:8], 16)

@@ -60,8 +60,14 @@ class GapeSpec(TaskSpec):
     def validate(self, where: str = "gape spec") -> None:
         if self.task != "gape":
             raise GaptuiError(f"{where}: task '{self.task}' is not gape")
-        self.molecule_spec().canonical()
+        molecules = self.molecule_spec()
+        molecules.canonical()
         self.pe_spec()
+        from engine.gape.data import check_source_fits
+
+        # the molecules, and an encoding of every atom as wide as the longest of the Laplacian and random-walk ones
+        per_atom = 2 * 4 * max(self.lap_k, self.rwpe_steps)
+        check_source_fits(molecules.base, molecules.params, "molecule dataset", per_node=per_atom)
         for key, low in (
             ("lap_k", 1),
             ("rwpe_steps", 1),

@@ -75,6 +75,8 @@ class PropertyDatasetSpec:
             raise GaptuiError(f"n = {self.n}: expected a size between 1 and {MAX_NODES} nodes")
         if int(self.graphs) < 2 or int(self.graphs) % 2:
             raise GaptuiError(f"graphs = {self.graphs}: expected an even count >= 2 (half positive, half negative)")
+        if int(self.seed) < 0:
+            raise GaptuiError(f"dataset seed {self.seed}: expected a seed >= 0")
         negatives = self.negatives or DEFAULT_NEGATIVES
         if negatives not in NEGATIVES:
             raise unknown("negatives kind", negatives, NEGATIVES)
@@ -89,6 +91,26 @@ class PropertyDatasetSpec:
             "negatives": negatives if self.family == "random" else None,
             "seed": int(self.seed),
         }
+
+
+#: Bytes per graph besides its cells while building: two numpy array headers and its key in the set of seen
+#: relations.
+_GRAPH_OVERHEAD = 400
+#: Seconds per adjacency cell to draw, check and keep one graph; the fastest measured (one core, n = 5..16, the
+#: solver's positives take 0.3-0.9 us per cell), so time estimates are floors.
+SECONDS_PER_CELL = 0.3e-6
+
+
+def build_bytes(canonical: dict[str, Any]) -> int:
+    """Peak bytes of :func:`generate` for ``canonical``: every graph as an ``[n, n]`` bool array in a list, stacked,
+    reordered and packed, plus the packed keys of the seen relations."""
+    cells = canonical["n"] * canonical["n"]
+    return int(canonical["graphs"]) * (3 * cells + 2 * -(-cells // 8) + _GRAPH_OVERHEAD)
+
+
+def build_seconds(canonical: dict[str, Any]) -> float:
+    """At least how long :func:`generate` takes for ``canonical`` on one core (see :data:`SECONDS_PER_CELL`)."""
+    return int(canonical["graphs"]) * canonical["n"] * canonical["n"] * SECONDS_PER_CELL
 
 
 def property_dataset_id(canonical: dict[str, Any]) -> str:
@@ -191,6 +213,7 @@ def build_property_dataset(
         cached = open_property_dataset(final)
         if cached is not None:
             return cached, False
+    check_builds_fit([canonical], workers=1)
     started = time.perf_counter()
     arrays, stats = generate(canonical, seeded_rng(canonical["seed"], canonical), progress)
 
@@ -207,6 +230,31 @@ def build_property_dataset(
 
     built = write_entry(final, write, force=force)
     return PropertyDataset(ident, final, read_meta(final, REQUIRED)), built
+
+
+def check_builds_fit(canonicals: list[dict[str, Any]], workers: int) -> None:
+    """Refuse, before any is built, datasets whose builds (``workers`` at once) cannot fit in this machine's memory
+    or would take longer than :data:`engine.memory.MAX_SECONDS`."""
+    from engine.memory import human, refuse_over_memory, refuse_over_time
+
+    if not canonicals:
+        return
+    workers = max(1, min(workers, len(canonicals)))
+    sizes = sorted((build_bytes(c) for c in canonicals), reverse=True)
+    largest = max(canonicals, key=build_bytes)
+    graphs = sum(int(c["graphs"]) for c in canonicals)
+    what = f"building {len(canonicals)} property dataset{'s' if len(canonicals) > 1 else ''}"
+    refuse_over_memory(
+        what,
+        sum(sizes[:workers]),
+        f"{workers} at once; the largest, {largest['property']} on n = {largest['n']} with {largest['graphs']:,} "
+        f"graphs, about {human(sizes[0])}",
+        "lower the graphs per dataset (--graphs, or graphs in a preset)" + (" or --workers" if workers > 1 else ""),
+    )
+    seconds = sum(build_seconds(c) for c in canonicals) / workers
+    refuse_over_time(
+        what, seconds, f"at least; {graphs:,} graphs on {workers} processes", "lower the graphs per dataset"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- generation

@@ -14,7 +14,6 @@ gives the same bytes.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,14 +46,9 @@ def csv_bytes(adjacency: np.ndarray, labels: np.ndarray) -> bytes:
 
 
 def write_csv(path: Path, adjacency: np.ndarray, labels: np.ndarray) -> None:
-    """Write one dataset file atomically (a temporary sibling renamed into place)."""
+    """Write one dataset file; with :func:`engine.files.staged_files`, ``path`` is a temporary sibling."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(csv_bytes(adjacency, labels))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    path.write_bytes(csv_bytes(adjacency, labels))
 
 
 def read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -17,12 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
+from engine.files import staged_files
 from engine.properties.datasets import (
     FAMILIES,
     GRAPHS_PER_DATASET,
     PropertyDatasetSpec,
     build_property_dataset,
     cached_property_dataset,
+    check_builds_fit,
 )
 from engine.properties.definitions import PROPERTY_NAMES, get_property, suite_sizes
 from engine.properties.published import published_test_path, published_train_path, write_csv
@@ -89,6 +91,7 @@ def build_suite(
     if not todo:
         return reports
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    check_builds_fit([spec.canonical() for spec in todo], workers)
     if workers == 1:
         for spec in todo:
             report = _build_one(spec, str(datasets_dir))
@@ -129,9 +132,12 @@ def export_targets(out: Path, specs: list[PropertyDatasetSpec]) -> dict[Path, Pr
 
 
 def export_suite(targets: dict[Path, PropertyDatasetSpec], datasets_dir: Path) -> None:
-    """Write each (already built) dataset of ``targets`` to its CSV file."""
-    for path, spec in targets.items():
-        dataset = cached_property_dataset(spec, datasets_dir)
-        if dataset is None:  # moved aside or removed since it was built
-            raise GaptuiError(f"property dataset {spec.property} n={spec.n} ({spec.family}) is gone; export again")
-        write_csv(path, dataset.adjacency(), np.asarray(dataset.labels()))
+    """Write each (already built) dataset of ``targets`` to its CSV file, all or none: a failure half-way (a full
+    disk) leaves no file that would make the rerun ask for ``--force``."""
+    with staged_files() as stage:
+        for path, spec in targets.items():
+            dataset = cached_property_dataset(spec, datasets_dir)
+            if dataset is None:  # moved aside or removed since it was built
+                raise GaptuiError(f"property dataset {spec.property} n={spec.n} ({spec.family}) is gone; export again")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_csv(stage(path), dataset.adjacency(), np.asarray(dataset.labels()))

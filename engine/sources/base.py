@@ -73,6 +73,12 @@ class Source:
         for memory estimates before building (:mod:`engine.memory`); None when only loading tells."""
         return None
 
+    @classmethod
+    def count_hint(cls, params: Any) -> int | None:
+        """How many graphs the source holds or draws, known from the parameters alone (a user-given count), for
+        memory estimates before building; None when only loading tells or the split sizes decide."""
+        return None
+
 
 SOURCES: Registry[type[Source]] = Registry("base dataset")
 

@@ -234,6 +234,15 @@ class RingMolecules(MoleculeSource):
     description = "synthetic molecule-like graphs: a carbon chain with 0..max_rings 6-rings attached; target = rings"
     Params = RingmolParams
 
+    @classmethod
+    def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
+        # n - 1 chain and ring bonds plus one bond per ring, max_rings / 2 rings on average
+        return float(params.n), 2 * (params.n - 1 + params.max_rings / 2) / params.n, False
+
+    @classmethod
+    def count_hint(cls, params: Any) -> int | None:
+        return int(params.count)
+
     def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
         p = self.params
         graphs = []

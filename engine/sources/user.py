@@ -23,6 +23,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from engine.errors import GaptuiError
+from engine.files import read_user_text
 from engine.graphs import Graph, NormalisationReport
 from engine.registry import import_object
 from engine.sampling import adjacency, bfs_nodes, induced_subgraph
@@ -173,12 +174,7 @@ def parse_edge_list(path: Path) -> EdgeList:
     order when all are integers (compared as numbers: ``01`` and ``1`` are one node), else in string order.
     A node appears only through its edges: isolated nodes cannot be listed.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise GaptuiError(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise GaptuiError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text = read_user_text(path, "an edge list is a text file of node pairs")
     flat: list[str] = []  # two labels per edge, in file order
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()

@@ -90,12 +90,14 @@ import hashlib
 import importlib
 import json
 import os
+import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from engine.errors import GaptuiError, did_you_mean, unknown
+from engine.files import read_user_text
 from engine.registry import find_import_paths
 from engine.typed import parse_dataclass
 
@@ -504,6 +506,8 @@ class FamilyRegistry:
         self._items: dict[str, TaskFamily] = {}
         self._loaded = False
         self._loading = False
+        #: ``GAPTUI_FAMILIES`` modules that failed to import, with why (each was warned about once).
+        self.failed: dict[str, str] = {}
 
     def register(self, family: TaskFamily) -> TaskFamily:
         """Add ``family`` (an instance); a second family of the same name is an error."""
@@ -532,8 +536,13 @@ class FamilyRegistry:
             for module in filter(None, (m.strip() for m in os.environ.get(ENV_FAMILIES, "").split(","))):
                 try:
                     importlib.import_module(module)
-                except ImportError as exc:
-                    raise GaptuiError(f"${ENV_FAMILIES}: cannot import task family module '{module}': {exc}") from exc
+                except (Exception, SystemExit) as exc:  # a plug-in's bug must not take the built-in families down
+                    self.failed[module] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                    print(
+                        f"warning: {ENV_FAMILIES}: could not import '{module}' ({self.failed[module]}); "
+                        "the other families still work",
+                        file=sys.stderr,
+                    )
             from importlib.metadata import entry_points
 
             for entry in entry_points(group=ENTRY_POINT_GROUP):
@@ -545,7 +554,10 @@ class FamilyRegistry:
     def get(self, name: str) -> TaskFamily:
         self._load()
         if name not in self._items:
-            raise unknown("task", name, self._items)
+            error = unknown("task", name, self._items)
+            if self.failed:
+                error = GaptuiError(f"{error}; ${ENV_FAMILIES} modules that did not import: {', '.join(self.failed)}")
+            raise error
         return self._items[name]
 
     def names(self) -> list[str]:
@@ -588,10 +600,10 @@ def load_spec(raw: Mapping[str, Any], where: str = "run spec") -> Any:
 
 
 def load_spec_file(path: Path) -> Any:
+    if not Path(path).exists():
+        raise GaptuiError(f"run spec {path}: file not found")
     try:
-        raw = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise GaptuiError(f"run spec {path}: file not found") from None
+        raw = json.loads(read_user_text(path, "a run spec is a JSON text file"))
     except json.JSONDecodeError as exc:
         raise GaptuiError(f"run spec {path}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict):

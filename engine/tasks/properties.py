@@ -79,10 +79,10 @@ class PropertySpec(TaskSpec, CellOptions):
     datasets_dir: str | None = None
 
     def validate(self, where: str = "run spec") -> None:
-        from engine.properties.datasets import PropertyDatasetSpec
+        from engine.properties.datasets import PropertyDatasetSpec, check_builds_fit
         from engine.properties.definitions import get_property
         from engine.properties.poolings import POOLINGS
-        from engine.properties.study import check_dimension
+        from engine.properties.study import cell_datasets, check_dimension
 
         try:
             get_property(self.property)
@@ -90,6 +90,10 @@ class PropertySpec(TaskSpec, CellOptions):
             if self.pooling not in POOLINGS:
                 POOLINGS.get(self.pooling)
             PropertyDatasetSpec(self.property, 1, "random", self.graphs, self.negatives, self.data_seed).canonical()
+            cells = cell_datasets(
+                self.property, self.dimension, self.graphs, self.sizes, self.negatives, self.data_seed
+            )
+            check_builds_fit([ds.canonical() for ds in cells], workers=1)
         except GaptuiError as exc:
             raise GaptuiError(f"{where}: {exc}") from None
         for key in ("epochs", "batch_size", "hidden", "layers", "cycle_k"):

@@ -20,6 +20,7 @@ from textual.content import Content
 from textual.widgets import Label, Select, Static
 
 from engine.errors import GaptuiError
+from engine.files import atomic_write_text
 from engine.tasks import DEFAULT_TASK, family
 from gaptui import analysis, reference
 from gaptui.tui.messages import ManagerNotice
@@ -298,7 +299,7 @@ class RankingScreen(SectionScreen):
 
         def write() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            analysis.write_atomic(path, render([table]))
+            atomic_write_text(path, render([table]))
             self.app.post_message(ManagerNotice(f"wrote {path}"))
 
         self.gapp.run_task(write, name=f"export {path.name}", group="export")
