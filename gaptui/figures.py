@@ -294,6 +294,8 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     if not columns:
         return None
     plt = _matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(2, len(columns), figsize=(FULL_WIDTH, 3.2), squeeze=False, sharex="col")
     scale = _scale(table.metric)
     for j, column in enumerate(columns):
@@ -309,6 +311,7 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
                 axes[1][j].plot(list(series["metric"]), values, label=row, **s)
         axes[0][j].set_title(table.header(column))
         axes[1][j].set_xlabel("epoch")
+        axes[1][j].xaxis.set_major_locator(MaxNLocator(integer=True))
         for ax in axes[:, j]:
             ax.grid(alpha=0.3, linewidth=0.5)
     axes[0][0].set_ylabel("train loss")
