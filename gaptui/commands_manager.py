@@ -165,9 +165,12 @@ def run_cmd(
     if dry_run:
         from gaptui.history import read_records
 
-        known = {r["hash"]: r["status"] for r in read_records(ws)}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        records = read_records(ws)
+        known = {r["hash"]: r["status"] for r in records}
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        for line in grid_plan.redo_lines():
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         counts = {"done": grid_plan.done, "failed": grid_plan.failed, "to run": grid_plan.to_run}
         console.print(
             f"preset [bold]{escape(spec_preset.name)}[/] (task {spec_preset.task}): {len(grid_plan.specs)} runs; "
@@ -219,9 +222,12 @@ def run_cmd(
                 f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
                 "run(s) (queued again; they resume from their checkpoints)"
             )
-        known = {r["hash"]: r["status"] for r in history.records()}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        records = history.records()
+        known = {r["hash"]: r["status"] for r in records}
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        for line in grid_plan.redo_lines():
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         elsewhere: set[str] = set()
         if slurm_options is None:
             from gaptui.backends.slurm import in_flight_on_slurm

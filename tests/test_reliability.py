@@ -301,3 +301,91 @@ def test_no_validation_pairs_means_no_metric_never_a_ranked_zero(workspace: Path
     assert record["status"] == "done" and "val_lap_acc" not in record["metrics"] and "train_loss" in record["metrics"]
     table = run_cli("table", "--format", "json", "--workspace", str(workspace))
     assert table.returncode == 0 and json.loads(table.stdout) == []  # nothing to rank, rather than a 0 % best
+
+
+# ------------------------------------------ issue 19, done artefacts (2), processes and Slurm (6), timeout (10)
+
+TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+
+
+def _toy_preset(tmp_path: Path, models: list[str]) -> Path:
+    path = tmp_path / f"toy-{len(models)}.toml"
+    doc = {"task": "toy", "sizes": [2, 3], "models": models, "seeds": [0], "steps": 1}
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in doc.items()))
+    return path
+
+
+def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependants_wait(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    where = ("--workspace", str(ws), "--cpu-jobs", "2", "--gpus", "none")
+    assert run_cli("run", "--preset", str(_toy_preset(tmp_path, ["mean"])), *where, env=TOY_ENV).returncode == 0
+    before = {(r["axes"]["model"], r["axes"]["size"]): r for r in read_records(Workspace(ws))}
+    gone, garbled = before["pre", 2], before["pre", 3]
+    (Path(gone["run_dir"]) / "result.json").unlink()
+    (Path(garbled["run_dir"]) / "result.json").write_text('{"status": "do')
+
+    # runs added to the grid need the pre runs: they wait for their second doing, which says why, one line each
+    bigger = str(_toy_preset(tmp_path, ["mean", "median"]))
+    dry = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
+    assert dry.returncode == 0, dry.stderr
+    notes = [
+        f"note: run {gone['id']} is recorded done but its result.json is missing: running it again",
+        f"note: run {garbled['id']} is recorded done but its result.json is corrupt (not a JSON object): running it "
+        "again",
+    ]
+    assert [line for line in dry.stderr.splitlines() if line.startswith("note:")] == notes
+    assert "done 2, failed 0, to run 4" in dry.stdout
+    assert {r["status"] for r in read_records(Workspace(ws))} == {"done"}  # the dry run changed nothing
+    res = run_cli("run", "--preset", bigger, *where, env=TOY_ENV)
+    assert res.returncode == 0, res.stderr
+    assert [line for line in res.stderr.splitlines() if line.startswith("note:")] == notes
+    after = {(r["axes"]["model"], r["axes"]["size"]): r for r in read_records(Workspace(ws))}
+    assert len(after) == 6 and {r["status"] for r in after.values()} == {"done"}  # one record per run
+    for size, old in ((2, gone), (3, garbled)):
+        pre = after["pre", size]
+        assert pre["id"] == old["id"] and pre["metrics"] == old["metrics"]
+        (earlier,) = pre["earlier"]  # what the first doing recorded is kept
+        assert (
+            earlier["status"] == "done" and earlier["metrics"] == old["metrics"] and earlier["why"] in notes[size - 2]
+        )
+        assert json.loads((Path(pre["run_dir"]) / "result.json").read_text())["status"] == "done"
+        redone = [e for e in _events(pre) if e["event"] == "done"]
+        assert len(redone) == 2
+        assert _events(after["median", size])[0]["t"] >= redone[-1]["t"]  # the new dependant waited for it
+        assert _events(after["mean", size]) == _events(before["mean", size])  # a done dependant is left alone
+    again = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
+    assert "note:" not in again.stderr and "done 6, failed 0, to run 0" in again.stdout
+
+
+def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gape_runs(tmp_path: Path) -> None:
+    from engine.tasks.alignment import BASELINE
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.runner import run_id
+
+    ws = Workspace(tmp_path / "ws")
+    preset = load_preset("gape-smoke", ws)
+    specs = launch.plan(preset, ws, {}).specs
+    pre = next(s for s in specs if s.task == "alignment")
+    downstream = [s for s in specs if s.task == "gape"]
+    folder = ws.runs / run_id(pre)
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"status": "done", "run": pre.hash(), "metrics": {}}))
+    known = {pre.hash(): "done"}
+    grid_plan = launch.plan(preset, ws, known)
+    assert grid_plan.redo == {pre.hash(): "its checkpoint.pt is missing"} and grid_plan.to_run[0] == pre
+    # the model is not needed when every GAPE run is done already
+    everything = {s.hash(): "done" for s in downstream} | known
+    for spec in downstream:
+        (ws.runs / run_id(spec)).mkdir(parents=True)
+        (ws.runs / run_id(spec) / "result.json").write_text(json.dumps({"status": "done", "run": spec.hash()}))
+    assert launch.plan(preset, ws, everything).redo == {}
+    # a checkpoint whose fingerprint does not match is as good as gone
+    (folder / "checkpoint.pt").write_bytes(b"model")
+    (folder / "checkpoint.json").write_text(json.dumps({"size": 5, "sha256": "0" * 64}))
+    assert launch.plan(preset, ws, known).redo == {
+        pre.hash(): "its checkpoint.pt fails its checksum (checksum mismatch)"
+    }
+    (folder / "checkpoint.json").unlink()
+    assert launch.plan(preset, ws, known).redo == {}
+    assert pre.model != BASELINE

@@ -303,8 +303,12 @@ class ManagerLoop:
             self.scheduler.timeout = preset.timeout
             self.scheduler.pack_seeds = preset.pack_seeds
         target.retries = preset.retries
-        known = {r["hash"]: r["status"] for r in self.history.records()}
-        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)
+        records = self.history.records()
+        known = {r["hash"]: r["status"] for r in records}
+        run_dirs = {r["hash"]: r["run_dir"] for r in records}
+        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed, run_dirs)
+        for line in grid_plan.redo_lines():
+            self.post(ManagerNotice(line.removeprefix("note: ")))
         # Runs followed by the other backend here, or submitted to Slurm by another manager, are left alone.
         other = [b for b in self._backends() if b is not target]
         leave = {h for b in other for h in (*b.running, *(s.hash() for s in b.queue))}
