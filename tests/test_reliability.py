@@ -389,3 +389,49 @@ def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gap
     (folder / "checkpoint.json").unlink()
     assert launch.plan(preset, ws, known).redo == {}
     assert pre.model != BASELINE
+
+
+def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: Path) -> None:
+    from gaptui.scheduler import Job
+    from tests.toy_family import ToySpec
+
+    ws = Workspace(tmp_path / "ws")
+    specs = [ToySpec(size=2, seed=seed) for seed in (0, 1)]
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for a worker process
+    spawned = time.time() - 100  # long before the timeout of 10 s
+    try:
+        with History(ws, write=True) as history:
+            history.put_many([{**new_record(s, ws), "status": "running"} for s in specs])
+            scheduler = Scheduler(ws, history, [Slot("cpu#0", {})], timeout=10)
+            pack = tuple(s.hash() for s in specs)
+            jobs = []
+            for spec in specs:
+                folder = tmp_path / f"run{spec.seed}"
+                folder.mkdir()
+                job = Job(spec, spec.hash(), folder, scheduler.slots[0], sleeper.pid, sleeper, spawned, pack=pack)
+                scheduler.running[spec.hash()] = job
+                jobs.append(job)
+
+            def started(job: Job, ago: float) -> None:
+                with open(job.run_dir / "events.jsonl", "a") as fh:
+                    fh.write(json.dumps({"v": 1, "event": "start", "t": time.time() - ago}) + "\n")
+
+            for job in jobs:  # spawned 100 s ago, neither started: no timeout yet
+                scheduler._follow(job)
+            assert [j.run_started for j in jobs] == [None, None] and jobs[0].stopping is None
+            started(jobs[0], 5)  # each run of the pack counts from its own start
+            for job in jobs:
+                scheduler._follow(job)
+            assert jobs[0].run_started is not None and jobs[1].run_started is None and jobs[0].stopping is None
+            assert scheduler.timed_out(jobs[0], at=time.time() + 6) and not scheduler.timed_out(jobs[1], at=1e12)
+            started(jobs[1], 11)  # past the limit: the process is stopped, its runs recorded timed out
+            scheduler._follow(jobs[1])
+            assert jobs[1].timed_out and jobs[1].stopping is not None
+            sleeper.wait(timeout=30)
+            for job in jobs:
+                scheduler._follow(job)
+            records = [history.get(run_id) for run_id in (r["id"] for r in history.records())]
+        assert [(r["status"], r["error"]) for r in records] == [("failed", "timed out after 10 s")] * 2
+    finally:
+        sleeper.kill()
+        sleeper.wait()
