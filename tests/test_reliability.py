@@ -435,3 +435,54 @@ def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: P
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes below ``pid`` (children, their children...) with their command lines, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                found[child] = (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path: Path) -> None:
+    args = ["properties", "build", "--property", "symmetric", "--sizes", "1", "--graphs", "500000", "-j", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *args, "--json", "--workspace", str(tmp_path / "ws")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    seen: dict[int, str] = {}
+    try:
+
+        def pool_up() -> bool:
+            seen.update(_descendants(proc.pid))
+            workers = [c for c in seen.values() if "multiprocessing" in c and "resource_tracker" not in c]
+            return len(workers) >= 2 and any("resource_tracker" in c for c in seen.values())
+
+        _wait_for(pool_up, timeout=120, what="two pool workers and the resource tracker")
+        proc.kill()
+        proc.wait()
+        _wait_for(lambda: not any(_alive(pid) for pid in seen), timeout=30, what="the end of every descendant")
+    finally:
+        proc.kill()
+        for pid in seen:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
