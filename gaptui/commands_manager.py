@@ -245,6 +245,8 @@ def run_cmd(
                 status.update(f"inputs {done}/{total}: {escape(label)} ready")
 
             launched = launch.launch(scheduler, grid_plan, progress, leave=elsewhere)
+        if slurm_options is not None:
+            scheduler.step()  # submits what is ready: a submission that fails is said before anything else
         for run_hash, error in launched.failed.items():
             err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
         where = "Slurm" if slurm_options else f"{len(slots)} slot(s)"

@@ -486,3 +486,48 @@ def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path:
         for pid in seen:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    preset = _toy_preset(tmp_path, ["mean"])
+    specs = launch.plan(load_preset(str(preset), ws), ws, {}).specs
+    mean = specs[-1]
+    with History(ws, write=True) as history:  # a run stopped before: it stays as it was
+        history.put({**new_record(mean, ws), "status": "cancelled", "error": "stopped by hand"})
+    before = read_records(ws)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"  # a login node whose controller is down
+    sbatch.write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)' >&2\nexit 1\n"
+    )
+    sbatch.chmod(0o755)
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {**TOY_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    args = ["run", "--preset", str(preset), "--workspace", str(ws.root), "--backend", "slurm", "--force"]
+    res = run_cli(*args, env=env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "error: Slurm submission failed: sbatch: error: Batch job submission failed: Unable to contact slurm "
+        "controller (connect failure) (is slurmctld running? `scontrol ping` tells)"
+    ]
+    assert read_records(ws) == before  # the record made for the new run is gone, the other one as it was
+    assert not any((ws.runs / spec.hash()[:12]).exists() for spec in specs)
+    # no sbatch at all: said before anything is written
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    res = run_cli(*args, "--detach", env={**TOY_ENV, "PATH": str(empty)})
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: --backend slurm: sbatch not found on PATH; run on a Slurm login node"
+    ]
+    assert read_records(ws) == before
