@@ -531,3 +531,45 @@ def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(
         "error: --backend slurm: sbatch not found on PATH; run on a Slurm login node"
     ]
     assert read_records(ws) == before
+
+
+def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_failed_submission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.tui import manager
+    from gaptui.tui.messages import ManagerNotice
+    from gaptui.tui.planning import SlotConfig
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    preset = load_preset(str(_toy_preset(tmp_path, ["mean"])), ws)
+    pre = launch.plan(preset, ws, {}).specs[0]
+    folder = ws.runs / pre.hash()[:12]
+    folder.mkdir(parents=True)  # done, its result.json deleted since
+    with History(ws, write=True) as history:
+        history.put({**new_record(pre, ws), "status": "done", "metrics": {"val_mae": 0.7}})
+    before = read_records(ws)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in (
+        ("sbatch", "echo 'sbatch: error: invalid partition specified: gpu' >&2; exit 1"),
+        ("srun", ""),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(manager, "check_shared_workspace", lambda ws, force: None)  # pytest's folders are in /tmp
+    posted: list = []
+    with History(ws, write=True) as history:
+        loop = manager.ManagerLoop(ws, history, posted.append)
+        loop.scheduler = Scheduler(ws, history, [Slot("cpu#0", {})])
+        loop._execute(manager.Launch(preset, SlotConfig(backend="slurm")))
+    notices = [(m.text, m.severity) for m in posted if isinstance(m, ManagerNotice)]
+    assert notices == [
+        (f"run {pre.hash()[:12]} is recorded done but its result.json is missing: running it again", "information"),
+        ("Slurm submission failed: sbatch: error: invalid partition specified: gpu", "error"),
+    ]
+    assert read_records(ws) == before  # nothing reached Slurm: the history is as it was, no run left queued

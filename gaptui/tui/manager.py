@@ -318,6 +318,11 @@ class ManagerLoop:
             self._post_state()
             try:
                 launched = launch.launch(target, grid_plan, self._preparing, leave=leave)
+                if target is self.slurm:
+                    target.step()  # submits now: a submission that fails is this command's error, not the loop's
+            except GaptuiError:
+                self.post(RecordsLoaded(self.history.records()))  # the runs it queued were withdrawn
+                raise
             finally:
                 self._building = ""
         else:
@@ -420,7 +425,11 @@ class ManagerLoop:
     def _tick(self) -> None:
         for backend in self._backends():
             if backend.pending():
-                backend.step()
+                try:
+                    backend.step()
+                except GaptuiError as exc:  # a Slurm submission that failed: its runs were withdrawn
+                    self.post(ManagerNotice(str(exc), "error"))
+                    self.post(RecordsLoaded(self.history.records()))
         self._flush_events()
         for run_hash, tailed in list(self._followed.items()):
             events, tailed.offset = read_events(tailed.path, tailed.offset)
