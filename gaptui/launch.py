@@ -112,15 +112,19 @@ class Plan:
             lines.append(f"{i:>4}. {spec.hash()[:12]}  {self.describe(spec)}{after}")
         return lines
 
-    def redo_lines(self, limit: int = 3) -> list[str]:
-        """``note:`` lines for :attr:`redo`: one per run up to ``limit`` runs, else one summary line."""
-        if len(self.redo) <= limit:
-            return [f"note: run {h[:12]} is recorded done but {why}: running it again" for h, why in self.redo.items()]
-        shown = ", ".join(f"{h[:12]} ({why})" for h, why in list(self.redo.items())[:limit])
-        return [
-            f"note: {len(self.redo)} runs recorded done lack what they must hold and run again: {shown} "
-            f"and {len(self.redo) - limit} more"
-        ]
+    def redo_lines(self) -> list[str]:
+        """What :attr:`redo` runs again and why (:func:`redo_lines`)."""
+        return redo_lines(self.redo)
+
+
+def redo_lines(redo: dict[str, str], limit: int = 3) -> list[str]:
+    """``note:`` lines for runs recorded done that run again (run hash -> why): one per run up to ``limit`` runs,
+    else one summary line."""
+    if len(redo) <= limit:
+        return [f"note: run {h[:12]} is recorded done but {why}: running it again" for h, why in redo.items()]
+    shown = ", ".join(f"{h[:12]} ({why})" for h, why in list(redo.items())[:limit])
+    more = len(redo) - limit
+    return [f"note: {len(redo)} runs recorded done lack what they must hold and run again: {shown} and {more} more"]
 
 
 def plan(
@@ -151,17 +155,9 @@ def plan(
     for h, spec in by_hash.items():
         if known.get(h) == "done" and (why := artefact_problem(spec, folder(spec))):
             result.redo[h] = why
-    # What a run still to run reads from a done dependency must be there too (a redone run's own dependencies too).
-    checked: set[str] = set()
-    pending = [h for h in by_hash if not settled(h) and not (known.get(h) == "failed" and not retry_failed)]
-    while pending:
-        h = pending.pop()
-        for dep in family(by_hash[h].task).dependencies(by_hash[h]):
-            if dep in by_hash and dep not in checked and settled(dep):
-                checked.add(dep)
-                if why := artefact_problem(by_hash[dep], folder(by_hash[dep]), dependants=True):
-                    result.redo[dep] = why
-                    pending.append(dep)
+    waiting = [s for h, s in by_hash.items() if not settled(h) and not (known.get(h) == "failed" and not retry_failed)]
+    done = {h: (s, folder(s)) for h, s in by_hash.items() if settled(h)}
+    result.redo.update(stale_dependencies(waiting, done.get))
     for h, spec in by_hash.items():
         status = known.get(h)
         if settled(h):
@@ -171,6 +167,25 @@ def plan(
         else:
             result.to_run.append(spec)
     return result
+
+
+def stale_dependencies(
+    waiting: Iterable[TaskSpec], done: Callable[[str], tuple[TaskSpec, Path] | None]
+) -> dict[str, str]:
+    """Done runs that runs of ``waiting`` depend on (directly, or through another such run) whose folders lack what
+    their dependants read: run hash -> why. ``done(run hash)`` gives a done run's spec and folder, else None."""
+    redo: dict[str, str] = {}
+    checked: set[str] = set()
+    pending = list(waiting)
+    while pending:
+        spec = pending.pop()
+        for dep in family(spec.task).dependencies(spec):
+            found = None if dep in checked else done(dep)
+            checked.add(dep)
+            if found is not None and (why := artefact_problem(found[0], found[1], dependants=True)):
+                redo[dep] = why
+                pending.append(found[0])
+    return redo
 
 
 def prepare(specs: Iterable[TaskSpec], progress: Progress | None = None, workers: int | None = None) -> dict[str, str]:
@@ -205,6 +220,8 @@ class Launched:
     queued: list[TaskSpec]
     failed: dict[str, str]
     in_flight: int
+    #: Done runs queued again because what their dependants read is gone (run hash -> why).
+    redo: dict[str, str] = field(default_factory=dict)
 
 
 def _enqueue_prepared(
@@ -257,7 +274,19 @@ def keep_earlier(history: Any, redo: dict[str, str]) -> None:
 
 
 def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Progress | None = None) -> Launched:
-    """Queue the runs of ``records`` again (their inputs prepared first)."""
-    specs = order_specs(load_spec(r["spec"]) for r in records)
+    """Queue the runs of ``records`` again (their inputs prepared first), with any done run they depend on whose
+    folder lost what they read (:func:`stale_dependencies`; listed in :attr:`Launched.redo`)."""
+    specs = [load_spec(r["spec"]) for r in records]
+    by_hash = scheduler.history.by_hash()
+
+    def done(run_hash: str) -> tuple[TaskSpec, Path] | None:
+        record = by_hash.get(run_hash)
+        if record is None or record.get("status") != "done":
+            return None
+        return load_spec(record["spec"]), Path(record["run_dir"])
+
+    redo = stale_dependencies(specs, done)
+    keep_earlier(scheduler.history, redo)
+    specs = order_specs([*(load_spec(by_hash[h]["spec"]) for h in redo), *specs])
     queued, errors = _enqueue_prepared(scheduler, specs, progress)
-    return Launched(queued, errors, 0)
+    return Launched(queued, errors, 0, redo)

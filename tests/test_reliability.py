@@ -573,3 +573,34 @@ def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_fa
         ("Slurm submission failed: sbatch: error: invalid partition specified: gpu", "error"),
     ]
     assert read_records(ws) == before  # nothing reached Slurm: the history is as it was, no run left queued
+
+
+def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_lost_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.tui import manager
+    from gaptui.tui.messages import ManagerNotice
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    pre, _, mean, _ = launch.plan(load_preset(str(_toy_preset(tmp_path, ["mean"])), ws), ws, {}).specs
+    assert mean.after == pre.hash()
+    (ws.runs / pre.hash()[:12]).mkdir(parents=True)  # done, its result.json deleted since
+    posted: list = []
+    with History(ws, write=True) as history:
+        history.put({**new_record(pre, ws), "status": "done", "metrics": {"val_mae": 0.7}})
+        history.put({**new_record(mean, ws), "status": "failed", "error": f"dependency {pre.hash()[:12]} is not done"})
+        loop = manager.ManagerLoop(ws, history, posted.append)
+        loop.scheduler = Scheduler(ws, history, [Slot("cpu#0", {})])
+        loop._retry((mean.hash(),))
+        assert [s.hash() for s in loop.scheduler.queue] == [pre.hash(), mean.hash()]  # the dependant waits for it
+        records = history.by_hash()
+    assert [m.text for m in posted if isinstance(m, ManagerNotice)] == [
+        f"run {pre.hash()[:12]} is recorded done but its result.json is missing: running it again"
+    ]
+    assert records[pre.hash()]["status"] == "queued" and records[pre.hash()]["earlier"][0]["metrics"] == {
+        "val_mae": 0.7
+    }

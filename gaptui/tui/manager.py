@@ -382,8 +382,10 @@ class ManagerLoop:
             if target is None or not chosen:
                 continue
             if build:
-                launch.retry(target, chosen, self._preparing)
+                retried = launch.retry(target, chosen, self._preparing)
                 self._building = ""
+                for line in launch.redo_lines(retried.redo):
+                    self.post(ManagerNotice(line.removeprefix("note: ")))
             else:
                 target.enqueue(launch.order_specs(load_spec(r["spec"]) for r in chosen))
 
