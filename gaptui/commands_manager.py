@@ -632,6 +632,12 @@ def show_cmd(
         value = record.get(key)
         if value not in (None, "", []):
             head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
+    for attempt in record.get("earlier") or []:  # runs recorded done and done again (their artefacts were gone)
+        when = attempt.get("finished") or "?"
+        head.add_row(
+            "earlier",
+            escape(f"{attempt.get('status')} {when}; done again {attempt.get('redone')}: {attempt.get('why')}"),
+        )
     slurm = record.get("slurm") or {}
     if slurm.get("jobs"):
         state = " ".join(str(slurm[k]) for k in ("state", "reason", "node") if slurm.get(k))

@@ -355,6 +355,8 @@ def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependant
         assert _events(after["mean", size]) == _events(before["mean", size])  # a done dependant is left alone
     again = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
     assert "note:" not in again.stderr and "done 6, failed 0, to run 0" in again.stdout
+    shown = run_cli("show", gone["id"], "--workspace", str(ws), env={**TOY_ENV, "COLUMNS": "250"})
+    assert shown.returncode == 0 and "its result.json is missing" in shown.stdout and "earlier" in shown.stdout
 
 
 def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gape_runs(tmp_path: Path) -> None:
