@@ -606,3 +606,18 @@ def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_
     assert records[pre.hash()]["status"] == "queued" and records[pre.hash()]["earlier"][0]["metrics"] == {
         "val_mae": 0.7
     }
+
+
+def test_the_worker_trains_a_done_run_again_when_its_model_is_gone(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    spec = _spec_file(tmp_path, epochs=1)
+    assert _worker(spec, out).returncode == 0
+    assert _worker(spec, out).returncode == 0  # done and whole: nothing to do
+    assert [e["event"] for e in read_events(out / "events.jsonl")[0]].count("start") == 1
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):  # what a GAPE run embeds with
+        (out / name).unlink(missing_ok=True)
+    res = _worker(spec, out)
+    assert res.returncode == 0, res.stderr
+    events = read_events(out / "events.jsonl")[0]
+    assert [e["event"] for e in events].count("start") == 2 and events[-1]["event"] == "done"
+    assert (out / "checkpoint.pt").exists() and json.loads((out / "result.json").read_text())["status"] == "done"
