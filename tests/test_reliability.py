@@ -315,6 +315,7 @@ def _toy_preset(tmp_path: Path, models: list[str]) -> Path:
     return path
 
 
+@pytest.mark.slow  # two dependency chains run twice through `gaptui run`: about a minute on 2 cores
 def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependants_wait(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     where = ("--workspace", str(ws), "--cpu-jobs", "2", "--gpus", "none")
