@@ -32,11 +32,10 @@ and carries on; :meth:`LapEvaluator.result` gathers.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -384,8 +383,10 @@ class LapEvaluator:
             self._lap_pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lap-eval")
             self._rank_pool = self._lap_pool
         elif kind == "process":
-            # spawn, not fork: forking a process that runs torch's thread pools can deadlock the child.
-            self._lap_pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            from engine.pools import process_pool
+
+            # spawned, not forked (see engine.pools), and never outliving this process
+            self._lap_pool = process_pool(self.workers)
             # Ranks stay in this process: shipping the whole batch would cost more than computing them.
             self._rank_pool = ThreadPoolExecutor(1, thread_name_prefix="lap-rank")
         self._pending: list[Future] = []

@@ -14,7 +14,8 @@ when every run succeeded, 143 when any was cancelled, else the first failure's.
 
 SIGTERM (or SIGINT, SIGHUP) stops at the next batch boundary: the checkpoint is saved with the exact position in
 the epoch, a ``cancelled`` event is written and the worker exits with status 143. Starting the worker again on
-the same ``RUN_DIR`` resumes from that checkpoint; a finished run is not redone.
+the same ``RUN_DIR`` resumes from that checkpoint; a finished run is not redone, unless a file it or the runs that
+depend on it read is missing or corrupt (:func:`engine.tasks.artefact_problem`).
 
 One worker owns a run folder at a time (``worker.lock``); a folder that holds another run's ``spec.json`` is
 refused. Each checkpoint is written with its size and SHA-256 (``checkpoint.json``) and the previous one is kept
@@ -39,7 +40,17 @@ from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
 from engine.memory import flush_denormals, tune_allocator
-from engine.tasks import Cancelled, RunContext, RunFailed, TaskSpec, family, load_spec, load_spec_file, run_steps
+from engine.tasks import (
+    Cancelled,
+    RunContext,
+    RunFailed,
+    TaskSpec,
+    artefact_problem,
+    family,
+    load_spec,
+    load_spec_file,
+    run_steps,
+)
 
 CHECKPOINT_FORMAT = 1
 #: Files of a run folder, by role (the worker's whole on-disk interface).
@@ -488,5 +499,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _finished(out: Path, spec: TaskSpec) -> bool:
-    result = read_json(out / "result.json")
-    return isinstance(result, dict) and result.get("status") == "done" and result.get("run") == spec.hash()
+    """Done, with every file the run and its dependants read intact (a deleted checkpoint is trained again)."""
+    return not artefact_problem(spec, out, dependants=True)

@@ -169,9 +169,12 @@ def run_cmd(
     if dry_run:
         from gaptui.history import read_records
 
-        known = {r["hash"]: r["status"] for r in read_records(ws)}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        records = read_records(ws)
+        known = {r["hash"]: r["status"] for r in records}
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        for line in grid_plan.redo_lines():
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         counts = {"done": grid_plan.done, "failed": grid_plan.failed, "to run": grid_plan.to_run}
         console.print(
             f"preset [bold]{escape(spec_preset.name)}[/] (task {spec_preset.task}): {len(grid_plan.specs)} runs; "
@@ -223,9 +226,12 @@ def run_cmd(
                 f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
                 "run(s) (queued again; they resume from their checkpoints)"
             )
-        known = {r["hash"]: r["status"] for r in history.records()}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed)
+        records = history.records()
+        known = {r["hash"]: r["status"] for r in records}
+        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        for line in grid_plan.redo_lines():
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         elsewhere: set[str] = set()
         if slurm_options is None:
             from gaptui.backends.slurm import in_flight_on_slurm
@@ -243,6 +249,8 @@ def run_cmd(
                 status.update(f"inputs {done}/{total}: {escape(label)} ready")
 
             launched = launch.launch(scheduler, grid_plan, progress, leave=elsewhere)
+        if slurm_options is not None:
+            scheduler.step()  # submits what is ready: a submission that fails is said before anything else
         for run_hash, error in launched.failed.items():
             err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
         where = "Slurm" if slurm_options else f"{len(slots)} slot(s)"
@@ -628,6 +636,12 @@ def show_cmd(
         value = record.get(key)
         if value not in (None, "", []):
             head.add_row(key, escape(", ".join(value) if isinstance(value, list) else str(value)))
+    for attempt in record.get("earlier") or []:  # runs recorded done and done again (their artefacts were gone)
+        when = attempt.get("finished") or "?"
+        head.add_row(
+            "earlier",
+            escape(f"{attempt.get('status')} {when}; done again {attempt.get('redone')}: {attempt.get('why')}"),
+        )
     slurm = record.get("slurm") or {}
     if slurm.get("jobs"):
         state = " ".join(str(slurm[k]) for k in ("state", "reason", "node") if slurm.get(k))

@@ -345,6 +345,27 @@ class History:
 
         self.runs.update(apply, lambda doc: doc.get("hash") in updates)
 
+    def restore_many(self, records: Iterable[dict[str, Any]]) -> None:
+        """Put records back exactly as they were read (fields added since are dropped), in one write."""
+        by_hash = {r["hash"]: self._stored(r) for r in records}
+        if not by_hash:
+            return
+
+        def apply(doc: dict[str, Any]) -> None:
+            old = by_hash[doc["hash"]]
+            doc.clear()
+            doc.update(old)
+
+        with self._writing():
+            self.runs.update(apply, lambda doc: doc.get("hash") in by_hash)
+
+    def remove_many(self, hashes: Iterable[str]) -> None:
+        """Drop the records of runs that never started (a submission that failed), in one write."""
+        gone = set(hashes)
+        if gone:
+            with self._writing():
+                self.runs.remove(lambda doc: doc.get("hash") in gone)
+
 
 #: Top-level fields of a schema-1 record that schema 2 keeps in ``axes`` (or reads from the spec).
 _V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "model")

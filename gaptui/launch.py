@@ -1,7 +1,10 @@
 """Launching a grid: the one path from a preset to queued runs, shared by ``gaptui run`` and the terminal app.
 
 1. :func:`plan` expands a preset through its task family, orders the runs so that every run comes after the runs
-   it depends on, and splits them by what the history already holds (done, failed before, to run).
+   it depends on, and splits them by what the history already holds (done, failed before, to run). A run recorded
+   ``done`` whose folder lost what it must hold (:func:`engine.tasks.artefact_problem`: ``result.json``, or a file
+   that a run of the grid still to run reads from it, such as the checkpoint a GAPE run embeds with) is to run
+   again (:attr:`Plan.redo`, said by :meth:`Plan.redo_lines`); its dependants wait for it again.
 2. :func:`prepare` builds the inputs the runs need (datasets, caches), each distinct input once, independent
    ones in parallel threads. It blocks: the terminal app calls it from its manager thread, never the UI thread.
 3. :func:`launch` prepares and enqueues a plan on a :class:`~gaptui.scheduler.Scheduler`; a run whose input could
@@ -17,10 +20,13 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.tasks import PresetBase, TaskFamily, TaskSpec, family, load_spec
+from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
+from gaptui.history import now
+from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, make_slots
 from gaptui.workspace import Workspace
 
@@ -84,6 +90,8 @@ class Plan:
     done: list[TaskSpec] = field(default_factory=list)
     failed: list[TaskSpec] = field(default_factory=list)
     to_run: list[TaskSpec] = field(default_factory=list)
+    #: Runs recorded done that are to run again (also in ``to_run``): run hash -> why (``its result.json is missing``).
+    redo: dict[str, str] = field(default_factory=dict)
 
     @property
     def family(self) -> TaskFamily:
@@ -104,21 +112,80 @@ class Plan:
             lines.append(f"{i:>4}. {spec.hash()[:12]}  {self.describe(spec)}{after}")
         return lines
 
+    def redo_lines(self) -> list[str]:
+        """What :attr:`redo` runs again and why (:func:`redo_lines`)."""
+        return redo_lines(self.redo)
 
-def plan(preset: PresetBase, ws: Workspace, known: dict[str, str], retry_failed: bool = False) -> Plan:
-    """Expand ``preset`` and split its runs by ``known`` (run hash -> status in the history)."""
+
+def redo_lines(redo: dict[str, str], limit: int = 3) -> list[str]:
+    """``note:`` lines for runs recorded done that run again (run hash -> why): one per run up to ``limit`` runs,
+    else one summary line."""
+    if len(redo) <= limit:
+        return [f"note: run {h[:12]} is recorded done but {why}: running it again" for h, why in redo.items()]
+    shown = ", ".join(f"{h[:12]} ({why})" for h, why in list(redo.items())[:limit])
+    more = len(redo) - limit
+    return [f"note: {len(redo)} runs recorded done lack what they must hold and run again: {shown} and {more} more"]
+
+
+def plan(
+    preset: PresetBase,
+    ws: Workspace,
+    known: dict[str, str],
+    retry_failed: bool = False,
+    run_dirs: dict[str, str] | None = None,
+) -> Plan:
+    """Expand ``preset`` and split its runs by ``known`` (run hash -> status in the history); ``run_dirs`` (run hash
+    -> folder, from the records) says where done runs lie (default ``<workspace>/runs/<run id>``).
+
+    Reads run folders only (no side effect): a done run whose artefacts are gone goes to ``to_run`` and
+    :attr:`Plan.redo`.
+    """
     from gaptui.presets import grid
 
     result = Plan(preset, order_specs(grid(preset, ws)))
-    for spec in result.specs:
-        status = known.get(spec.hash())
-        if status == "done":
+    by_hash = {s.hash(): s for s in result.specs}
+    folders = run_dirs or {}
+
+    def folder(spec: TaskSpec) -> Path:
+        return Path(folders.get(spec.hash()) or ws.runs / run_id(spec))
+
+    def settled(h: str) -> bool:  # done and staying done
+        return known.get(h) == "done" and h not in result.redo
+
+    for h, spec in by_hash.items():
+        if known.get(h) == "done" and (why := artefact_problem(spec, folder(spec))):
+            result.redo[h] = why
+    waiting = [s for h, s in by_hash.items() if not settled(h) and not (known.get(h) == "failed" and not retry_failed)]
+    done = {h: (s, folder(s)) for h, s in by_hash.items() if settled(h)}
+    result.redo.update(stale_dependencies(waiting, done.get))
+    for h, spec in by_hash.items():
+        status = known.get(h)
+        if settled(h):
             result.done.append(spec)
         elif status == "failed" and not retry_failed:
             result.failed.append(spec)
         else:
             result.to_run.append(spec)
     return result
+
+
+def stale_dependencies(
+    waiting: Iterable[TaskSpec], done: Callable[[str], tuple[TaskSpec, Path] | None]
+) -> dict[str, str]:
+    """Done runs that runs of ``waiting`` depend on (directly, or through another such run) whose folders lack what
+    their dependants read: run hash -> why. ``done(run hash)`` gives a done run's spec and folder, else None."""
+    redo: dict[str, str] = {}
+    checked: set[str] = set()
+    pending = list(waiting)
+    while pending:
+        spec = pending.pop()
+        for dep in family(spec.task).dependencies(spec):
+            found = None if dep in checked else done(dep)
+            checked.add(dep)
+            if found is not None and (why := artefact_problem(found[0], found[1], dependants=True)):
+                redo[dep] = why
+                pending.append(found[0])
+    return redo
 
 
 def prepare(specs: Iterable[TaskSpec], progress: Progress | None = None, workers: int | None = None) -> dict[str, str]:
@@ -153,6 +220,8 @@ class Launched:
     queued: list[TaskSpec]
     failed: dict[str, str]
     in_flight: int
+    #: Done runs queued again because what their dependants read is gone (run hash -> why).
+    redo: dict[str, str] = field(default_factory=dict)
 
 
 def _enqueue_prepared(
@@ -178,13 +247,46 @@ def launch(
     in ``leave`` (in flight on another backend), are left alone and counted as in flight."""
     busy = set(scheduler.running) | {s.hash() for s in scheduler.queue} | set(leave)
     todo = [s for s in grid_plan.to_run if s.hash() not in busy]
+    keep_earlier(scheduler.history, {h: why for h, why in grid_plan.redo.items() if h not in busy})
     preset = grid_plan.preset
     queued, errors = _enqueue_prepared(scheduler, todo, progress, preset.name, len(preset.seeds))
     return Launched(queued, errors, len(grid_plan.to_run) - len(todo))
 
 
+#: What a record said about a finished attempt, kept in its ``earlier`` list when the run is done again.
+ATTEMPT_FIELDS = ("status", "started", "finished", "duration", "exit_code", "attempts", "slot", "metrics", "params")
+ATTEMPT_FIELDS += ("repro", "log_tail")
+
+
+def keep_earlier(history: Any, redo: dict[str, str]) -> None:
+    """Before runs recorded done are queued again (``redo``: run hash -> why), keep what their records said in
+    ``earlier`` (a list, oldest first, with ``redone`` time and ``why``) and clear their metrics: the record stays
+    the run's one record, its id unchanged."""
+    by_hash = history.by_hash()
+    updates = {}
+    for h, why in redo.items():
+        record = by_hash.get(h)
+        if record is None or record.get("status") != "done":
+            continue
+        attempt = {k: record.get(k) for k in ATTEMPT_FIELDS} | {"redone": now(), "why": why}
+        updates[h] = {"earlier": [*(record.get("earlier") or []), attempt], "metrics": {}, "params": None}
+    history.update_many(updates)
+
+
 def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Progress | None = None) -> Launched:
-    """Queue the runs of ``records`` again (their inputs prepared first)."""
-    specs = order_specs(load_spec(r["spec"]) for r in records)
+    """Queue the runs of ``records`` again (their inputs prepared first), with any done run they depend on whose
+    folder lost what they read (:func:`stale_dependencies`; listed in :attr:`Launched.redo`)."""
+    specs = [load_spec(r["spec"]) for r in records]
+    by_hash = scheduler.history.by_hash()
+
+    def done(run_hash: str) -> tuple[TaskSpec, Path] | None:
+        record = by_hash.get(run_hash)
+        if record is None or record.get("status") != "done":
+            return None
+        return load_spec(record["spec"]), Path(record["run_dir"])
+
+    redo = stale_dependencies(specs, done)
+    keep_earlier(scheduler.history, redo)
+    specs = order_specs([*(load_spec(by_hash[h]["spec"]) for h in redo), *specs])
     queued, errors = _enqueue_prepared(scheduler, specs, progress)
-    return Launched(queued, errors, 0)
+    return Launched(queued, errors, 0, redo)

@@ -17,10 +17,14 @@ alive is re-attached (followed by pid); a dead one that finished meanwhile is fi
 with its own training time, ``cancelled`` or ``failed``); any other dead one is marked ``interrupted`` and its
 checkpoint makes it resume where it stopped when it is queued again.
 
+The per-run timeout counts from the run's own ``start`` event (the family's loop writes it as the run begins),
+not from the spawn of its process: the worker's start-up before it does not count.
+
 Packed seeds (``pack_seeds = k``): the ready runs of one cell (equal specs apart from ``seed``) are started k at
 a time as one worker process on one slot (``python -m engine --spec A --out A --spec B --out B ...``). Each run
-keeps its own folder, events, result and record; when the process exits, each is filed from its own files. A
-pack's timeout counts for the whole process; cancelling one run of a pack stops the process (every run saves its
+keeps its own folder, events, result and record; when the process exits, each is filed from its own files. Each
+run of a pack counts its timeout from its own ``start``; the first past it stops the process, and every run of the
+process is then recorded timed out; cancelling one run of a pack stops the process (every run saves its
 checkpoint) and puts the pack's other runs back in the queue, to resume from their checkpoints.
 
 Dependencies: a spec whose task family names runs it depends on (:meth:`engine.tasks.TaskFamily.dependencies`)
@@ -221,6 +225,8 @@ class Job:
     pid: int
     proc: subprocess.Popen[str] | None  # None when re-attached after a manager restart
     started: float = field(default_factory=time.time)
+    #: When the worker reported this run's ``start`` event (the per-run timeout counts from it); None before.
+    run_started: float | None = None
     offset: int = 0
     stopping: float | None = None
     timed_out: bool = False
@@ -503,12 +509,14 @@ class Scheduler:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
             job.last = event
+            # This attempt's start (a re-attached job reads the folder's events from the beginning).
+            if event.get("event") == "start" and float(event.get("t") or 0) >= job.started - 1.0:
+                job.run_started = float(event["t"])
             if self.listener:
                 self.listener("event", job.run_hash, event)
         code = self._exit_code(job)
         if code is None:
-            elapsed = time.time() - job.started
-            if self.timeout and elapsed > self.timeout and job.stopping is None:
+            if self.timed_out(job) and job.stopping is None:
                 job.timed_out = True
                 self._terminate(job)
             elif job.stopping is not None and time.monotonic() - job.stopping > GRACE:
@@ -517,6 +525,13 @@ class Scheduler:
         if job.packed:
             code = self._pack_code(job, code)
         self._finish(job, code)
+
+    def timed_out(self, job: Job, at: float | None = None) -> bool:
+        """Whether ``job`` has run longer than the timeout: counted from its own ``start`` event (what a run of a
+        pack or a slow start-up spends before it does not count), never while it has not started."""
+        if not self.timeout or job.run_started is None:
+            return False
+        return (time.time() if at is None else at) - job.run_started > self.timeout
 
     def _pack_code(self, job: Job, code: int) -> int:
         """The exit status of one run of a pack whose process exited with ``code``: from the run's own final event,

@@ -651,3 +651,324 @@ def test_a_property_build_that_would_take_weeks_is_refused_with_its_time(monkeyp
     ):
         check_builds_fit([canonical, canonical], workers=2)
     check_builds_fit([PropertyDatasetSpec("reflexive", 16, graphs=1000).canonical()], workers=2)
+
+
+# ------------------------------------------ issue 19, done artefacts (2), processes and Slurm (6), timeout (10)
+
+TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+
+
+def _toy_preset(tmp_path: Path, models: list[str]) -> Path:
+    path = tmp_path / f"toy-{len(models)}.toml"
+    doc = {"task": "toy", "sizes": [2, 3], "models": models, "seeds": [0], "steps": 1}
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in doc.items()))
+    return path
+
+
+@pytest.mark.slow  # two dependency chains run twice through `gaptui run`: about a minute on 2 cores
+def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependants_wait(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    where = ("--workspace", str(ws), "--cpu-jobs", "2", "--gpus", "none")
+    assert run_cli("run", "--preset", str(_toy_preset(tmp_path, ["mean"])), *where, env=TOY_ENV).returncode == 0
+    before = {(r["axes"]["model"], r["axes"]["size"]): r for r in read_records(Workspace(ws))}
+    gone, garbled = before["pre", 2], before["pre", 3]
+    (Path(gone["run_dir"]) / "result.json").unlink()
+    (Path(garbled["run_dir"]) / "result.json").write_text('{"status": "do')
+
+    # runs added to the grid need the pre runs: they wait for their second doing, which says why, one line each
+    bigger = str(_toy_preset(tmp_path, ["mean", "median"]))
+    dry = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
+    assert dry.returncode == 0, dry.stderr
+    notes = [
+        f"note: run {gone['id']} is recorded done but its result.json is missing: running it again",
+        f"note: run {garbled['id']} is recorded done but its result.json is corrupt (not a JSON object): running it "
+        "again",
+    ]
+    assert [line for line in dry.stderr.splitlines() if line.startswith("note:")] == notes
+    assert "done 2, failed 0, to run 4" in dry.stdout
+    assert {r["status"] for r in read_records(Workspace(ws))} == {"done"}  # the dry run changed nothing
+    res = run_cli("run", "--preset", bigger, *where, env=TOY_ENV)
+    assert res.returncode == 0, res.stderr
+    assert [line for line in res.stderr.splitlines() if line.startswith("note:")] == notes
+    after = {(r["axes"]["model"], r["axes"]["size"]): r for r in read_records(Workspace(ws))}
+    assert len(after) == 6 and {r["status"] for r in after.values()} == {"done"}  # one record per run
+    for size, old in ((2, gone), (3, garbled)):
+        pre = after["pre", size]
+        assert pre["id"] == old["id"] and pre["metrics"] == old["metrics"]
+        (earlier,) = pre["earlier"]  # what the first doing recorded is kept
+        assert (
+            earlier["status"] == "done" and earlier["metrics"] == old["metrics"] and earlier["why"] in notes[size - 2]
+        )
+        assert json.loads((Path(pre["run_dir"]) / "result.json").read_text())["status"] == "done"
+        redone = [e for e in _events(pre) if e["event"] == "done"]
+        assert len(redone) == 2
+        assert _events(after["median", size])[0]["t"] >= redone[-1]["t"]  # the new dependant waited for it
+        assert _events(after["mean", size]) == _events(before["mean", size])  # a done dependant is left alone
+    again = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
+    assert "note:" not in again.stderr and "done 6, failed 0, to run 0" in again.stdout
+    shown = run_cli("show", gone["id"], "--workspace", str(ws), env={**TOY_ENV, "COLUMNS": "250"})
+    assert shown.returncode == 0 and "its result.json is missing" in shown.stdout and "earlier" in shown.stdout
+
+
+def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gape_runs(tmp_path: Path) -> None:
+    from engine.tasks.alignment import BASELINE
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.runner import run_id
+
+    ws = Workspace(tmp_path / "ws")
+    preset = load_preset("gape-smoke", ws)
+    specs = launch.plan(preset, ws, {}).specs
+    pre = next(s for s in specs if s.task == "alignment")
+    downstream = [s for s in specs if s.task == "gape"]
+    folder = ws.runs / run_id(pre)
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"status": "done", "run": pre.hash(), "metrics": {}}))
+    known = {pre.hash(): "done"}
+    grid_plan = launch.plan(preset, ws, known)
+    assert grid_plan.redo == {pre.hash(): "its checkpoint.pt is missing"} and grid_plan.to_run[0] == pre
+    # the model is not needed when every GAPE run is done already
+    everything = {s.hash(): "done" for s in downstream} | known
+    for spec in downstream:
+        (ws.runs / run_id(spec)).mkdir(parents=True)
+        (ws.runs / run_id(spec) / "result.json").write_text(json.dumps({"status": "done", "run": spec.hash()}))
+    assert launch.plan(preset, ws, everything).redo == {}
+    # a checkpoint whose fingerprint does not match is as good as gone
+    (folder / "checkpoint.pt").write_bytes(b"model")
+    (folder / "checkpoint.json").write_text(json.dumps({"size": 5, "sha256": "0" * 64}))
+    assert launch.plan(preset, ws, known).redo == {
+        pre.hash(): "its checkpoint.pt fails its checksum (checksum mismatch)"
+    }
+    (folder / "checkpoint.json").unlink()
+    assert launch.plan(preset, ws, known).redo == {}
+    assert pre.model != BASELINE
+
+
+def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: Path) -> None:
+    from gaptui.scheduler import Job
+    from tests.toy_family import ToySpec
+
+    ws = Workspace(tmp_path / "ws")
+    specs = [ToySpec(size=2, seed=seed) for seed in (0, 1)]
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for a worker process
+    spawned = time.time() - 100  # long before the timeout of 10 s
+    try:
+        with History(ws, write=True) as history:
+            history.put_many([{**new_record(s, ws), "status": "running"} for s in specs])
+            scheduler = Scheduler(ws, history, [Slot("cpu#0", {})], timeout=10)
+            pack = tuple(s.hash() for s in specs)
+            jobs = []
+            for spec in specs:
+                folder = tmp_path / f"run{spec.seed}"
+                folder.mkdir()
+                job = Job(spec, spec.hash(), folder, scheduler.slots[0], sleeper.pid, sleeper, spawned, pack=pack)
+                scheduler.running[spec.hash()] = job
+                jobs.append(job)
+
+            def started(job: Job, ago: float) -> None:
+                with open(job.run_dir / "events.jsonl", "a") as fh:
+                    fh.write(json.dumps({"v": 1, "event": "start", "t": time.time() - ago}) + "\n")
+
+            for job in jobs:  # spawned 100 s ago, neither started: no timeout yet
+                scheduler._follow(job)
+            assert [j.run_started for j in jobs] == [None, None] and jobs[0].stopping is None
+            started(jobs[0], 5)  # each run of the pack counts from its own start
+            for job in jobs:
+                scheduler._follow(job)
+            assert jobs[0].run_started is not None and jobs[1].run_started is None and jobs[0].stopping is None
+            assert scheduler.timed_out(jobs[0], at=time.time() + 6) and not scheduler.timed_out(jobs[1], at=1e12)
+            started(jobs[1], 11)  # past the limit: the process is stopped, its runs recorded timed out
+            scheduler._follow(jobs[1])
+            assert jobs[1].timed_out and jobs[1].stopping is not None
+            sleeper.wait(timeout=30)
+            for job in jobs:
+                scheduler._follow(job)
+            records = [history.get(run_id) for run_id in (r["id"] for r in history.records())]
+        assert [(r["status"], r["error"]) for r in records] == [("failed", "timed out after 10 s")] * 2
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes below ``pid`` (children, their children...) with their command lines, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                found[child] = (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path: Path) -> None:
+    args = ["properties", "build", "--property", "symmetric", "--sizes", "1", "--graphs", "500000", "-j", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *args, "--json", "--workspace", str(tmp_path / "ws")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    seen: dict[int, str] = {}
+    try:
+
+        def pool_up() -> bool:
+            seen.update(_descendants(proc.pid))
+            workers = [c for c in seen.values() if "multiprocessing" in c and "resource_tracker" not in c]
+            return len(workers) >= 2 and any("resource_tracker" in c for c in seen.values())
+
+        _wait_for(pool_up, timeout=120, what="two pool workers and the resource tracker")
+        proc.kill()
+        proc.wait()
+        _wait_for(lambda: not any(_alive(pid) for pid in seen), timeout=30, what="the end of every descendant")
+    finally:
+        proc.kill()
+        for pid in seen:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    preset = _toy_preset(tmp_path, ["mean"])
+    specs = launch.plan(load_preset(str(preset), ws), ws, {}).specs
+    mean = specs[-1]
+    with History(ws, write=True) as history:  # a run stopped before: it stays as it was
+        history.put({**new_record(mean, ws), "status": "cancelled", "error": "stopped by hand"})
+    before = read_records(ws)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"  # a login node whose controller is down
+    sbatch.write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)' >&2\nexit 1\n"
+    )
+    sbatch.chmod(0o755)
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {**TOY_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    args = ["run", "--preset", str(preset), "--workspace", str(ws.root), "--backend", "slurm", "--force"]
+    res = run_cli(*args, env=env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "error: Slurm submission failed: sbatch: error: Batch job submission failed: Unable to contact slurm "
+        "controller (connect failure) (is slurmctld running? `scontrol ping` tells)"
+    ]
+    assert read_records(ws) == before  # the record made for the new run is gone, the other one as it was
+    assert not any((ws.runs / spec.hash()[:12]).exists() for spec in specs)
+    # no sbatch at all: said before anything is written
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    res = run_cli(*args, "--detach", env={**TOY_ENV, "PATH": str(empty)})
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: --backend slurm: sbatch not found on PATH; run on a Slurm login node"
+    ]
+    assert read_records(ws) == before
+
+
+def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_failed_submission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.tui import manager
+    from gaptui.tui.messages import ManagerNotice
+    from gaptui.tui.planning import SlotConfig
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    preset = load_preset(str(_toy_preset(tmp_path, ["mean"])), ws)
+    pre = launch.plan(preset, ws, {}).specs[0]
+    folder = ws.runs / pre.hash()[:12]
+    folder.mkdir(parents=True)  # done, its result.json deleted since
+    with History(ws, write=True) as history:
+        history.put({**new_record(pre, ws), "status": "done", "metrics": {"val_mae": 0.7}})
+    before = read_records(ws)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in (
+        ("sbatch", "echo 'sbatch: error: invalid partition specified: gpu' >&2; exit 1"),
+        ("srun", ""),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(manager, "check_shared_workspace", lambda ws, force: None)  # pytest's folders are in /tmp
+    posted: list = []
+    with History(ws, write=True) as history:
+        loop = manager.ManagerLoop(ws, history, posted.append)
+        loop.scheduler = Scheduler(ws, history, [Slot("cpu#0", {})])
+        loop._execute(manager.Launch(preset, SlotConfig(backend="slurm")))
+    notices = [(m.text, m.severity) for m in posted if isinstance(m, ManagerNotice)]
+    assert notices == [
+        (f"run {pre.hash()[:12]} is recorded done but its result.json is missing: running it again", "information"),
+        ("Slurm submission failed: sbatch: error: invalid partition specified: gpu", "error"),
+    ]
+    assert read_records(ws) == before  # nothing reached Slurm: the history is as it was, no run left queued
+
+
+def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_lost_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.toy_family  # noqa: F401 - the toy family in this process too
+    from gaptui import launch
+    from gaptui.presets import load_preset
+    from gaptui.tui import manager
+    from gaptui.tui.messages import ManagerNotice
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    ws = Workspace(tmp_path / "ws")
+    pre, _, mean, _ = launch.plan(load_preset(str(_toy_preset(tmp_path, ["mean"])), ws), ws, {}).specs
+    assert mean.after == pre.hash()
+    (ws.runs / pre.hash()[:12]).mkdir(parents=True)  # done, its result.json deleted since
+    posted: list = []
+    with History(ws, write=True) as history:
+        history.put({**new_record(pre, ws), "status": "done", "metrics": {"val_mae": 0.7}})
+        history.put({**new_record(mean, ws), "status": "failed", "error": f"dependency {pre.hash()[:12]} is not done"})
+        loop = manager.ManagerLoop(ws, history, posted.append)
+        loop.scheduler = Scheduler(ws, history, [Slot("cpu#0", {})])
+        loop._retry((mean.hash(),))
+        assert [s.hash() for s in loop.scheduler.queue] == [pre.hash(), mean.hash()]  # the dependant waits for it
+        records = history.by_hash()
+    assert [m.text for m in posted if isinstance(m, ManagerNotice)] == [
+        f"run {pre.hash()[:12]} is recorded done but its result.json is missing: running it again"
+    ]
+    assert records[pre.hash()]["status"] == "queued" and records[pre.hash()]["earlier"][0]["metrics"] == {
+        "val_mae": 0.7
+    }
+
+
+def test_the_worker_trains_a_done_run_again_when_its_model_is_gone(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    spec = _spec_file(tmp_path, epochs=1)
+    assert _worker(spec, out).returncode == 0
+    assert _worker(spec, out).returncode == 0  # done and whole: nothing to do
+    assert [e["event"] for e in read_events(out / "events.jsonl")[0]].count("start") == 1
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):  # what a GAPE run embeds with
+        (out / name).unlink(missing_ok=True)
+    res = _worker(spec, out)
+    assert res.returncode == 0, res.stderr
+    events = read_events(out / "events.jsonl")[0]
+    assert [e["event"] for e in events].count("start") == 2 and events[-1]["event"] == "done"
+    assert (out / "checkpoint.pt").exists() and json.loads((out / "result.json").read_text())["status"] == "done"

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
 from engine.errors import GaptuiError
 from engine.files import staged_files
+from engine.pools import process_pool
 from engine.properties.datasets import (
     FAMILIES,
     GRAPHS_PER_DATASET,
@@ -99,7 +99,7 @@ def build_suite(
             if on_done:
                 on_done(report)
         return reports
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with process_pool(workers) as pool:
         pending = {pool.submit(_build_one, spec, str(datasets_dir)) for spec in todo}
         try:
             while pending:

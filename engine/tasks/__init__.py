@@ -64,6 +64,11 @@ What a family implements (hooks with defaults are optional)
     - :meth:`TaskFamily.dependencies` ``(spec) -> (run hash, ...)``: runs that must be ``done`` before this one
       starts (a downstream run and its pretraining run). If one fails or is cancelled the dependant is recorded
       ``blocked`` with the culprit named, and never started.
+    - :meth:`TaskFamily.artefacts` ``(spec) -> (file name, ...)``: what a ``done`` run's folder must hold for the
+      run to count as done (default ``result.json``); :meth:`TaskFamily.dependant_artefacts` ``(spec)``: what the
+      runs that depend on it read from its folder (alignment: the trained model's ``checkpoint.pt``; default none).
+      A run recorded done whose artefacts are missing or corrupt (see :func:`artefact_problem`) is run again by
+      ``gaptui run`` and the app, and its dependants wait for it again.
     - :meth:`TaskFamily.is_baseline` ``(spec) -> bool``: a training-free run, planned once per cell, not per seed.
     - :meth:`TaskFamily.parse_preset` ``(raw TOML dict, where) -> PresetBase`` and :meth:`TaskFamily.grid`
       ``(preset, placement) -> [spec]``: preset expansion. A preset file names its family with ``task = "..."``
@@ -241,6 +246,46 @@ class TaskSpec:
 
     def replace(self, **changes: Any) -> Any:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+# ------------------------------------------------------------------------------------------------ artefacts
+
+#: The file the worker writes when a run ends (``status``, ``run`` hash, metrics...).
+RESULT = "result.json"
+
+
+def artefact_problem(spec: TaskSpec, run_dir: Path, dependants: bool = False) -> str:
+    """Why the finished run ``spec`` in ``run_dir`` no longer counts as done (``""`` when it does).
+
+    Checks its family's :meth:`~TaskFamily.artefacts` (and, with ``dependants``, its
+    :meth:`~TaskFamily.dependant_artefacts`): each file present; ``result.json`` valid JSON saying ``done`` for this
+    run's hash; any other file matching its fingerprint (``<stem>.json``: size and SHA-256) when one was written.
+    The answer reads ``its result.json is missing`` and the like.
+    """
+    from engine.files import mismatch, read_json
+
+    fam = family(spec.task)
+    names = tuple(fam.artefacts(spec)) + (tuple(fam.dependant_artefacts(spec)) if dependants else ())
+    for name in dict.fromkeys(names):
+        path = Path(run_dir) / name
+        if not path.is_file():
+            return f"its {name} is missing"
+        if name == RESULT:
+            result = read_json(path)
+            if not isinstance(result, dict):
+                return f"its {name} is corrupt (not a JSON object)"
+            if result.get("run") != spec.hash():
+                return f"its {name} belongs to another run ({str(result.get('run'))[:12]})"
+            if result.get("status") != "done":
+                return f"its {name} says {result.get('status')!r}, not done"
+            continue
+        sums = path.with_suffix(".json")
+        expected = read_json(sums) if sums != path else None
+        if isinstance(expected, dict) and "sha256" in expected:
+            problem = mismatch(path, expected)
+            if problem:
+                return f"its {name} fails its checksum ({problem})"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------ worker side
@@ -453,6 +498,14 @@ class TaskFamily:
         return False
 
     def dependencies(self, spec: Any) -> tuple[str, ...]:
+        return ()
+
+    def artefacts(self, spec: Any) -> tuple[str, ...]:
+        """Files of a done run's folder without which it does not count as done (see :func:`artefact_problem`)."""
+        return (RESULT,)
+
+    def dependant_artefacts(self, spec: Any) -> tuple[str, ...]:
+        """Files of a done run's folder that the runs depending on it read (checked when such a run is to start)."""
         return ()
 
     def describe(self, spec: Any) -> str:

@@ -700,6 +700,12 @@ class Alignment(TaskFamily):
     def is_baseline(self, spec: RunSpec) -> bool:
         return spec.model == BASELINE
 
+    def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
+        from engine.worker import CHECKPOINT
+
+        # A GAPE run embeds with the trained model; the training-free baseline has none.
+        return () if self.is_baseline(spec) else (CHECKPOINT,)
+
     def describe(self, spec: RunSpec) -> str:
         axes = self.record_axes(spec)
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"

@@ -25,9 +25,12 @@ submission of a run) are kept in the record's ``slurm`` field.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -142,7 +145,7 @@ def check_shared_workspace(ws: Workspace, force: bool) -> None:
 
 
 def sbatch_available() -> bool:
-    return subprocess.run(["which", "sbatch"], capture_output=True).returncode == 0
+    return shutil.which("sbatch") is not None
 
 
 # ---------------------------------------------------------------------------------------------- on the node
@@ -305,6 +308,8 @@ class SlurmScheduler(Scheduler):
         self.meta: dict[str, dict[str, Any]] = {}  # run hash -> the record's ``slurm`` field
         self.submitted = 0
         self._next_poll = 0.0
+        #: Run hash -> its record before it was queued here (None: no record), until a submission works.
+        self.before: dict[str, dict[str, Any] | None] = {}
 
     def configure(self, options: SlurmOptions, timeout: float | None = None) -> None:
         """Settings for what is submitted from now on (runs already out keep theirs)."""
@@ -314,6 +319,12 @@ class SlurmScheduler(Scheduler):
     # ------------------------------------------------------------------------------------------ queueing
 
     def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+        known = self.history.by_hash()
+        busy = set(self.running) | {s.hash() for s in self.queue}
+        for spec in specs:  # what each record said before, should the first submission fail
+            h = spec.hash()
+            if h not in busy and h not in self.before:
+                self.before[h] = dict(known[h]) if h in known else None
         super().enqueue(specs, preset, planned_seeds)
         # A fresh request of the grid gets its full number of resubmissions again.
         known = self.history.by_hash()
@@ -393,7 +404,11 @@ class SlurmScheduler(Scheduler):
         specs = self.take_ready()
         if not specs:
             return
-        executor = self._executor()
+        try:
+            executor = self._executor()
+        except Exception as exc:  # noqa: BLE001 - submitit refuses a machine without srun (RuntimeError)
+            self._refused(specs, exc)
+            return
         known = self.history.by_hash()
         for start in range(0, len(specs), self.options.chunk):
             part = specs[start : start + self.options.chunk]
@@ -401,14 +416,11 @@ class SlurmScheduler(Scheduler):
             for run_dir in dirs:
                 run_dir.mkdir(parents=True, exist_ok=True)
             try:
-                jobs = executor.map_array(run_task, [s.to_dict() for s in part], [str(d) for d in dirs])
+                # submitit prints sbatch's stderr itself before raising it: said once, below, in one line
+                with contextlib.redirect_stderr(io.StringIO()):
+                    jobs = executor.map_array(run_task, [s.to_dict() for s in part], [str(d) for d in dirs])
             except Exception as exc:  # noqa: BLE001 - sbatch's refusal, whatever submitit wraps it in
-                message = " ".join(str(exc).split())[-400:]
-                if not self.submitted:
-                    raise GaptuiError(f"sbatch refused the job array: {message}") from None
-                self.history.update_many(
-                    {s.hash(): {"status": "failed", "error": f"sbatch refused: {message}"} for s in part}
-                )
+                self._refused(part, exc, specs)
                 continue
             updates = {}
             for spec, job in zip(part, jobs, strict=True):
@@ -429,7 +441,45 @@ class SlurmScheduler(Scheduler):
                 attempts = int(known.get(h, {}).get("attempts") or 0) + 1
                 updates[h] = {"status": "queued", "slurm": meta, "attempts": attempts, "error": None, "pid": None}
             self.submitted += len(part)
+            self.before.clear()
             self._write(updates)
+
+    def _refused(self, part: list[TaskSpec], exc: Exception, taken: list[TaskSpec] | None = None) -> None:
+        """A submission of ``part`` (of the ``taken`` specs) failed. Before anything reached Slurm in this session:
+        the runs are withdrawn and a GaptuiError names the cause in one line; later, the part is recorded failed."""
+        message = " ".join(str(exc).split())[-400:] or type(exc).__name__
+        if not self.submitted:
+            self._withdraw([*(taken or part), *self.queue])
+            raise GaptuiError(f"Slurm submission failed: {message}{_hint(message)}") from None
+        failed = {"status": "failed", "error": f"sbatch refused: {message}", "finished": now()}
+        self.history.update_many({s.hash(): dict(failed) for s in part})
+        self.finished.extend({"hash": s.hash(), **failed} for s in part)
+
+    def _withdraw(self, specs: list[TaskSpec]) -> None:
+        """Nothing reached Slurm: give back the runs queued here. Records created for them are removed and the
+        others get their earlier status back, so no run waits ``queued`` for a job that does not exist and the next
+        ``gaptui run`` submits them again (a ``failed`` mark would make it skip them: the runs did not fail)."""
+        self.queue.clear()
+        hashes = {s.hash() for s in specs}
+        self.history.remove_many(h for h in hashes if h in self.before and self.before[h] is None)
+        restored = []
+        for h, old in self.before.items():
+            if h not in hashes or old is None:
+                continue
+            earlier = old.get("earlier") or []
+            if old["status"] == "done" and earlier and "redone" in earlier[-1]:
+                # queued to be done again (see gaptui.launch.keep_earlier): back to its record as it was
+                last = earlier[-1]
+                old = {**old, "metrics": last.get("metrics"), "params": last.get("params"), "earlier": earlier[:-1]}
+                if not old["earlier"]:
+                    del old["earlier"]
+            restored.append(old)
+        self.history.restore_many(restored)
+        for spec in specs:
+            folder = self.ws.runs / run_id(spec)
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # made for the submission, still empty
+        self.before.clear()
 
     def _poll(self) -> None:
         """One sacct call for every run in flight; write what changed, file what ended."""
@@ -579,6 +629,14 @@ class SlurmScheduler(Scheduler):
         ids = [job.run_dir.name for job in self.running.values()]
         self.running.clear()
         return ids
+
+
+def _hint(message: str) -> str:
+    """What to check when sbatch could not reach the cluster."""
+    lowered = message.lower()
+    if "controller" in lowered or "slurmctld" in lowered or "connection refused" in lowered:
+        return " (is slurmctld running? `scontrol ping` tells)"
+    return ""
 
 
 def _done(run_dir: Path) -> bool:

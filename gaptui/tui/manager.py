@@ -303,8 +303,12 @@ class ManagerLoop:
             self.scheduler.timeout = preset.timeout
             self.scheduler.pack_seeds = preset.pack_seeds
         target.retries = preset.retries
-        known = {r["hash"]: r["status"] for r in self.history.records()}
-        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)
+        records = self.history.records()
+        known = {r["hash"]: r["status"] for r in records}
+        run_dirs = {r["hash"]: r["run_dir"] for r in records}
+        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed, run_dirs)
+        for line in grid_plan.redo_lines():
+            self.post(ManagerNotice(line.removeprefix("note: ")))
         # Runs followed by the other backend here, or submitted to Slurm by another manager, are left alone.
         other = [b for b in self._backends() if b is not target]
         leave = {h for b in other for h in (*b.running, *(s.hash() for s in b.queue))}
@@ -314,6 +318,11 @@ class ManagerLoop:
             self._post_state()
             try:
                 launched = launch.launch(target, grid_plan, self._preparing, leave=leave)
+                if target is self.slurm:
+                    target.step()  # submits now: a submission that fails is this command's error, not the loop's
+            except GaptuiError:
+                self.post(RecordsLoaded(self.history.records()))  # the runs it queued were withdrawn
+                raise
             finally:
                 self._building = ""
         else:
@@ -373,8 +382,10 @@ class ManagerLoop:
             if target is None or not chosen:
                 continue
             if build:
-                launch.retry(target, chosen, self._preparing)
+                retried = launch.retry(target, chosen, self._preparing)
                 self._building = ""
+                for line in launch.redo_lines(retried.redo):
+                    self.post(ManagerNotice(line.removeprefix("note: ")))
             else:
                 target.enqueue(launch.order_specs(load_spec(r["spec"]) for r in chosen))
 
@@ -416,7 +427,11 @@ class ManagerLoop:
     def _tick(self) -> None:
         for backend in self._backends():
             if backend.pending():
-                backend.step()
+                try:
+                    backend.step()
+                except GaptuiError as exc:  # a Slurm submission that failed: its runs were withdrawn
+                    self.post(ManagerNotice(str(exc), "error"))
+                    self.post(RecordsLoaded(self.history.records()))
         self._flush_events()
         for run_hash, tailed in list(self._followed.items()):
             events, tailed.offset = read_events(tailed.path, tailed.offset)
