@@ -1,7 +1,8 @@
 """Launching a grid: the one path from a preset to queued runs, shared by ``gaptui run`` and the terminal app.
 
 1. :func:`plan` expands a preset through its task family, orders the runs so that every run comes after the runs
-   it depends on, and splits them by what the history already holds (done, failed before, to run).
+   it depends on, checks them once per family (:func:`check`: files, import paths; one error before any record
+   is written) and splits them by what the history already holds (done, failed before, to run).
 2. :func:`prepare` builds the inputs the runs need (datasets, caches), each distinct input once, independent
    ones in parallel threads. It blocks: the terminal app calls it from its manager thread, never the UI thread.
 3. :func:`launch` prepares and enqueues a plan on a :class:`~gaptui.scheduler.Scheduler`; a run whose input could
@@ -21,7 +22,7 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, family, load_spec
-from gaptui.scheduler import Scheduler, Slot, make_slots
+from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
 
 #: ``progress(done, total, label)``: called after each input is prepared (from a worker thread).
@@ -45,6 +46,15 @@ def slots_for(gpus: list[str] | None, jobs_per_gpu: int = 1, cpu_jobs: int | Non
     """The scheduler slots for these settings (may run ``nvidia-smi``); GaptuiError when there are none."""
     if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
         raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
+    if gpus:
+        visible = detect_gpus()
+        missing = [g for g in gpus if g not in visible]
+        if missing:
+            have = f"GPUs {', '.join(visible)}" if visible else "no GPU"
+            raise GaptuiError(
+                f"--gpus {','.join(gpus)}: GPU {', '.join(missing)} is not on this machine (it has {have}); "
+                "--gpus none runs on the CPU"
+            )
     slots = make_slots(gpus, jobs_per_gpu, cpu_jobs)
     if not slots:
         raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
@@ -84,6 +94,8 @@ class Plan:
     done: list[TaskSpec] = field(default_factory=list)
     failed: list[TaskSpec] = field(default_factory=list)
     to_run: list[TaskSpec] = field(default_factory=list)
+    #: What the plan's checks found suspect but runnable, one line each (shown as ``warning:``).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def family(self) -> TaskFamily:
@@ -105,11 +117,21 @@ class Plan:
         return lines
 
 
+def check(specs: Iterable[TaskSpec]) -> list[str]:
+    """Each family's :meth:`~engine.tasks.TaskFamily.check` on its runs among ``specs``, once: GaptuiError for
+    input every run would fail on, before any record is written; returns the warning lines."""
+    by_task: dict[str, list[TaskSpec]] = {}
+    for spec in specs:
+        by_task.setdefault(spec.task, []).append(spec)
+    return [line for task, runs in by_task.items() for line in family(task).check(runs)]
+
+
 def plan(preset: PresetBase, ws: Workspace, known: dict[str, str], retry_failed: bool = False) -> Plan:
-    """Expand ``preset`` and split its runs by ``known`` (run hash -> status in the history)."""
+    """Expand ``preset``, check its runs (:func:`check`) and split them by ``known`` (run hash -> status)."""
     from gaptui.presets import grid
 
-    result = Plan(preset, order_specs(grid(preset, ws)))
+    specs = order_specs(grid(preset, ws))
+    result = Plan(preset, specs, warnings=check(s for s in specs if known.get(s.hash()) != "done"))
     for spec in result.specs:
         status = known.get(spec.hash())
         if status == "done":
@@ -186,5 +208,6 @@ def launch(
 def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Progress | None = None) -> Launched:
     """Queue the runs of ``records`` again (their inputs prepared first)."""
     specs = order_specs(load_spec(r["spec"]) for r in records)
+    check(specs)
     queued, errors = _enqueue_prepared(scheduler, specs, progress)
     return Launched(queued, errors, 0)

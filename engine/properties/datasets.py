@@ -72,6 +72,8 @@ class PropertyDatasetSpec:
             raise GaptuiError(f"n = {self.n}: expected a size between 1 and {MAX_NODES} nodes")
         if int(self.graphs) < 2 or int(self.graphs) % 2:
             raise GaptuiError(f"graphs = {self.graphs}: expected an even count >= 2 (half positive, half negative)")
+        if int(self.seed) < 0:
+            raise GaptuiError(f"seed = {self.seed}: expected a seed >= 0")
         negatives = self.negatives or DEFAULT_NEGATIVES
         if negatives not in NEGATIVES:
             raise unknown("negatives kind", negatives, NEGATIVES)

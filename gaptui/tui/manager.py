@@ -305,6 +305,8 @@ class ManagerLoop:
         target.retries = preset.retries
         known = {r["hash"]: r["status"] for r in self.history.records()}
         grid_plan = launch.plan(preset, self.ws, known, command.retry_failed)
+        for line in (*preset.notes, *grid_plan.warnings):
+            self.post(ManagerNotice(line, "warning" if line in grid_plan.warnings else "information"))
         # Runs followed by the other backend here, or submitted to Slurm by another manager, are left alone.
         other = [b for b in self._backends() if b is not target]
         leave = {h for b in other for h in (*b.running, *(s.hash() for s in b.queue))}
