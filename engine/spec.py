@@ -137,8 +137,9 @@ class RunSpec(TaskSpec):
                 )
         if any(k < 1 for k in self.topk):
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+        from engine.typed import check_device
+
+        check_device(self.device, where)
 
     def check_memory(self) -> None:
         """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory."""

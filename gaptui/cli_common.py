@@ -27,7 +27,22 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def task_name(value: str | None) -> str | None:
+    """``--task``: a family name. An empty one is refused, never read as the default family."""
+    if value is not None and not value.strip():
+        from engine.errors import GaptuiError
+        from engine.tasks import FAMILIES
+
+        raise GaptuiError(f"--task '{value}': expected a task family name ({', '.join(FAMILIES.names())})")
+    return value
+
+
 TaskOpt = Annotated[
     str,
-    typer.Option("--task", "-t", help="Task family (alignment, or another registered family: see `gaptui tasks`)."),
+    typer.Option(
+        "--task",
+        "-t",
+        callback=task_name,
+        help="Task family (alignment, or another registered family: see `gaptui tasks`).",
+    ),
 ]

@@ -43,6 +43,11 @@ def gape_embed(
         raise GaptuiError(f"--out {out}: expected a file name ending in .npz")
     if out.exists() and not force:
         raise GaptuiError(f"--out {out} exists; choose another name or pass --force to replace it")
+    if seed < 0:
+        raise GaptuiError(f"--seed {seed}: expected a seed >= 0")
+    from engine.typed import check_device
+
+    check_device(device, "--device")
     from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
     from engine.sources import parse_param_args
     from engine.training import resolve_device

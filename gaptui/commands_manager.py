@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json, task_name
 from gaptui.commands_slurm import (
     AccountOpt,
     ArrayParallelismOpt,
@@ -123,7 +123,8 @@ def run_cmd(
         err_console.print(f"[yellow]note:[/] {escape(line)}", soft_wrap=True)
     spec_preset = review.load()
     for note in spec_preset.notes:
-        err_console.print(f"[yellow]note:[/] {escape(str(spec_preset.path or spec_preset.name))}: {escape(note)}")
+        where = escape(str(spec_preset.path or spec_preset.name))
+        err_console.print(f"[yellow]note:[/] {where}: {escape(note)}", highlight=False, soft_wrap=True)
     slurm_options = None
     if backend == "slurm":
         from gaptui.backends.slurm import check_shared_workspace, parse_slurm_options, sbatch_available
@@ -173,6 +174,7 @@ def run_cmd(
         known = {r["hash"]: r["status"] for r in records}
         grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        _print_warnings(grid_plan.warnings)
         for line in grid_plan.redo_lines():
             err_console.print(escape(line), highlight=False, soft_wrap=True)
         counts = {"done": grid_plan.done, "failed": grid_plan.failed, "to run": grid_plan.to_run}
@@ -230,6 +232,7 @@ def run_cmd(
         known = {r["hash"]: r["status"] for r in records}
         grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
         _check_plan_memory(grid_plan.specs)
+        _print_warnings(grid_plan.warnings)
         for line in grid_plan.redo_lines():
             err_console.print(escape(line), highlight=False, soft_wrap=True)
         elsewhere: set[str] = set()
@@ -313,6 +316,11 @@ def _estimate_lines(
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
             return [f"estimate: not available: {exc}"]
+
+
+def _print_warnings(lines: list[str]) -> None:
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _distinct_memory(specs: list[Any]) -> dict[str, Any]:
@@ -510,7 +518,9 @@ def history_cmd(
     workspace: WorkspaceOpt = None,
     task: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--task", "-t", help="Only runs of this task family; its axes become the columns."),
+        typer.Option(
+            "--task", "-t", callback=task_name, help="Only runs of this task family; its axes become the columns."
+        ),
     ] = None,
     status: Annotated[
         Optional[list[str]],  # noqa: UP045
@@ -597,7 +607,7 @@ def show_cmd(
     workspace: WorkspaceOpt = None,
     task: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--task", "-t", help="Look the run up among this task family's runs only."),
+        typer.Option("--task", "-t", callback=task_name, help="Look the run up among this task family's runs only."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

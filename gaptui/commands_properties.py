@@ -37,9 +37,17 @@ NegativesOpt = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--negatives", help="GraphRandom negatives: solver or random [default: solver]."),
 ]
+
+
+def _workers(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise GaptuiError(f"--workers (-j) {value}: expected at least 1 process (leave it out for all cores)")
+    return value
+
+
 WorkersOpt = Annotated[
     Optional[int],  # noqa: UP045
-    typer.Option("--workers", "-j", help="Parallel build processes [default: all cores]."),
+    typer.Option("--workers", "-j", callback=_workers, help="Parallel build processes [default: all cores]."),
 ]
 
 

@@ -1,7 +1,8 @@
 """Launching a grid: the one path from a preset to queued runs, shared by ``gaptui run`` and the terminal app.
 
 1. :func:`plan` expands a preset through its task family, orders the runs so that every run comes after the runs
-   it depends on, and splits them by what the history already holds (done, failed before, to run). A run recorded
+   it depends on, and splits them by what the history already holds (done, failed before, to run), after checking them once per family (:func:`check`: files, import paths; one error before any
+   record is written). A run recorded
    ``done`` whose folder lost what it must hold (:func:`engine.tasks.artefact_problem`: ``result.json``, or a file
    that a run of the grid still to run reads from it, such as the checkpoint a GAPE run embeds with) is to run
    again (:attr:`Plan.redo`, said by :meth:`Plan.redo_lines`); its dependants wait for it again.
@@ -27,7 +28,7 @@ from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
 from gaptui.history import now
 from gaptui.runner import run_id
-from gaptui.scheduler import Scheduler, Slot, make_slots
+from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
 
 #: ``progress(done, total, label)``: called after each input is prepared (from a worker thread).
@@ -51,6 +52,15 @@ def slots_for(gpus: list[str] | None, jobs_per_gpu: int = 1, cpu_jobs: int | Non
     """The scheduler slots for these settings (may run ``nvidia-smi``); GaptuiError when there are none."""
     if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
         raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
+    if gpus:
+        visible = detect_gpus()
+        missing = [g for g in gpus if g not in visible]
+        if missing:
+            have = f"GPUs {', '.join(visible)}" if visible else "no GPU"
+            raise GaptuiError(
+                f"--gpus {','.join(gpus)}: GPU {', '.join(missing)} is not on this machine (it has {have}); "
+                "--gpus none runs on the CPU"
+            )
     slots = make_slots(gpus, jobs_per_gpu, cpu_jobs)
     if not slots:
         raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
@@ -92,6 +102,8 @@ class Plan:
     to_run: list[TaskSpec] = field(default_factory=list)
     #: Runs recorded done that are to run again (also in ``to_run``): run hash -> why (``its result.json is missing``).
     redo: dict[str, str] = field(default_factory=dict)
+    #: What the plan's checks found suspect but runnable, one line each (shown as ``warning:``).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def family(self) -> TaskFamily:
@@ -117,6 +129,15 @@ class Plan:
         return redo_lines(self.redo)
 
 
+def check(specs: Iterable[TaskSpec]) -> list[str]:
+    """Each family's :meth:`~engine.tasks.TaskFamily.check` on its runs among ``specs``, once: GaptuiError for
+    input every run would fail on, before any record is written; returns the warning lines."""
+    by_task: dict[str, list[TaskSpec]] = {}
+    for spec in specs:
+        by_task.setdefault(spec.task, []).append(spec)
+    return [line for task, runs in by_task.items() for line in family(task).check(runs)]
+
+
 def redo_lines(redo: dict[str, str], limit: int = 3) -> list[str]:
     """``note:`` lines for runs recorded done that run again (run hash -> why): one per run up to ``limit`` runs,
     else one summary line."""
@@ -137,8 +158,8 @@ def plan(
     """Expand ``preset`` and split its runs by ``known`` (run hash -> status in the history); ``run_dirs`` (run hash
     -> folder, from the records) says where done runs lie (default ``<workspace>/runs/<run id>``).
 
-    Reads run folders only (no side effect): a done run whose artefacts are gone goes to ``to_run`` and
-    :attr:`Plan.redo`.
+    Checks the runs not settled as done (:func:`check`: GaptuiError before any record is written) and reads run
+    folders only (no side effect): a done run whose artefacts are gone goes to ``to_run`` and :attr:`Plan.redo`.
     """
     from gaptui.presets import grid
 
@@ -158,6 +179,7 @@ def plan(
     waiting = [s for h, s in by_hash.items() if not settled(h) and not (known.get(h) == "failed" and not retry_failed)]
     done = {h: (s, folder(s)) for h, s in by_hash.items() if settled(h)}
     result.redo.update(stale_dependencies(waiting, done.get))
+    result.warnings = check(s for h, s in by_hash.items() if not settled(h))
     for h, spec in by_hash.items():
         status = known.get(h)
         if settled(h):
@@ -286,7 +308,8 @@ def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Pro
         return load_spec(record["spec"]), Path(record["run_dir"])
 
     redo = stale_dependencies(specs, done)
-    keep_earlier(scheduler.history, redo)
     specs = order_specs([*(load_spec(by_hash[h]["spec"]) for h in redo), *specs])
+    check(specs)  # before the history is touched
+    keep_earlier(scheduler.history, redo)
     queued, errors = _enqueue_prepared(scheduler, specs, progress)
     return Launched(queued, errors, 0, redo)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli
@@ -40,9 +41,14 @@ RECORD = {
 }
 
 
-def _preset(tmp: Path, models: str = '["gcn"]', seeds: str = "[0]", run: str = "") -> str:
+def _preset(
+    tmp: Path, models: str = '["gcn"]', seeds: str = "[0]", run: str = "", base: str = "er", params: str = ""
+) -> str:
     path = tmp / "p.toml"
-    path.write_text(TINY_PRESET.format(models=models, seeds=seeds, run=run))
+    text = TINY_PRESET.format(models=models, seeds=seeds, run=run)
+    if base != "er":
+        text = text.replace('base = "er"\nparams = { n = 12, degree = 3 }', f'base = "{base}"\nparams = {params}')
+    path.write_text(text)
     return str(path)
 
 
@@ -60,6 +66,106 @@ def _with_record(tmp: Path) -> str:
 def _a_file(tmp: Path) -> str:
     (tmp / "file").write_text("not a folder")
     return str(tmp / "file")
+
+
+DRY = ["run", "--preset", "{}", "--dry-run", "--no-estimate"]
+GAPE_PRESET = """task = "gape"
+pes = ["none", "rwpe"]
+seeds = {seeds}
+[[datasets]]
+base = "molecules"
+params = {{ path = "{path}", target = "y"{split} }}
+seed = {seed}
+{extra}
+"""
+STUDY_PRESET = """task = "properties"
+properties = ["symmetric"]
+poolings = {poolings}
+dimensions = ["generalisation"]
+seeds = {seeds}
+[run]
+epochs = 1
+graphs = 20
+sizes = 2
+hidden = 8
+{run}
+"""
+#: An import-path pooling module: ``scalar`` returns one number, ``broken`` raises, ``good`` is a mean.
+POOL_MODULE = """import torch
+from torch_geometric.nn import aggr
+
+
+class _Scalar(torch.nn.Module):
+    def forward(self, x, index, dim_size=None):
+        return x.sum()
+
+
+class _Broken(torch.nn.Module):
+    def forward(self, x, index, dim_size=None):
+        raise RuntimeError("shapes do not match")
+
+
+def scalar(channels):
+    return _Scalar()
+
+
+def broken(channels):
+    return _Broken()
+
+
+def good(channels):
+    return aggr.MeanAggregation()
+"""
+#: Published rows: 2-node graphs (4 adjacency values + label) for training, 3-node ones for testing.
+PUBLISHED_TRAIN = "1,0,0,1,1\n0,1,0,0,0\n1,1,1,1,1\n0,1,1,0,0\n"
+PUBLISHED_TEST = "1,0,0,0,1,0,0,0,1,1\n0,1,0,0,0,0,0,0,0,0\n"
+
+
+def _gape(
+    tmp: Path,
+    name: str,
+    content: bytes | None = None,
+    split: bool = False,
+    seeds: str = "[0, 1, 2, 3]",
+    seed: str = "0",
+    extra: str = "",
+) -> str:
+    """A gape preset of 8 runs (2 PEs x 4 seeds) on the molecule file ``name`` (written when ``content`` is set)."""
+    if content is not None:
+        (tmp / name).write_bytes(content)
+    text = GAPE_PRESET.format(
+        path=tmp / name, seeds=seeds, seed=seed, split=', split = "fold"' if split else "", extra=extra
+    )
+    (tmp / "g.toml").write_text(text)
+    return str(tmp / "g.toml")
+
+
+def _study(
+    tmp: Path,
+    poolings: str = '["mean"]',
+    seeds: str = "[0]",
+    run: str = "",
+    module: str | None = None,
+    published: dict[str, str | None] | None = None,
+) -> str:
+    """A one-cell property study preset; ``module`` is written as tinypool.py, ``published`` overrides the files
+    of a published folder (``train``, ``test``: text, or None for no file)."""
+    if module is not None:
+        (tmp / "tinypool.py").write_text(module)
+    if published is not None:
+        files = {"train": PUBLISHED_TRAIN, "test": PUBLISHED_TEST, **published}
+        root = tmp / "pub"
+        (root / "GraphRandom-Test" / "symmetric").mkdir(parents=True)
+        (root / "GraphRandom-Train").mkdir()
+        for key, path in (
+            ("train", root / "GraphRandom-Train" / "symmetric.csv"),
+            ("test", root / "GraphRandom-Test" / "symmetric" / "symmetric_new3.csv"),
+        ):
+            if files[key] is not None:
+                path.write_bytes(files[key].encode("latin-1"))
+        run += f'\npublished = "{root}"'
+    (tmp / "s.toml").write_text(STUDY_PRESET.format(poolings=poolings, seeds=seeds, run=run))
+    return str(tmp / "s.toml")
 
 
 TRAIN = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4", "-p", "n=12"]
@@ -153,6 +259,171 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         ["export", "--out", "{}/tables", "-w", "{}.ws"],
         "a path component is a file, not a folder",
     ),
+    # issue 19, planning-time checks and molecule files
+    (
+        "missing molecule file, 8 runs: one line",
+        lambda t: _gape(t, "nosuch.csv"),
+        DRY,
+        "nosuch.csv does not exist",
+    ),
+    (
+        "binary molecule file",
+        lambda t: _gape(t, "mols.csv", b"smiles,y\n\x00\x01\x02\xff\n"),
+        DRY,
+        "mols.csv is a binary file, not CSV text",
+    ),
+    (
+        "non-UTF-8 molecule file",
+        lambda t: _gape(t, "mols.csv", "smiles,y\nCCO,1\nCCN,\u00e9\n".encode("latin-1")),
+        DRY,
+        "mols.csv is not UTF-8 text (byte 19)",
+    ),
+    (
+        "binary molecule SDF",
+        lambda t: _gape(t, "mols.sdf", b"\x89PNG\r\n\x1a\n\x00\xff"),
+        DRY,
+        "mols.sdf is a binary file, not SDF text",
+    ),
+    (
+        "molecule file without the column",
+        lambda t: _gape(t, "mols.csv", b"SMILES,y\nCCO,1\n"),
+        DRY,
+        "mols.csv has no column 'smiles' (columns: SMILES, y)",
+    ),
+    (
+        "no readable molecule, counted per reason",
+        lambda t: _gape(t, "mols.csv", b"smiles,y,fold\nxx,1,train\nCCO,abc,train\nyy,2,val\nCCN,3,later\n", True),
+        DRY,
+        "mols.csv (4 records: 2 unparsable SMILES, 1 with a non-numeric 'y', "
+        "1 with a 'fold' that is not train / val / test)",
+    ),
+    (
+        "missing molecule file as an alignment base",
+        lambda t: _preset(t, base="molecules", params='{ path = "nosuch.sdf" }'),
+        DRY,
+        "nosuch.sdf does not exist",
+    ),
+    (
+        "pooling module that does not import",
+        lambda t: _study(t, poolings='["mean", "nosuchpkg.pool:Factory"]'),
+        DRY,
+        "pooling 'nosuchpkg.pool:Factory': cannot import module 'nosuchpkg.pool'",
+    ),
+    (
+        "pooling attribute that does not exist",
+        lambda t: _study(t, poolings='["tinypool:nothing"]', module=POOL_MODULE),
+        DRY,
+        "pooling 'tinypool:nothing': module 'tinypool' has no attribute 'nothing'",
+    ),
+    (
+        "pooling whose module returns one number",
+        lambda t: _study(t, poolings='["tinypool:scalar"]', module=POOL_MODULE),
+        DRY,
+        "pooling 'tinypool:scalar': its module returned [] for 2 graphs; expected [2, width]",
+    ),
+    (
+        "pooling whose module fails",
+        lambda t: _study(t, poolings='["tinypool:broken"]', module=POOL_MODULE),
+        DRY,
+        "pooling 'tinypool:broken': its module fails on two tiny graphs",
+    ),
+    (
+        "published train file with rows of the wrong length",
+        lambda t: _study(t, published={"train": "0,1,0,1\n"}),
+        DRY,
+        "4 values per row; expected n*n adjacency values + 1 label",
+    ),
+    (
+        "published train file with a value other than 0/1",
+        lambda t: _study(t, published={"train": "0,1,0,2,1\n"}),
+        DRY,
+        "values must be 0 or 1",
+    ),
+    ("published train file empty", lambda t: _study(t, published={"train": ""}), DRY, "no graphs (the file is empty)"),
+    ("published train file missing", lambda t: _study(t, published={"train": None}), DRY, "file not found"),
+    ("published test files missing", lambda t: _study(t, published={"test": None}), DRY, "no test files larger than"),
+    (
+        "published test file with another size",
+        lambda t: _study(t, published={"test": PUBLISHED_TRAIN}),
+        DRY,
+        "rows hold 2-node graphs, the file name says 3",
+    ),
+    (
+        "published binary file",
+        lambda t: _study(t, published={"train": "\x00\xff\x00"}),
+        DRY,
+        "expected comma-separated 0/1 values",
+    ),
+    (
+        "a string where a number goes (study)",
+        lambda t: _study(t, run='lr = "fast"'),
+        DRY,
+        "[run]: key 'lr' = 'fast'",
+    ),
+    (
+        "a string where a number goes (gape)",
+        lambda t: _gape(t, "nosuch.csv", extra='[datasets.run]\nepochs = "many"'),
+        DRY,
+        "key 'epochs' = 'many'",
+    ),
+    (
+        "a string where a number goes (gape dataset seed)",
+        lambda t: _gape(t, "nosuch.csv", seed='"one"'),
+        DRY,
+        "datasets[0]: key 'seed' = 'one': expected a seed >= 0",
+    ),
+    (
+        "a string where a number goes (alignment)",
+        lambda t: _preset(t, run='weight_decay = "x"'),
+        DRY,
+        "key 'weight_decay' = 'x'",
+    ),
+    ("negative seed (study)", lambda t: _study(t, seeds="[0, -2]"), DRY, "key 'seeds' holds -2: expected seeds >= 0"),
+    (
+        "negative data seed (study)",
+        lambda t: _study(t, run="data_seed = -4"),
+        DRY,
+        "data_seed = -4 must be >= 0",
+    ),
+    ("negative seed (gape)", lambda t: _gape(t, "nosuch.csv", seeds="[-1]"), DRY, "key 'seeds' holds -1"),
+    (
+        "negative dataset seed (gape)",
+        lambda t: _gape(t, "nosuch.csv", seed="-3"),
+        DRY,
+        "datasets[0]: key 'seed' = -3: expected a seed >= 0",
+    ),
+    (
+        "-j 0",
+        lambda t: "0",
+        ["properties", "build", "-p", "symmetric", "--graphs", "20", "-j", "{}"],
+        "--workers (-j) 0: expected at least 1 process",
+    ),
+    (
+        "-j -1",
+        lambda t: "-1",
+        ["properties", "build", "-p", "symmetric", "--graphs", "20", "-j", "{}"],
+        "--workers (-j) -1: expected at least 1 process",
+    ),
+    (
+        "GPU slot this machine does not have",
+        lambda t: "999",
+        ["run", "--preset", "smoke", "--dry-run", "--no-estimate", "--gpus", "{}"],
+        "--gpus 999: GPU 999 is not on this machine",
+    ),
+    (
+        "device gpu (train)",
+        lambda t: "gpu",
+        [*TRAIN, "--device", "{}"],
+        "device 'gpu': expected auto, cpu, cuda or cuda:N",
+    ),
+    (
+        "device gpu (gape embed)",
+        lambda t: str(t),
+        ["gape", "embed", "abc", "--dataset", "ringmol", "--out", "{}/e.npz", "--device", "gpu", "-w", "{}/ws"],
+        "--device: device 'gpu': expected auto, cpu, cuda or cuda:N",
+    ),
+    ("empty --task (history)", lambda t: "", ["history", "--task", "{}"], "--task '': expected a task family name"),
+    ("empty --task (table)", lambda t: "", ["table", "--task", "{}"], "--task '': expected a task family name"),
     # issue 19, real molecules
     (
         "molecules without bonds only (train)",
@@ -315,6 +586,64 @@ def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stderr.startswith("warning: --cpu-jobs 999 is more than the ") and "cores of this machine" in res.stderr
+
+
+# issue 19, planning-time checks and molecule files
+
+
+def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path) -> None:
+    (tmp_path / "mols.csv").write_text("smiles,y\n" + "".join(f"{'C' * k}O,{k}\n" for k in range(1, 11)))
+    preset = tmp_path / "g.toml"
+    preset.write_text(
+        GAPE_PRESET.format(path=tmp_path / "mols.csv", seeds="[0, 0]", seed=0, split="", extra="").replace(
+            'pes = ["none", "rwpe"]', 'pes = ["none", "rwpe", "rwpe"]'
+        )
+    )
+    res = run_cli("run", "--preset", str(preset), "--dry-run", "--no-estimate", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"note: {preset}: key 'pes' repeats rwpe: merged (a grid is a set of runs)",
+        f"note: {preset}: key 'seeds' repeats 0: merged (a grid is a set of runs)",
+    ]
+    assert "2 runs" in res.stdout
+
+
+def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_warns(tmp_path: Path) -> None:
+    preset = _study(tmp_path, poolings='["tinypool:good", "tinypool:good"]', module=POOL_MODULE, published={})
+    res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"note: {preset}: key 'poolings' repeats tinypool:good: merged (a grid is a set of runs)"
+    ]
+    assert "1 runs" in res.stdout
+    (tmp_path / "pub" / "GraphRandom-Train" / "symmetric.csv").write_text("1,0,0,1,1\n0,0,0,0,1\n")
+    res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"warning: published = {tmp_path / 'pub'}: the training file of 'symmetric' (random) holds label 1 only: "
+        "a model learns nothing from it"
+    )
+
+
+def test_a_bad_molecule_file_is_refused_once_before_any_record(tmp_path: Path) -> None:
+    """8 runs of a missing molecule file: one error line, exit 2, no record and no run folder (not a dry run)."""
+    ws = tmp_path / "ws"
+    res = run_cli("run", "--preset", _gape(tmp_path, "nosuch.csv"), "-w", str(ws), "--gpus", "none", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [f"error: molecules: {tmp_path / 'nosuch.csv'} does not exist"]
+    records = json.loads((ws / "history.json").read_text()).get("runs", {}) if (ws / "history.json").exists() else {}
+    assert records == {}
+    assert not (ws / "runs").exists() or not any((ws / "runs").iterdir())
+
+
+def test_a_molecule_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    from engine.sources import SOURCES, parse_params
+
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfsmiles,y\nCCO,1.5\nCCN,2\nc1ccccc1,3\n")
+    source = SOURCES.get("molecules")(parse_params(SOURCES.get("molecules"), {"path": str(path), "target": "y"}))
+    mols = source.molecules(np.random.default_rng(0), tmp_path)
+    assert [g.target for g in mols.graphs] == [1.5, 2.0, 3.0] and mols.notes == []
 
 
 def test_help_still_works_and_a_group_without_a_command_shows_its_help(tmp_path: Path) -> None:

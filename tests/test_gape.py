@@ -63,7 +63,8 @@ def test_molecules_csv_reads_heavy_atoms_types_targets_and_reports_bad_rows_once
     mols = molecules("molecules", tmp_path, path=path, target="logS", val_fraction=0.2, test_fraction=0.2)
     assert mols.rows.tolist() == [0, 2, 5, 6] and mols.skipped == [1, 3, 4]
     assert mols.notes == [
-        "molecules: skipped 3 of 7 records of mols.csv (unparsable SMILES, a non-numeric 'logS'): lines 3, 5, 6"
+        "molecules: skipped 3 of 7 records of mols.csv (2 unparsable SMILES, 1 with a non-numeric 'logS'): "
+        "lines 3, 5, 6"
     ]
     phenol = mols.graphs[1]
     assert phenol.num_nodes == 7 and phenol.num_edges == 7  # heavy atoms only
@@ -91,8 +92,7 @@ def test_molecules_sdf_with_a_broken_block_and_split_property(tmp_path: Path) ->
     assert mols.rows.tolist() == [0, 1, 2, 4] and mols.skipped == [3]
     first_line_of_record_4 = sum(b.count("\n") for b in blocks[:3]) + 1
     assert mols.notes == [
-        f"molecules: skipped 1 of 5 records of mols.sdf (unparsable molecule blocks, a non-numeric 'gap', "
-        f"a 'fold' that is not train / val / test): lines {first_line_of_record_4}"
+        f"molecules: skipped 1 of 5 records of mols.sdf (1 unparsable molecule blocks): lines {first_line_of_record_4}"
     ]
     assert [g.target for g in mols.graphs] == [0.5, 1.5, 2.5, 4.5]
     assert {k: v.tolist() for k, v in mols.splits.items()} == {"train": [0], "val": [1, 3], "test": [2]}

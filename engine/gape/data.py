@@ -65,7 +65,12 @@ class MoleculeSpec:
         if "base" not in raw or extra:
             unknown = f"; unknown: {', '.join(sorted(extra))}" if extra else ""
             raise GaptuiError(f"{where}: needs key base (optional: params, seed){unknown}")
-        return cls(str(raw["base"]), dict(raw.get("params") or {}), int(raw.get("seed", 0)))
+        params, seed = raw.get("params") or {}, raw.get("seed", 0)
+        if not isinstance(params, dict):
+            raise GaptuiError(f"{where}: params = {params!r}: expected a table of source parameters")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise GaptuiError(f"{where}: seed = {seed!r}: expected a seed >= 0")
+        return cls(str(raw["base"]), dict(params), seed)
 
 
 def molecule_id(canonical: dict[str, Any]) -> str:

@@ -81,14 +81,17 @@ class GapeSpec(TaskSpec):
         ):
             if getattr(self, key) < low:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
+        if self.seed < 0:
+            raise GaptuiError(f"{where}: seed = {self.seed} must be >= 0")
         if self.steps is not None and self.steps < 1:
             raise GaptuiError(f"{where}: steps = {self.steps} must be >= 1")
         if not 0 <= self.dropout < 1:
             raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
         if not self.lr > 0 or self.weight_decay < 0:
             raise GaptuiError(f"{where}: lr must be > 0 and weight_decay >= 0 (got {self.lr}, {self.weight_decay})")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+        from engine.typed import check_device
+
+        check_device(self.device, where)
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,

@@ -57,6 +57,8 @@ def read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise GaptuiError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise GaptuiError(f"{path}: cannot read ({exc.strerror or exc})") from None
     body = raw.replace(b"\r\n", b"\n")
     fast = _read_regular(body)
     if fast is not None:

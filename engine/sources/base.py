@@ -67,6 +67,10 @@ class Source:
         """Return ``n_train`` training and ``n_val`` validation base graphs (``None``: the source's default)."""
         raise NotImplementedError
 
+    def check_files(self, root: Path) -> None:
+        """Check the files this source reads (present, text, readable records) before any run is planned on it:
+        GaptuiError naming the file and what is wrong. Sources that read no user file check nothing."""
+
     @classmethod
     def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
         """``(nodes per graph, mean degree, draws an n x n matrix per graph)`` known from the parameters alone,
@@ -116,6 +120,12 @@ def parse_params(source: type[Source], raw: Mapping[str, Any], where: str = "--p
     if check is not None:
         check()
     return params
+
+
+def check_source_files(base: str, params: Mapping[str, Any], root: Path) -> None:
+    """:meth:`Source.check_files` of the source ``base`` with ``params`` (a planning-time check)."""
+    cls = SOURCES.get(base)
+    cls(parse_params(cls, params)).check_files(root)
 
 
 def _json_or_text(value: Any) -> Any:

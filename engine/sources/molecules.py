@@ -8,6 +8,9 @@ Both are molecule sources (atom types and a regression target, for downstream ta
 from __future__ import annotations
 
 import csv
+import dataclasses
+import io
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +63,8 @@ class _Record:
     line: int
     mol: Any
     fields: dict[str, str]
+    #: The SMILES text of a CSV record (None for an SDF block).
+    smiles: str | None = None
 
 
 @register_source
@@ -73,45 +78,39 @@ class Molecules(MoleculeSource):
 
     def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
         p = self.params
-        if not p.path:
-            raise GaptuiError("molecules: name the file with --param path=FILE.csv or path=FILE.sdf")
-        path = Path(p.path).expanduser().resolve()
-        if not path.is_file():
-            raise GaptuiError(f"molecules: {path} {'is not a file' if path.exists() else 'does not exist'}")
-        suffix = path.suffix.lower()
-        if suffix not in MOLECULE_SUFFIXES:
-            raise GaptuiError(f"molecules: {path} is neither a .csv nor an .sdf file")
+        path = self._path()
         chem = rdkit_chem()
         from rdkit import RDLogger
 
         RDLogger.DisableLog("rdApp.*")  # bad rows are reported once below, not one rdkit message each
         try:
-            records = self._read_csv(path, chem) if suffix == ".csv" else self._read_sdf(path, chem)
+            text = _read_text(path)
+            records = self._read_csv(path, text, chem) if path.suffix.lower() == ".csv" else _read_sdf(text, chem)
         finally:
             RDLogger.EnableLog("rdApp.*")
         graphs, rows, labels = [], [], []
         bad: list[tuple[int, int]] = []  # (row, line)
+        reasons: dict[str, int] = {}
         for row, rec in enumerate(records):
-            target = math.nan
-            if rec.mol is not None and p.target:
-                target = _number(rec.fields.get(p.target, ""))
-            label = SPLIT_WORDS.get(rec.fields.get(p.split, "").strip().lower()) if p.split else "train"
-            if rec.mol is None or rec.mol.GetNumAtoms() == 0 or (p.target and math.isnan(target)) or label is None:
+            reason = self._unreadable(rec)
+            if reason:
                 bad.append((row, rec.line))
+                reasons[reason] = reasons.get(reason, 0) + 1
                 continue
+            label = SPLIT_WORDS[rec.fields.get(p.split, "").strip().lower()] if p.split else "train"
+            target = _number(rec.fields.get(p.target, "")) if p.target else math.nan
             num_atoms, edge_index = mol_item(rec.mol)
             graphs.append(molecule_graph(num_atoms, edge_index, atomic_numbers(rec.mol), target))
             rows.append(row)
             labels.append(label)
         if not graphs:
-            raise GaptuiError(f"molecules: no readable molecule in {path} ({len(records)} records)")
+            why = ", ".join(f"{count} {reason}" for reason, count in reasons.items()) or "the file holds none"
+            raise GaptuiError(f"molecules: no readable molecule in {path} ({len(records)} records: {why})")
         notes = []
         if bad:
-            what = "SMILES" if suffix == ".csv" else "molecule blocks"
-            extra = f", a non-numeric '{p.target}'" if p.target else ""
-            extra += f", a '{p.split}' that is not train / val / test" if p.split else ""
+            why = ", ".join(f"{count} {reason}" for reason, count in reasons.items())
             notes.append(
-                f"molecules: skipped {len(bad)} of {len(records)} records of {path.name} (unparsable {what}{extra}): "
+                f"molecules: skipped {len(bad)} of {len(records)} records of {path.name} ({why}): "
                 f"lines {first_items([line for _, line in bad])}"
             )
         if p.split:
@@ -127,52 +126,94 @@ class Molecules(MoleculeSource):
             graphs, splits, np.array(rows, dtype=np.int64), [r for r, _ in bad], notes, bool(p.split), p.target or ""
         )
 
-    def _read_csv(self, path: Path, chem: Any) -> list[_Record]:
-        col = self.params.smiles
-        try:
-            fh = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise GaptuiError(f"molecules: cannot read {path}: {exc.strerror or exc}") from None
-        with fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            for key, value in (("smiles", col), ("target", self.params.target), ("split", self.params.split)):
-                if value and value not in header:
-                    raise GaptuiError(
-                        f"molecules: --param {key}={value}: {path} has no column '{value}' "
-                        f"(columns: {', '.join(header)})"
-                    )
-            records = []
+    def check_files(self, root: Path) -> None:
+        """Read the file once per content (size and modification time) and params: what :meth:`molecules` refuses
+        is refused at planning, with the same line."""
+        path = self._path()
+        stat = path.stat()
+        key = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, dataclasses.asdict(self.params)])
+        if key not in _CHECKED:
             try:
-                line = reader.line_num + 1
-                for fields in reader:
-                    smiles = (fields.get(col) or "").strip()
-                    records.append(_Record(line, chem.MolFromSmiles(smiles) if smiles else None, fields))
-                    line = reader.line_num + 1
-            except UnicodeDecodeError:
-                raise GaptuiError(f"molecules: {path} is not a UTF-8 text file") from None
+                self.molecules(np.random.default_rng(0), root)
+                _CHECKED[key] = ""
+            except GaptuiError as exc:
+                _CHECKED[key] = str(exc)
+        if _CHECKED[key]:
+            raise GaptuiError(_CHECKED[key])
+
+    def _path(self) -> Path:
+        p = self.params
+        if not p.path:
+            raise GaptuiError("molecules: name the file with --param path=FILE.csv or path=FILE.sdf")
+        path = Path(p.path).expanduser().resolve()
+        if not path.is_file():
+            raise GaptuiError(f"molecules: {path} {'is not a file' if path.exists() else 'does not exist'}")
+        if path.suffix.lower() not in MOLECULE_SUFFIXES:
+            raise GaptuiError(f"molecules: {path} is neither a .csv nor an .sdf file")
+        return path
+
+    def _unreadable(self, rec: _Record) -> str:
+        """Why a record gives no molecule (counted per reason), or "" when it does."""
+        p = self.params
+        if rec.mol is None or rec.mol.GetNumAtoms() == 0:
+            return "unparsable SMILES" if rec.smiles is not None else "unparsable molecule blocks"
+        if p.target and math.isnan(_number(rec.fields.get(p.target, ""))):
+            return f"with a non-numeric '{p.target}'"
+        if p.split and rec.fields.get(p.split, "").strip().lower() not in SPLIT_WORDS:
+            return f"with a '{p.split}' that is not train / val / test"
+        return ""
+
+    def _read_csv(self, path: Path, text: str, chem: Any) -> list[_Record]:
+        col = self.params.smiles
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        for key, value in (("smiles", col), ("target", self.params.target), ("split", self.params.split)):
+            if value and value not in header:
+                raise GaptuiError(
+                    f"molecules: --param {key}={value}: {path} has no column '{value}' (columns: {', '.join(header)})"
+                )
+        records = []
+        line = reader.line_num + 1
+        for fields in reader:
+            smiles = (fields.get(col) or "").strip()
+            records.append(_Record(line, chem.MolFromSmiles(smiles) if smiles else None, fields, smiles))
+            line = reader.line_num + 1
         return records
 
-    def _read_sdf(self, path: Path, chem: Any) -> list[_Record]:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError:
-            raise GaptuiError(f"molecules: {path} is not a UTF-8 text file") from None
-        except OSError as exc:
-            raise GaptuiError(f"molecules: cannot read {path}: {exc.strerror or exc}") from None
-        records = []
-        start = 0
-        for i, text in enumerate(lines + ["$$$$"]):
-            if text.strip() != "$$$$":
-                continue
-            block = lines[start:i]
-            if any(s.strip() for s in block):
-                mol_end = next((j for j, s in enumerate(block) if s.startswith("M  END")), len(block) - 1)
-                molblock = "\n".join(block[: mol_end + 1])
-                mol = chem.MolFromMolBlock(molblock, removeHs=True)
-                records.append(_Record(start + 1, mol, _sdf_fields(block[mol_end + 1 :])))
-            start = i + 1
-        return records
+
+#: Planning-time checks of molecule files already made: key (file, size, mtime, params) -> error ("" when fine).
+_CHECKED: dict[str, str] = {}
+
+
+def _read_text(path: Path) -> str:
+    """The text of a molecule file: UTF-8 (a byte-order mark dropped); binary or other encodings refused."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise GaptuiError(f"molecules: cannot read {path}: {exc.strerror or exc}") from None
+    if b"\x00" in raw[:8192]:
+        raise GaptuiError(f"molecules: {path} is a binary file, not {path.suffix.lower()[1:].upper()} text")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise GaptuiError(f"molecules: {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def _read_sdf(text: str, chem: Any) -> list[_Record]:
+    lines = text.splitlines()
+    records = []
+    start = 0
+    for i, line in enumerate(lines + ["$$$$"]):
+        if line.strip() != "$$$$":
+            continue
+        block = lines[start:i]
+        if any(s.strip() for s in block):
+            mol_end = next((j for j, s in enumerate(block) if s.startswith("M  END")), len(block) - 1)
+            molblock = "\n".join(block[: mol_end + 1])
+            mol = chem.MolFromMolBlock(molblock, removeHs=True)
+            records.append(_Record(start + 1, mol, _sdf_fields(block[mol_end + 1 :])))
+        start = i + 1
+    return records
 
 
 def _sdf_fields(lines: list[str]) -> dict[str, str]:

@@ -78,6 +78,10 @@ What a family implements (hooks with defaults are optional)
       names (``module.path:Name`` models, poolings...), listed without importing it, so the user sees what
       opening the preset runs. The default finds every such string and names it by ``import_roles[key]``.
     - :meth:`TaskFamily.describe` ``(spec) -> str``: one line for progress output.
+    - :meth:`TaskFamily.check` ``(specs) -> [warning]``: checks of the planned runs of this family taken
+      together, once per plan and before any record is written (``gaptui run``, its dry run and the terminal
+      app's launch all plan through :func:`gaptui.launch.plan`): files the runs read, import paths they name.
+      Raise ``GaptuiError`` for what every run would fail on; return lines for what is suspect but runs.
     - :meth:`TaskFamily.derived_tables` ``(records, metric) -> [DerivedTable]``: tables computed across runs
       (scores relative to the other methods, averages over an axis), shown after the ranking tables everywhere
       they are (``gaptui table``, exports, the terminal app).
@@ -421,6 +425,30 @@ def check_run_options(timeout: float | None, retries: int | None, where: str, pa
         raise GaptuiError(f"{where}: pack_seeds = {pack_seeds}: expected a count >= 1 (1: one run per process)")
 
 
+def unique_values(values: list[Any], key: Callable[[Any], Any], name: str, notes: list[str]) -> list[Any]:
+    """``values`` without repeats (by ``key``), first forms kept; a line in ``notes`` says what was merged."""
+    seen: dict[Any, Any] = {}
+    repeated: list[str] = []
+    for value in values:
+        k = key(value)
+        if k in seen:
+            repeated.append(str(getattr(value, "base", value)))
+        else:
+            seen[k] = value
+    if repeated:
+        notes.append(f"key '{name}' repeats {', '.join(repeated)}: merged (a grid is a set of runs)")
+    return list(seen.values())
+
+
+def seeds_of(where: str, value: Any, key: str = "seeds") -> list[int]:
+    """A preset's list of seeds: non-empty, integers, each >= 0."""
+    seeds = list_of(where, key, value, int, "integer seeds")
+    for seed in seeds:
+        if seed < 0:
+            raise GaptuiError(f"{where}: key '{key}' holds {seed}: expected seeds >= 0")
+    return seeds
+
+
 def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
     """A non-empty TOML list whose items are all ``kind`` (booleans never count as numbers)."""
     if not isinstance(value, list):
@@ -511,6 +539,13 @@ class TaskFamily:
     def describe(self, spec: Any) -> str:
         values = self.record_axes(spec)
         return " ".join(a.format(values.get(a.key)) for a in self.axes) + f" seed {spec.seed}"
+
+    def check(self, specs: list[Any]) -> list[str]:
+        """Check the planned runs of this family together, once per plan, before any record is written.
+
+        Raise GaptuiError (one line naming the file, key or value) for input every run would fail on; return
+        ``warning`` lines for input that runs but is suspect. The default checks nothing."""
+        return []
 
     # -------------------------------------------------------------------------------- data and worker
 

@@ -36,6 +36,8 @@ from engine.tasks import (
     check_run_options,
     list_of,
     run_steps,
+    seeds_of,
+    unique_values,
     unknown_keys,
 )
 
@@ -211,10 +213,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
-    for seed in seeds:
-        if seed < 0:
-            raise GaptuiError(f"{where}: key 'seeds' holds {seed}: expected seeds >= 0")
+    seeds = seeds_of(where, raw["seeds"])
     entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
     for i, entry in enumerate(entries):
@@ -229,10 +228,10 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
             raise GaptuiError(f"{here}: {exc}") from None
         datasets.append(ds)
     notes: list[str] = []
-    noise = _unique(noise, float, "noise", notes)
-    models = _unique([_canonical_model(m) for m in models], str, "models", notes)
-    seeds = _unique(seeds, int, "seeds", notes)
-    datasets = _unique(datasets, _dataset_key, "datasets", notes)
+    noise = unique_values(noise, float, "noise", notes)
+    models = unique_values([_canonical_model(m) for m in models], str, "models", notes)
+    seeds = unique_values(seeds, int, "seeds", notes)
+    datasets = unique_values(datasets, _dataset_key, "datasets", notes)
     model_options = _model_options(where, raw.get("model_options", {}), models)
     run = parse_dataclass(RunOptions, raw.get("run", {}), f"{where}: [run]")
     check_run_options(run.timeout, run.retries, f"{where}: [run]", run.pack_seeds)
@@ -291,21 +290,6 @@ def _dataset_key(entry: DatasetEntry) -> str:
 
     canonical = DatasetSpec(entry.base, 0.0, entry.noise_model, entry.train, entry.val, entry.seed, entry.params)
     return json.dumps(canonical.canonical(), sort_keys=True)
-
-
-def _unique(values: list[Any], key: Any, name: str, notes: list[str]) -> list[Any]:
-    """``values`` without repeats (by ``key``), canonical forms kept; a note says what was merged."""
-    seen: dict[Any, Any] = {}
-    repeated: list[str] = []
-    for value in values:
-        k = key(value)
-        if k in seen:
-            repeated.append(str(value.base if isinstance(value, DatasetEntry) else value))
-        else:
-            seen[k] = value
-    if repeated:
-        notes.append(f"key '{name}' repeats {', '.join(repeated)}: merged (a grid is a set of runs)")
-    return list(seen.values())
 
 
 def _check_models(preset: Preset, where: str) -> None:
@@ -709,6 +693,22 @@ class Alignment(TaskFamily):
     def describe(self, spec: RunSpec) -> str:
         axes = self.record_axes(spec)
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
+
+    def check(self, specs: list[RunSpec]) -> list[str]:
+        """The files of each base dataset not yet in the cache (a molecule file...), once per dataset."""
+        from engine.datasets import dataset_id
+        from engine.sources import check_source_files, data_root
+
+        seen: set[str] = set()
+        for spec in specs:
+            ds = spec.dataset_spec()
+            datasets_dir, raw_root = _dataset_dirs(spec)
+            key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)
+            if key in seen or (datasets_dir / dataset_id(ds.canonical()) / "meta.json").exists():
+                continue
+            seen.add(key)
+            check_source_files(ds.base, ds.params, data_root(raw_root))
+        return []
 
     def inputs(self, spec: RunSpec) -> list[Input]:
         from functools import partial

@@ -34,6 +34,8 @@ from engine.tasks import (
     TableLayout,
     TaskFamily,
     list_of,
+    seeds_of,
+    unique_values,
     unknown_keys,
 )
 from engine.typed import parse_dataclass
@@ -104,6 +106,8 @@ class GapePreset(PresetBase):
     path: Path | None = None
     timeout_s: float | None = None
     retries_n: int = 0
+    #: What planning merged (repeated grid values), one line each, for the user to see.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def timeout(self) -> float | None:
@@ -198,7 +202,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
                 f"{where}: key 'pes' value '{pe}' is not one of {', '.join(PE_ORDER)} "
                 "(gape is bound to each dataset's pretraining run)"
             )
-    seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
+    seeds = seeds_of(where, raw["seeds"])
     entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
     for i, entry in enumerate(entries):
@@ -211,9 +215,19 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
         if not isinstance(run, dict):
             raise GaptuiError(f"{here}.run: expected a table of GapeSpec options")
         unknown_keys(f"{here}.run", run, RUN_KEYS)
-        datasets.append(
-            GapeDataset(str(entry["base"]), dict(entry.get("params") or {}), int(entry.get("seed", 0)), pretrain, run)
-        )
+        params = entry.get("params") or {}
+        if not isinstance(params, dict):
+            raise GaptuiError(f"{here}: key 'params' = {params!r}: expected a table of source parameters")
+        seed = entry.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected a seed >= 0")
+        datasets.append(GapeDataset(str(entry["base"]), dict(params), seed, pretrain, run))
+    notes: list[str] = []
+    pes = unique_values(pes, str, "pes", notes)
+    seeds = unique_values(seeds, int, "seeds", notes)
+    datasets = unique_values(
+        datasets, lambda d: json.dumps(dataclasses.asdict(d), sort_keys=True, default=str), "datasets", notes
+    )
     timeout = raw.get("timeout")
     retries = raw.get("retries", 0)
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
@@ -229,6 +243,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
         path=path,
         timeout_s=float(timeout) if timeout is not None else None,
         retries_n=retries,
+        notes=tuple(notes),
     )
     # Every spec through the checks the worker applies (sources, parameters, models, options) before anything runs.
     for i, entry in enumerate(preset.datasets):
@@ -274,6 +289,24 @@ class Gape(TaskFamily):
     def dependencies(self, spec: GapeSpec) -> tuple[str, ...]:
         run = spec.pe_spec().run
         return (run,) if run else ()
+
+    def check(self, specs: list[GapeSpec]) -> list[str]:
+        """The molecule file of each dataset not yet in the cache, read once: what its build would refuse."""
+        from engine.gape.data import molecule_id
+        from engine.sources import check_source_files, data_root
+
+        seen: set[str] = set()
+        for spec in specs:
+            ds = spec.molecule_spec()
+            canonical = ds.canonical()
+            key = json.dumps([canonical, spec.data_root], sort_keys=True)
+            folder = Path(spec.datasets_dir) / "molecules" / molecule_id(canonical) if spec.datasets_dir else None
+            cached = folder is not None and (folder / "meta.json").exists()
+            if key in seen or cached:
+                continue
+            seen.add(key)
+            check_source_files(ds.base, canonical["params"], data_root(spec.data_root))
+        return []
 
     def inputs(self, spec: GapeSpec) -> list[Input]:
         from engine.gape.data import build_molecules

@@ -38,6 +38,8 @@ from engine.tasks import (
     TaskFamily,
     TaskSpec,
     list_of,
+    seeds_of,
+    unique_values,
     unknown_keys,
 )
 
@@ -84,6 +86,9 @@ class PropertySpec(TaskSpec, CellOptions):
         from engine.properties.poolings import POOLINGS
         from engine.properties.study import cell_datasets, check_dimension
 
+        for key in ("seed", "data_seed"):
+            if getattr(self, key) < 0:
+                raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
         try:
             get_property(self.property)
             check_dimension(self.dimension)
@@ -103,8 +108,9 @@ class PropertySpec(TaskSpec, CellOptions):
             raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise GaptuiError(f"{where}: device '{self.device}' must be auto, cpu, cuda or cuda:N")
+        from engine.typed import check_device
+
+        check_device(self.device, where)
         if self.published is not None and not Path(self.published).is_dir():
             raise GaptuiError(f"{where}: published = {self.published!r} is not a folder")
 
@@ -163,6 +169,8 @@ class Preset(PresetBase):
     seeds: tuple[int, ...]
     run: StudyOptions = field(default_factory=StudyOptions)
     path: Path | None = None
+    #: What planning merged (repeated grid values), one line each, for the user to see.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def size(self) -> int:
@@ -202,10 +210,13 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     for key in ("properties", "poolings", "seeds"):
         if key not in raw:
             raise GaptuiError(f"{where}: missing key '{key}'")
-    props = _names(where, raw, "properties", "property", PROPERTY_NAMES)
+    notes: list[str] = []
+    props = unique_values(_names(where, raw, "properties", "property", PROPERTY_NAMES), str, "properties", notes)
     poolings = _names(where, raw, "poolings", "pooling", POOLINGS.names(), " or module.path:factory")
+    poolings = unique_values(poolings, str, "poolings", notes)
     dims = _names(where, {"dimensions": list(DIMENSION_ORDER), **raw}, "dimensions", "dimension", DIMENSION_ORDER)
-    seeds = list_of(where, "seeds", raw["seeds"], int, "integer seeds")
+    dims = unique_values(dims, str, "dimensions", notes)
+    seeds = unique_values(seeds_of(where, raw["seeds"]), int, "seeds", notes)
     run = parse_dataclass(StudyOptions, raw.get("run", {}), f"{where}: [run]")
     preset = Preset(
         name=str(raw.get("name") or (path.stem if path else "preset")),
@@ -216,6 +227,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         seeds=tuple(seeds),
         run=run,
         path=path,
+        notes=tuple(notes),
     )
     grid(preset, Placement(".", "."), limit=1)  # the worker's own checks, once, at parse time
     return preset
@@ -238,6 +250,41 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                     if limit is not None and len(specs) >= limit:
                         return specs
     return specs
+
+
+#: Published folders already read at planning: (cell key, file stats) -> warnings.
+_PUBLISHED_CHECKED: dict[str, list[str]] = {}
+
+
+def _check_published(spec: PropertySpec) -> list[str]:
+    """Read the published files of ``spec``'s cell as its run will; GaptuiError for what it would fail on."""
+    import json
+
+    import numpy as np
+
+    from engine.properties.study import DIMENSIONS
+    from engine.properties.training import load_study_data
+
+    root = Path(spec.published or ".")
+    train_family, test_family = DIMENSIONS[spec.dimension]
+    files = sorted(p for p in root.rglob(f"{spec.property}*.csv") if p.is_file())
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    key = json.dumps([str(root), spec.property, spec.dimension, spec.sizes, stats])
+    if key not in _PUBLISHED_CHECKED:
+        data = load_study_data(
+            spec.property, train_family, datasets_dir=root, sizes=spec.sizes, published=root,
+            test_families=(test_family,),
+        )  # fmt: skip
+        labels = np.unique(data.train.labels)
+        _PUBLISHED_CHECKED[key] = (
+            [
+                f"published = {spec.published}: the training file of '{spec.property}' ({train_family}) holds label "
+                f"{int(labels[0])} only: a model learns nothing from it"
+            ]
+            if labels.size == 1
+            else []
+        )
+    return _PUBLISHED_CHECKED[key]
 
 
 class Properties(TaskFamily):
@@ -272,6 +319,23 @@ class Properties(TaskFamily):
 
     def describe(self, spec: PropertySpec) -> str:
         return f"{spec.property} {spec.pooling} {spec.dimension} seed {spec.seed}"
+
+    def check(self, specs: list[PropertySpec]) -> list[str]:
+        """Once per plan: each pooling named by import path is tried on a tiny input, and each published folder's
+        files a cell reads are read as its run will (a training file with one label only is a warning)."""
+        from engine.properties.poolings import check_pooling
+
+        warnings: list[str] = []
+        seen: set[tuple[Any, ...]] = set()
+        for spec in specs:
+            check_pooling(spec.pooling, spec.hidden)
+            if spec.published is None:
+                continue
+            key = (spec.published, spec.property, spec.dimension, spec.sizes)
+            if key not in seen:
+                seen.add(key)
+                warnings += _check_published(spec)
+        return warnings
 
     def inputs(self, spec: PropertySpec) -> list[Input]:
         if spec.published is not None:

@@ -307,6 +307,8 @@ class ManagerLoop:
         known = {r["hash"]: r["status"] for r in records}
         run_dirs = {r["hash"]: r["run_dir"] for r in records}
         grid_plan = launch.plan(preset, self.ws, known, command.retry_failed, run_dirs)
+        for line in (*preset.notes, *grid_plan.warnings):
+            self.post(ManagerNotice(line, "warning" if line in grid_plan.warnings else "information"))
         for line in grid_plan.redo_lines():
             self.post(ManagerNotice(line.removeprefix("note: ")))
         # Runs followed by the other backend here, or submitted to Slurm by another manager, are left alone.

@@ -93,3 +93,42 @@ def output_dim(module: nn.Module, channels: int) -> int:
         x = torch.zeros(3, channels)
         out = module(x, torch.tensor([0, 0, 1]), dim_size=2)
     return int(out.shape[-1])
+
+
+#: Import-path poolings already tried at planning: (name, channels).
+_CHECKED: set[tuple[str, int]] = set()
+
+
+def check_pooling(name: str, channels: int) -> None:
+    """Try a pooling named by import path once, before any run uses it: the module imports, the attribute exists,
+    the factory builds a module for ``channels`` inputs, and the module returns ``[2, width]`` for two tiny graphs.
+    GaptuiError names the path and the step that failed."""
+    from engine.errors import GaptuiError
+
+    if ":" not in name or (name, channels) in _CHECKED:
+        return
+    here = f"pooling '{name}'"
+    try:
+        factory = POOLINGS.get(name)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{here}: {exc}") from None
+    if not callable(factory):
+        raise GaptuiError(f"{here}: {type(factory).__name__} is not callable; expected a factory (channels) -> module")
+    try:
+        module = factory(channels)
+    except Exception as exc:  # noqa: BLE001 - the user's code: any failure is reported in one line
+        raise GaptuiError(f"{here}: the factory fails for {channels} channels: {type(exc).__name__}: {exc}") from None
+    if not isinstance(module, nn.Module):
+        raise GaptuiError(f"{here}: the factory returned {type(module).__name__}, expected a torch module")
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = module(torch.zeros(3, channels), torch.tensor([0, 0, 1]), dim_size=2)
+    except Exception as exc:  # noqa: BLE001 - the user's code
+        raise GaptuiError(
+            f"{here}: its module fails on two tiny graphs (x [3, {channels}], index [0, 0, 1], dim_size=2): "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2 or out.shape[1] < 1:
+        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise GaptuiError(f"{here}: its module returned {got} for 2 graphs; expected [2, width] (B graphs x width)")
+    _CHECKED.add((name, channels))
