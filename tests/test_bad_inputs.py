@@ -613,7 +613,9 @@ def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_w
     res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stderr.strip().splitlines() == [
-        f"note: {preset}: key 'poolings' repeats tinypool:good: merged (a grid is a set of runs)"
+        f"note: {preset}: this preset runs code from tinypool:good (pooling; tinypool from "
+        f"{tmp_path / 'tinypool.py'}, not an installed package)",
+        f"note: {preset}: key 'poolings' repeats tinypool:good: merged (a grid is a set of runs)",
     ]
     assert "1 runs" in res.stdout
     (tmp_path / "pub" / "GraphRandom-Train" / "symmetric.csv").write_text("1,0,0,1,1\n0,0,0,0,1\n")
