@@ -177,17 +177,40 @@ def gap_cmd(
 
 
 def export_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for tables.csv/.md/.tex and runs.json.")],
+    out: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--out", "-o", help="Folder for tables.csv/.md/.tex and runs.json."),
+    ] = None,
     metric: MetricOpt = None,
     task: TaskOpt = DEFAULT_TASK,
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
     ] = False,
+    mlflow: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--mlflow",
+            help="Also log every finished run of every task to this MLflow tracking URI (e.g. file:./mlruns), "
+            "once: runs already logged are skipped.",
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Export one task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder."""
+    """Export one task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder, and/or log
+    every finished run to an MLflow tracking store."""
+    if out is None and mlflow is None:
+        raise GaptuiError("gaptui export: give --out DIR (tables and records), --mlflow URI, or both")
     ws, records = _load(workspace)
     analysis.check_task(task)
+    if mlflow is not None:
+        from gaptui.mlflow_export import export_mlflow
+
+        summary = export_mlflow(records, mlflow)
+        console.print(
+            f"logged {len(summary.logged)} run(s) to {mlflow}; {len(summary.skipped)} already there", highlight=False
+        )
+    if out is None:
+        return
     declared = analysis.check_metric(metric, records, task)
     written = analysis.export_all(records, out, declared.key, force=force, task=task)
     if not analysis.done_groups(records, task):

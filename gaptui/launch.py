@@ -1,8 +1,8 @@
 """Launching a grid: the one path from a preset to queued runs, shared by ``gaptui run`` and the terminal app.
 
 1. :func:`plan` expands a preset through its task family, orders the runs so that every run comes after the runs
-   it depends on, and splits them by what the history already holds (done, failed before, to run), after checking them once per family (:func:`check`: files, import paths; one error before any
-   record is written). A run recorded
+   it depends on, checks them once per family (:func:`check`: files, import paths; one error before any record
+   is written) and splits them by what the history already holds (done, failed before, to run). A run recorded
    ``done`` whose folder lost what it must hold (:func:`engine.tasks.artefact_problem`: ``result.json``, or a file
    that a run of the grid still to run reads from it, such as the checkpoint a GAPE run embeds with) is to run
    again (:attr:`Plan.redo`, said by :meth:`Plan.redo_lines`); its dependants wait for it again.

@@ -69,3 +69,39 @@ def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None
     assert sorted(p.name for p in mine.iterdir()) == ["report.md"] and (mine / "report.md").read_text() == "my notes"
     res = run_cli("report", "--out", str(mine), "--force", "--workspace", str(ws))
     assert res.returncode == 0 and (mine / "report.md").read_text().startswith("# gaptui report")
+
+
+def test_export_to_mlflow_logs_every_finished_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    from gaptui import mlflow_export
+
+    records = gape_history(tmp_path)
+    (Path(records[0]["run_dir"]) / "result.json").write_text('{"status": "done"}')
+    ws = _workspace(tmp_path, records)
+    store = f"file:{tmp_path / 'mlruns'}"
+    res = run_cli("export", "--mlflow", store, "--workspace", str(ws))
+    assert res.returncode == 0, res.stderr
+    assert f"logged 18 run(s) to {store}; 0 already there" in res.stdout
+    res = run_cli("export", "--mlflow", store, "--workspace", str(ws))
+    assert res.returncode == 0 and "logged 0 run(s)" in res.stdout and "18 already there" in res.stdout
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow's own reader of the local store
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.get_experiment_by_name("gaptui-gape")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 18
+    first = next(r for r in runs if r.data.tags["gaptui.hash"] == records[0]["hash"])
+    assert first.data.tags["axis.pe"] == "none" and first.data.tags["axis.dataset"] == "aqsol"
+    assert first.data.metrics["final.val_mae"] == pytest.approx(records[0]["metrics"]["val_mae"])
+    history = client.get_metric_history(first.info.run_id, "train_loss")
+    assert [m.step for m in history] == [1, 2, 3, 4]
+    assert [a.path for a in client.list_artifacts(first.info.run_id)] == ["result.json"]
+    assert mlflow_export.epoch_metrics(Path(records[0]["run_dir"]))[0][0] == "train_loss"
+
+
+def test_export_needs_a_destination(tmp_path: Path) -> None:
+    res = run_cli("export", "--workspace", str(tmp_path / "ws"))
+    assert res.returncode == 2
+    assert res.stderr.strip() == "error: gaptui export: give --out DIR (tables and records), --mlflow URI, or both"
