@@ -498,6 +498,12 @@ async def test_history_sorts_updates_rows_in_place_and_exports_the_ranking(tmp_p
         await wait_until(pilot, path.exists, 10, "the export")
         text = path.read_text()
         assert "| gin |" in text and "**" in text
+        # the same figures as `gaptui figures`, with one key
+        await pilot.press("f")
+        figures = ws.exports / "figures"
+        await wait_until(pilot, lambda: (figures / "alignment-cd.png").exists(), 30, "the figures")
+        await tasks_done(app)
+        assert {p.stem.split("-")[1] for p in figures.glob("alignment-*.png")} == {"lines", "gap", "curves", "cd"}
         await pilot.press("ctrl+q")
     assert next(r for r in read_records(ws) if r["hash"] == cursor)["tags"] == ["best", "keep"]
 

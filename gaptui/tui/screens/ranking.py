@@ -51,6 +51,7 @@ class RankingScreen(SectionScreen):
     TITLE = "Ranking"
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("e", "export", "Export table"),
+        Binding("f", "figures", "Export figures"),
         Binding("right_square_bracket", "dataset(1)", "Next table"),
         Binding("left_square_bracket", "dataset(-1)", "Previous table"),
         Binding("m", "next_metric", "Next metric"),
@@ -279,6 +280,23 @@ class RankingScreen(SectionScreen):
         self.app.push_screen(
             ChoiceScreen(question, choices, title="Export table"), lambda fmt: self._export(table, fmt)
         )
+
+    def action_figures(self) -> None:
+        """Draw the task's figures (those of ``gaptui figures``) into ``<workspace>/exports/figures/``."""
+        if self.table is None:
+            self.notify("no figures to draw: no finished run yet", severity="warning")
+            return
+        folder = self.gapp.ws.exports / "figures"
+        records, task, metric = list(self.gapp.book), self.task_name, self.metric
+
+        def draw() -> None:
+            from gaptui.figures import figure_files
+
+            written = figure_files(records, folder, task, "png", metric)
+            self.app.post_message(ManagerNotice(f"wrote {len(written)} {task} figures to {folder}/"))
+
+        self.notify(f"drawing the {task} figures into {folder}/ ...")
+        self.gapp.run_task(draw, name=f"figures {task}", group="export")
 
     def _export(self, table: analysis.RankingTable, fmt: str | None) -> None:
         if fmt not in EXPORTS:
