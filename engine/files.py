@@ -145,6 +145,24 @@ def read_user_text(path: Path, expected: str) -> str:
     return decode_user_text(read_user_bytes(path, expected), path, expected)
 
 
+def written_by(folder: Path, manifest: str) -> set[str]:
+    """The file names (relative to ``folder``) that its ``manifest`` says the command that owns it wrote."""
+    listed = read_json(Path(folder) / manifest)
+    files = listed.get("files") if isinstance(listed, dict) else None
+    return {str(name) for name in files} if isinstance(files, list) else set()
+
+
+def refuse_foreign(folder: Path, names: list[str], ours: set[str], command: str) -> None:
+    """GaptuiError naming the first of ``names`` that exists in ``folder`` but is not in ``ours`` (a file the user
+    has, which ``command`` must not replace without ``--force``)."""
+    foreign = [name for name in names if (Path(folder) / name).exists() and name not in ours]
+    if foreign:
+        raise GaptuiError(
+            f"{Path(folder) / foreign[0]} exists and was not written by {command}; "
+            "choose another --out folder or pass --force to replace it"
+        )
+
+
 def read_json(path: Path) -> Any:
     """JSON of ``path``; None when the file is missing, unreadable as UTF-8 or not valid JSON."""
     try:

@@ -49,7 +49,7 @@ from typing import Any
 from rich.markup import escape
 
 from engine.errors import GaptuiError, unknown
-from engine.files import staged_files
+from engine.files import refuse_foreign, staged_files, written_by
 from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
 
 FORMATS = ("text", "md", "csv", "latex", "json")
@@ -877,13 +877,6 @@ def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: 
 # ------------------------------------------------------------------------------------------ export
 
 
-def _previous_export(out_dir: Path) -> set[str]:
-    try:
-        return set(json.loads((out_dir / EXPORT_MANIFEST).read_text()).get("files", []))
-    except (OSError, ValueError, AttributeError):
-        return set()
-
-
 def export_all(
     records: Sequence[dict[str, Any]],
     out_dir: Path,
@@ -903,14 +896,8 @@ def export_all(
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise GaptuiError(f"export folder {out_dir} exists and is not a folder")
-    ours = _previous_export(out_dir)
     if not force:
-        foreign = [name for name in EXPORT_FILES if (out_dir / name).exists() and name not in ours]
-        if foreign:
-            raise GaptuiError(
-                f"{out_dir / foreign[0]} exists and was not written by gaptui export; "
-                "choose another --out folder or pass --force to replace it"
-            )
+        refuse_foreign(out_dir, list(EXPORT_FILES), written_by(out_dir, EXPORT_MANIFEST), "gaptui export")
     out_dir.mkdir(parents=True, exist_ok=True)
     records = task_records(records, task)
     tables = build_tables(records, metric, task=task)

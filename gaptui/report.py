@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.files import atomic_write_text, read_json
+from engine.files import atomic_write_text, refuse_foreign, written_by
 from engine.tasks import family
 from gaptui import analysis, figures, statistics
 
@@ -168,8 +168,7 @@ def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, f
         for t in analysis.record_tasks(records)
         if any(r.get("status") == "done" for r in analysis.task_records(records, t))
     ]
-    previous = read_json(out / MANIFEST)
-    ours = set(previous.get("files", [])) if isinstance(previous, dict) else set()
+    ours = written_by(out, MANIFEST)
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
     try:
@@ -181,12 +180,7 @@ def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, f
         markdown_text = "\n".join(lines).rstrip() + "\n"
         names = ["report.md", "report.html"] + [f"{FIGURES}/{p.name}" for p in sorted(staging.iterdir())]
         if not force:
-            foreign = [n for n in names if (out / n).exists() and n not in ours]
-            if foreign:
-                raise GaptuiError(
-                    f"{out / foreign[0]} exists and was not written by gaptui report; "
-                    "choose another --out folder or pass --force to replace it"
-                )
+            refuse_foreign(out, names, ours, "gaptui report")
         (out / FIGURES).mkdir(exist_ok=True)
         for path in sorted(staging.iterdir()):
             path.replace(out / FIGURES / path.name)

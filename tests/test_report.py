@@ -37,6 +37,8 @@ def test_report_of_every_family(tmp_path: Path) -> None:
         assert f"\n# {task}: " in text
     assert text.count("## Statistics") == 3 and "Compared with reference `paper`" in text
     assert "Friedman: chi2" in text and "Kendall W over 3 seeds" in text
+    # the GAPE MAE is lower-is-better: the lowest MAE ranks first
+    assert "average rank over 2 cells (1 = best): gape 1.00, rwpe 2.00, none 3.00" in text
     assert "- seeds: 0, 1, 2" in text and "gaptui source:" in text
     links = re.findall(r"\]\((figures/[^)]+)\)", text)
     assert len(links) == 13 and all((out / link).is_file() for link in links)
