@@ -49,17 +49,17 @@ def test_report_of_every_family(tmp_path: Path) -> None:
 
 
 def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None:
+    from gaptui import report
+
     out = tmp_path / "out"
-    ws = _workspace(tmp_path, gape_history(tmp_path))
-    res = run_cli("report", "--out", str(out), "--workspace", str(ws))
-    assert res.returncode == 0, res.stderr
+    gape = gape_history(tmp_path)
+    report.write_report(gape, out)
     assert "# alignment" not in (out / "report.md").read_text()
-    # The history grows: the same command updates the report in place.
-    ws = _workspace(tmp_path, alignment_history(tmp_path))
-    res = run_cli("report", "--out", str(out), "--workspace", str(ws))
-    assert res.returncode == 0, res.stderr
+    # The history grows: the report is updated in place.
+    report.write_report(gape + alignment_history(tmp_path), out)
     assert "# alignment" in (out / "report.md").read_text() and (out / "figures" / "alignment-cd.png").is_file()
-    # A file the report did not write is never replaced without --force, and nothing else changes.
+    # A file the report did not write is never replaced without --force, and nothing else changes (the CLI).
+    ws = _workspace(tmp_path, gape)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "report.md").write_text("my notes")
@@ -71,6 +71,7 @@ def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None
     assert sorted(p.name for p in mine.iterdir()) == ["report.md"] and (mine / "report.md").read_text() == "my notes"
     res = run_cli("report", "--out", str(mine), "--force", "--workspace", str(ws))
     assert res.returncode == 0 and (mine / "report.md").read_text().startswith("# gaptui report")
+    assert f"wrote {mine / 'report.html'}" in res.stdout
 
 
 def test_export_to_mlflow_logs_every_finished_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
