@@ -4,10 +4,11 @@ What a family gets is its declaration (:attr:`engine.tasks.TaskFamily.figures`);
 ranking tables (:mod:`gaptui.analysis`), the rank statistics (:mod:`gaptui.statistics`) or the run folders'
 ``events.jsonl``, never from a family's internals.
 
-Figures are sized for a two-column paper (3.4 in wide for one column, 7 in for a full-width grid) at 200 dpi, so a
-PNG is at least 680 px wide. Every row gets a colour, a marker and a line style, so a greyscale print still tells
-them apart. Files are deterministic: no dates or software versions in the metadata, a fixed SVG hash salt, and
-TrueType fonts embedded in PDFs (``pdf.fonttype = 42``); the same history gives the same bytes.
+Figures are sized for a two-column paper (3.4 in wide for one column, 7 in for a full-width grid) at 220 dpi, so a
+PNG is at least 600 px wide once its margins are trimmed. Every row gets a colour, a marker and a line style, so a
+greyscale print still tells them apart. Files are deterministic: no dates or software versions in the metadata, a
+fixed SVG hash salt, and TrueType fonts embedded in PDFs (``pdf.fonttype = 42``); the same history gives the same
+bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from gaptui.statistics import rank_test
 FORMATS = ("png", "svg", "pdf")
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 FULL_WIDTH = 7.0
-DPI = 200
+DPI = 220
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 LINESTYLES = ("-", "--", "-.", ":")
 #: Colour-blind safe (Okabe-Ito), with distinct lightness so greyscale still separates most rows.
