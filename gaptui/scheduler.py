@@ -509,8 +509,9 @@ class Scheduler:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
             job.last = event
-            # This attempt's start (a re-attached job reads the folder's events from the beginning).
-            if event.get("event") == "start" and float(event.get("t") or 0) >= job.started - 1.0:
+            # This attempt's start. A job spawned here ignores earlier attempts' starts in the folder; a re-attached
+            # one (its worker began before this manager) reads the folder from the beginning, and the last start wins.
+            if event.get("event") == "start" and (job.proc is None or float(event.get("t") or 0) >= job.started - 1.0):
                 job.run_started = float(event["t"])
             if self.listener:
                 self.listener("event", job.run_hash, event)

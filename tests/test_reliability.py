@@ -790,6 +790,34 @@ def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: P
         sleeper.wait()
 
 
+def test_a_reattached_run_counts_its_timeout_from_the_start_its_worker_wrote_before(tmp_path: Path) -> None:
+    from gaptui.scheduler import Job
+    from tests.toy_family import ToySpec
+
+    ws = Workspace(tmp_path / "ws")
+    spec = ToySpec(size=2, seed=0)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    now = time.time()
+    events = [{"v": 1, "event": "start", "t": now - 300}, {"v": 1, "event": "start", "t": now - 20}]  # resumed once
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for the worker followed by pid
+    try:
+        with History(ws, write=True) as history:
+            history.put_many([{**new_record(spec, ws), "status": "running"}])
+            scheduler = Scheduler(ws, history, [Slot("cpu#0", {})], timeout=3600)
+            # Re-attached after a manager restart: no process handle, a new job object.
+            job = Job(spec, spec.hash(), folder, scheduler.slots[0], sleeper.pid, None)
+            scheduler.running[spec.hash()] = job
+            scheduler._follow(job)
+            assert job.run_started == pytest.approx(now - 20)  # the current attempt's start, not the first one
+            scheduler.timeout = 10
+            assert scheduler.timed_out(job) and not scheduler.timed_out(job, at=now - 15)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def _descendants(pid: int) -> dict[int, str]:
     """The processes below ``pid`` (children, their children...) with their command lines, from /proc."""
     children: dict[int, list[int]] = {}
