@@ -121,7 +121,7 @@ def known_metrics(records: Iterable[dict[str, Any]], task: str = DEFAULT_TASK) -
     for rec in records:
         if rec.get("status") == "done" and record_task(rec) == task:
             for key, value in (rec.get("metrics") or {}).items():
-                if key not in found and _numeric(value) is not None:
+                if key not in found and numeric_value(value) is not None:
                     try:
                         fam.metric(key)
                     except GaptuiError:
@@ -289,7 +289,8 @@ class RankingTable:
         )
 
 
-def _numeric(value: Any) -> float | None:
+def numeric_value(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (never a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
@@ -356,7 +357,7 @@ def build_tables(
             planned[key] = max(p, planned.get(key, 0))
         if rec.get("status") != "done":
             continue
-        value = _numeric((rec.get("metrics") or {}).get(m.key))
+        value = numeric_value((rec.get("metrics") or {}).get(m.key))
         if value is None:
             continue
         finished = str(rec.get("finished") or "")

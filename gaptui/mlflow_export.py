@@ -9,7 +9,6 @@ logs only what is new. Works offline with a local ``file:`` store (``pip install
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -43,12 +42,6 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
         yield prefix, text[:MAX_PARAM]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def epoch_metrics(run_dir: Path) -> list[tuple[str, float, int, int]]:
     """``(key, value, timestamp ms, epoch)`` for every numeric field of the ``epoch`` and ``eval`` events."""
     out = []
@@ -58,7 +51,7 @@ def epoch_metrics(run_dir: Path) -> list[tuple[str, float, int, int]]:
             continue
         stamp = int(1000 * float(event.get("t") or 0))
         for key, value in event.items():
-            if key in ("v", "t", "epoch", "step", "event", "run") or (number := _number(value)) is None:
+            if key in ("v", "t", "epoch", "step", "event", "run") or (number := analysis.numeric_value(value)) is None:
                 continue
             out.append((key, number, stamp, epoch))
     return out
@@ -110,7 +103,7 @@ def export_mlflow(records: Sequence[dict[str, Any]], uri: str, task: str | None 
             params = [Param(k, v) for k, v in _flatten(record.get("spec") or {})]
             metrics = [Metric(k, v, s, e) for k, v, s, e in (epoch_metrics(run_dir) if run_dir else [])]
             last = max((m.step for m in metrics), default=0)
-            finals = ((k, _number(v)) for k, v in (record.get("metrics") or {}).items())
+            finals = ((k, analysis.numeric_value(v)) for k, v in (record.get("metrics") or {}).items())
             metrics += [Metric(f"final.{k}", v, 0, last) for k, v in finals if v is not None]
             for start in range(0, max(len(params), len(metrics), 1), BATCH):
                 client.log_batch(
