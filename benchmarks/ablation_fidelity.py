@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from engine import worker  # noqa: E402
-from engine.spec import RunSpec  # noqa: E402
+from engine.alignment.spec import RunSpec  # noqa: E402
 from gaptui.reference import kendall_tau, load_reference  # noqa: E402
 
 torch.set_num_threads(1)

@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.datasets import DatasetSpec, build_dataset, open_dataset  # noqa: E402
+from engine.alignment.datasets import DatasetSpec, build_dataset, open_dataset  # noqa: E402
+from engine.alignment.noise import correlate  # noqa: E402
 from engine.graphs import Graph, simple_graph  # noqa: E402
-from engine.noise import correlate  # noqa: E402
 from engine.pairs import PairSplit  # noqa: E402
 from engine.sources.synthetic import bernoulli_graphs  # noqa: E402
 

@@ -60,10 +60,8 @@ from torch_geometric.nn import (  # noqa: E402
 from torch_geometric.utils import to_dense_batch  # noqa: E402
 
 from engine import models  # noqa: E402
-from engine.datasets import DatasetSpec, build_dataset  # noqa: E402
-from engine.evaluation import LapEvaluator  # noqa: E402
-from engine.memory import flush_denormals, tune_allocator  # noqa: E402
-from engine.training import (  # noqa: E402
+from engine.alignment.datasets import DatasetSpec, build_dataset  # noqa: E402
+from engine.alignment.training import (  # noqa: E402
     FEATURES,
     IGNORE,
     PairTensors,
@@ -74,6 +72,8 @@ from engine.training import (  # noqa: E402
     make_optimiser,
     train_epoch,
 )
+from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.memory import flush_denormals, tune_allocator  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP, WARMUP = 3e-3, 0.01, 0.1, 30
 

@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.datasets import build_dataset  # noqa: E402
-from engine.spec import RunSpec  # noqa: E402
+from engine.alignment.datasets import build_dataset  # noqa: E402
+from engine.alignment.spec import RunSpec  # noqa: E402
 from gaptui.runner import start_pack  # noqa: E402
 
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}

@@ -41,9 +41,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from engine import models  # noqa: E402
-from engine.datasets import DatasetSpec, build_dataset  # noqa: E402
-from engine.evaluation import LapEvaluator  # noqa: E402
-from engine.training import (  # noqa: E402
+from engine.alignment.datasets import DatasetSpec, build_dataset  # noqa: E402
+from engine.alignment.training import (  # noqa: E402
     FEATURES,
     PairTensors,
     SiameseBatch,
@@ -55,6 +54,7 @@ from engine.training import (  # noqa: E402
     similarity,
     train_epoch,
 )
+from engine.evaluation import LapEvaluator  # noqa: E402
 
 FEATURE_KIND = "degree"
 LR, WEIGHT_DECAY, CLIP, CLIP_MODE, WARMUP = 3e-3, 0.01, 0.1, "value", 30

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy
+
 from engine.errors import GaptuiError
 from engine.files import atomic_write_text, fingerprint, mismatch, move_aside, os_error
 
@@ -274,3 +276,14 @@ def open_sealed_json(path: Path, what: str, *, warn: Warn | None = None, then: s
     if problem:
         discard(Path(path), what, problem, warn, then)
     return obj
+
+
+def content_digest(obj: Any) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``obj`` (sorted keys, no spaces): the cache's content hash."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seeded_rng(seed: int, key: dict[str, Any]) -> numpy.random.Generator:
+    """A generator determined by ``seed`` and the content of ``key``: distinct specs draw independent streams."""
+    words = [int(content_digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
+    return numpy.random.default_rng(numpy.random.SeedSequence([int(seed), *words]))

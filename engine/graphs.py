@@ -144,7 +144,7 @@ def triu_pair(k: np.ndarray, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarra
 
 
 #: Most geometric gaps drawn at once by :func:`bernoulli_hits` (bounds its memory). The random stream depends on
-#: it: changing it changes the datasets built from a seed (bump engine.datasets.FORMAT_VERSION).
+#: it: changing it changes the datasets built from a seed (bump engine.alignment.datasets.FORMAT_VERSION).
 _HIT_BLOCK = 1 << 22
 
 

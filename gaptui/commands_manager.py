@@ -296,7 +296,7 @@ def _estimate_lines(
     ws: Workspace, grid_plan: Any, slots: list[Any], known: dict[str, str], recalibrate: bool, pack_seeds: int
 ) -> list[str]:
     """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
-    from engine.throughput import CalibrationCache
+    from engine.alignment.throughput import CalibrationCache
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
 
@@ -325,7 +325,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 def _distinct_memory(specs: list[Any]) -> dict[str, Any]:
     """One alignment spec per (dataset, batch size): what the memory of a grid depends on."""
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
 
     out: dict[str, Any] = {}
     for spec in specs:

@@ -12,7 +12,8 @@ preference, from
 1. **history**: finished runs of the same cell (same dataset, model, model options, inputs, budget, width and
    batch size; any seed and epoch count) on this host and device: their median epoch seconds, validation seconds
    and the rest of their duration (start-up, dataset loading, checkpoints) from their events;
-2. **calibration**: :mod:`engine.throughput` measurements of the run's cost key, taken in one process per slot of
+2. **calibration**: :mod:`engine.alignment.throughput` measurements of the run's cost key, taken in one process per
+slot of
    the grid side by side, each in its slot's environment (so concurrent runs slow each other as they will), and
    the per-run ``overhead`` timed on tiny runs through the real scheduler and worker, one per slot at once. Both
    are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.throughput import DEFAULT_SECONDS, CalibrationCache, CostKey, Throughput
+from engine.alignment.throughput import DEFAULT_SECONDS, CalibrationCache, CostKey, Throughput
 from gaptui.scheduler import Slot, group_packs, pack_key
 from gaptui.tui.planning import format_duration
 from gaptui.workspace import Workspace
@@ -226,7 +227,8 @@ Overhead = Callable[[list[Slot]], float]
 
 
 def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DEFAULT_SECONDS) -> list[Throughput]:
-    """Measure ``keys`` in one ``python -m engine.throughput`` process per slot, all at once, each in its slot's
+    """Measure ``keys`` in one ``python -m engine.alignment.throughput`` process per slot, all at once, each in its
+    slot's
     environment (threads, GPU), so that the runs of concurrent slots slow each other as they will; returns the
     mean over the processes per key."""
     import os
@@ -238,7 +240,7 @@ def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DE
     request = json.dumps({"keys": [k.to_dict() for k in keys], "seconds": seconds})
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "engine.throughput"],
+            [sys.executable, "-m", "engine.alignment.throughput"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -278,8 +280,8 @@ def measure_overhead(slots: list[Slot]) -> float:
     worker, all at once, in a temporary workspace: process start, imports, dataset loading, model, result, history."""
     import tempfile
 
+    from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
-    from engine.spec import RunSpec
     from gaptui.history import History
     from gaptui.launch import prepare
     from gaptui.scheduler import Scheduler
@@ -342,7 +344,7 @@ class Estimator:
 
     def machine(self, profile: Profile) -> dict[str, str]:
         if profile.device not in self._machines:
-            from engine.throughput import machine
+            from engine.alignment.throughput import machine
 
             self._machines[profile.device] = machine(profile.device)
         return self._machines[profile.device]
@@ -393,7 +395,7 @@ class Estimator:
 
     def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace, pack_seeds: int = 1) -> GridEstimate:
         """The estimate of ``plan``'s runs left to do on ``slots``, seeds packed by ``pack_seeds`` per worker."""
-        from engine.spec import RunSpec
+        from engine.alignment.spec import RunSpec
 
         profiles = [Profile.of(s) for s in slots]
         result = GridEstimate(slots=profiles, done=len(plan.done), pack_seeds=pack_seeds)
@@ -403,7 +405,7 @@ class Estimator:
                 f"not available for task {', '.join(other)} (measured throughput covers alignment runs only)"
             )
             return result
-        from engine.tasks.alignment import BASELINE, model_label
+        from engine.alignment.preset import BASELINE, model_label
 
         result.datasets_to_build = _datasets_to_build(plan.to_run, ws)
         # Pass 1: what each run on each slot profile needs (history, or a calibration key).
@@ -558,7 +560,7 @@ def compiles(spec: Any, profile: Profile) -> bool:
     worker decides: ``wants_compile``, and ``auto`` never compiles an import-path model)."""
     import torch
 
-    from engine.training import wants_compile
+    from engine.alignment.training import wants_compile
 
     steps = spec.epochs * math.ceil(int(spec.dataset_spec().canonical()["n_train"] or 0) / spec.batch_size)
     return wants_compile(spec.compile, torch.device(profile.kind), steps, spec.model, profile.threads)
@@ -567,7 +569,7 @@ def compiles(spec: Any, profile: Profile) -> bool:
 def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:
     """``(nodes per graph, mean degree)`` of a run's base graphs: from the source's parameters (synthetic), else
     from the cached dataset's statistics; None when neither tells (a real dataset not built yet)."""
-    from engine.datasets import dataset_id, open_dataset
+    from engine.alignment.datasets import dataset_id, open_dataset
     from engine.errors import GaptuiError
     from engine.sources import SOURCES, parse_params
 
@@ -585,7 +587,7 @@ def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:
 
 
 def _datasets_to_build(specs: Iterable[Any], ws: Workspace) -> int:
-    from engine.datasets import dataset_id
+    from engine.alignment.datasets import dataset_id
 
     missing = set()
     for spec in specs:
@@ -605,9 +607,9 @@ def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
     """Finished alignment runs of this host, by (cell, device name): medians of their measured seconds."""
     import platform
 
+    from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
     from engine.events import read_events
-    from engine.spec import RunSpec
     from engine.tasks import load_spec
 
     host = platform.node()

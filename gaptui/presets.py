@@ -2,7 +2,7 @@
 
 A preset names its family with ``task = "..."`` (default ``alignment``); everything else in the file is the
 family's own grid description, validated by the family (:meth:`engine.tasks.TaskFamily.parse_preset`). The
-alignment format (datasets x noise x models x seeds) is described in :class:`engine.tasks.alignment.Preset`.
+alignment format (datasets x noise x models x seeds) is described in :class:`engine.alignment.preset.Preset`.
 A ``[slurm]`` table (used with ``--backend slurm``, see :class:`gaptui.backends.slurm.SlurmOptions`) is the
 manager's: it is parsed here, for any family whose preset declares a ``slurm`` field.
 
@@ -16,11 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from engine.alignment.preset import DatasetEntry, Preset, RunOptions, toml_value
+from engine.alignment.preset import dump_preset as dump_alignment_preset
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import decode_user_text, read_user_bytes
 from engine.tasks import Placement, PresetBase, family, task_of
-from engine.tasks.alignment import DatasetEntry, Preset, RunOptions, toml_value
-from engine.tasks.alignment import dump_preset as dump_alignment_preset
 from engine.typed import parse_dataclass
 from gaptui.backends.slurm import SlurmOptions
 from gaptui.workspace import Workspace

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.datasets import DatasetSpec, build_dataset, export_npz, find_dataset, list_datasets
+from engine.alignment.datasets import DatasetSpec, build_dataset, export_npz, find_dataset, list_datasets
 from engine.errors import GaptuiError
 from engine.pairs import ARRAYS
 
@@ -66,7 +66,7 @@ def test_stats_describe_each_split(tmp_path: Path) -> None:
 
 
 def test_failed_build_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.datasets as datasets
+    import engine.alignment.datasets as datasets
 
     calls = {"n": 0}
     real = datasets.correlate
@@ -133,7 +133,7 @@ def test_stats_match_the_saved_pairs(tmp_path: Path) -> None:
 
 
 def test_format_version_keys_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.datasets as datasets
+    import engine.alignment.datasets as datasets
 
     current, _ = build_dataset(small(), tmp_path)
     monkeypatch.setattr(datasets, "FORMAT_VERSION", datasets.FORMAT_VERSION - 1)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.throughput import CalibrationCache, CostKey, Throughput, measure
+from engine.alignment.throughput import CalibrationCache, CostKey, Throughput, measure
 from gaptui import launch
 from gaptui.estimate import (
     CellHistory,
@@ -111,10 +111,12 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     _estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
     assert {k.threads for k in threads.keys} == {2} and len(threads.keys) == 2
 
-    import engine.throughput
+    import engine.alignment.throughput
 
-    real_machine = engine.throughput.machine
-    monkeypatch.setattr(engine.throughput, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
+    real_machine = engine.alignment.throughput.machine
+    monkeypatch.setattr(
+        engine.alignment.throughput, "machine", lambda device="cpu": {**real_machine(device), "host": "other"}
+    )
     elsewhere = Counting()
     _estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(elsewhere.keys) == 2 and elsewhere.overheads == 1

@@ -17,10 +17,10 @@ from torch import nn
 from torch_geometric import EdgeIndex
 
 from engine import models, worker
+from engine.alignment.spec import RunSpec
+from engine.alignment.training import PairTensors, similarity, undirected_sorted, wants_compile
 from engine.memory import ENV_DENORMALS, ENV_MALLOC
 from engine.models.sparse import Graph
-from engine.spec import RunSpec
-from engine.training import PairTensors, similarity, undirected_sorted, wants_compile
 from tests.test_models import random_graph
 
 #: (model, options): every built-in layer the fast path handles, plus the paper package's settings.
@@ -228,7 +228,7 @@ def test_graph_reads_the_flags_and_hands_the_layers_a_plain_tensor() -> None:
 
 
 def _split(tmp_path: Path):
-    from engine.datasets import DatasetSpec, build_dataset
+    from engine.alignment.datasets import DatasetSpec, build_dataset
 
     spec = DatasetSpec("er", 0.1, n_train=6, n_val=2, params={"n": 12, "degree": 3.0})
     dataset, _ = build_dataset(spec, tmp_path / "datasets")

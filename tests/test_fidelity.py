@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine import models
+from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
-from engine.spec import RunSpec
 
 PAPER = {"input_layer": "conv", "norm": "whole-batch"}
 #: Table C.2: model -> (width, trainable parameters, extra options). The paper's "GatedGCN" at width 48 is

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.datasets import DatasetSpec, build_dataset
+from engine.alignment.datasets import DatasetSpec, build_dataset
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeSpec, build_molecules
 from engine.gape.embed import load_frozen, resolve_run
@@ -183,7 +183,7 @@ def test_encodings_shapes_and_caching(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished alignment run on ringmol, trained by the real worker (2 epochs), in ``<ws>/runs/<id>``."""
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
     from engine.worker import main
 
     ws = tmp_path_factory.mktemp("ws")
@@ -205,7 +205,7 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _by_hand(model: torch.nn.Module, graph: Graph) -> np.ndarray:
-    from engine.training import node_features
+    from engine.alignment.training import node_features
 
     ei = torch.as_tensor(graph.edge_index())
     x = node_features("degree", ei, graph.num_nodes)
@@ -370,7 +370,7 @@ def test_spec_identity_and_steps() -> None:
 
 
 def test_gape_preset_expresses_the_whole_chain() -> None:
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
     from engine.tasks import Placement, family
     from gaptui.presets import load_preset
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.alignment.noise import capped_graphs, correlate, noise_probabilities
 from engine.errors import GaptuiError
 from engine.graphs import Graph
-from engine.noise import capped_graphs, correlate, noise_probabilities
 from engine.sources.synthetic import bernoulli_graphs
 
 
@@ -105,7 +105,7 @@ def test_edges_of_h_are_sorted_so_order_leaks_nothing() -> None:
 
 
 def test_large_graph_uses_sparse_sampler_with_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.noise as noise
+    import engine.alignment.noise as noise
 
     rng = np.random.default_rng(5)
     graphs = bernoulli_graphs(200, 0.05, 40, rng)
@@ -173,7 +173,7 @@ def test_dense_additions_use_exact_coins() -> None:
 
 
 def test_graphs_above_the_chunk_size_draw_alone_with_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.noise as noise
+    import engine.alignment.noise as noise
 
     monkeypatch.setattr(noise, "_CHUNK_SLOTS", 10)  # every graph is "large": geometric gaps over its non-edges
     runs = 3000
@@ -189,7 +189,7 @@ def test_graphs_above_the_chunk_size_draw_alone_with_the_same_law(monkeypatch: p
 
 
 def test_many_small_chunks_keep_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.noise as noise
+    import engine.alignment.noise as noise
 
     # A chunk every 2-3 graphs: the table of taken pairs is reused (and must be cleared) many times.
     monkeypatch.setattr(noise, "_CHUNK", 25)

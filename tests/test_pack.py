@@ -145,7 +145,7 @@ def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> N
 
 def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_path: Path) -> None:
     # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so the cancel lands inside training.
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
     from gaptui.history import History
     from gaptui.scheduler import Scheduler, Slot
 
@@ -190,7 +190,7 @@ def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_p
 
 
 def test_a_free_slot_takes_the_first_ready_run_and_more_seeds_of_its_cell(tmp_path: Path) -> None:
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
     from gaptui.history import History
     from gaptui.scheduler import Scheduler, Slot
 

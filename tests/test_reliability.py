@@ -272,7 +272,7 @@ def test_worker_exits_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
 
 def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
 
     spec = RunSpec.from_dict({**SPEC, "datasets_dir": str(ws.datasets)})
     with History(ws, write=True) as history:
@@ -334,7 +334,7 @@ FAULTS = {  # fault: what it does to (entry folder, the file it hits)
 
 
 def _alignment_cache(root: Path) -> tuple[Path, dict, bool]:
-    from engine.datasets import SPLITS, DatasetSpec, build_dataset
+    from engine.alignment.datasets import SPLITS, DatasetSpec, build_dataset
 
     ds, built = build_dataset(DatasetSpec("er", 0.1, n_train=6, n_val=2, params={"n": 12, "degree": 3}), root)
     return ds.path, {f"{s}/{k}": v for s in SPLITS for k, v in ds.split(s).arrays().items()}, built
@@ -711,7 +711,7 @@ def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependant
 
 
 def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gape_runs(tmp_path: Path) -> None:
-    from engine.tasks.alignment import BASELINE
+    from engine.alignment.preset import BASELINE
     from gaptui import launch
     from gaptui.presets import load_preset
     from gaptui.runner import run_id

@@ -7,11 +7,8 @@ import pytest
 import torch
 
 from engine import models
-from engine.evaluation import evaluate_batch, lap_assignment
-from engine.noise import correlate
-from engine.pairs import PairSplit
-from engine.sources.synthetic import bernoulli_graphs
-from engine.training import (
+from engine.alignment.noise import correlate
+from engine.alignment.training import (
     FEATURES,
     PairTensors,
     TrainState,
@@ -23,6 +20,9 @@ from engine.training import (
     similarity,
     train_epoch,
 )
+from engine.evaluation import evaluate_batch, lap_assignment
+from engine.pairs import PairSplit
+from engine.sources.synthetic import bernoulli_graphs
 
 
 def _pairs(count: int = 6, n: int = 20, eta: float = 0.05, seed: int = 0, sizes: bool = False) -> PairSplit:

@@ -165,7 +165,7 @@ def seeded_workspace(root: Path) -> Workspace:
 
 def test_the_engine_and_the_cli_never_import_textual() -> None:
     code = (
-        "import sys, engine.worker, engine.training, engine.datasets, gaptui.cli; "
+        "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli; "
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -621,7 +621,7 @@ async def test_family_pickers_switch_columns_tables_and_the_form(
 
 @pytest.mark.asyncio
 async def test_form_estimate_turns_to_measured_throughput_once_a_dry_run_calibrated(tmp_path: Path) -> None:
-    from engine.throughput import CalibrationCache, Throughput
+    from engine.alignment.throughput import CalibrationCache, Throughput
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.launch import plan
 

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cache import open_entry, read_meta, write_entry
-from engine.datasets import content_digest, seeded_rng
+from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.graphs import Graph, graph_bytes
 from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params

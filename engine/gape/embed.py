@@ -57,7 +57,7 @@ class FrozenEmbedder:
         ``num_nodes [G]``; ``edge_index [2, E]`` local node ids per graph, both directions of each edge; graph
         ``g``'s edges are columns ``edge_ptr[g]:edge_ptr[g + 1]``. Rows follow the graphs in order.
         """
-        from engine.training import node_features
+        from engine.alignment.training import node_features
 
         num_nodes = np.asarray(num_nodes, dtype=np.int64)
         node_ptr = np.concatenate([[0], np.cumsum(num_nodes)]).astype(np.int64)
@@ -92,7 +92,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     ``checkpoint.pt``; refuses runs that are not done, the training-free baseline and checkpoints of another spec.
     """
     from engine import models
-    from engine.spec import RunSpec
+    from engine.alignment.spec import RunSpec
     from engine.worker import read_checkpoint
 
     run_dir = Path(run_dir)
@@ -197,7 +197,8 @@ def embed_source(
         skipped = data.arrays["skipped"]
         notes = list(data.meta.get("notes", []))
     else:
-        from engine.datasets import FORMAT_VERSION, seeded_rng
+        from engine.alignment.datasets import FORMAT_VERSION
+        from engine.cache import seeded_rng
 
         source = cls(parse_params(cls, params))
         key = {"format": FORMAT_VERSION, "base": cls.name, "params": params_dict(source.params)}

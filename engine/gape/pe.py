@@ -33,8 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.cache import open_entry, write_entry
-from engine.datasets import content_digest
+from engine.cache import content_digest, open_entry, write_entry
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeData
 

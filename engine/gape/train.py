@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.utils import to_dense_batch
 
+from engine.alignment.training import NonFiniteLoss, epoch_order, make_optimiser, resolve_device, seed_everything
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeData, build_molecules
 from engine.gape.pe import Encoding, EncodingOptions, encoding
 from engine.gape.spec import GapeSpec
 from engine.gape.transformer import MoleculeTransformer, build_transformer
-from engine.training import NonFiniteLoss, epoch_order, make_optimiser, resolve_device, seed_everything
 
 CHECKPOINT_FORMAT = 1
 Emit = Callable[..., Any]
@@ -113,7 +113,7 @@ def run_gape(
 
     ``result["status"]`` is ``done`` or ``cancelled`` (``should_stop`` answered True; the checkpoint of the last
     completed epoch is kept and the run resumes from it). Raises :class:`GaptuiError` for bad input and
-    :class:`engine.training.NonFiniteLoss` when the loss diverges.
+    :class:`engine.alignment.training.NonFiniteLoss` when the loss diverges.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)

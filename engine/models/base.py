@@ -233,8 +233,8 @@ class ResidualGNN(nn.Module):
 
     @property
     def reads_edge_index(self) -> bool:
-        """Whether :func:`engine.training.similarity` should pass edges as a PyG ``EdgeIndex`` whose flags (sorted
-        by row, undirected) spare the sparse path its sorts; PyG's own path takes plain tensors."""
+        """Whether :func:`engine.alignment.training.similarity` should pass edges as a PyG ``EdgeIndex`` whose
+        flags (sorted by row, undirected) spare the sparse path its sorts; PyG's own path takes plain tensors."""
         return self.sparse
 
     def extra_repr(self) -> str:

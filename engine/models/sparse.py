@@ -197,8 +197,8 @@ class Graph:
     @classmethod
     def from_edge_index(cls, edge_index: Tensor, batch: Tensor | None, num_nodes: int) -> Graph:
         """A graph of ``edge_index``, a plain tensor or a PyG ``EdgeIndex`` whose flags say sorted by row and
-        undirected (what :func:`engine.training.similarity` passes for alignment pairs); the layers get a plain
-        tensor either way."""
+        undirected (what :func:`engine.alignment.training.similarity` passes for alignment pairs); the layers get a
+        plain tensor either way."""
         if isinstance(edge_index, EdgeIndex):
             known = bool(edge_index.is_sorted_by_row and edge_index.is_undirected)
             return cls(edge_index.as_tensor(), batch, num_nodes, undirected_sorted=known)

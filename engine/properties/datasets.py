@@ -34,8 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cache import open_entry, read_meta, write_entry
-from engine.datasets import content_digest, seeded_rng
+from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError, unknown
 from engine.properties.definitions import BASE_SIZES, MAX_NODES, Property, get_property
 from engine.properties.sat import RelationSampler

@@ -15,10 +15,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.gape.pe import KINDS, parse_pe
 from engine.gape.spec import GapeSpec
-from engine.spec import RunSpec
 from engine.tasks import (
     FAMILIES,
     Axis,
@@ -255,7 +255,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
 
 
 def dataset_label(spec: GapeSpec) -> str:
-    from engine.tasks.alignment import dataset_label as alignment_label
+    from engine.alignment.preset import dataset_label as alignment_label
 
     canonical = spec.molecule_spec().canonical()
     return alignment_label(canonical)
@@ -320,8 +320,8 @@ class Gape(TaskFamily):
         return [Input(key, f"{ds.base} molecules", partial(build_molecules, ds, datasets_dir, raw))]
 
     def run(self, spec: GapeSpec, ctx: RunContext) -> Outcome:
+        from engine.alignment.training import NonFiniteLoss
         from engine.gape.train import run_gape
-        from engine.training import NonFiniteLoss
 
         if spec.runs_dir is None and spec.pe_spec().run:
             spec = spec.replace(runs_dir=str(ctx.run_dir.parent))

@@ -353,9 +353,9 @@ class Properties(TaskFamily):
     def run(self, spec: PropertySpec, ctx: RunContext) -> Outcome:
         import torch
 
+        from engine.alignment.training import resolve_device
         from engine.properties.study import run_cell
         from engine.properties.training import Stopped, build_model
-        from engine.training import resolve_device
         from engine.worker import cpu_name
 
         device = resolve_device(spec.device)

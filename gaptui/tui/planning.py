@@ -39,7 +39,7 @@ def format_noise_percent(eta: float) -> str:
 
 def parse_noise_levels(text: str) -> list[float]:
     """Noise levels typed as ``0.05 0.2`` or ``5% 20%`` (a number >= 1 can only mean percent)."""
-    from engine.noise import check_noise
+    from engine.alignment.noise import check_noise
 
     levels = []
     for item in _items(text):

@@ -139,7 +139,7 @@ class NewExperimentScreen(SectionScreen):
     """
 
     def __init__(self) -> None:
-        from engine.noise import NOISE_MODELS
+        from engine.alignment.noise import NOISE_MODELS
         from engine.sources import SOURCES
 
         super().__init__()

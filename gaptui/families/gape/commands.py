@@ -48,9 +48,9 @@ def gape_embed(
     from engine.typed import check_device
 
     check_device(device, "--device")
+    from engine.alignment.training import resolve_device
     from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
     from engine.sources import parse_param_args
-    from engine.training import resolve_device
 
     params = parse_param_args(param)
     check_embedding_fits(dataset, params, seed)  # again with the model's width once it is loaded

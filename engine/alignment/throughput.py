@@ -3,12 +3,13 @@
 A *cost key* (:class:`CostKey`) holds everything that changes the seconds of one alignment run's step besides the
 number of steps: the model with its options and budget, the inputs, the graph size (nodes, mean degree), the
 batch size, the device and the torch thread count. :func:`measure` times the real code path on synthetic
-Erdos-Renyi pairs of that size (no dataset is built): ``engine.training.train_epoch`` on one batch (gather,
-:func:`~engine.training.similarity`, :func:`~engine.training.alignment_loss`, backward, clipping, AdamW and the
-one-cycle step), :func:`~engine.training.evaluate` with the LAP evaluator for the validation pairs, and one
-checkpoint save (the worker writes one per epoch). One warm-up step comes first; then steps are timed for about
+Erdos-Renyi pairs of that size (no dataset is built): ``engine.alignment.training.train_epoch`` on one batch (gather,
+:func:`~engine.alignment.training.similarity`, :func:`~engine.alignment.training.alignment_loss`, backward,
+clipping, AdamW and the one-cycle step), :func:`~engine.alignment.training.evaluate` with the LAP evaluator
+for the validation pairs, and one checkpoint save (the worker writes one per epoch). One warm-up step comes first;
+then steps are timed for about
 ``seconds`` and their median kept. The Laplacian baseline is timed through
-:func:`~engine.laplacian.laplacian_scores`. ``python -m engine.throughput`` measures a list of keys in a fresh
+:func:`~engine.laplacian.laplacian_scores`. ``python -m engine.alignment.throughput`` measures a list of keys in a fresh
 process, which is how the dry run measures one process per slot side by side
 (:func:`gaptui.estimate.measure_on_slots`).
 
@@ -65,7 +66,7 @@ class CostKey:
     budget: int = 60_000
     out_dim: int = 64
     model_options: dict[str, Any] = field(default_factory=dict)
-    #: Whether the run trains through ``torch.compile`` (``engine.training.wants_compile``).
+    #: Whether the run trains through ``torch.compile`` (``engine.alignment.training.wants_compile``).
     compile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def synthetic_pairs(nodes: int, degree: float, count: int, seed: int = 0) -> Any
     the shapes a training batch of such graphs has, built in milliseconds."""
     import numpy as np
 
-    from engine.noise import correlate
+    from engine.alignment.noise import correlate
     from engine.sources.synthetic import bernoulli_graphs
 
     nodes = max(2, int(nodes))
@@ -165,8 +166,7 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
 
 def _measure_training(key: CostKey, device_name: str, seconds: float) -> Throughput:
     from engine import models
-    from engine.evaluation import LapEvaluator
-    from engine.training import (
+    from engine.alignment.training import (
         CHECK_EVERY,
         FEATURES,
         PairTensors,
@@ -178,6 +178,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         seed_everything,
         train_epoch,
     )
+    from engine.evaluation import LapEvaluator
     from engine.worker import Checkpoints
 
     device = resolve_device(device_name)
@@ -279,7 +280,8 @@ def _measure_laplacian(key: CostKey, seconds: float) -> Throughput:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.throughput``: measure the keys of a JSON request on stdin (``{"keys": [...], "device":
+    """``python -m engine.alignment.throughput``: measure the keys of a JSON request on stdin (``{"keys": [...],
+    "device":
     ..., "seconds": ...}``) and print their :class:`Throughput` as a JSON list: how the dry run measures in as many
     processes as a grid has slots, each in its slot's environment, so that concurrent runs slow each other as
     they will."""
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _digest(obj: Any) -> str:
-    from engine.datasets import content_digest
+    from engine.cache import content_digest
 
     return content_digest(obj)
 

@@ -14,8 +14,6 @@ moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.cache import open_entry, read_meta, write_entry
+from engine.alignment.noise import check_noise, check_noise_model, correlate
+from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.files import staged_files
 from engine.graphs import Graph
-from engine.noise import check_noise, check_noise_model, correlate
 from engine.pairs import ARRAYS, PairSplit
 from engine.sources import SOURCES, BaseSplits, data_root, params_dict, parse_params
 from engine.sources.base import has_alignment_signal
@@ -91,20 +89,9 @@ class DatasetSpec:
         )
 
 
-def content_digest(obj: Any) -> str:
-    """SHA-256 hex digest of the canonical JSON of ``obj`` (sorted keys, no spaces): the cache's content hash."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def dataset_id(canonical: dict[str, Any]) -> str:
     """Readable, content-addressed id: ``<base>-<noise %>-<12 hex digits of the spec hash>``."""
     return f"{canonical['base']}-n{canonical['noise'] * 100:g}-{content_digest(canonical)[:12]}"
-
-
-def seeded_rng(seed: int, key: dict[str, Any]) -> np.random.Generator:
-    """A generator determined by ``seed`` and the content of ``key``: distinct specs draw independent streams."""
-    words = [int(content_digest(key)[i : i + 8], 16) for i in range(0, 32, 8)]
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
 
 
 @dataclass(frozen=True)

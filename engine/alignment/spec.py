@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.datasets import DatasetSpec
+from engine.alignment.datasets import DatasetSpec
 from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import TaskSpec, load_spec_file
 
 CLIP_MODES = ("value", "norm")
-#: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs (see engine.training.wants_compile).
+#: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs
+#: (see engine.alignment.training.wants_compile).
 COMPILE_MODES = ("auto", "on", "off")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
@@ -37,7 +38,7 @@ class RunSpec(TaskSpec):
     (``per-graph`` GraphNorm in every block; the paper: ``whole-batch``, two GraphNorms over the whole batch).
     The schedule fields default to the paper's (300 epochs, batch 100, AdamW with one-cycle to 3e-3 after 30
     warm-up steps, gradient values clipped at 0.1). ``compile`` (``auto``, ``on``, ``off``) says whether the model
-    is trained through ``torch.compile`` (same function, other float rounding; see ``engine.training``).
+    is trained through ``torch.compile`` (same function, other float rounding; see ``engine.alignment.training``).
     """
 
     dataset: dict[str, Any]
@@ -113,8 +114,8 @@ class RunSpec(TaskSpec):
         for key in ("weight_decay", "clip", "seed"):
             if getattr(self, key) < 0:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
+        from engine.alignment.training import FEATURES
         from engine.models.base import INPUT_LAYERS, NORMS
-        from engine.training import FEATURES
 
         for key, choices in (
             ("features", tuple(FEATURES)),

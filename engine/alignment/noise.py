@@ -27,7 +27,7 @@ from engine.pairs import PairSplit
 
 NOISE_MODELS = ("add_remove", "add")
 # The random stream depends on these sizes (draws happen per block and per chunk): changing one changes the
-# datasets built from a seed, so bump engine.datasets.FORMAT_VERSION with it.
+# datasets built from a seed, so bump engine.alignment.datasets.FORMAT_VERSION with it.
 #: Most coins drawn at once for the graphs whose non-edges are added with probability above 1/2.
 _DENSE_SLOTS = 1 << 22
 #: Nodes plus edges per chunk of graphs assembled together: small enough for the chunk's arrays to stay in cache.

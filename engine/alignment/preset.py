@@ -1,0 +1,369 @@
+"""Alignment presets: datasets x noise x models x seeds, parsed, expanded into run specs and written back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.alignment.spec import RunSpec
+from engine.errors import GaptuiError, did_you_mean
+from engine.tasks import (
+    Placement,
+    PresetBase,
+    check_run_options,
+    list_of,
+    seeds_of,
+    unique_values,
+    unknown_keys,
+)
+
+BASELINE = "laplacian"
+#: Row order of Table D.3; models not listed follow alphabetically.
+PAPER_ORDER = ("gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2")
+
+
+def model_label(spec: RunSpec) -> str:
+    """``model`` plus its model options, e.g. ``ggnn[steps=2]``: the row of ranking tables, so that two option
+    sets of one model are two rows rather than one cell."""
+    if not spec.model_kwargs:
+        return spec.model
+    text = ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items()))
+    return f"{spec.model}[{text}]"
+
+
+def dataset_label(canonical: dict[str, Any]) -> str:
+    """``base`` plus its non-default parameters, e.g. ``er[n=50]``: the row group of ranking tables."""
+    from engine.sources import SOURCES, params_dict, parse_params
+
+    source = SOURCES.get(canonical["base"])
+    defaults = params_dict(parse_params(source, {}))
+    changed = {k: v for k, v in canonical["params"].items() if defaults.get(k) != v}
+    if not changed:
+        return canonical["base"]
+    text = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changed.items())
+    return f"{canonical['base']}[{text}]"
+
+
+# ------------------------------------------------------------------------------------------------ presets
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    base: str
+    params: dict[str, Any] = field(default_factory=dict)
+    noise_model: str | None = None
+    train: int | None = None
+    val: int | None = None
+    seed: int = 0
+
+    def dataset_dict(self, noise: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"base": self.base, "noise": noise, "seed": self.seed, "params": dict(self.params)}
+        for key, value in (("noise_model", self.noise_model), ("n_train", self.train), ("n_val", self.val)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options copied into every RunSpec of the grid, plus how the scheduler treats each run."""
+
+    epochs: int = 300
+    batch_size: int = 100
+    budget: int = 60_000
+    out_dim: int | None = None
+    features: str = "degree"
+    input_layer: str = "linear"
+    norm: str = "per-graph"
+    eval_every: int = 1
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    clip: float = 0.1
+    clip_mode: str = "value"
+    compile: str = "auto"
+    topk: list[int] = field(default_factory=lambda: [5, 10])
+    timeout: float | None = None
+    retries: int = 0
+    #: Seeds of one cell trained together in one worker process (scheduling only: no run's hash changes).
+    pack_seeds: int = 1
+
+    def spec_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in SCHEDULING}
+
+
+#: Run options that say how the scheduler treats runs, not what they compute: never copied into a spec.
+SCHEDULING = ("timeout", "retries", "pack_seeds")
+
+
+@dataclass(frozen=True)
+class Preset(PresetBase):
+    """An alignment grid: datasets x noise x models x seeds (+ the Laplacian baseline once per cell)::
+
+    task = "alignment"          # optional: the default family
+    description = "what this grid is for"
+    noise = [0.04, 0.12]
+    models = ["gcn", "gatv2"]
+    seeds = [0, 1]
+    laplacian = true            # add the training-free baseline once per (dataset, noise)
+
+    [model_options]             # optional: options of one model, for every run of that model
+    gatv2 = { heads = 4 }
+
+    [run]                       # RunSpec options shared by every run (see engine.alignment.spec.RunSpec)
+    epochs = 5
+
+    [[datasets]]
+    base = "er"
+    params = { n = 100, degree = 8 }
+    train = 1000
+    val = 200
+    """
+
+    task: ClassVar[str] = "alignment"
+    name: str
+    description: str
+    datasets: tuple[DatasetEntry, ...]
+    noise: tuple[float, ...]
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    laplacian: bool = False
+    #: Model name -> its model options (``RunSpec.model_kwargs`` of every run of that model).
+    model_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run: RunOptions = field(default_factory=RunOptions)
+    path: Path | None = None
+    #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    #: The manager's cluster settings (the preset's ``[slurm]`` table), attached by ``gaptui.presets``.
+    slurm: Any = None
+
+    @property
+    def size(self) -> int:
+        trained = len(self.datasets) * len(self.noise) * len(self.models) * len(self.seeds)
+        return trained + (len(self.datasets) * len(self.noise) if self.laplacian else 0)
+
+    @property
+    def timeout(self) -> float | None:
+        return self.run.timeout
+
+    @property
+    def retries(self) -> int:
+        return self.run.retries
+
+    @property
+    def pack_seeds(self) -> int:
+        return self.run.pack_seeds
+
+
+TOP_KEYS = ("task", "name", "description", "noise", "models", "seeds", "laplacian", "model_options", "run", "datasets")
+DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
+
+
+def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
+    """Validate an alignment preset document. Errors name the file, the key and the value, with a did-you-mean."""
+    from engine.alignment.datasets import DatasetSpec
+    from engine.alignment.noise import check_noise
+    from engine.models import MODELS
+    from engine.typed import parse_dataclass
+
+    where = str(path) if path else "preset"
+    unknown_keys(where, raw, TOP_KEYS)
+    for key in ("noise", "models", "seeds", "datasets"):
+        if key not in raw:
+            raise GaptuiError(f"{where}: missing key '{key}'")
+    noise = list_of(where, "noise", raw["noise"], (int, float), "noise levels in [0, 1)")
+    for eta in noise:
+        check_noise(eta, where=f"{where}: key 'noise' value")
+    models = list_of(where, "models", raw["models"], str, "model names")
+    for model in models:
+        if ":" in model:
+            # A user model: import it once here, so a typo fails the plan rather than every run of the grid.
+            try:
+                MODELS.get(model)
+            except GaptuiError as exc:
+                raise GaptuiError(f"{where}: key 'models' value '{model}': {exc}") from None
+        elif model.lower() != BASELINE and model not in MODELS:
+            known = [*MODELS.names(), BASELINE]
+            raise GaptuiError(
+                f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
+                f"known: {', '.join(known)} or module.path:Factory"
+            )
+    seeds = seeds_of(where, raw["seeds"])
+    entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
+    datasets = []
+    for i, entry in enumerate(entries):
+        here = f"{where}: datasets[{i}]"
+        unknown_keys(here, entry, DATASET_KEYS)
+        if "base" not in entry:
+            raise GaptuiError(f"{here}: missing key 'base'")
+        ds = parse_dataclass(DatasetEntry, entry, here)
+        try:
+            DatasetSpec(ds.base, noise[0], ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
+        except GaptuiError as exc:
+            raise GaptuiError(f"{here}: {exc}") from None
+        datasets.append(ds)
+    notes: list[str] = []
+    noise = unique_values(noise, float, "noise", notes)
+    models = unique_values([_canonical_model(m) for m in models], str, "models", notes)
+    seeds = unique_values(seeds, int, "seeds", notes)
+    datasets = unique_values(datasets, _dataset_key, "datasets", notes)
+    model_options = _model_options(where, raw.get("model_options", {}), models)
+    run = parse_dataclass(RunOptions, raw.get("run", {}), f"{where}: [run]")
+    check_run_options(run.timeout, run.retries, f"{where}: [run]", run.pack_seeds)
+    laplacian = raw.get("laplacian", False)
+    if not isinstance(laplacian, bool):
+        raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
+    preset = Preset(
+        name=str(raw.get("name") or (path.stem if path else "preset")),
+        description=str(raw.get("description", "")),
+        datasets=tuple(datasets),
+        noise=tuple(float(x) for x in noise),
+        models=tuple(m for m in models if m != BASELINE),
+        seeds=tuple(seeds),
+        laplacian=laplacian or BASELINE in models,
+        model_options=model_options,
+        run=run,
+        path=path,
+        notes=tuple(notes),
+    )
+    if not preset.models and not preset.laplacian:
+        raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")
+    # Validate the run options once through the same checks the worker applies, and build each model once so an
+    # impossible budget or a bad model option fails here rather than in every worker of the grid.
+    grid(preset, Placement(".", "."), limit=1)
+    _check_models(preset, where)
+    return preset
+
+
+def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``[model_options]`` table: one inline table of options per model of ``models`` (checked at build)."""
+    here = f"{where}: [model_options]"
+    if not isinstance(raw, dict):
+        raise GaptuiError(f"{here} = {raw!r}: expected a table of model name = {{ option = value }}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, options in raw.items():
+        model = _canonical_model(name)
+        if model == BASELINE or model not in models:
+            trained = [m for m in models if m != BASELINE]
+            raise GaptuiError(
+                f"{here}: key '{name}' is not one of the preset's models{did_you_mean(model, trained)}; "
+                f"models: {', '.join(trained)}"
+            )
+        if not isinstance(options, dict):
+            raise GaptuiError(f"{here}: key '{name}' = {options!r}: expected a table of options, e.g. {{ layers = 3 }}")
+        out[model] = dict(options)
+    return out
+
+
+def _canonical_model(name: str) -> str:
+    return name if ":" in name else name.lower()
+
+
+def _dataset_key(entry: DatasetEntry) -> str:
+    """Entries that resolve to the same datasets (defaults filled in, names canonical) are one grid value."""
+    from engine.alignment.datasets import DatasetSpec
+
+    canonical = DatasetSpec(entry.base, 0.0, entry.noise_model, entry.train, entry.val, entry.seed, entry.params)
+    return json.dumps(canonical.canonical(), sort_keys=True)
+
+
+def _check_models(preset: Preset, where: str) -> None:
+    from engine import models
+    from engine.alignment.training import FEATURES
+    from engine.sources import SOURCES
+
+    dims = {preset.run.out_dim or SOURCES.get(ds.base).embedding_dim for ds in preset.datasets}
+    for model in preset.models:
+        if ":" in model:
+            continue  # user models are smoke-tested by the worker, in its own environment
+        for out_dim in sorted(dims):
+            try:
+                models.build(
+                    model,
+                    out_dim=out_dim,
+                    budget=preset.run.budget,
+                    in_dim=FEATURES[preset.run.features],
+                    input_layer=preset.run.input_layer,
+                    norm=preset.run.norm,
+                    **preset.model_options.get(model, {}),
+                )
+            except GaptuiError as exc:
+                key = "[model_options]" if model in preset.model_options else "key 'models'"
+                raise GaptuiError(f"{where}: {key} value '{model}': {exc}") from None
+
+
+def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
+    """The run specs of a preset, seed-major so that early results cover every cell once before repeating.
+
+    A grid is a set: a spec whose hash is already planned is dropped (one run id, one record, one folder).
+    """
+    specs: list[RunSpec] = []
+    seen: set[str] = set()
+    where = str(preset.path or preset.name)
+    common = {**preset.run.spec_fields(), "datasets_dir": placement.datasets_dir, "data_root": placement.data_root}
+    for seed_index, seed in enumerate(preset.seeds):
+        for entry in preset.datasets:
+            for eta in preset.noise:
+                dataset = entry.dataset_dict(eta)
+                cell = [{"model": BASELINE}] if preset.laplacian and seed_index == 0 else []
+                cell += [
+                    {"model": model, "model_kwargs": preset.model_options.get(model, {}), "seed": seed}
+                    for model in preset.models
+                ]
+                for extra in cell:
+                    spec = RunSpec.from_dict({**common, "dataset": dataset, **extra}, where)
+                    if spec.hash() not in seen:
+                        seen.add(spec.hash())
+                        specs.append(spec)
+                if limit is not None and len(specs) >= limit:
+                    return specs
+    return specs
+
+
+def dump_preset(preset: Preset) -> str:
+    """TOML text of a preset (what the terminal app saves); ``parse_preset`` reads it back to an equal preset."""
+    lines = [f"name = {toml_value(preset.name)}", f"description = {toml_value(preset.description)}"]
+    lines += [
+        f"noise = {toml_value(list(preset.noise))}",
+        f"models = {toml_value(list(preset.models))}",
+        f"seeds = {toml_value(list(preset.seeds))}",
+        f"laplacian = {toml_value(preset.laplacian)}",
+        "",
+    ]
+    if preset.model_options:
+        lines += ["[model_options]"]
+        for model, options in preset.model_options.items():
+            inner = ", ".join(f"{k} = {toml_value(v)}" for k, v in options.items())
+            lines.append(f"{toml_value(model) if ':' in model else model} = {{ {inner} }}")
+        lines.append("")
+    lines.append("[run]")
+    defaults = RunOptions()
+    for key, value in dataclasses.asdict(preset.run).items():
+        if value is not None and value != getattr(defaults, key):
+            lines.append(f"{key} = {toml_value(value)}")
+    for ds in preset.datasets:
+        lines += ["", "[[datasets]]", f"base = {toml_value(ds.base)}"]
+        if ds.params:
+            inner = ", ".join(f"{k} = {toml_value(v)}" for k, v in ds.params.items())
+            lines.append(f"params = {{ {inner} }}")
+        for key in ("noise_model", "train", "val"):
+            if getattr(ds, key) is not None:
+                lines.append(f"{key} = {toml_value(getattr(ds, key))}")
+        if ds.seed:
+            lines.append(f"seed = {ds.seed}")
+    return "\n".join(lines) + "\n"
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'

@@ -1,0 +1,1 @@
+"""The alignment family's user-interface side: its CLI commands (:mod:`.commands`)."""

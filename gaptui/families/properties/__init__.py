@@ -1,0 +1,1 @@
+"""The properties family's user-interface side: its CLI commands (:mod:`.commands`)."""
