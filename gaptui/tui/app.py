@@ -229,7 +229,9 @@ class GaptuiApp(App[None]):
         if not self.writable():
             return False
         self.manager.submit(Launch(preset, slots, retry_failed))
-        self.notify(f"launching {preset.name}: {preset.size} runs (checking history, building datasets) ...")
+        size = getattr(preset, "size", None)  # PresetBase does not require it
+        runs = f": {size} runs" if size is not None else ""
+        self.notify(f"launching {preset.name}{runs} (checking history, building datasets) ...")
         return True
 
     def cancel_runs(self, hashes: Iterable[str]) -> None:
