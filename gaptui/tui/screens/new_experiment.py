@@ -365,9 +365,9 @@ class NewExperimentScreen(SectionScreen):
         values = fam.form_values(body) if fam.form_fields() else None
         self.base = dict(raw)
         self.family_preset = None
+        await self._show_family(values)
         self.query_one("#name", Input).value = name
         self.query_one("#description", Input).value = str(raw.get("description", ""))
-        await self._show_family(values)
         self._schedule_plan()
 
     # -------------------------------------------------------------------------------------- the summary line

@@ -57,9 +57,12 @@ class DatasetRow(Vertical):
             self.set_choices(key, choices)
 
     def set_choices(self, key: str, choices: Sequence[Any]) -> None:
+        """The choices of sub-field ``key`` (kept for a row not composed yet: applied when it mounts)."""
+        self.choices[key] = list(choices)
         for spec in self.fields:
             if spec.key == key and spec.kind == "choice":
-                set_choice_options(spec, self.query_one(f".{key}", Select), choices)
+                for select in self.query(f".{key}").results(Select):
+                    set_choice_options(spec, select, choices)
 
     @on(Button.Pressed)
     def _remove(self, event: Button.Pressed) -> None:

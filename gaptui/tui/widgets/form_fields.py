@@ -75,6 +75,9 @@ def choice_options(spec: FormField, choices: list[Any], value: Any) -> list[tupl
 
 def set_choice_options(spec: FormField, select: Select[Any], choices: Sequence[Any]) -> None:
     """Replace a ``choice`` Select's options by the loaded ``choices``, keeping its value."""
+    if not select.is_mounted or not select.query("SelectOverlay"):
+        select.call_after_refresh(set_choice_options, spec, select, choices)  # not composed yet
+        return
     value = None if select.value is Select.NULL else select.value
     with select.prevent(Select.Changed):
         select.set_options(choice_options(spec, list(choices), value))
