@@ -236,6 +236,7 @@ class NewExperimentScreen(SectionScreen):
         family without fields, a note on the preset to launch."""
         fam = family(self.task_name)
         self.fields = fam.form_fields()
+        self.refresh_bindings()  # ^n adds a row only to a form with rows
         container = self.query_one("#family-form", Vertical)
         await container.remove_children()
         self.query_one("#name-line").display = bool(self.fields)
@@ -264,23 +265,27 @@ class NewExperimentScreen(SectionScreen):
                 group = []
                 while i < len(fields) and fields[i].kind == "multi":
                     title = fields[i].section or fields[i].label
-                    group.append(Vertical(Static(title, classes="section-title"), self._widget(fields[i], values)))
+                    group.append(
+                        Vertical(Static(title, classes="section-title", markup=False), self._widget(fields[i], values))
+                    )
                     section = fields[i].section
                     i += 1
                 out.append(Horizontal(*group, classes="choices"))
                 continue
             if spec.section != section:
                 section = spec.section
-                out.append(Static(section or spec.label, classes="section-title"))
+                out.append(Static(section or spec.label, classes="section-title", markup=False))
             if spec.kind in CELL_KINDS:
                 cells = []
                 while i < len(fields) and fields[i].kind in CELL_KINDS and fields[i].section == section:
-                    cells.append(Vertical(Label(fields[i].label), self._widget(fields[i], values), classes="field"))
+                    cells.append(
+                        Vertical(Label(fields[i].label, markup=False), self._widget(fields[i], values), classes="field")
+                    )
                     i += 1
                 out.append(Grid(*cells, classes="fields"))
                 continue
             if spec.kind in ("params", "bool"):
-                label = [] if spec.kind == "bool" else [Label(spec.label)]
+                label = [] if spec.kind == "bool" else [Label(spec.label, markup=False)]
                 out.append(Horizontal(*label, self._widget(spec, values), classes="line"))
             else:
                 out.append(self._widget(spec, values))
@@ -439,6 +444,11 @@ class NewExperimentScreen(SectionScreen):
         return self.family_preset
 
     # -------------------------------------------------------------------------------------- actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "add_row":
+            return any(spec.kind == "rows" for spec in self.fields)
+        return True
 
     async def action_add_row(self) -> None:
         rows = list(self.query(RowsField))

@@ -47,7 +47,9 @@ class DatasetRow(Vertical):
     def compose(self) -> ComposeResult:
         with Grid():
             for spec in self.fields:
-                yield Vertical(Label(spec.label), field_widget(spec, self.values.get(spec.key), cls=spec.key))
+                yield Vertical(
+                    Label(spec.label, markup=False), field_widget(spec, self.values.get(spec.key), cls=spec.key)
+                )
             yield Vertical(Label(""), Button("✕", compact=True, variant="error", tooltip="remove this row"))
 
     def on_mount(self) -> None:
