@@ -235,3 +235,17 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
         await wait_until(pilot, lambda: form.query_one("#name", Input).value == "gape-smoke", 60, "gape-smoke")
         assert form.task_name == "gape" and form.query_one("#pes", SelectionList).selected == PES
         await pilot.press("ctrl+q")
+
+
+def test_keys_the_form_does_not_show_are_kept_and_blank_fields_drop_theirs() -> None:
+    raw = shipped("smoke") | {"slurm": {"partition": "gpu"}, "model_options": {"gcn": {"layers": 2}}}
+    fam = family("alignment")
+    shown = form_fields_of(fam.form_values(raw), fam.form_fields())
+    draft = FormDraft("alignment", name="smoke", description=raw["description"], fields=shown, base=raw)
+    assert draft.document() == raw
+    assert draft.preset().slurm.partition == "gpu" and draft.preset().model_options == {"gcn": {"layers": 2}}
+    blank = {**shown, **dict.fromkeys(("epochs", "batch_size", "budget", "out_dim"), "")}
+    document = dataclasses.replace(draft, fields=blank).document()
+    assert "run" not in document and document["slurm"] == {"partition": "gpu"}
+    with pytest.raises(Exception, match=r"base datasets, row 1: train: 'x' is not an integer"):
+        dataclasses.replace(draft, fields={**shown, "datasets": [{**shown["datasets"][0], "train": "x"}]}).preset()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.tasks import FormField, PresetBase, family
+from engine.tasks import DEFAULT_TASK, FormField, PresetBase, family
 
 try:
     import tomllib
@@ -240,14 +240,23 @@ class FormDraft:
         """The preset document (raw TOML dict) this form describes, as it is saved."""
         fam = family(self.task)
         body = fam.preset_from_form(self.values())
-        shown = {spec.key for spec in fam.form_fields()}
-        kept = {k: v for k, v in self.base.items() if k not in (*COMMON_KEYS, *shown, *body)}
-        doc: dict[str, Any] = {"task": self.task} if self.task != "alignment" or "task" in self.base else {}
+        kept = {k: v for k, v in self.base.items() if k not in (*COMMON_KEYS, *body, *self._owned())}
+        doc: dict[str, Any] = {"task": self.task} if self.task != DEFAULT_TASK or "task" in self.base else {}
         if "name" in self.base:
             doc["name"] = self.preset_name()
         if self.description.strip() or "description" in self.base:
             doc["description"] = self.description.strip()
         return {**doc, **body, **kept}
+
+    def _owned(self) -> set[str]:
+        """The keys of :attr:`base` the form shows (a form left blank drops them rather than keeping them)."""
+        fam = family(self.task)
+        body = {k: v for k, v in self.base.items() if k not in COMMON_KEYS}
+        try:
+            owned = set(fam.preset_from_form(fam.form_values(body)))
+        except (GaptuiError, TypeError, ValueError, AttributeError):
+            owned = set()
+        return owned | {spec.key for spec in fam.form_fields()}
 
     def preset(self) -> PresetBase:
         """The validated preset this form describes (as :func:`gaptui.presets.parse_preset` reads a file)."""
