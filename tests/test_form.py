@@ -85,6 +85,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         form = app.screen
         assert isinstance(form, NewExperimentScreen)
         await switch_task(pilot, form, "gape", "pes")
+        await wait_until(pilot, lambda: bool(form.query("DatasetRow .run")), what="the dataset row's cells")
         assert listed(form, "pes") == PES and form.query_one("#pes", SelectionList).selected == PES
         row = form.query_one("DatasetRow")
         for cell in ("base", "params", "path", "smiles", "target", "pretrain_model", "pretrain_epochs", "run"):

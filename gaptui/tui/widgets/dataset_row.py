@@ -73,4 +73,8 @@ class DatasetRow(Vertical):
 
     def value(self) -> dict[str, Any]:
         """The row's widget values by sub-field key."""
-        return {spec.key: read_widget(spec, self.query_one(f".{spec.key}")) for spec in self.fields}
+        out = dict(self.values)  # what the row was made with, for cells not composed yet
+        for spec in self.fields:
+            for widget in self.query(f".{spec.key}"):
+                out[spec.key] = read_widget(spec, widget)
+        return out

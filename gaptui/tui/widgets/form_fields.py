@@ -149,7 +149,7 @@ class MultiField(Vertical):
         return listed
 
     def value(self) -> list[Any]:
-        if not self.is_mounted:
+        if not self.query(SelectionList):  # not composed yet
             return list(self._initial)
         selected = set(self.options.selected)
         return [c for c in self._current() if c in selected]
@@ -224,7 +224,7 @@ class RowsField(Vertical):
         return list(self.query(DatasetRow))
 
     def value(self) -> list[dict[str, Any]]:
-        if not self.is_mounted:
+        if not self.query(".rows"):  # not composed yet
             return list(self._initial)
         return [row.value() for row in self.rows()]
 
