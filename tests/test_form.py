@@ -190,10 +190,13 @@ async def test_the_toy_plug_in_gets_a_form_to_fill_save_and_launch(
             "task": "toy", "description": "toy grid", "sizes": [2, 3], "models": ["mean", "median"], "seeds": [0],
             "pretrain": True, "steps": 2,
         }  # fmt: skip
+        await type_into(pilot, form.query_one("#sizes", Input), "2")  # launch a smaller grid: a pre run, 2 models
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 3, 60, "smaller plan")
         await pilot.press("ctrl+l")
         await wait_until(
-            pilot, lambda: len(app.book) == 6 and all(r["status"] == "done" for r in app.book), 120, "toy runs"
+            pilot, lambda: len(app.book) == 3 and all(r["status"] == "done" for r in app.book), 120, "toy runs"
         )
+        assert {(r["axes"]["size"], r["axes"]["model"]) for r in app.book} == {(2, "pre"), (2, "mean"), (2, "median")}
         assert {r["spec"]["steps"] for r in app.book} == {2}
         await pilot.press("ctrl+q")
 
