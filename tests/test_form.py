@@ -210,6 +210,10 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
     async with app.run_test(size=SIZE) as pilot:
         form = app.screen
         assert isinstance(form, NewExperimentScreen)
+        # a dataset row's placeholders: its base dataset's parameter defaults and split sizes
+        params = form.query_one("DatasetRow .params", Input)
+        await wait_until(pilot, lambda: params.placeholder == "degree=8.0 n=100", 30, "the row's hints")
+        assert form.query_one("DatasetRow .train", Input).placeholder == "5000"
         await pilot.press("ctrl+o")
         await wait_until(pilot, lambda: isinstance(app.screen, PresetPicker), what="the picker")
         picker = app.screen

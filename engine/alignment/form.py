@@ -4,6 +4,7 @@ and run options (the fields the terminal app draws; a filled form is a preset do
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import GaptuiError
@@ -67,6 +68,20 @@ def _noise_models() -> list[str]:
     return list(NOISE_MODELS)
 
 
+def row_hints(row: Mapping[str, Any]) -> dict[str, str]:
+    """Placeholders of a dataset row: its base dataset's parameters with their defaults, its train and val sizes."""
+    from engine.sources import SOURCES, params_dict, parse_params
+
+    try:
+        source = SOURCES.get(str(row.get("base")))
+        defaults = params_dict(parse_params(source, {}))
+    except GaptuiError:
+        return {}
+    train, val = ("all" if size is None else str(size) for size in source.sizes[:2])
+    params = " ".join(f"{k}={v}" for k, v in defaults.items())
+    return {"params": params or "no parameters", "train": train, "val": val}
+
+
 def fields() -> tuple[FormField, ...]:
     from engine.alignment.preset import RunOptions
 
@@ -81,7 +96,15 @@ def fields() -> tuple[FormField, ...]:
     )
     section = "Training"
     return (
-        FormField("datasets", "base datasets", "rows", [{"base": "er"}], section="Base datasets", fields=dataset),
+        FormField(
+            "datasets",
+            "base datasets",
+            "rows",
+            [{"base": "er"}],
+            section="Base datasets",
+            fields=dataset,
+            hints=row_hints,
+        ),
         FormField(
             "noise",
             "noise levels η",

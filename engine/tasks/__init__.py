@@ -505,6 +505,9 @@ class FormField:
     fields: tuple[FormField, ...] = ()
     section: str = ""
     placeholder: str = ""
+    #: For a ``rows`` field: placeholders of a row's sub-fields computed from its values (a base dataset's
+    #: parameter defaults and split sizes), ``{sub-field key: text}``; called whenever a choice of the row changes.
+    hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FORM_KINDS:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
 from textual.message import Message
-from textual.widgets import Button, Label, Select
+from textual.widgets import Button, Input, Label, Select
 
 from engine.tasks import FormField
 from gaptui.tui.widgets.form_fields import field_widget, read_widget, set_choice_options
@@ -37,12 +37,17 @@ class DatasetRow(Vertical):
             self.row = row
 
     def __init__(
-        self, fields: Sequence[FormField], values: Mapping[str, Any], choices: Mapping[str, Sequence[Any]]
+        self,
+        fields: Sequence[FormField],
+        values: Mapping[str, Any],
+        choices: Mapping[str, Sequence[Any]],
+        hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None,
     ) -> None:
         super().__init__()
         self.fields = tuple(fields)
         self.values = dict(values)
         self.choices = dict(choices)
+        self.hints = hints
 
     def compose(self) -> ComposeResult:
         with Grid():
@@ -57,6 +62,17 @@ class DatasetRow(Vertical):
         self.query_one(Grid).styles.grid_size_columns = cells if cells <= MAX_COLUMNS else -(-cells // 2)
         for key, choices in self.choices.items():
             self.set_choices(key, choices)
+        self.call_after_refresh(self._hint)  # once the cells are composed
+
+    @on(Select.Changed)
+    def _hint(self) -> None:
+        """Placeholders from the row's values (a base dataset's parameter defaults, sizes), as the field says."""
+        if self.hints is None:
+            return
+        shown = {spec.key: spec.placeholder or spec.help for spec in self.fields}
+        for key, text in {**shown, **self.hints(self.value())}.items():
+            for box in self.query(f".{key}").results(Input):
+                box.placeholder = text
 
     def set_choices(self, key: str, choices: Sequence[Any]) -> None:
         """The choices of sub-field ``key`` (kept for a row not composed yet: applied when it mounts)."""

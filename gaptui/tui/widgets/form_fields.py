@@ -216,7 +216,7 @@ class RowsField(Vertical):
     def _row(self, values: dict[str, Any]) -> Widget:
         from gaptui.tui.widgets.dataset_row import DatasetRow
 
-        return DatasetRow(self.spec.fields, values, self.choices)
+        return DatasetRow(self.spec.fields, values, self.choices, self.spec.hints)
 
     def rows(self) -> list[Any]:
         from gaptui.tui.widgets.dataset_row import DatasetRow
