@@ -21,6 +21,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Cancelled,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -31,6 +32,7 @@ from engine.tasks import (
     TableLayout,
     TaskFamily,
     TaskSpec,
+    drop_blank,
     list_of,
     unknown_keys,
 )
@@ -160,6 +162,26 @@ class Toy(TaskFamily):
                 for model in preset.models:
                     specs.append(ToySpec(size=size, model=model, seed=seed, after=after, gate=preset.gate, **common))
         return specs[:limit] if limit else specs
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("sizes", "sizes", "seeds", [2, 3], "data sizes: 2-4 or 2,5", section="Grid"),
+            FormField("models", "models", "multi", ["mean"], choices=("mean", "median"), free=True, section="Models"),
+            FormField("seeds", "seeds", "seeds", [0], section="Runs"),
+            FormField("steps", "steps", "int", None, placeholder="3", section="Runs"),
+            FormField("pretrain", "a pre run per size", "bool", True, section="Runs"),
+        )
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        doc = {key: values.get(key) for key in ("sizes", "models", "seeds", "pretrain", "steps")}
+        return drop_blank(doc)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {key: raw.get(key) for key in ("sizes", "models", "seeds", "steps")} | {
+            "pretrain": raw.get("pretrain", True)
+        }
 
 
 FAMILIES.register(Toy())

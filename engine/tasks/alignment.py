@@ -20,6 +20,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Figure,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -115,6 +116,23 @@ class Alignment(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        from engine.alignment.form import fields
+
+        return fields()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        from engine.alignment.form import preset_from_form
+
+        return preset_from_form(values)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from engine.alignment.form import form_values
+
+        return form_values(raw)
 
 
 FAMILIES.register(Alignment())

@@ -24,6 +24,7 @@ from engine.tasks import (
     Axis,
     Cancelled,
     Figure,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -339,6 +340,23 @@ class Gape(TaskFamily):
 
     def grid(self, preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        from engine.gape.form import fields
+
+        return fields()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        from engine.gape.form import preset_from_form
+
+        return preset_from_form(values)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from engine.gape.form import form_values
+
+        return form_values(raw)
 
 
 FAMILIES.register(Gape())

@@ -27,6 +27,7 @@ from engine.tasks import (
     Cancelled,
     DerivedTable,
     Figure,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -410,6 +411,23 @@ class Properties(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        from engine.properties.form import fields
+
+        return fields()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        from engine.properties.form import preset_from_form
+
+        return preset_from_form(values)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from engine.properties.form import form_values
+
+        return form_values(raw)
 
 
 FAMILIES.register(Properties())
