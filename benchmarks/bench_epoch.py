@@ -65,14 +65,12 @@ from engine.alignment.training import (  # noqa: E402
     FEATURES,
     IGNORE,
     PairTensors,
-    TrainState,
     compile_model,
-    epoch_order,
     evaluate,
-    make_optimiser,
     train_epoch,
 )
 from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.loop import TrainState, epoch_order, make_optimiser  # noqa: E402
 from engine.memory import flush_denormals, tune_allocator  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP, WARMUP = 3e-3, 0.01, 0.1, 30
