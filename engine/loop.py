@@ -401,6 +401,7 @@ def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu")
     from engine.tasks import Cancelled, RunFailed
 
     parts = task.parts()
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = Checkpoints(ctx.run_dir, ctx.log)
     state = TrainState()
     metrics: dict[str, float] = {}
