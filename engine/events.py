@@ -24,9 +24,10 @@ and, by kind:
 - ``eval``: ``epoch``, ``val_lap_acc``, ``val_argmax_acc``, ``val_top{k}_acc`` for each k, ``val_loss``,
   ``seconds`` (evaluation wall time).
 - ``done``: ``metrics`` (the final ``eval`` metrics plus ``train_loss``), ``params``, ``seconds`` (whole run).
-- ``cancelled``: ``epoch`` and ``step`` reached; the checkpoint was saved and the run can resume.
+- ``cancelled``: ``epoch``, ``step`` and ``batch`` (of the next epoch) reached; the checkpoint was saved and the
+  run can resume there.
 - ``error``: ``message`` (one line), ``kind`` (``input``: bad spec or data, exit 2; ``nan``: non-finite loss,
-  exit 3; ``crash``: anything else, exit 1).
+  exit 3, with the ``epoch`` and ``step`` that made it; ``crash``: anything else, exit 1).
 
 Accuracies are shares in [0, 1] of all validation nodes (pooled over pairs).
 
@@ -34,7 +35,10 @@ Downstream GAPE runs (:mod:`engine.gape.train`) use the same kinds: ``start`` ad
 with ``model`` = ``transformer``; ``epoch`` has ``val_mae`` (null when not evaluated) and ``val_acc`` absent;
 ``eval`` has ``val_mae``, ``test_mae`` (when the dataset has a test split) and ``train_loss``, all mean absolute
 errors in the target's units; ``done``'s ``metrics`` add ``best_val_mae``, ``best_epoch`` and
-``test_mae_at_best``.
+``test_mae_at_best``. Property study runs (:mod:`engine.properties.training`): ``start`` has ``model`` (the
+pooling), ``params``, ``device``, ``property``, ``dimension``; ``epoch`` has ``train_acc`` and no validation field;
+one ``eval`` after training has ``accuracy`` (per test size), ``u_score`` and ``seconds``. The fields every family
+shares come from the shared epoch loop (:mod:`engine.loop`).
 """
 
 from __future__ import annotations
