@@ -16,8 +16,9 @@ key        meaning
 and, by kind:
 
 - ``start``: ``run`` (spec hash), ``model``, ``params`` (trainable parameter count), ``width``, ``device``,
-  ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``resumed_from`` (the
-  epoch and step a resumed run continues from, or null), ``pid``.
+  ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``precision`` (``fp32`` or
+  ``bf16``, what the run trains in), ``resumed_from`` (the epoch, batch and step a resumed run continues from,
+  or null), ``pid``.
 - ``epoch``: ``epoch`` (1-based, completed), ``step`` (optimiser steps so far), ``train_loss`` (mean over real
   nodes), ``lr`` (after the epoch's last step), ``seconds`` (the epoch's wall time), ``val_acc`` (LAP accuracy
   when the epoch was evaluated, else null).

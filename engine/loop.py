@@ -53,6 +53,9 @@ CHECKPOINT = "checkpoint.pt"
 PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 #: Training steps between two reads of the loss from the device (see :func:`run_batches`).
 CHECK_EVERY = 25
+#: The ``precision`` run option: ``fp32``, ``bf16`` (the model's forward pass under bf16 autocast; similarities,
+#: softmax, losses, evaluation, weights and optimiser state in fp32) or ``auto`` (:func:`resolve_precision`).
+PRECISIONS = ("auto", "fp32", "bf16")
 
 # ------------------------------------------------------------------------------------------------ shared helpers
 
@@ -128,6 +131,33 @@ def device_fields(device: torch.device) -> dict[str, str]:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {"device": str(device), "device_name": name}
+
+
+def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str:
+    """The precision a run trains in: ``fp32`` or ``bf16`` as asked; ``auto`` is ``fp32`` everywhere for now.
+
+    bf16 becomes the ``auto`` choice on hardware with native bf16 only once its accuracy is measured equal to
+    fp32's within the seed spread for every model (``benchmarks/bench_epoch.py --precision`` measures the speed).
+    """
+    if precision not in PRECISIONS:
+        raise GaptuiError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}")
+    return "fp32" if precision == "auto" else precision
+
+
+def autocast(precision: str, device: torch.device | str = "cpu") -> Any:
+    """The context of a forward pass in ``precision``: bf16 autocast on ``device``'s type, or nothing (fp32).
+
+    Parameters stay fp32 (they are the master weights the optimiser updates); a family computes what must stay
+    exact (similarities, softmax, loss) outside this context, from the forward pass's output cast to fp32.
+    """
+    import contextlib
+
+    import torch
+
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def rng_state() -> dict[str, Any]:
@@ -297,6 +327,9 @@ class EpochTask:
     #: Epochs to train; :attr:`steps_per_epoch` is reported in the ``start`` event.
     epochs: int = 0
     steps_per_epoch: int = 0
+    #: The precision the task trains in (``fp32`` or ``bf16``), set by :func:`epoch_steps` before the first epoch:
+    #: the task runs its forward pass in ``autocast(self.precision, device)``.
+    precision: str = "fp32"
 
     def parts(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -342,6 +375,8 @@ class LoopResult:
 
     metrics: dict[str, float]
     state: TrainState
+    #: The precision the run trained in (``fp32`` or ``bf16``), for its reproducibility record.
+    precision: str = "fp32"
 
 
 T = TypeVar("T")
@@ -391,9 +426,13 @@ def run_batches(
     return True
 
 
-def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu") -> Generator[None, None, LoopResult]:
+def epoch_steps(
+    task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu", precision: str = "auto"
+) -> Generator[None, None, LoopResult]:
     """Train ``task`` for run ``run`` in ``ctx.run_dir``, resuming from its checkpoint, yielding after each epoch.
 
+    ``precision`` (:data:`PRECISIONS`) is resolved by :func:`resolve_precision` and set as ``task.precision``; a
+    checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit other one is refused).
     Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
@@ -406,9 +445,19 @@ def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu")
     state = TrainState()
     metrics: dict[str, float] = {}
     resumed_from = None
+    task.precision = resolve_precision(precision, device)
     ckpt = checkpoints.load(device)
     if ckpt is not None:
         where = checkpoints.path
+        written = str(ckpt.get("precision", "fp32"))
+        if written != task.precision and precision != "auto":
+            raise GaptuiError(
+                f"{where} was written in {written} precision and this run asks for {task.precision}; "
+                f"run it with precision = {written} or use a fresh run folder"
+            )
+        if written != task.precision:
+            ctx.log(f"resuming in {written} precision, the checkpoint's")
+            task.precision = written
         if int(ckpt.get("format", 1)) > CHECKPOINT_FORMAT:
             raise GaptuiError(
                 f"{where} has checkpoint format {ckpt.get('format')}, newer than this gaptui reads "
@@ -433,6 +482,7 @@ def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu")
         payload = {
             "format": CHECKPOINT_FORMAT,
             "run": run,
+            "precision": task.precision,
             **task.checkpoint_fields(),
             "state": asdict(state),
             "metrics": metrics,
@@ -451,6 +501,7 @@ def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu")
         **task.start_fields(),
         epochs=task.epochs,
         steps_per_epoch=task.steps_per_epoch,
+        precision=task.precision,
         resumed_from=resumed_from,
         pid=os.getpid(),
     )
@@ -486,4 +537,4 @@ def epoch_steps(task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu")
         if ctx.should_stop():
             raise cancel()
         yield
-    return LoopResult(metrics, state)
+    return LoopResult(metrics, state, task.precision)

@@ -246,3 +246,55 @@ def test_packed_toy_seeds_take_turns(tmp_path: Path, in_process: Any, monkeypatc
 
     common = {"task": "toy", "size": 3, "steps": 2, "datasets_dir": str(tmp_path / "datasets")}
     _packed_equals_alone_and_alternates(tmp_path, in_process, [{**common, "seed": s} for s in (0, 1)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The precision option
+
+
+def test_a_checkpoint_resumes_in_the_precision_it_was_written_in(tmp_path: Path) -> None:
+    ctx = RunContext(tmp_path, Events(), lambda _text: None, Stopper(6))
+    with pytest.raises(Cancelled):
+        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="bf16"))
+    events = Events()
+    ctx = RunContext(tmp_path, events, lambda _text: None, lambda: False)
+    with pytest.raises(GaptuiError, match="written in bf16 precision and this run asks for fp32; run it with"):
+        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="fp32"))
+    result = run_steps(epoch_steps(Line(), ctx, "run-hash", precision="auto"))  # auto follows the checkpoint
+    assert result.precision == "bf16" and events[0][1]["precision"] == "bf16"
+    assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["precision"] == "bf16"
+
+
+def test_precision_enters_the_run_id_only_when_set() -> None:
+    from engine.tasks import load_spec
+
+    specs = [
+        {"dataset": {"base": "er", "noise": 0.1, "params": {"n": 20, "degree": 5}}, "model": "gcn"},
+        {"task": "gape", "dataset": {"base": "ringmol", "params": {"count": 30}}, "pe": "rwpe"},
+        {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"},
+    ]
+    for raw in specs:
+        ids = {p: load_spec({**raw, "precision": p}).hash() for p in ("auto", "fp32", "bf16")}
+        assert ids["auto"] == load_spec(raw).hash() and len(set(ids.values())) == 3
+        with pytest.raises(GaptuiError, match="precision 'fp16' is not one of auto, fp32, bf16"):
+            load_spec({**raw, "precision": "fp16"})
+
+
+def test_every_family_trains_in_bf16_with_fp32_weights(tmp_path: Path, in_process: Any) -> None:
+    datasets = str(tmp_path / "datasets")
+    alignment = {"dataset": {"base": "er", "noise": 0.1, "n_train": 20, "n_val": 10, "params": {"n": 20, "degree": 5}}}
+    alignment |= {"model": "gin", "epochs": 2, "batch_size": 10, "budget": 5000, "out_dim": 16, "compile": "off"}
+    gape = {"task": "gape", "dataset": {"base": "ringmol", "params": {"count": 30}}, "pe": "rwpe", "layers": 1}
+    gape |= {"heads": 2, "budget": 2000, "epochs": 2, "batch_size": 8}
+    props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
+    props |= {"graphs": 100, "sizes": 3, "epochs": 2, "hidden": 8, "layers": 1}
+    for name, spec in (("alignment", alignment), ("gape", gape), ("properties", props)):
+        out = tmp_path / name
+        assert in_process([({**spec, "precision": "bf16", "device": "cpu", "datasets_dir": datasets}, out)]) == 0
+        result = json.loads((out / "result.json").read_text())
+        assert result["status"] == "done" and result["precision"] == "bf16", name
+        assert all(v == v for v in result["metrics"].values() if isinstance(v, float)), name  # no NaN
+        start = read_events(out / "events.jsonl")[0][0]
+        assert start["precision"] == "bf16"
+        weights = _weights(out)
+        assert all(w.dtype in (torch.float32, torch.int64, torch.bool) for w in weights.values()), name

@@ -118,11 +118,12 @@ class AlignmentRun:
             task = AlignmentTraining(self, dataset, device, evaluator)
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
             task.compile()
-            result = yield from epoch_steps(task, ctx, spec.hash(), device)
+            result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
         metrics = result.metrics
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": task.width}
         extra["compiled"] = task.trained is not task.model
+        extra["precision"] = result.precision
         extra["dataset_seed"] = spec.dataset.get("seed", 0)
         return Outcome(metrics=metrics, params=task.params, extra={**extra, "epochs": spec.epochs})
 
@@ -167,6 +168,10 @@ class AlignmentTraining(EpochTask):
         from engine.alignment.training import train_epoch
 
         spec = self.spec
+        if self.precision == "bf16" and getattr(self.model, "sparse", None):
+            # The sparse-matrix products have no bf16 kernel on a CPU: a bf16 run's built-in model uses PyG's
+            # gather/scatter layers (as a compiled one does), for training and evaluation.
+            self.model.sparse = False
         return train_epoch(
             self.trained,
             self.train,
@@ -179,6 +184,7 @@ class AlignmentTraining(EpochTask):
             clip_mode=spec.clip_mode,
             features=spec.features,
             should_stop=should_stop,
+            precision=self.precision,
         )
 
     def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:

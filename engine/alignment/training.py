@@ -22,7 +22,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_dense_batch
 
 from engine.evaluation import AlignmentScores, LapEvaluator
-from engine.loop import TrainState, epoch_order, run_batches
+from engine.loop import TrainState, autocast, epoch_order, run_batches
 from engine.pairs import PairSplit
 
 IGNORE = -100
@@ -159,11 +159,15 @@ def similarity(model: nn.Module, batch: SiameseBatch, features: str = "degree") 
         # A model that says it reads PyG's EdgeIndex flags builds its sparse matrices without sorting.
         edge_index = EdgeIndex(edge_index, sparse_size=(nodes, nodes), sort_order="row", is_undirected=True)
     emb = model(x, edge_index, batch.batch)
-    total, size = batch.total_nodes, batch.size
-    xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
-    xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
-    sim = torch.bmm(xg, xh.transpose(1, 2))
-    return sim.masked_fill(~mask[:, None, :], float("-inf")), mask
+    # Under a bf16 autocast (the precision option) only the model's forward pass runs in bf16: the similarity,
+    # and so the row softmax, the loss and the LAP, are computed in fp32.
+    with torch.autocast(emb.device.type, enabled=False):
+        emb = emb.float() if emb.dtype in (torch.bfloat16, torch.float16) else emb
+        total, size = batch.total_nodes, batch.size
+        xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
+        xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
+        sim = torch.bmm(xg, xh.transpose(1, 2))
+        return sim.masked_fill(~mask[:, None, :], float("-inf")), mask
 
 
 def alignment_loss(sim: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -229,8 +233,12 @@ def train_epoch(
     clip_mode: str,
     features: str = "degree",
     should_stop: Callable[[], bool] = lambda: False,
+    precision: str = "fp32",
 ) -> bool:
     """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``.
+
+    ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.loop.autocast`);
+    the similarity and the loss stay fp32, and so do the weights and the optimiser state.
 
     The batch loop is :func:`engine.loop.run_batches`: losses are read back from the device every few steps, and a
     non-finite loss raises :class:`engine.loop.NonFiniteLoss` naming the step that made it.
@@ -239,7 +247,8 @@ def train_epoch(
     order = epoch_order(seed, state.epoch + 1, len(data))
 
     def step(batch: SiameseBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        sim, mask = similarity(model, batch, features)
+        with autocast(precision, data.device):
+            sim, mask = similarity(model, batch, features)
         loss = alignment_loss(sim, batch.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()

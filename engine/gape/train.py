@@ -28,6 +28,7 @@ from engine.gape.transformer import MoleculeTransformer, build_transformer
 from engine.loop import (
     EpochTask,
     TrainState,
+    autocast,
     epoch_order,
     epoch_steps,
     make_optimiser,
@@ -158,7 +159,9 @@ class GapeTraining(EpochTask):
 
         def step(lo: int) -> tuple[torch.Tensor, int]:
             batch = self.tensors.gather(order[lo : lo + spec.batch_size], flips)
-            loss = F.l1_loss(self.model(batch.atoms, batch.pe, batch.mask), batch.target)
+            with autocast(self.precision, self.device):
+                out = self.model(batch.atoms, batch.pe, batch.mask)
+            loss = F.l1_loss(out.float(), batch.target)  # the loss in fp32 whatever the forward's precision
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt.step()
@@ -222,12 +225,13 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
     model = task.model
     ctx.log(f"transformer: {model.num_parameters} parameters, width {model.width}, ff {model.ff}; "
             f"PE {spec.pe} ({enc.dim} dims)")  # fmt: skip
-    result = yield from epoch_steps(task, ctx, spec.hash(), device)
+    result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
     metrics = {**result.metrics, **task.best}
     ctx.log(f"done: val MAE {metrics['val_mae']:.4f}")
     fields = task.fields()
     params = fields.pop("params")
-    return Outcome(metrics=metrics, params=params, extra={**fields, "epochs": task.epochs})
+    extra = {**fields, "epochs": task.epochs, "precision": result.precision}
+    return Outcome(metrics=metrics, params=params, extra=extra)
 
 
 def run_gape(

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
-from engine.loop import EpochTask, TrainState, epoch_steps, read_checkpoint, run_batches
+from engine.loop import EpochTask, TrainState, autocast, epoch_steps, read_checkpoint, run_batches
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes
@@ -170,7 +170,8 @@ class PropertyTraining(EpochTask):
 
         def step(lo: int) -> tuple[torch.Tensor, int]:
             ids = order[lo : lo + size]
-            logits = self.model(self.adj[ids])
+            with autocast(self.precision, self.adj.device):
+                logits = self.model(self.adj[ids]).float()
             loss = F.binary_cross_entropy_with_logits(logits, self.labels[ids])
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -204,7 +205,7 @@ def train_steps(
     the ``start`` event."""
     device = torch.device(device)
     task = PropertyTraining(train, pooling, options, seed, device, start)
-    result = yield from epoch_steps(task, ctx, run, device)
+    result = yield from epoch_steps(task, ctx, run, device, options.precision)
     return task.model, {k: result.metrics.get(k, float("nan")) for k in ("train_loss", "train_acc")}
 
 

@@ -108,6 +108,10 @@ class PropertySpec(TaskSpec, CellOptions):
             raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        from engine.loop import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise GaptuiError(f"{where}: precision '{self.precision}' is not one of {', '.join(PRECISIONS)}")
         from engine.typed import check_device
 
         check_device(self.device, where)
@@ -119,6 +123,8 @@ class PropertySpec(TaskSpec, CellOptions):
 
         out = super().canonical()
         out["negatives"] = self.negatives or DEFAULT_NEGATIVES
+        if out.get("precision") == "auto":
+            del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
         return out
 
     def options(self) -> TrainOptions:
@@ -354,7 +360,7 @@ class Properties(TaskFamily):
         return run_steps(self.steps(spec, ctx))
 
     def steps(self, spec: PropertySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
-        from engine.loop import device_fields, resolve_device
+        from engine.loop import device_fields, resolve_device, resolve_precision
         from engine.properties.study import cell_steps
         from engine.properties.training import build_model
 
@@ -371,7 +377,8 @@ class Properties(TaskFamily):
             device=device, trained=trained, run=spec.hash(), start=start,
         )  # fmt: skip
         ctx.log(f"{self.describe(spec)}: U score {metrics['u_score']:.4f}")
-        return Outcome(metrics=metrics, params=params, extra=device_fields(device))
+        extra = {**device_fields(device), "precision": resolve_precision(spec.precision, device)}
+        return Outcome(metrics=metrics, params=params, extra=extra)
 
     def derived_tables(self, records: list[dict[str, Any]], metric: str) -> list[DerivedTable]:
         """The study's Table 2: per pooling and dimension, the mean over properties of the R score.
