@@ -143,7 +143,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
 # epochs and evaluations, so the rest comes from the measured per-run overhead (1 s here).
 @pytest.mark.parametrize(("duration", "rest"), [(4.0, 3.4), (0.6, 1.0)])
 def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: float, rest: float) -> None:
-    from engine.worker import cpu_name
+    from engine.loop import cpu_name
 
     plan = _smoke_plan(tmp_path)
     done = plan.to_run[0]  # gcn at noise 0.05, seed 0; a seed-1 run of the same cell is estimated from it

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,6 +35,7 @@ from engine.tasks import (
     TaskSpec,
     drop_blank,
     list_of,
+    run_steps,
     unknown_keys,
 )
 
@@ -111,6 +113,10 @@ class Toy(TaskFamily):
         return [Input(f"toy:{spec.size}", f"toy data n={spec.size}", partial(build_data, spec))]
 
     def run(self, spec: ToySpec, ctx: RunContext) -> Outcome:
+        return run_steps(self.steps(spec, ctx))
+
+    def steps(self, spec: ToySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+        """One "epoch" per step, yielding between them: the seeds of a pack take turns (no torch, no loop)."""
         values = json.loads(build_data(spec).read_text())["values"]
         ctx.emit("start", run=spec.hash(), model=spec.model, params=0, epochs=spec.steps, pid=os.getpid())
         base = 0.0
@@ -127,6 +133,7 @@ class Toy(TaskFamily):
             if ctx.should_stop():
                 raise Cancelled(step=step - 1)
             ctx.emit("epoch", epoch=step, step=step, train_loss=1.0 / step, lr=0.1, seconds=0.0, val_acc=None)
+            yield
         if spec.fail:
             raise RunFailed("toy failure on purpose", "crash")
         mae = base + len(values) / 10 + (0.0 if spec.model == "median" else 0.5) + spec.seed / 100

@@ -105,7 +105,7 @@ def machine(device: str = "cpu") -> dict[str, str]:
     """What makes a measurement this machine's: host, CPU model, the device's name, Python and torch versions."""
     import torch
 
-    from engine.worker import cpu_name
+    from engine.loop import cpu_name
 
     name = cpu_name()
     if device.startswith("cuda"):
@@ -166,20 +166,9 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
 
 def _measure_training(key: CostKey, device_name: str, seconds: float) -> Throughput:
     from engine import models
-    from engine.alignment.training import (
-        CHECK_EVERY,
-        FEATURES,
-        PairTensors,
-        TrainState,
-        compile_model,
-        evaluate,
-        make_optimiser,
-        resolve_device,
-        seed_everything,
-        train_epoch,
-    )
+    from engine.alignment.training import FEATURES, PairTensors, compile_model, evaluate, train_epoch
     from engine.evaluation import LapEvaluator
-    from engine.worker import Checkpoints
+    from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, resolve_device, seed_everything
 
     device = resolve_device(device_name)
     seed_everything(0)

@@ -71,7 +71,7 @@ class Alignment(TaskFamily):
         return spec.model == BASELINE
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
-        from engine.worker import CHECKPOINT
+        from engine.loop import CHECKPOINT
 
         # A GAPE run embeds with the trained model; the training-free baseline has none.
         return () if self.is_baseline(spec) else (CHECKPOINT,)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,7 +23,6 @@ from engine.gape.spec import GapeSpec
 from engine.tasks import (
     FAMILIES,
     Axis,
-    Cancelled,
     Figure,
     FormField,
     Input,
@@ -31,10 +31,10 @@ from engine.tasks import (
     Placement,
     PresetBase,
     RunContext,
-    RunFailed,
     TableLayout,
     TaskFamily,
     list_of,
+    run_steps,
     seeds_of,
     unique_values,
     unknown_keys,
@@ -321,19 +321,14 @@ class Gape(TaskFamily):
         return [Input(key, f"{ds.base} molecules", partial(build_molecules, ds, datasets_dir, raw))]
 
     def run(self, spec: GapeSpec, ctx: RunContext) -> Outcome:
-        from engine.alignment.training import NonFiniteLoss
-        from engine.gape.train import run_gape
+        return run_steps(self.steps(spec, ctx))
+
+    def steps(self, spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+        from engine.gape.train import gape_steps
 
         if spec.runs_dir is None and spec.pe_spec().run:
             spec = spec.replace(runs_dir=str(ctx.run_dir.parent))
-        try:
-            result = run_gape(spec, ctx.run_dir, ctx.emit, should_stop=ctx.should_stop, log=ctx.log)
-        except NonFiniteLoss as exc:
-            raise RunFailed(str(exc), "nan", event={"epoch": exc.epoch, "step": exc.step}) from None
-        if result["status"] == "cancelled":
-            raise Cancelled(epoch=result["epoch"], step=result["step"])
-        extra = {k: result[k] for k in ("dataset", "model", "width", "pe", "epochs")}
-        return Outcome(metrics=result["metrics"], params=result["params"], extra=extra)
+        return gape_steps(spec, ctx)
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> GapePreset:
         return parse_preset(raw, path)
