@@ -11,6 +11,7 @@ Table 2 (poolings x dimensions, mean R score) is :meth:`Properties.summary`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -410,6 +411,36 @@ class Properties(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- cost and memory
+    # A cell trains its epochs over its training graphs: ``epochs x graphs`` units, at the seconds per unit of
+    # finished runs of its cell (same property, pooling, dimension and model), whatever their graphs and epochs.
+
+    def cost_cell(self, spec: PropertySpec) -> str:
+        skip = ("seed", "epochs", "graphs", "data_seed", "lr")
+        return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
+
+    def cost_units(self, spec: PropertySpec) -> float | None:
+        return float(spec.epochs * spec.graphs)
+
+    def memory(self, spec: PropertySpec) -> Any:
+        """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
+        published folder is read as it is."""
+        from engine.memory import MemoryNeed, human
+        from engine.properties.datasets import build_bytes
+        from engine.properties.study import cell_datasets
+
+        if spec.published is not None:
+            return None
+        datasets = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        cells = [ds.canonical() for ds in datasets]
+        largest = max(cells, key=build_bytes)
+        need = build_bytes(largest)
+        detail = f"the largest dataset, {largest['property']} on n = {largest['n']} x {int(largest['graphs']):,} graphs"
+        key = json.dumps(largest, sort_keys=True, default=str)
+        hint = "lower the graphs per dataset (graphs in the preset)"
+        what = f"{spec.property} {spec.dimension}"
+        return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
 
 
 FAMILIES.register(Properties())
