@@ -165,7 +165,9 @@ class Alignment(TaskFamily):
                 built = (float(stats["train"]["mean_order"]), float(stats["train"]["mean_degree"]), pairs)
             except (GaptuiError, KeyError, TypeError, ValueError):
                 built = None
-        return pairs_need(canonical, spec.batch_size, f"{spec.model} on {spec.dataset['base']}", built)
+        noise = f"noise {canonical['noise']:g}"
+        what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
+        return pairs_need(canonical, spec.batch_size, what, built)
 
 
 FAMILIES.register(Alignment())
