@@ -141,9 +141,11 @@ class GridEstimate:
             head += f" (resuming: {left} of {left + self.done} left)"
         if self.pack_seeds > 1:
             where += f", up to {self.pack_seeds} seeds per worker"
-        head += (
-            f": wall about {format_duration(self.plan.wall)} on {where}; compute {format_duration(self.plan.compute)}"
-        )
+        if self.runs:
+            wall, compute = format_duration(self.plan.wall), format_duration(self.plan.compute)
+            head += f": wall about {wall} on {where}; compute {compute}"
+        else:
+            head = f"estimate: none of the {left} run(s) left has one yet"
         out = [head]
         by_label: dict[str, list[RunEstimate]] = {}
         for run in self.runs:
