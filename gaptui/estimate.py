@@ -1,8 +1,8 @@
 """How long a grid will take on these slots: what ``gaptui run --dry-run`` prints and the app's launch bar shows.
 
 Every family estimates its own runs (:meth:`engine.tasks.TaskFamily.estimate_costs`, vocabulary in
-:mod:`engine.cost`): the seconds of each run left to do on each slot profile and where they came from. Alignment
-has a calibrated model (measured throughput, :mod:`engine.alignment.throughput`); the other families, by default,
+:mod:`engine.cost`): the seconds of each run left to do on each slot profile and where they came from. A family
+may have a calibrated model (the default family's: measured training throughput); the others have, by default,
 the history of finished runs of the same cell (seconds per unit of work: an epoch, an epoch over its graphs).
 The :class:`Estimator` offers them what they ask for (:class:`engine.cost.CostContext`):
 

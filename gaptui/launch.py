@@ -13,6 +13,15 @@
    ``blocked`` by the scheduler). :func:`retry` does the same for records chosen in the app.
 
 Slots come from :func:`slots_for` (``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``, validated).
+
+**The launch service** (end of this module) is what ``gaptui run``, the terminal app's launch and ``gaptui train``
+call, so that they cannot drift: :func:`launch_settings` checks the options (:class:`LaunchOptions`: slots, backend,
+timeout, retries, packed seeds, Slurm settings) against the preset; :func:`plan_launch` plans, runs the family
+checks and refuses a run that cannot fit in memory (every family's :meth:`~engine.tasks.TaskFamily.memory`) before
+any work, returning a :class:`LaunchPlan` whose :meth:`~LaunchPlan.summary` is the dry run's; :func:`make_backend`
+gives the local scheduler or the Slurm backend with the run policy; :func:`start` prepares the inputs, checks the
+memory again of runs whose size was unknown until their input was built (real and user datasets), and queues.
+``gaptui train`` checks and prepares its one run with :func:`check_specs` and :func:`prepare_checked`.
 """
 
 from __future__ import annotations
