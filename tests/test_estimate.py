@@ -271,3 +271,19 @@ def test_the_form_estimate_uses_the_cache_and_never_measures(tmp_path: Path) -> 
     assert {r.source for r in cached.runs} == {"calibration (cached)"}
     # Another slot layout has no cached overhead: no number rather than a guess
     assert estimate_from_cache(plan, [CPU1], ws, []) is None
+
+
+def test_a_property_cell_is_estimated_per_epoch_graph_and_relation_cell_from_another_property(tmp_path: Path) -> None:
+    from engine.tasks import family
+
+    ws = Workspace(tmp_path)
+    specs = launch.plan(load_preset("properties-smoke", ws), ws, {}).specs
+    mean = [s for s in specs if s.pooling == "mean" and s.dimension == "generalisation"]
+    done, other = mean[0], next(s for s in mean[1:] if s.property != mean[0].property)
+    record = _finished(tmp_path, done, [1.0, 1.0], duration=3.0)  # 2 epochs of 1 s, 1 s besides
+    plan = SimpleNamespace(done=[done], to_run=[other], dependencies=lambda spec: ())
+    result = _estimator(tmp_path, Counting(), records=[record]).estimate(plan, [CPU1], ws)
+    fam = family("properties")
+    per_unit = 2.0 / fam.cost_units(done)
+    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(1.0 + fam.cost_units(other) * per_unit)
+    assert result.runs[0].source == "history (1 run(s))" and result.runs[0].label == "mean"

@@ -413,15 +413,19 @@ class Properties(TaskFamily):
         return grid(preset, placement, limit)
 
     # -------------------------------------------------------------------------------- cost and memory
-    # A cell trains its epochs over its training graphs: ``epochs x graphs`` units, at the seconds per unit of
-    # finished runs of its cell (same property, pooling, dimension and model), whatever their graphs and epochs.
+    # A cell trains its epochs over its training graphs, each an n x n relation: ``epochs x graphs x n^2`` units,
+    # at the seconds per unit of finished runs of its cell (same pooling, dimension and model), whatever their
+    # property (its size n), graphs and epochs.
 
     def cost_cell(self, spec: PropertySpec) -> str:
-        skip = ("seed", "epochs", "graphs", "data_seed", "lr")
+        skip = ("seed", "epochs", "graphs", "data_seed", "lr", "property", "published")
         return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
 
     def cost_units(self, spec: PropertySpec) -> float | None:
-        return float(spec.epochs * spec.graphs)
+        from engine.properties.study import cell_datasets
+
+        train = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
 
     def memory(self, spec: PropertySpec) -> Any:
         """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
