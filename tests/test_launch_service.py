@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import GaptuiError
 from gaptui.history import History, read_records
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace
@@ -113,3 +114,35 @@ def test_train_runs_one_run_of_a_plug_in_family_from_a_preset(tmp_path: Path, to
     ambiguous = run_cli("train", *where, "-W", "model=mean", env=ENV)
     assert ambiguous.returncode == 2
     assert "2 runs of its grid match; choose one with --where (size: 2; model: mean; seed: 0, 1)" in ambiguous.stderr
+
+
+def test_a_user_dataset_too_large_for_memory_is_refused_once_built_before_any_run_is_queued(tmp_path: Path) -> None:
+    """A folder of edge lists says nothing of its size before it is built: the plan passes, the launch builds the
+    dataset, then refuses its runs in one line before queueing any (the CLI and the app through the same start)."""
+    from gaptui import launch
+    from gaptui.presets import load_preset
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    nodes = 60_000  # a training batch of 20 such pairs: about 1 TB of similarities
+    for i in range(3):
+        (graphs / f"g{i}.txt").write_text("".join(f"{v} {v + 1}\n" for v in range(nodes - 1)))
+    preset = tmp_path / "big.toml"
+    preset.write_text(
+        'noise = [0.1]\nmodels = ["gcn"]\nseeds = [0]\nlaplacian = false\n'
+        "[run]\nepochs = 1\nbatch_size = 20\nbudget = 5000\nout_dim = 16\n"
+        f'[[datasets]]\nbase = "folder"\nparams = {{ path = "{graphs}" }}\ntrain = 2\nval = 1\n'
+    )
+    ws = Workspace(tmp_path / "ws")
+    loaded = load_preset(str(preset), ws)
+    settings = launch.launch_settings(loaded, launch.LaunchOptions(gpus=[], cpu_jobs=1), ws)
+    launch_plan = launch.plan_launch(loaded, ws, [], settings)
+    assert launch_plan.memory == [] and len(launch_plan.plan.to_run) == 1  # unknown until built
+    with History(ws, write=True) as history:
+        scheduler = launch.make_backend(settings, ws, history)
+        with pytest.raises(GaptuiError) as refused:
+            launch.start(launch_plan, scheduler)
+        assert list(scheduler.queue) == [] and history.records() == []
+    message = str(refused.value)
+    assert message.startswith("gcn on folder") and "needs about" in message and "but this machine has" in message
+    assert message.endswith("lower --batch-size or the graph order")
