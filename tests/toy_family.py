@@ -190,5 +190,24 @@ class Toy(TaskFamily):
             "pretrain": raw.get("pretrain", True)
         }
 
+    # cost and memory: a run's units are its steps (the history of its cell gives the seconds per step); its data
+    # holds ``size`` values of a megabyte each (so a test can ask for more than any machine has).
+    def cost_cell(self, spec: ToySpec) -> str:
+        return f"{spec.size}:{spec.model}"
+
+    def cost_units(self, spec: ToySpec) -> float | None:
+        return 0 if spec.model == PRE else float(spec.steps)
+
+    def memory(self, spec: ToySpec) -> Any:
+        from engine.memory import MemoryNeed, human
+
+        need = spec.size * TOY_BYTES_PER_VALUE
+        detail = f"{spec.size:,} values of {human(TOY_BYTES_PER_VALUE)}"
+        return MemoryNeed(f"toy data n={spec.size}", "toy data", need, detail, "lower the sizes", str(spec.size))
+
+
+#: What one value of a toy run's data stands for in memory.
+TOY_BYTES_PER_VALUE = 1 << 20
+
 
 FAMILIES.register(Toy())

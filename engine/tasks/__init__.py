@@ -682,6 +682,51 @@ class TaskFamily:
         """The form's values for a preset document (the inverse of :meth:`preset_from_form`)."""
         raise GaptuiError(f"task '{self.name}' has no form: load one of its presets")
 
+    # -------------------------------------------------------------------------------- cost and memory
+    # What a run costs (``gaptui run --dry-run``'s estimate, the app's launch bar) and how much memory it needs
+    # (a plan that cannot fit is refused before any work). Types in :mod:`engine.cost` and :mod:`engine.memory`.
+
+    #: A module that ``python -m`` runs to measure this family's cost keys (JSON request on stdin, one measurement
+    #: per key on stdout; see :mod:`engine.cost`); "" when the family has no calibration.
+    calibration_module: ClassVar[str] = ""
+
+    def cost_cell(self, spec: Any) -> str:
+        """What makes two runs cost the same per unit of work, as a string: runs of one cell share their history.
+        The default: the canonical spec without its seed."""
+        return json.dumps({k: v for k, v in spec.canonical().items() if k != "seed"}, sort_keys=True, default=str)
+
+    def cost_units(self, spec: Any) -> float | None:
+        """Units of work of a run (its epochs, epochs x graphs...): finished runs of its cell give the seconds per
+        unit. None (the default): a run is one whole; its cell's runs give its duration."""
+        return None
+
+    def cost_evaluations(self, spec: Any) -> int:
+        """Evaluation passes of a run timed apart from its units (``eval`` events with ``seconds``); default 0."""
+        return 0
+
+    def cost_label(self, spec: Any) -> str:
+        """How the estimate groups runs (default: the value of the table's row axis, e.g. the model)."""
+        return self.axis(self.table.rows).format(self.record_axes(spec).get(self.table.rows))
+
+    def estimate_costs(self, specs: list[Any], ctx: Any) -> Any:
+        """The seconds of ``specs`` (runs of this family left to do) on the slot profiles of ``ctx``
+        (:class:`engine.cost.CostContext`), as a :class:`engine.cost.CostReport`. The default is the history of
+        finished runs of the same cell (:meth:`engine.cost.CostContext.from_history`); a family with a calibrated
+        model (alignment: measured throughput) overrides it."""
+        return ctx.from_history(self, specs)
+
+    def overhead_probe(self, placement: Placement, count: int) -> list[Any]:
+        """``count`` tiny runs (distinct seeds) whose duration through the real worker is a run's overhead (process
+        start, imports, loading, result); none (the default) when the family's model needs no overhead."""
+        return []
+
+    def memory(self, spec: Any) -> Any:
+        """What the run needs in memory at its peak (:class:`engine.memory.MemoryNeed`: the run or dataset, its
+        kind, the bytes, what they are made of, what to lower), None when nothing grows with its parameters or
+        its size is unknown until its input is built (checked again once it is). Runs with the same
+        ``MemoryNeed.key`` are checked once."""
+        return None
+
 
 class FamilyRegistry:
     """Task families by name; built-ins and plug-ins are imported on first use."""

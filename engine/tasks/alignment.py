@@ -134,5 +134,58 @@ class Alignment(TaskFamily):
 
         return form_values(raw)
 
+    # -------------------------------------------------------------------------------- cost and memory
+
+    calibration_module = "engine.alignment.throughput"
+
+    def cost_cell(self, spec: RunSpec) -> str:
+        from engine.alignment.throughput import cell_key
+
+        return cell_key(spec)
+
+    def cost_units(self, spec: RunSpec) -> float | None:
+        return 0 if self.is_baseline(spec) else spec.epochs
+
+    def cost_evaluations(self, spec: RunSpec) -> int:
+        from engine.alignment.throughput import run_evaluations
+
+        return run_evaluations(spec)
+
+    def cost_label(self, spec: RunSpec) -> str:
+        return BASELINE if self.is_baseline(spec) else model_label(spec)
+
+    def estimate_costs(self, specs: list[RunSpec], ctx: Any) -> Any:
+        from engine.alignment.throughput import estimate_costs
+
+        return estimate_costs(self, specs, ctx)
+
+    def overhead_probe(self, placement: Placement, count: int) -> list[RunSpec]:
+        from engine.alignment.throughput import overhead_probe
+
+        return overhead_probe(placement.datasets_dir, placement.data_root, count)
+
+    def memory(self, spec: RunSpec) -> Any:
+        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
+        its built statistics (None until it is built: the launch checks it again then)."""
+        from engine.alignment.datasets import dataset_id, open_dataset
+        from engine.errors import GaptuiError
+        from engine.memory import pairs_need
+
+        if self.is_baseline(spec):
+            return None
+        canonical = spec.dataset_spec().canonical()
+        built = None
+        folder = dataset_dirs(spec)[0] / dataset_id(canonical)
+        if (folder / "meta.json").exists():
+            try:
+                stats = open_dataset(folder).stats
+                pairs = sum(int((stats.get(split) or {}).get("pairs", 0)) for split in ("train", "val"))
+                built = (float(stats["train"]["mean_order"]), float(stats["train"]["mean_degree"]), pairs)
+            except (GaptuiError, KeyError, TypeError, ValueError):
+                built = None
+        noise = f"noise {canonical['noise']:g}"
+        what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
+        return pairs_need(canonical, spec.batch_size, what, built)
+
 
 FAMILIES.register(Alignment())

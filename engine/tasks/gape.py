@@ -353,5 +353,60 @@ class Gape(TaskFamily):
 
         return form_values(raw)
 
+    # -------------------------------------------------------------------------------- cost and memory
+    # A GAPE grid's pretraining runs are alignment runs (alignment's cost model); a downstream run costs its
+    # epochs (or its optimiser steps, when the spec counts steps) at the seconds per unit of finished runs of its
+    # cell (same dataset, PE kind and model options).
+
+    def cost_cell(self, spec: GapeSpec) -> str:
+        canonical = spec.canonical()
+        skip = ("seed", "epochs", "steps", "warmup_steps", "lr", "weight_decay", "eval_every")
+        cell = {k: v for k, v in canonical.items() if k not in skip}
+        cell["pe"] = spec.pe_spec().kind  # which pretraining run gave the GAPE does not change the seconds
+        cell["unit"] = "steps" if spec.steps else "epochs"
+        return json.dumps(cell, sort_keys=True, default=str)
+
+    def cost_units(self, spec: GapeSpec) -> float | None:
+        return float(spec.steps or spec.epochs)
+
+    def memory(self, spec: GapeSpec) -> Any:
+        """The molecules (as graphs and flat arrays) and one batch through the transformer: attention scores of
+        every layer (``[B, heads, L, L]``, kept for the backward pass) and the layers' activations. The molecule
+        count and size come from the source's parameters, or from the built dataset (real and user files)."""
+        from engine.gape.data import molecule_id, molecule_source, molecules_bytes
+        from engine.memory import MemoryNeed, human
+        from engine.sources import parse_params
+        from engine.worker import default_datasets_dir
+
+        ds = spec.molecule_spec()
+        canonical = ds.canonical()
+        cls = molecule_source(ds.base)
+        params = parse_params(cls, ds.params)
+        hint, count = cls.size_hint(params), cls.count_hint(params)
+        atoms, degree, longest = (hint[0], hint[1], hint[0]) if hint is not None else (0.0, 2.2, 0.0)
+        folder = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+        meta_path = folder / "molecules" / molecule_id(canonical) / "meta.json"
+        if meta_path.exists():
+            try:
+                meta = json.loads(meta_path.read_text())
+                count, atoms, longest = int(meta["molecules"]), float(meta["mean_atoms"]), float(meta["max_atoms"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        if not count or not atoms:
+            return None
+        data = molecules_bytes(count, atoms, degree)
+        batch, length = min(spec.batch_size, count), max(longest, atoms)
+        width = max(8.0, (spec.budget / (12 * spec.layers)) ** 0.5)
+        attention = 2 * 4 * batch * spec.heads * length * length * spec.layers
+        activations = 4 * 12 * batch * length * width * spec.layers
+        need = int(data + attention + activations)
+        detail = (
+            f"{count:,} molecules of about {atoms:,.0f} atoms {human(data)}, a batch of {batch} through "
+            f"{spec.layers} layers {human(attention + activations)}"
+        )
+        key = json.dumps([canonical, spec.batch_size, spec.layers, spec.heads, spec.budget], sort_keys=True)
+        hint_line = "lower batch_size, layers or the number of molecules"
+        return MemoryNeed(f"gape on {dataset_label(spec)}", f"molecules of {ds.base}", need, detail, hint_line, key)
+
 
 FAMILIES.register(Gape())

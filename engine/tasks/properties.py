@@ -11,6 +11,7 @@ Table 2 (poolings x dimensions, mean R score) is :meth:`Properties.summary`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Generator
@@ -426,6 +427,40 @@ class Properties(TaskFamily):
         from engine.properties.form import form_values
 
         return form_values(raw)
+
+    # -------------------------------------------------------------------------------- cost and memory
+    # A cell trains its epochs over its training graphs, each an n x n relation: ``epochs x graphs x n^2`` units,
+    # at the seconds per unit of finished runs of its cell (same pooling, dimension and model), whatever their
+    # property (its size n), graphs and epochs.
+
+    def cost_cell(self, spec: PropertySpec) -> str:
+        skip = ("seed", "epochs", "graphs", "data_seed", "lr", "property", "published")
+        return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
+
+    def cost_units(self, spec: PropertySpec) -> float | None:
+        from engine.properties.study import cell_datasets
+
+        train = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
+
+    def memory(self, spec: PropertySpec) -> Any:
+        """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
+        published folder is read as it is."""
+        from engine.memory import MemoryNeed, human
+        from engine.properties.datasets import build_bytes
+        from engine.properties.study import cell_datasets
+
+        if spec.published is not None:
+            return None
+        datasets = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        cells = [ds.canonical() for ds in datasets]
+        largest = max(cells, key=build_bytes)
+        need = build_bytes(largest)
+        detail = f"the largest dataset, {largest['property']} on n = {largest['n']} x {int(largest['graphs']):,} graphs"
+        key = json.dumps(largest, sort_keys=True, default=str)
+        hint = "lower the graphs per dataset (graphs in the preset)"
+        what = f"{spec.property} {spec.dimension}"
+        return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
 
 
 FAMILIES.register(Properties())

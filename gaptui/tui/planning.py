@@ -26,6 +26,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from gaptui.durations import format_duration
+
 #: Statuses a run can be retried from (re-queued; a cancelled or interrupted run resumes from its checkpoint).
 RETRYABLE = ("failed", "cancelled", "interrupted")
 #: Statuses of runs the scheduler still has to finish.
@@ -359,20 +361,3 @@ def summarize(specs: Sequence[Any], records: Mapping[str, Mapping[str, Any]], sl
         slots=slots,
         estimate_seconds=estimate_seconds(todo, records.values(), slots),
     )
-
-
-def format_duration(seconds: float | None) -> str:
-    """``42 s``, ``3 min``, ``2 h 05 min``, ``3 d 4 h``."""
-    if seconds is None:
-        return "–"
-    seconds = max(0.0, float(seconds))
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes = seconds / 60
-    if minutes < 90:
-        return f"{minutes:.0f} min"
-    hours, minutes = divmod(int(minutes), 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
