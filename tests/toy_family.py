@@ -161,5 +161,19 @@ class Toy(TaskFamily):
                     specs.append(ToySpec(size=size, model=model, seed=seed, after=after, gate=preset.gate, **common))
         return specs[:limit] if limit else specs
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    reference = "paper"
+
+    def reference_file(self, name: str) -> Path | None:
+        return REFERENCE if name == self.reference else None
+
+    def optimal_line(self, derived: str | None) -> str:
+        return "" if derived else "optimal size (largest best − worst spread)"
+
+
+#: The toy's published table (a plug-in's own reference file, outside gaptui).
+REFERENCE = Path(__file__).with_name("toy_reference.csv")
+
 
 FAMILIES.register(Toy())

@@ -340,5 +340,11 @@ class Gape(TaskFamily):
     def grid(self, preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
         return grid(preset, placement, limit)
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    #: Table 1 of the alignment paper (seed 000), shipped as gaptui/references/gape.paper.csv. No optimal line:
+    #: the columns are datasets, and the dataset that separates the PEs most means nothing.
+    reference = "paper"
+
 
 FAMILIES.register(Gape())
