@@ -210,3 +210,46 @@ def test_a_plug_in_family_ships_its_reference_and_optimal_line(toy_family: None,
         bad = tmp_path / "a.csv"
         bad.write_text("# task: alignment\ndataset,model,noise,median,std\ner,gcn,0.1,0.5,\n")
         reference.load_reference(str(bad), task="toy")
+
+
+def _shown(static: Any) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=200, color_system=None, record=True, file=io.StringIO())
+    console.print(static.content)
+    return console.export_text()
+
+
+@pytest.mark.asyncio
+async def test_ranking_screen_compares_gape_and_properties_with_their_papers(workspace: Workspace) -> None:
+    from textual.widgets import Static
+
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.screens.ranking import RankingScreen
+
+    app = GaptuiApp(workspace)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        ranking = app.screen
+        assert isinstance(ranking, RankingScreen)
+        while ranking.task_name != "gape":
+            await pilot.press("t")
+            await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+        compare = ranking.query_one("#ranking-compare", Static)
+        assert ranking.reference == "paper" and compare.display
+        text = _shown(compare)
+        assert "ours vs paper" in text and "0.171" in text and "Table 1" in text
+        await pilot.press("t")  # properties: its dimension tables have no reference, Table 2 has
+        await pilot.pause()
+        assert ranking.task_name == "properties" and ranking.reference == "paper"
+        assert "compares Table 2: mean R score only" in _shown(compare)
+        while ranking.dataset != "Table 2: mean R score":
+            await pilot.press("right_square_bracket")
+            await pilot.pause()
+        assert "Table 2: mean R score — r_score: ours vs paper" in _shown(compare)
+        await pilot.press("ctrl+q")

@@ -87,7 +87,7 @@ class HistoryScreen(SectionScreen):
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="history-bar"):
             yield Input(
-                placeholder="filter (/): words or axis=value (noise=0.12, pe=rwpe), status, tag ... all must match",
+                placeholder="filter (/): dataset, model, status, tag ... all words must match",
                 id="history-filter",
                 compact=True,
             )
