@@ -128,9 +128,6 @@ class Reference:
         i = self.axes.index(key)
         return list(dict.fromkeys(str(c[i]) for c in self.cells))
 
-    #: Dataset labels of an alignment reference (the group labels, by their historical name).
-    datasets = groups
-
     def key(self, coordinates: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """The cell key of ``coordinates`` (axis key -> value), or None when one of :attr:`axes` is missing."""
         if any(k not in coordinates for k in self.axes):
@@ -152,14 +149,6 @@ class Reference:
         g = self.axes.index(self.group_axis) if group is not None and self.group_axis else None
         found = {c[i] for c in self.cells if g is None or str(c[g]) == group}
         return sorted(found, key=self.family.axis(axis).sort_key)
-
-    def models(self, dataset: str) -> list[str]:
-        """The row values of one group (alignment: the models of a dataset)."""
-        return self.values(self.family.table.rows, dataset)
-
-    def noise_levels(self, dataset: str | None = None) -> list[Any]:
-        """The column values (of one group) (alignment: noise levels)."""
-        return self.values(self.family.table.columns, dataset)
 
 
 def _folders(ws: Workspace | None) -> list[Path]:
@@ -339,10 +328,6 @@ class NoiseAgreement:
     best_within_1: bool | None
 
 
-#: The agreement of one column, by its generic name.
-ColumnAgreement = NoiseAgreement
-
-
 def coordinates(table: analysis.RankingTable, row: str, column: Any) -> dict[str, Any]:
     """The axis values of one cell of ``table`` (the group only for a family's ranking tables)."""
     layout = table.layout
@@ -509,10 +494,6 @@ def uncovered_columns(table: analysis.RankingTable, reference: Reference) -> str
         f"reference '{reference.name}' has no {where} at {axis.name} {_listed(missing)} "
         f"(it covers {_listed(reference.values(axis.key, group))})"
     )
-
-
-#: The note of uncovered noise levels, by its alignment name.
-uncovered_noise = uncovered_columns
 
 
 def _signed(value: float, metric: Metric) -> str:

@@ -105,7 +105,7 @@ def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) 
         return [f"Reference `{name}`: not compared ({exc})."]
     comparisons = [c for t in tables if (c := ref.compare(t, chosen)) is not None]
     if not comparisons:
-        covered = f"{chosen.table}" if chosen.table else ", ".join(chosen.groups)
+        covered = chosen.table or ", ".join(g for g in chosen.groups if g) or f"the {task} table"
         return [f"Reference `{name}` covers none of these tables ({covered})."]
     return [f"Compared with reference `{name}`:", "", _demote(ref.render_markdown(comparisons)).rstrip()]
 
