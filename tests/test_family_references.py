@@ -160,6 +160,8 @@ def test_table_reference_paper_for_gape_and_properties(workspace: Workspace) -> 
     res = run_cli("table", "--task", "properties", "-r", "paper", "-f", "md", *where)
     assert res.returncode == 0, res.stderr
     assert "## Table 2: mean R score: ours vs paper" in res.stdout and "| generalisation |" in res.stdout
+    res = run_cli("gap", "--task", "gape", *where)  # the family declares no optimal line: none printed
+    assert res.returncode == 0 and "gap to the worst PE" in res.stdout and "optimal" not in res.stdout
     res = run_cli("table", "--task", "gape", "-r", "papr", *where)
     assert res.returncode == 2 and "unknown reference 'papr' (did you mean 'paper'?); known: paper" in res.stderr
 
