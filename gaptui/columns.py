@@ -3,6 +3,8 @@
 For one family the columns are its axes (alignment: dataset, η, model), the seed and its result metric
 (alignment: LAP acc in percent); across families they are the task, the axes as one ``what`` text, the seed and
 each record's own result metric.
+
+``record_family`` is re-exported from :mod:`gaptui.record`, its home.
 """
 
 from __future__ import annotations
@@ -11,10 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK, Metric, TaskFamily, family
-
-Record = dict[str, Any]
+from engine.tasks import Metric, TaskFamily, family
+from gaptui.record import Record, axis_value, record_family, record_task
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,6 @@ class RecordColumn:
     value: Callable[[Record], Any]
     text: Callable[[Record], str]
     numeric: bool = False
-
-
-def record_family(record: Record) -> TaskFamily | None:
-    """The family of a record, or None when it is not registered here (a plug-in not installed)."""
-    try:
-        return family(record.get("task") or DEFAULT_TASK)
-    except GaptuiError:
-        return None
 
 
 def result_metric(fam: TaskFamily) -> Metric:
@@ -72,13 +64,13 @@ def _axis_column(fam: TaskFamily, key: str) -> RecordColumn:
     axis = fam.axis(key)
 
     def value(r: Record) -> Any:
-        return (r.get("axes") or {}).get(key)
+        return axis_value(r, key)
 
     return RecordColumn(key, axis.name, value, lambda r: axis.format(value(r)), axis.numeric)
 
 
 SEED = RecordColumn("seed", "seed", lambda r: r.get("seed"), lambda r: str(r.get("seed", "")), True)
-TASK = RecordColumn("task", "task", lambda r: r.get("task") or DEFAULT_TASK, lambda r: r.get("task") or DEFAULT_TASK)
+TASK = RecordColumn("task", "task", record_task, record_task)
 WHAT = RecordColumn("what", "run of", describe, describe)
 
 

@@ -33,8 +33,9 @@ ReferenceOpt = Annotated[
     typer.Option(
         "--reference",
         "-r",
-        help="Compare with reference results: 'paper' (Table D.3), a NAME from <workspace>/references/NAME.csv, "
-        "or a .csv path (format: docs/results.md).",
+        help="Compare with reference results: 'paper' (the task's published table: alignment Table D.3, gape "
+        "Table 1, properties Table 2), a NAME from <workspace>/references/[TASK.]NAME.csv, or a .csv path "
+        "(format: docs/results.md).",
     ),
 ]
 MetricOpt = Annotated[
@@ -76,15 +77,14 @@ def table_cmd(
 ) -> None:
     """Rank like Table D.3 (alignment: models x noise) or as another task lays out: median ± std over seeds.
 
-    With --reference (alignment), each cell is shown beside the reference's with the difference, and per noise
-    level the Kendall tau between the two model orders and whether the reference's best model is within 1 point
-    of ours.
+    With --reference, each cell of the tables the reference covers is shown beside the reference's with the
+    difference, and per column (alignment: noise level) the Kendall tau between the two row orders and whether the
+    reference's best row is within 1 point of ours. 'paper' is each family's published table (alignment: Table
+    D.3, gape: Table 1, properties: Table 2).
     """
     analysis.check_format(fmt)
     if reference is not None:
-        if task != "alignment":
-            raise GaptuiError(f"--reference compares alignment tables (Table D.3); task '{task}' has none")
-        _table_with_reference(dataset, metric, fmt, reference, workspace)
+        _table_with_reference(task, dataset, metric, fmt, reference, workspace)
         return
     ws, records = _load(workspace)
     tables, why_empty = _tables(records, task, dataset, metric)
@@ -105,27 +105,31 @@ def table_cmd(
     sys.stdout.write(render(tables))
 
 
-def _table_with_reference(dataset: str | None, metric: str | None, fmt: str, name: str, workspace: Path | None) -> None:
+def _table_with_reference(
+    task: str, dataset: str | None, metric: str | None, fmt: str, name: str, workspace: Path | None
+) -> None:
     from gaptui import reference as ref
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
     ws, records = _load(workspace)
-    chosen = ref.load_reference(name, ws)
+    analysis.check_task(task)
+    chosen = ref.load_reference(name, ws, task)
     ref.check_metric(chosen, metric)
-    tables, why_empty = _tables(records, "alignment", dataset, metric)
+    tables, why_empty = _tables(records, task, dataset, metric)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
     comparisons = [c for _, c in pairs if c is not None]
     if tables and not any(ref.shared_cells(table, chosen) for table in tables):
         raise ref.no_overlap(chosen, tables)
-    unmatched = [t.group for t, c in pairs if c is None]
+    unmatched = [t.group for t, c in pairs if c is None and not t.derived and chosen.group_axis]
     if unmatched:
+        axis = chosen.family.axis(chosen.group_axis or "")
         err_console.print(
-            f"[yellow]note:[/] reference '{chosen.name}' has no dataset {', '.join(map(repr, unmatched))} "
-            f"(it covers {', '.join(chosen.datasets)})",
+            f"[yellow]note:[/] reference '{chosen.name}' has no {axis.name} {', '.join(map(repr, unmatched))} "
+            f"(it covers {', '.join(chosen.groups)})",
             highlight=False,
         )
     for table in tables:
-        if note := ref.uncovered_noise(table, chosen):
+        if note := ref.uncovered_columns(table, chosen):
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if fmt == "json":
         print_json([ref.comparison_json(c) for c in comparisons])
@@ -170,6 +174,8 @@ def gap_cmd(
         if gap.columns:
             plot = analysis.render_gap_plot(gap, width=width, height=20, color=color)
             console.print(Text.from_ansi(plot), soft_wrap=True)
+        if not gap.table.family.optimal_line(gap.table.group if gap.table.derived else None):
+            continue  # the family gives an optimal column no meaning for this table
         axis = gap.table.column_axis
         optimal = "none (no trained model)" if gap.optimal is None else axis.format(gap.optimal)
         label = gap.group or gap.table.task

@@ -458,44 +458,46 @@ def history_cmd(
         Optional[list[str]],  # noqa: UP045
         typer.Option("--status", help="Only runs with this status (repeatable)."),
     ] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Only this dataset label or base.")] = None,  # noqa: UP045
-    model: Annotated[Optional[str], typer.Option("--model", help="Only this model.")] = None,  # noqa: UP045
+    dataset: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--dataset", help="Only this dataset label or base (the same as --filter dataset=VALUE)."),
+    ] = None,
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--model", help="Only this model (the same as --filter model=VALUE)."),
+    ] = None,
     tag: Annotated[Optional[str], typer.Option("--tag", help="Only runs with this tag.")] = None,  # noqa: UP045
+    filters: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--filter",
+            help="Only runs whose AXIS is VALUE (repeatable, all must hold): any axis a family declares, e.g. "
+            "noise=0.12, pe=rwpe, pooling=gmt, dataset=er (also matches er[n=50]).",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
     as_json: JsonOpt = False,
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
-    from engine.errors import did_you_mean
     from engine.tasks import family
     from gaptui import analysis
     from gaptui.columns import record_columns
-    from gaptui.history import STATUSES, read_records
+    from gaptui.history import read_records
+    from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
 
     ws = Workspace.resolve(workspace)
-    for s in status or []:
-        if s not in STATUSES:
-            raise GaptuiError(
-                f"--status '{s}' is not a status{did_you_mean(s, STATUSES)}; known: {', '.join(STATUSES)}"
-            )
+    statuses = check_statuses(status or [])
     if task is not None:
         family(task)
-    records = read_records(ws)
-    if task is not None:
-        records = analysis.task_records(records, task)
-    if status:
-        records = [r for r in records if r["status"] in status]
-    if dataset:
-        records = [r for r in records if dataset in (_axis(r, "dataset"), _base(r))]
-    if model:
-        records = [r for r in records if _axis(r, "model") == model]
-    if tag:
-        records = [r for r in records if tag in (r.get("tags") or [])]
+    shortcuts = [f"{k}={v}" for k, v in (("dataset", dataset), ("model", model)) if v]
+    axes = parse_axis_filters([*(filters or []), *shortcuts], [task] if task else None)
+    chosen = RecordFilter(task, statuses, tag, axes)
+    records = chosen.apply(read_records(ws))
     if as_json:
         print_json([_record_row(r) for r in records])
         return
     if not records:
-        filtered = status or dataset or model or tag or task
-        console.print(f"no runs in {ws.history}" + (" matching the filters" if filtered else ""))
+        console.print(f"no runs in {ws.history}" + (" matching the filters" if chosen else ""))
         return
     tasks = analysis.record_tasks(records)
     columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
@@ -525,15 +527,6 @@ def history_cmd(
     console.print(table)
 
 
-def _axis(record: dict[str, Any], key: str) -> Any:
-    return (record.get("axes") or {}).get(key)
-
-
-def _base(record: dict[str, Any]) -> Any:
-    dataset = (record.get("spec") or {}).get("dataset")
-    return dataset.get("base") if isinstance(dataset, dict) else None
-
-
 def show_cmd(
     run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
     workspace: WorkspaceOpt = None,
@@ -546,17 +539,15 @@ def show_cmd(
     """Show one run: its axes, spec, metrics, reproducibility record and training curves."""
     from engine.events import read_events
     from engine.tasks import family
-    from gaptui.columns import record_family
     from gaptui.history import History
     from gaptui.plots import curves_plot
+    from gaptui.record import record_family, record_task
 
     ws = Workspace.resolve(workspace)
     with History(ws) as history:
         if task is not None:
             family(task)
-            matches = [
-                r for r in history.records() if (r.get("task") or "alignment") == task and r["id"].startswith(run)
-            ]
+            matches = [r for r in history.records() if record_task(r) == task and r["id"].startswith(run)]
             if len(matches) != 1:
                 found = "no" if not matches else "more than one"
                 raise GaptuiError(f"{found} {task} run matches '{run}' in {ws.history}")
@@ -568,7 +559,7 @@ def show_cmd(
         print_json({**record, "events": events})
         return
     fam = record_family(record)
-    head = Table(title=f"run {record['id']} ({record.get('task', 'alignment')}, {record['status']})", show_header=False)
+    head = Table(title=f"run {record['id']} ({record_task(record)}, {record['status']})", show_header=False)
     head.add_column("key")
     head.add_column("value")
     axes = record.get("axes") or {}

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.record import record_task
 from gaptui.workspace import Workspace
 
 _SLURM = "Slurm (--backend slurm)"
@@ -281,7 +282,7 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
                 "node": info.get("NodeList"),
                 "elapsed": info.get("Elapsed"),
                 "position": positions.get(job_id),
-                "task": record.get("task", "alignment"),
+                "task": record_task(record),
                 "cell": ", ".join(f"{k}={v}" for k, v in (record.get("axes") or {}).items()),
                 "preset": record.get("preset"),
                 "resubmissions": int(record["slurm"].get("retries") or 0),

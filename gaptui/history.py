@@ -11,7 +11,8 @@ family declares, e.g. ``dataset``/``noise``/``model`` for alignment), its ``seed
 it ``depends`` on, its status, metrics and bookkeeping. A schema-1 file (alignment only, with ``dataset``,
 ``noise`` and ``model`` at the top level) is upgraded in place the first time it is opened for writing, after a
 copy of the old file is kept as ``history.v1.json`` (or ``history.v1.N.json``); read-only opens upgrade the
-records in memory and leave the file alone.
+records in memory and leave the file alone. Records are :class:`gaptui.record.Record` (a ``TypedDict``: the stored
+mapping itself, so reading an existing store loses nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import errno
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,13 @@ from tinydb.storages import Storage
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
+from engine.tasks import DEFAULT_TASK
+from gaptui.record import STATUSES, Record
 from gaptui.workspace import Workspace
 
+__all__ = ["STATUSES", "Record", "History", "read_records", "upgrade_record"]
+
 SCHEMA_VERSION = 2
-STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "blocked")
 #: Statuses after which a run is not re-queued by a plain re-run of the same grid.
 FINAL = ("done",)
 
@@ -260,10 +264,10 @@ class History:
 
     # ------------------------------------------------------------------------------------------ queries
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[Record]:
         return [self._loaded(r) for r in self.runs.all()]
 
-    def _loaded(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _loaded(self, record: Mapping[str, Any]) -> Record:
         """A record as callers use it: ``run_dir`` absolute. Stored relative to the workspace, so a copied or
         moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
         to the workspace's own folder of that run); in the current schema (:func:`upgrade_record`)."""
@@ -287,7 +291,7 @@ class History:
                 return fields  # a folder outside the workspace (``train --out``) stays absolute
         return fields
 
-    def get(self, run: str) -> dict[str, Any]:
+    def get(self, run: str) -> Record:
         """A record by run id, unique id prefix, or full hash."""
         records = self.runs.all()
         exact = [r for r in records if r["id"] == run or r["hash"] == run]
@@ -299,18 +303,18 @@ class History:
             raise GaptuiError(f"no run '{run}' in {self.ws.history}{did_you_mean(run, ids)}")
         raise GaptuiError(f"run id '{run}' is ambiguous: {', '.join(r['id'] for r in found[:5])} ...")
 
-    def by_hash(self) -> dict[str, dict[str, Any]]:
+    def by_hash(self) -> dict[str, Record]:
         return {r["hash"]: self._loaded(r) for r in self.runs.all()}
 
     # ------------------------------------------------------------------------------------------ writes
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: Record) -> None:
         """Insert or replace the record with this ``hash`` (refused when another run has its id)."""
         with self._writing():
             self._refuse_taken_ids([record])
             self.runs.upsert(self._stored(record), Query().hash == record["hash"])
 
-    def put_many(self, records: Iterable[dict[str, Any]]) -> None:
+    def put_many(self, records: Iterable[Record]) -> None:
         """Insert new records in one write (a 2,000-run grid is queued with one file replacement).
 
         Records whose hash is already stored (or repeated in ``records``) are skipped: one run, one record.
@@ -345,7 +349,7 @@ class History:
 
         self.runs.update(apply, lambda doc: doc.get("hash") in updates)
 
-    def restore_many(self, records: Iterable[dict[str, Any]]) -> None:
+    def restore_many(self, records: Iterable[Record]) -> None:
         """Put records back exactly as they were read (fields added since are dropped), in one write."""
         by_hash = {r["hash"]: self._stored(r) for r in records}
         if not by_hash:
@@ -371,12 +375,12 @@ class History:
 _V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "model")
 
 
-def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``record`` in the current schema (schema-1 records were all alignment runs)."""
-    out = dict(record)
+def upgrade_record(record: Mapping[str, Any]) -> Record:
+    """A copy of ``record`` in the current schema (schema-1 records were all runs of the default family)."""
+    out: Record = dict(record)  # type: ignore[assignment]
     if "axes" in out:
         return out
-    out["task"] = out.get("task") or "alignment"
+    out["task"] = out.get("task") or DEFAULT_TASK
     out["axes"] = {"dataset": out.get("dataset"), "noise": out.get("noise"), "model": out.get("model")}
     out.setdefault("depends", [])
     for key in _V1_FIELDS:
@@ -384,7 +388,7 @@ def upgrade_record(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_records(ws: Workspace) -> list[dict[str, Any]]:
+def read_records(ws: Workspace) -> list[Record]:
     """All run records of a workspace, without locking (safe while a manager writes: writes are atomic)."""
     check_workspace(ws.root)
     if not ws.history.exists():

@@ -1,25 +1,33 @@
 """Reference results (a published table, another machine's export) and how our ranking compares with them.
 
-A reference file is CSV, the columns of ``gaptui export``'s ``tables.csv`` (``dataset, model, noise, median,
-std``; other columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lines::
+Every task family may ship reference tables (its paper's), declared by the family (:mod:`engine.tasks`,
+"Reference tables and optimal lines"). A reference file is CSV, the columns of ``gaptui export``'s ``tables.csv``
+for that family (its table layout's axis keys, the cell's centre ``median`` or ``mean``, and ``std``; other
+columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lines::
 
     # source: Table D.3 of "Graph Alignment for Benchmarking Graph Neural Networks ..."
-    # metric: val_lap_acc          (default val_lap_acc)
+    # task: alignment              (the family; default: the family it is loaded for)
+    # metric: val_lap_acc          (default: the family's default metric)
     # units: percent               (percent or share; default share, as gaptui export writes accuracies)
+    # table: NAME                  (optional: a derived table of the family, e.g. "Table 2: mean R score")
     dataset,model,noise,median,std
     er,gcn,0.12,49.5,0.9
     er,laplacian,0.12,7.5,         (std may be empty)
 
-Any other line starting with ``#`` is a comment. Shipped references live in ``gaptui/references/`` (``paper``:
-Table D.3); ``--reference NAME`` also finds ``<workspace>/references/NAME.csv`` (first) or takes a path.
+Any other line starting with ``#`` is a comment. Shipped references live in ``gaptui/references/`` as
+``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``: Table 1 of the alignment paper,
+``properties.paper``: Table 2 of the property-suite paper); a family may also ship its own
+(:meth:`engine.tasks.TaskFamily.reference_file`). ``--reference NAME`` finds, for the family compared,
+``<workspace>/references/<task>.NAME.csv`` or ``<workspace>/references/NAME.csv`` (first), then a shipped one,
+or takes a path.
 
-Comparison, per dataset label present in both and per noise level of our table:
+Comparison, per table of ours that the reference covers (same table kind, same group) and per column of it:
 
-- each cell: our median, the reference's, and the difference ours - reference (metric units);
-- Kendall's tau-b between our medians and the reference's over the trained models both have at that noise
-  (the Laplacian baseline is left out; ``None`` with fewer than two such models);
-- whether every model that is best in the reference at that noise (ties: all of them) is marked best or within
-  1 point of our best in our table (the red marks of :mod:`gaptui.analysis`); ``None`` when we did not run it.
+- each cell: our centre, the reference's, and the difference ours - reference (metric units);
+- Kendall's tau-b between our values and the reference's over the rows both have in that column (baseline rows,
+  e.g. alignment's Laplacian, left out; ``None`` with fewer than two such rows);
+- whether every row that is best in the reference in that column (ties: all of them) is marked best or within
+  1 point of our best in our table (the marks of :mod:`gaptui.analysis`); ``None`` when we did not run it.
 """
 
 from __future__ import annotations
@@ -28,43 +36,24 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import read_user_text
-from engine.tasks import Metric, TaskFamily, family
+from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, Metric, TaskFamily, family
 from gaptui import analysis
 from gaptui.workspace import Workspace
 
-#: References shipped with gaptui (inside the package, so an installed wheel finds them).
+#: References shipped with gaptui (inside the package, so an installed wheel finds them): ``<task>.<name>.csv``.
 BUNDLED = Path(__file__).resolve().parent / "references"
-REQUIRED_COLUMNS = ("dataset", "model", "noise", "median", "std")
-META_KEYS = ("source", "metric", "units")
+#: Names of a cell's centre a reference may use (``median`` for Table D.3, ``mean`` for Table 1 and Table 2).
+CENTRES = ("median", "mean")
+META_KEYS = ("source", "task", "metric", "units", "table")
 UNITS = ("share", "percent")
 _META = re.compile(r"#\s*([a-z_]+)\s*:(.*)")
-
-
-def _alignment() -> TaskFamily:
-    """References hold alignment results (Table D.3): dataset x model x noise."""
-    return family("alignment")
-
-
-def _noise_key(noise: Any) -> float:
-    return _alignment().axis("noise").key_of(noise)
-
-
-def _model_order(models: Any) -> list[str]:
-    return sorted(set(models), key=_alignment().axis("model").sort_key)
-
-
-def _metric(where: str, key: str) -> Metric:
-    try:
-        return _alignment().metric(key)
-    except GaptuiError as exc:
-        raise GaptuiError(f"{where}: {exc}") from None
 
 
 def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
@@ -96,69 +85,126 @@ def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class ReferenceCell:
-    """One reference value in the metric's own units (shares for accuracies); ``std`` None when not given."""
+    """One reference value in the metric's own units (shares for accuracies); ``std`` None when not given.
 
-    dataset: str
-    model: str
-    noise: float
+    ``coordinates`` are the cell's axis values in the order of :attr:`Reference.axes`."""
+
+    coordinates: tuple[Any, ...]
     median: float
     std: float | None
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A parsed reference file: cells keyed by ``(dataset, model, noise)``."""
+    """A parsed reference file of one family: cells keyed by their axis values, in the order of ``axes``.
+
+    ``table`` names the family's derived table it holds (``""``: the family's ranking tables)."""
 
     name: str
     source: str
     metric: str
     path: Path
-    cells: dict[tuple[str, str, float], ReferenceCell]
+    cells: dict[tuple[Any, ...], ReferenceCell]
+    task: str = DEFAULT_TASK
+    axes: tuple[str, ...] = ()
+    table: str = ""
 
     @property
-    def datasets(self) -> list[str]:
-        """Dataset labels, in file order."""
-        return list(dict.fromkeys(d for d, _, _ in self.cells))
+    def family(self) -> TaskFamily:
+        return family(self.task)
 
-    def cell(self, dataset: str, model: str, noise: float) -> ReferenceCell | None:
-        return self.cells.get((dataset, model, _noise_key(noise)))
+    @property
+    def group_axis(self) -> str | None:
+        """The key of the family's table group (alignment: dataset) when the reference has that column."""
+        group = self.family.table.group
+        return group if not self.table and group in self.axes else None
 
-    def models(self, dataset: str) -> list[str]:
-        return _model_order(m for d, m, _ in self.cells if d == dataset)
+    @property
+    def groups(self) -> list[str]:
+        """Table-group labels (alignment: dataset labels), in file order (``[""]`` for single-table layouts)."""
+        key = self.group_axis
+        if key is None:
+            return [self.table]
+        i = self.axes.index(key)
+        return list(dict.fromkeys(str(c[i]) for c in self.cells))
 
-    def noise_levels(self, dataset: str | None = None) -> list[float]:
-        return sorted({n for d, _, n in self.cells if dataset is None or d == dataset})
+    def key(self, coordinates: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The cell key of ``coordinates`` (axis key -> value), or None when one of :attr:`axes` is missing."""
+        if any(k not in coordinates for k in self.axes):
+            return None
+        return tuple(self.family.axis(k).key_of(coordinates[k]) for k in self.axes)
+
+    def at(self, coordinates: Mapping[str, Any]) -> ReferenceCell | None:
+        """The cell at ``coordinates`` (axis key -> value; extra keys ignored), or None."""
+        key = self.key(coordinates)
+        return None if key is None else self.cells.get(key)
+
+    def cell(self, *values: Any) -> ReferenceCell | None:
+        """The cell at ``values`` given in the order of :attr:`axes` (alignment: dataset, model, noise)."""
+        return self.at(dict(zip(self.axes, values, strict=True)))
+
+    def values(self, axis: str, group: str | None = None) -> list[Any]:
+        """The values of ``axis`` (sorted as the axis sorts), within one group when ``group`` is given."""
+        i = self.axes.index(axis)
+        g = self.axes.index(self.group_axis) if group is not None and self.group_axis else None
+        found = {c[i] for c in self.cells if g is None or str(c[g]) == group}
+        return sorted(found, key=self.family.axis(axis).sort_key)
 
 
-def reference_names(ws: Workspace | None = None) -> list[str]:
-    """Names ``--reference`` accepts: the shipped references and ``<workspace>/references/*.csv``."""
-    folders = [BUNDLED] + ([ws.root / "references"] if ws else [])
-    return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.csv")})
+def _folders(ws: Workspace | None) -> list[Path]:
+    return ([ws.root / "references"] if ws else []) + [BUNDLED]
 
 
-def find_reference(name: str, ws: Workspace | None = None) -> Path:
-    """A path as given (``.csv`` or existing), else ``<workspace>/references/NAME.csv``, else a shipped one."""
+def reference_names(ws: Workspace | None = None, task: str | None = None) -> list[str]:
+    """Names ``--reference`` accepts for ``task`` (None: every family): ``<task>.NAME.csv`` files of the
+    workspace and of gaptui, the workspace's ``NAME.csv`` files, and the family's own (its ``reference``)."""
+    tasks = [task] if task else [f.name for f in FAMILIES]
+    names: set[str] = set()
+    for folder in _folders(ws):
+        for path in folder.glob("*.csv") if folder.is_dir() else ():
+            prefix, dot, rest = path.stem.partition(".")
+            if dot and prefix in tasks:
+                names.add(rest)
+            elif not dot and folder != BUNDLED:
+                names.add(path.stem)
+    for name in tasks:
+        fam = family(name)
+        if fam.reference and fam.reference_file(fam.reference) is not None:
+            names.add(fam.reference)
+    return sorted(names)
+
+
+def find_reference(name: str, ws: Workspace | None = None, task: str | None = None) -> Path:
+    """A path as given (``.csv`` or existing), else ``<workspace>/references/<task>.NAME.csv`` or ``NAME.csv``,
+    else a shipped ``<task>.NAME.csv``, else the file the family declares for ``NAME``."""
+    task = task or DEFAULT_TASK
     path = Path(name).expanduser()
     if path.suffix == ".csv" or path.exists():
         if not path.is_file():
             raise GaptuiError(f"--reference {name}: file not found")
         return path
-    for folder in ([ws.root / "references"] if ws else []) + [BUNDLED]:
-        candidate = folder / f"{name}.csv"
-        if candidate.is_file():
-            return candidate
-    known = reference_names(ws)
+    for folder in _folders(ws):
+        stems = (f"{task}.{name}",) if folder == BUNDLED else (f"{task}.{name}", name)
+        for stem in stems:
+            if (candidate := folder / f"{stem}.csv").is_file():
+                return candidate
+    if (declared := family(task).reference_file(name)) is not None:
+        return declared
+    known = reference_names(ws, task)
     raise GaptuiError(
         f"unknown reference '{name}'{did_you_mean(name, known)}; known: {', '.join(known) or 'none'} "
         "(or a path to a .csv file)"
     )
 
 
-def load_reference(name: str, ws: Workspace | None = None) -> Reference:
-    """Find and parse a reference; every problem is one :class:`GaptuiError` line naming file and line."""
-    path = find_reference(name, ws)
-    text = read_user_text(path, "a reference is a CSV text file (format: README, 'Comparing with the paper')")
-    return parse_reference(text, path, name=path.stem)
+def load_reference(name: str, ws: Workspace | None = None, task: str | None = None) -> Reference:
+    """Find and parse a reference of ``task`` (None: :data:`~engine.tasks.DEFAULT_TASK`); every problem is one
+    :class:`GaptuiError` line naming file and line."""
+    path = find_reference(name, ws, task)
+    text = read_user_text(path, "a reference is a CSV text file (format: docs/results.md, 'Comparing with the paper')")
+    given = Path(name).expanduser()
+    by_name = not (given.suffix == ".csv" or given.exists())
+    return parse_reference(text, path, name=name if by_name else path.stem, task=task)
 
 
 def _number(where: str, key: str, raw: str) -> float:
@@ -171,8 +217,15 @@ def _number(where: str, key: str, raw: str) -> float:
     return value
 
 
-def parse_reference(text: str, path: Path, name: str | None = None) -> Reference:
-    """Parse the text of a reference file (see the module docstring for the format)."""
+def _axis_value(where: str, axis: Axis, raw: str) -> Any:
+    if not raw:
+        raise GaptuiError(f"{where}: empty {axis.key}")
+    return axis.key_of(_number(where, axis.key, raw)) if axis.numeric else raw
+
+
+def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
+    """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
+    loaded for (a ``# task:`` line naming another family is an error)."""
     meta: dict[str, str] = {}
     data_lines: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -190,55 +243,73 @@ def parse_reference(text: str, path: Path, name: str | None = None) -> Reference
                 meta[key] = value
             continue
         data_lines.append((number, line))
+    declared_task = meta.get("task") or task or DEFAULT_TASK
+    if task and declared_task != task:
+        raise GaptuiError(f"{path}: holds task '{declared_task}' results ('# task:' line), not task '{task}'")
+    try:
+        fam = family(declared_task)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{path}: {exc}") from None
     if not data_lines:
-        raise GaptuiError(f"{path}: no header line ({','.join(REQUIRED_COLUMNS)}) and no rows")
-    metric = meta.get("metric") or _alignment().default_metric
-    declared = _metric(str(path), metric)
+        raise GaptuiError(f"{path}: no header line and no rows")
+    metric = meta.get("metric") or fam.default_metric
+    try:
+        declared = fam.metric(metric)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{path}: {exc}") from None
     units = meta.get("units") or "share"
     if units not in UNITS:
         raise GaptuiError(f"{path}: units '{units}' is not one of {', '.join(UNITS)}{did_you_mean(units, UNITS)}")
     if units == "percent" and not declared.share:
         raise GaptuiError(f"{path}: units 'percent' only suits accuracies (*_acc), not metric '{metric}'")
     scale = 100.0 if units == "percent" else 1.0
+    table = meta.get("table", "")
+    layout = fam.table
     header_number, header_line = data_lines[0]
     header = [h.strip() for h in next(csv.reader([header_line]))]
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    centre = next((c for c in CENTRES if c in header), "mean" if table else layout.statistic)
+    if table:
+        axes = tuple(h for h in header if h in {a.key for a in fam.axes})
+        required = (*axes, centre, "std") if axes else ("<two axis keys>", centre, "std")
+    else:
+        axes = tuple(k for k in header if k in (layout.group, layout.rows, layout.columns))
+        required = (*(k for k in (layout.group, layout.rows, layout.columns) if k), centre, "std")
+    missing = [c for c in required if c not in header]
     if missing:
         hint = "".join(did_you_mean(c, header) for c in missing[:1])
         raise GaptuiError(
-            f"{path}:{header_number}: header lacks column(s) {', '.join(missing)}{hint}; "
-            f"expected {','.join(REQUIRED_COLUMNS)}"
+            f"{path}:{header_number}: header lacks column(s) {', '.join(missing)}{hint}; expected {','.join(required)}"
         )
-    index = {c: header.index(c) for c in REQUIRED_COLUMNS}
-    cells: dict[tuple[str, str, float], ReferenceCell] = {}
+    index = {c: header.index(c) for c in (*axes, centre, "std")}
+    cells: dict[tuple[Any, ...], ReferenceCell] = {}
     rows = csv.reader(io.StringIO("\n".join(line for _, line in data_lines[1:])))
     for (number, _), row in zip(data_lines[1:], rows, strict=True):
         where = f"{path}:{number}"
         if len(row) < len(header):
             raise GaptuiError(f"{where}: {len(row)} fields, the header has {len(header)}")
         value = {c: row[i].strip() for c, i in index.items()}
-        if not value["dataset"] or not value["model"]:
-            raise GaptuiError(f"{where}: empty dataset or model")
-        noise = _number(where, "noise", value["noise"])
-        if not 0 <= noise < 1:
-            raise GaptuiError(f"{where}: noise {value['noise']} is outside [0, 1)")
+        key = tuple(_axis_value(where, fam.axis(k), value[k]) for k in axes)
+        if problem := fam.reference_problem(dict(zip(axes, key, strict=True))):
+            raise GaptuiError(f"{where}: {problem}")
         # Rounded so that 65.6 percent reads back as 0.656, not 0.6559999999999999.
-        median = round(_number(where, "median", value["median"]) / scale, 12)
+        median = round(_number(where, centre, value[centre]) / scale, 12)
         if declared.share and not 0 <= median <= 1:
             bound = "100 (units: percent)" if units == "percent" else "1 (units: share; '# units: percent' if not)"
-            raise GaptuiError(f"{where}: median {value['median']} is outside 0 .. {bound}")
+            raise GaptuiError(f"{where}: {centre} {value[centre]} is outside 0 .. {bound}")
         std = None
         if value["std"]:
             std = round(_number(where, "std", value["std"]) / scale, 12)
             if std < 0:
                 raise GaptuiError(f"{where}: std {value['std']} is negative")
-        key = (value["dataset"], value["model"], _noise_key(noise))
         if key in cells:
-            raise GaptuiError(f"{where}: second row for dataset {key[0]}, model {key[1]}, noise {value['noise']}")
-        cells[key] = ReferenceCell(key[0], key[1], key[2], median, std)
+            named = ", ".join(f"{k} {value[k]}" for k in axes)
+            raise GaptuiError(f"{where}: second row for {named}")
+        cells[key] = ReferenceCell(key, median, std)
     if not cells:
         raise GaptuiError(f"{path}: no rows after the header")
-    return Reference(name or path.stem, meta.get("source") or str(path), metric, path, cells)
+    return Reference(
+        name or path.stem, meta.get("source") or str(path), metric, path, cells, declared_task, axes, table
+    )
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -246,39 +317,87 @@ def parse_reference(text: str, path: Path, name: str | None = None) -> Reference
 
 @dataclass(frozen=True)
 class NoiseAgreement:
-    """Rank agreement at one noise level (see the module docstring)."""
+    """Rank agreement in one column of the table (alignment: one noise level; see the module docstring).
 
-    noise: float
+    ``noise`` is the column value and ``models`` the rows compared (their historical alignment names)."""
+
+    noise: Any
     models: tuple[str, ...]
     tau: float | None
     reference_best: tuple[str, ...]
     best_within_1: bool | None
 
 
+def coordinates(table: analysis.RankingTable, row: str, column: Any) -> dict[str, Any]:
+    """The axis values of one cell of ``table`` (the group only for a family's ranking tables)."""
+    layout = table.layout
+    head = {layout.group: table.group} if layout.group and not table.derived else {}
+    return {**head, layout.rows: row, layout.columns: column}
+
+
+def reference_cell(table: analysis.RankingTable, reference: Reference, row: str, column: Any) -> ReferenceCell | None:
+    return reference.at(coordinates(table, row, column))
+
+
+def covers(table: analysis.RankingTable, reference: Reference) -> bool:
+    """Whether ``reference`` holds cells of ``table``'s kind (same family, same derived table, same axes) and
+    group."""
+    if reference.task != table.task or reference.table != (table.group if table.derived else ""):
+        return False
+    layout = table.layout
+    if set(reference.axes) - {layout.group, layout.rows, layout.columns} - {None}:
+        return False
+    if not {layout.rows, layout.columns} <= set(reference.axes):
+        return False
+    return table.derived or reference.group_axis is None or table.group in reference.groups
+
+
+def not_covered(table: analysis.RankingTable, reference: Reference) -> str:
+    """One line saying why ``reference`` has nothing to compare with ``table`` (``""`` when it covers it)."""
+    if covers(table, reference):
+        return ""
+    if reference.task != table.task:
+        return f"reference '{reference.name}' holds task {reference.task}, not {table.task}"
+    if reference.table:
+        return f"reference '{reference.name}' compares {reference.table} only"
+    if table.derived:
+        return f"reference '{reference.name}' has no {table.group}"
+    axis = reference.family.axis(reference.group_axis or table.layout.rows)
+    return f"reference '{reference.name}' has no {axis.name} {table.group} (it covers {', '.join(reference.groups)})"
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Our ranking table of one dataset beside a reference's cells of the same dataset label."""
+    """Our ranking table beside a reference's cells of the same group (alignment: dataset label).
+
+    ``models`` are the rows compared (ours and the reference's, in the row axis' order)."""
 
     table: analysis.RankingTable
     reference: Reference
     models: tuple[str, ...]
-    agreement: dict[float, NoiseAgreement]
+    agreement: dict[Any, NoiseAgreement]
 
-    def pair(self, model: str, noise: float) -> tuple[analysis.Cell | None, ReferenceCell | None]:
-        return self.table.cell(model, noise), self.reference.cell(self.table.group, model, noise)
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return self.models
 
-    def difference(self, model: str, noise: float) -> float | None:
-        """Our median minus the reference's (metric units), or None when either is missing."""
+    def pair(self, model: str, noise: Any) -> tuple[analysis.Cell | None, ReferenceCell | None]:
+        return self.table.cell(model, noise), reference_cell(self.table, self.reference, model, noise)
+
+    def difference(self, model: str, noise: Any) -> float | None:
+        """Our value minus the reference's (metric units), or None when either is missing."""
         ours, theirs = self.pair(model, noise)
         return None if ours is None or theirs is None else ours.median - theirs.median
 
 
 def check_metric(reference: Reference, metric: str | Metric | None) -> None:
-    """Raise :class:`GaptuiError` unless ``reference`` holds ``metric`` (None: the alignment default)."""
+    """Raise :class:`GaptuiError` unless ``reference`` holds ``metric`` (None: its family's default metric).
+
+    A reference of a derived table is checked when compared (the derived table has its own metric)."""
     if isinstance(metric, Metric):
         metric = metric.key
-    metric = metric or _alignment().default_metric
-    if metric != reference.metric:
+    metric = metric or reference.family.default_metric
+    if metric != reference.metric and not reference.table:
         raise GaptuiError(
             f"reference '{reference.name}' holds {reference.metric}, not {metric}; "
             f"use --metric {reference.metric} or another reference"
@@ -286,21 +405,24 @@ def check_metric(reference: Reference, metric: str | Metric | None) -> None:
 
 
 def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | None:
-    """The comparison of ``table`` with ``reference``, or None when the reference lacks the dataset."""
-    check_metric(reference, table.metric)
-    dataset = table.group
-    if dataset not in reference.datasets:
+    """The comparison of ``table`` with ``reference``, or None when the reference does not cover that table."""
+    if not covers(table, reference):
         return None
-    models = tuple(_model_order([*table.rows, *reference.models(dataset)]))
+    check_metric(reference, table.metric)
+    if reference.table and table.metric.key != reference.metric:
+        raise GaptuiError(f"reference '{reference.name}' holds {reference.metric}, not {table.metric.key}")
+    rows_axis = table.row_axis
+    theirs_rows = reference.values(table.layout.rows, table.group if reference.group_axis else None)
+    models = tuple(sorted(set(table.rows) | {str(r) for r in theirs_rows}, key=rows_axis.sort_key))
     sign = 1.0 if table.metric.higher_is_better else -1.0
     agreement = {}
-    for noise in table.columns:
+    for column in table.columns:
         theirs = {
             m: c.median
             for m in models
-            if m not in table.baselines and (c := reference.cell(dataset, m, noise)) is not None
+            if m not in table.baselines and (c := reference_cell(table, reference, m, column)) is not None
         }
-        ours = {m: c.median for m in theirs if (c := table.cell(m, noise)) is not None}
+        ours = {m: c.median for m in theirs if (c := table.cell(m, column)) is not None}
         common = tuple(ours)
         tau = kendall_tau([ours[m] for m in common], [theirs[m] for m in common]) if len(common) >= 2 else math.nan
         best: tuple[str, ...] = ()
@@ -308,19 +430,21 @@ def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | 
         if theirs:
             top = max(sign * v for v in theirs.values())
             best = tuple(m for m, v in theirs.items() if sign * v >= top - 1e-12)
-            ours_best = [table.cell(m, noise) for m in best]
+            ours_best = [table.cell(m, column) for m in best]
             if all(c is not None for c in ours_best):
                 within = all(c.mark in (analysis.BEST, analysis.WITHIN_1) for c in ours_best if c is not None)
-        agreement[noise] = NoiseAgreement(noise, common, None if math.isnan(tau) else tau, best, within)
+        agreement[column] = NoiseAgreement(column, common, None if math.isnan(tau) else tau, best, within)
     return Comparison(table, reference, models, agreement)
 
 
 def shared_cells(table: analysis.RankingTable, reference: Reference) -> int:
-    """How many cells of ``table`` (model x noise) the reference also has."""
+    """How many cells of ``table`` (row x column) the reference also has."""
+    if not covers(table, reference):
+        return 0
     return sum(
-        table.cell(m, n) is not None and reference.cell(table.group, m, n) is not None
-        for m in table.rows
-        for n in table.columns
+        table.cell(r, c) is not None and reference_cell(table, reference, r, c) is not None
+        for r in table.rows
+        for c in table.columns
     )
 
 
@@ -328,29 +452,47 @@ def _listed(values: Iterable[Any]) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) or "none"
 
 
+def _plural(axis: Axis) -> str:
+    return axis.name if axis.numeric else f"{axis.name}s"
+
+
 def no_overlap(reference: Reference, tables: Sequence[analysis.RankingTable]) -> GaptuiError:
     """The error for a history of which the reference has no cell: what each side has, so the user can see which
     runs (or which reference) to choose."""
-    ours_datasets = [t.group for t in tables]
-    ours_models = _model_order({m for t in tables for m in t.rows})
-    ours_noise = sorted({_noise_key(n) for t in tables for n in t.columns})
-    theirs_models = _model_order({m for _, m, _ in reference.cells})
+    fam = reference.family
+    plain = [t for t in tables if t.derived == bool(reference.table)] or list(tables)
+    ours, theirs = [], []
+    for key in reference.axes:
+        axis = fam.axis(key)
+        if key == reference.group_axis:
+            mine: list[Any] = [t.group for t in plain]
+        else:
+            found = set()
+            for t in plain:
+                found |= set(t.rows if key == t.layout.rows else t.columns if key == t.layout.columns else ())
+            mine = sorted(found, key=axis.sort_key)
+        ours.append(f"{_plural(axis)} {_listed(mine)}")
+        listed = reference.groups if key == reference.group_axis else reference.values(key)  # groups: file order
+        theirs.append(f"{_plural(axis)} {_listed(listed)}")
     return GaptuiError(
         f"reference '{reference.name}' has no cell that the history has: the history's finished runs cover "
-        f"datasets {_listed(ours_datasets)}, models {_listed(ours_models)}, noise {_listed(ours_noise)}; the "
-        f"reference covers datasets {_listed(reference.datasets)}, models {_listed(theirs_models)}, noise "
-        f"{_listed(reference.noise_levels())}"
+        f"{', '.join(ours)}; the reference covers {', '.join(theirs)}"
     )
 
 
-def uncovered_noise(table: analysis.RankingTable, reference: Reference) -> str:
-    """A note naming the noise levels of ``table`` the reference has no cell for (``""`` when none)."""
-    missing = [n for n in table.columns if all(reference.cell(table.group, m, n) is None for m in table.rows)]
-    if not missing or table.group not in reference.datasets:
+def uncovered_columns(table: analysis.RankingTable, reference: Reference) -> str:
+    """A note naming the columns of ``table`` the reference has no cell for (``""`` when none)."""
+    if not covers(table, reference):
         return ""
+    missing = [c for c in table.columns if all(reference_cell(table, reference, m, c) is None for m in table.rows)]
+    if not missing:
+        return ""
+    axis = table.column_axis
+    group = table.group if reference.group_axis else None
+    where = f"{table.group} cell" if group else "cell"
     return (
-        f"reference '{reference.name}' has no {table.group} cell at noise {_listed(missing)} "
-        f"(it covers {_listed(reference.noise_levels(table.group))})"
+        f"reference '{reference.name}' has no {where} at {axis.name} {_listed(missing)} "
+        f"(it covers {_listed(reference.values(axis.key, group))})"
     )
 
 
@@ -362,29 +504,36 @@ def _yes_no(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "no")
 
 
+def _label(cmp: Comparison) -> str:
+    return cmp.table.group or cmp.table.task
+
+
 def render_rich(cmp: Comparison) -> Any:
-    """A Rich table: one row per noise level, per model ``ours`` over ``reference  difference``, then tau and
-    whether the reference's best is within 1 point of our best."""
+    """A Rich table: one row per column of our table (alignment: noise level), per row (model) ``ours`` over
+    ``reference  difference``, then tau and whether the reference's best is within 1 point of our best."""
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     metric = cmp.table.metric
-    title = f"{cmp.table.group} — {metric.key}: ours vs {cmp.reference.name} (ours − reference)"
+    rows_name = cmp.table.row_axis.name
+    title = f"{_label(cmp)} — {metric.key}: ours vs {cmp.reference.name} (ours − reference)"
     caption = Text(
-        f"each cell: our median (marks as in `gaptui table`), below it the reference's and the difference; "
-        f"τ = Kendall tau-b of the trained models' order; best ≤1 = the reference's best model is best or "
-        f"within 1 point of our best. Reference: {cmp.reference.source}",
+        f"each cell: our {cmp.table.family.table.statistic if not cmp.table.derived else 'mean'} (marks as in "
+        f"`gaptui table`), below it the reference's and the difference; τ = Kendall tau-b of the "
+        f"{rows_name} order (baselines left out); best ≤1 = the reference's best {rows_name} is best or within 1 "
+        f"point of our best. Reference: {cmp.reference.source}",
         style="dim",
     )
     table = Table(title=escape(title), caption=caption, caption_justify="left", show_lines=True)
-    table.add_column("η")
+    column_axis = cmp.table.column_axis
+    table.add_column(column_axis.prefix.rstrip("=") or column_axis.name)
     for model in cmp.models:
         table.add_column(model, justify="right", style="dim" if model in cmp.table.baselines else "")
     table.add_column("τ", justify="right")
     table.add_column("best ≤1", justify="center")
     for noise in cmp.table.columns:
-        row: list[Any] = [cmp.table.column_axis.format(noise)]
+        row: list[Any] = [column_axis.format(noise)]
         for model in cmp.models:
             ours, theirs = cmp.pair(model, noise)
             text = Text()
@@ -412,13 +561,15 @@ def render_rich(cmp: Comparison) -> Any:
 
 
 def render_markdown(comparisons: Sequence[Comparison]) -> str:
-    """One Markdown section per dataset: ``ours / reference (difference)`` cells, tau and best-within-1 columns."""
+    """One Markdown section per table: ``ours / reference (difference)`` cells, tau and best-within-1 columns."""
     out: list[str] = []
     for cmp in comparisons:
         metric = cmp.table.metric
-        out.append(f"## {cmp.table.group}: ours vs {cmp.reference.name}\n")
+        column_axis = cmp.table.column_axis
+        out.append(f"## {_label(cmp)}: ours vs {cmp.reference.name}\n")
         out.append(f"{metric.key}, ours / reference (ours − reference). Reference: {cmp.reference.source}\n")
-        out.append("| η | " + " | ".join(cmp.models) + " | tau | reference best within 1 |")
+        head = column_axis.prefix.rstrip("=") or column_axis.name
+        out.append(f"| {head} | " + " | ".join(cmp.models) + " | tau | reference best within 1 |")
         out.append("|---|" + "---:|" * len(cmp.models) + "---:|:---:|")
         for noise in cmp.table.columns:
             cells = []
@@ -431,7 +582,7 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
             agreement = cmp.agreement[noise]
             tau = "–" if agreement.tau is None else f"{agreement.tau:+.2f}"
             out.append(
-                f"| {cmp.table.column_axis.format(noise)} | "
+                f"| {column_axis.format(noise)} | "
                 + " | ".join(cells)
                 + f" | {tau} | {_yes_no(agreement.best_within_1)} |"
             )
@@ -439,15 +590,35 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
     return "\n".join(out)
 
 
-CSV_COLUMNS = ("dataset", "model", "noise", "median", "reference_median", "reference_std", "difference")
+def _centre(table: analysis.RankingTable) -> str:
+    return "mean" if table.derived else table.family.table.statistic
+
+
+def _head(cmp: Comparison) -> dict[str, Any]:
+    layout = cmp.table.layout
+    if cmp.table.derived:
+        return {"table": cmp.table.group}
+    return {layout.group: cmp.table.group} if layout.group else {}
+
+
+def csv_columns(cmp: Comparison) -> tuple[str, ...]:
+    """The CSV header of one comparison (alignment: dataset, model, noise, median, reference_median, ...)."""
+    layout = cmp.table.layout
+    centre = _centre(cmp.table)
+    return (*_head(cmp), layout.rows, layout.columns, centre, f"reference_{centre}", "reference_std", "difference")
 
 
 def render_csv(comparisons: Sequence[Comparison]) -> str:
-    """One row per (dataset, model, noise) of our tables' noise levels, in the metric's own units."""
+    """One row per (group, row, column) of our tables' columns, in the metric's own units; one header per kind of
+    table (a new header line where the columns change)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    header: tuple[str, ...] | None = None
     for cmp in comparisons:
+        if csv_columns(cmp) != header:
+            header = csv_columns(cmp)
+            writer.writerow(header)
+        head = list(_head(cmp).values())
         for model in cmp.models:
             for noise in cmp.table.columns:
                 ours, theirs = cmp.pair(model, noise)
@@ -456,7 +627,7 @@ def render_csv(comparisons: Sequence[Comparison]) -> str:
                 diff = cmp.difference(model, noise)
                 writer.writerow(
                     [
-                        cmp.table.group,
+                        *head,
                         model,
                         noise,
                         "" if ours is None else ours.median,
@@ -469,7 +640,9 @@ def render_csv(comparisons: Sequence[Comparison]) -> str:
 
 
 def comparison_json(cmp: Comparison) -> dict[str, Any]:
-    """JSON form of one comparison (metric units)."""
+    """JSON form of one comparison (metric units); cells and agreement keyed by the table's axis keys."""
+    layout = cmp.table.layout
+    centre = _centre(cmp.table)
     cells = []
     for model in cmp.models:
         for noise in cmp.table.columns:
@@ -478,24 +651,25 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
                 continue
             cells.append(
                 {
-                    "model": model,
-                    "noise": noise,
-                    "median": None if ours is None else ours.median,
-                    "reference_median": None if theirs is None else theirs.median,
+                    layout.rows: model,
+                    layout.columns: noise,
+                    centre: None if ours is None else ours.median,
+                    f"reference_{centre}": None if theirs is None else theirs.median,
                     "reference_std": None if theirs is None else theirs.std,
                     "difference": cmp.difference(model, noise),
                 }
             )
     return {
-        "dataset": cmp.table.group,
+        "task": cmp.table.task,
+        **_head(cmp),
         "metric": cmp.table.metric.key,
         "reference": cmp.reference.name,
         "source": cmp.reference.source,
         "cells": cells,
         "agreement": [
             {
-                "noise": a.noise,
-                "models": list(a.models),
+                layout.columns: a.noise,
+                f"{layout.rows}s": list(a.models),
                 "kendall_tau": a.tau,
                 "reference_best": list(a.reference_best),
                 "reference_best_within_1": a.best_within_1,

@@ -98,14 +98,15 @@ def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) 
         return []
     from gaptui import reference as ref
 
-    chosen = ref.load_reference(name, ws)
+    chosen = ref.load_reference(name, ws, task)
     try:
         ref.check_metric(chosen, tables[0].metric if tables else None)
     except GaptuiError as exc:
         return [f"Reference `{name}`: not compared ({exc})."]
-    comparisons = [c for t in tables if not t.derived and (c := ref.compare(t, chosen)) is not None]
+    comparisons = [c for t in tables if (c := ref.compare(t, chosen)) is not None]
     if not comparisons:
-        return [f"Reference `{name}` covers none of these tables ({', '.join(chosen.datasets)})."]
+        covered = chosen.table or ", ".join(g for g in chosen.groups if g) or f"the {task} table"
+        return [f"Reference `{name}` covers none of these tables ({covered})."]
     return [f"Compared with reference `{name}`:", "", _demote(ref.render_markdown(comparisons)).rstrip()]
 
 

@@ -205,6 +205,20 @@ class Toy(TaskFamily):
         detail = f"{spec.size:,} values of {human(TOY_BYTES_PER_VALUE)}"
         return MemoryNeed(f"toy data n={spec.size}", "toy data", need, detail, "lower the sizes", str(spec.size))
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    reference = "paper"
+
+    def reference_file(self, name: str) -> Path | None:
+        return REFERENCE if name == self.reference else None
+
+    def optimal_line(self, derived: str | None) -> str:
+        return "" if derived else "optimal size (largest best − worst spread)"
+
+
+#: The toy's published table (a plug-in's own reference file, outside gaptui).
+REFERENCE = Path(__file__).with_name("toy_reference.csv")
+
 
 #: What one value of a toy run's data stands for in memory.
 TOY_BYTES_PER_VALUE = 1 << 20

@@ -92,6 +92,11 @@ What a family implements (hooks with defaults are optional)
     - :meth:`TaskFamily.derived_tables` ``(records, metric) -> [DerivedTable]``: tables computed across runs
       (scores relative to the other methods, averages over an axis), shown after the ranking tables everywhere
       they are (``gaptui table``, exports, the terminal app).
+    - :meth:`TaskFamily.reference_file` ``(name) -> Path | None`` and ``reference`` (the name of the family's
+      default reference, compared by ``gaptui report``): published tables to compare with;
+      :meth:`TaskFamily.reference_problem` ``(coordinates) -> str``: axis values a reference row cannot have.
+    - :meth:`TaskFamily.optimal_line` ``(derived table name or None) -> str``: what the "optimal" summary line
+      under a table means (the column of largest best − worst spread); ``""`` (the default): no such line.
 
 Where families come from
     The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the
@@ -726,6 +731,28 @@ class TaskFamily:
         its size is unknown until its input is built (checked again once it is). Runs with the same
         ``MemoryNeed.key`` are checked once."""
         return None
+
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    def reference_file(self, name: str) -> Path | None:
+        """The reference table (CSV, format in docs/results.md) this family ships itself under ``name``, if any.
+
+        gaptui's own families ship theirs inside gaptui (``gaptui/references/<task>.<name>.csv``); a plug-in
+        family returns the path of its file here, so ``--reference NAME`` and ``gaptui report`` find it."""
+        return None
+
+    def reference_problem(self, coordinates: Mapping[str, Any]) -> str:
+        """Why a reference row with these axis values (axis key -> value) can be no cell of this family, in a few
+        words (``"noise 1.5 is outside [0, 1)"``); ``""`` when it can (the default)."""
+        return ""
+
+    def optimal_line(self, derived: str | None) -> str:
+        """What this family's "optimal" summary line says, before ``: <column value>``, for its ranking tables
+        (``derived`` None) or its derived table named ``derived``; ``""`` for no line (the default).
+
+        The value is the column whose best − worst spread over the table's rows is largest (the first on a tie);
+        alignment: ``"optimal noise (largest best − worst spread)"``, the noise that best separates the models."""
+        return ""
 
 
 class FamilyRegistry:

@@ -187,5 +187,15 @@ class Alignment(TaskFamily):
         what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
         return pairs_need(canonical, spec.batch_size, what, built)
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    def reference_problem(self, coordinates: dict[str, Any]) -> str:
+        noise = coordinates.get("noise")
+        return f"noise {noise:g} is outside [0, 1)" if isinstance(noise, float) and not 0 <= noise < 1 else ""
+
+    def optimal_line(self, derived: str | None) -> str:
+        # Section 5: the noise level at which the models are most separated.
+        return "" if derived else "optimal noise (largest best − worst spread)"
+
 
 FAMILIES.register(Alignment())

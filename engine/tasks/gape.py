@@ -408,5 +408,11 @@ class Gape(TaskFamily):
         hint_line = "lower batch_size, layers or the number of molecules"
         return MemoryNeed(f"gape on {dataset_label(spec)}", f"molecules of {ds.base}", need, detail, hint_line, key)
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    #: Table 1 of the alignment paper (seed 000), shipped as gaptui/references/gape.paper.csv. No optimal line:
+    #: the columns are datasets, and the dataset that separates the PEs most means nothing.
+    reference = "paper"
+
 
 FAMILIES.register(Gape())

@@ -462,5 +462,20 @@ class Properties(TaskFamily):
         what = f"{spec.property} {spec.dimension}"
         return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
 
+    # -------------------------------------------------------------------------------- reference tables, optimal lines
+
+    #: Table 2 of the property-suite paper (seed 001: mean R score per pooling and dimension), shipped as
+    #: gaptui/references/properties.paper.csv.
+    reference = "paper"
+
+    def metric(self, key: str) -> Metric:
+        # The R score of the derived Table 2, so that a reference of that table can name its metric.
+        return R_SCORE if key == R_SCORE.key else super().metric(key)
+
+    def optimal_line(self, derived: str | None) -> str:
+        if derived == TABLE2:
+            return "optimal dimension (largest best − worst spread)"
+        return "" if derived else "optimal property (largest best − worst spread)"
+
 
 FAMILIES.register(Properties())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -10,6 +10,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Select, Static
 
+from engine.tasks import DEFAULT_TASK
+from gaptui.record import Record, RecordFilter, record_task, split_words
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.record_table import RecordTable, history_columns
 
@@ -17,18 +19,15 @@ from gaptui.tui.widgets.record_table import RecordTable, history_columns
 ALL_TASKS = "*"
 
 
-def haystack(record: dict[str, Any]) -> str:
+def haystack(record: Record) -> str:
     """The text the filter searches: task, axes (dataset, model...), status, tags, plus id, preset and seed."""
     from gaptui.columns import describe
 
-    spec_dataset = (record.get("spec") or {}).get("dataset")
-    base = spec_dataset.get("base") if isinstance(spec_dataset, dict) else None
     return " ".join(
         str(v)
         for v in (
-            record.get("task") or "alignment",
+            record_task(record),
             describe(record),
-            base,
             record.get("status"),
             *(record.get("tags") or []),
             record.get("id"),
@@ -39,10 +38,15 @@ def haystack(record: dict[str, Any]) -> str:
     ).lower()
 
 
-def matches(record: dict[str, Any], words: list[str]) -> bool:
-    """Every word of the filter occurs in the record's searchable text (case-insensitive)."""
+def matches(record: Record, words: list[str]) -> bool:
+    """Every word of the filter holds: ``axis=value`` words (any axis a family declares: ``noise=0.12``,
+    ``pe=rwpe``) as ``gaptui history --filter`` does, other words found in the record's searchable text
+    (case-insensitive)."""
+    plain, axes = split_words(words)
+    if axes and not RecordFilter(axes=axes).matches(record):
+        return False
     text = haystack(record)
-    return all(word in text for word in words)
+    return all(word in text for word in plain)
 
 
 class HistoryTable(RecordTable):
@@ -72,10 +76,13 @@ class HistoryScreen(SectionScreen):
     def __init__(self) -> None:
         super().__init__()
         self.words: list[str] = []
+        # The filter's words split once: plain words searched as text, axis=value words matched on the axis.
+        self._plain: list[str] = []
+        self._axes = RecordFilter()
         #: The family shown (None: every family; the columns are then those of the one present, if only one).
         self.task_name: str | None = None
         # Searchable text by hash, reused while the record object is the same (records are replaced on change).
-        self._haystacks: dict[str, tuple[dict[str, Any], str]] = {}
+        self._haystacks: dict[str, tuple[Record, str]] = {}
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="history-bar"):
@@ -88,7 +95,7 @@ class HistoryScreen(SectionScreen):
                 [("all tasks", ALL_TASKS)], value=ALL_TASKS, id="history-task", compact=True, allow_blank=False
             )
             yield Static("", id="history-info", markup=False)
-        yield HistoryTable(history_columns("alignment"), id="history-table")
+        yield HistoryTable(history_columns(DEFAULT_TASK), id="history-table")
 
     @property
     def table(self) -> RecordTable:
@@ -103,15 +110,17 @@ class HistoryScreen(SectionScreen):
 
     # -------------------------------------------------------------------------------------- contents
 
-    def _matches(self, record: dict[str, Any]) -> bool:
-        if self.task_name is not None and (record.get("task") or "alignment") != self.task_name:
+    def _matches(self, record: Record) -> bool:
+        if self.task_name is not None and record_task(record) != self.task_name:
+            return False
+        if self._axes and not self._axes.matches(record):
             return False
         cached = self._haystacks.get(record["hash"])
         if cached is None or cached[0] is not record:
             cached = self._haystacks[record["hash"]] = (record, haystack(record))
-        return all(word in cached[1] for word in self.words)
+        return all(word in cached[1] for word in self._plain)
 
-    def _visible(self) -> list[dict[str, Any]]:
+    def _visible(self) -> list[Record]:
         return [r for r in self.gapp.book if self._matches(r)]
 
     def _rebuild(self) -> None:
@@ -129,7 +138,7 @@ class HistoryScreen(SectionScreen):
         with self.prevent(Select.Changed):
             picker.set_options(options)
             picker.value = self.task_name if self.task_name in tasks else ALL_TASKS
-        shown = self.task_name or (tasks[0] if len(tasks) == 1 else None if tasks else "alignment")
+        shown = self.task_name or (tasks[0] if len(tasks) == 1 else None if tasks else DEFAULT_TASK)
         self.table.set_columns(history_columns(shown))
 
     @on(Select.Changed, "#history-task")
@@ -169,7 +178,7 @@ class HistoryScreen(SectionScreen):
             return
         if not self._matches(record):
             self.query_one("#history-filter", Input).value = ""
-            self.words = []
+            self.words, self._plain, self._axes = [], [], RecordFilter()
             self._rebuild()
         self.table.move_to(run_hash)
 
@@ -180,6 +189,8 @@ class HistoryScreen(SectionScreen):
         words = event.value.lower().split()
         if words != self.words:
             self.words = words
+            self._plain, axes = split_words(words)
+            self._axes = RecordFilter(axes=axes)
             self._rebuild()
 
     @on(Input.Submitted, "#history-filter")

@@ -1,6 +1,6 @@
 """RankingScreen: one ranking table at a time (alignment: Table D.3 per dataset), its gap plot, export of the
-table, and the comparison with a reference (the paper's Table D.3 or a user's file, as ``gaptui table
---reference``; alignment only).
+table, and the comparison with a reference (the family's paper, e.g. alignment's Table D.3, or a user's file, as
+``gaptui table --reference``; every family that has one).
 
 A task picker switches family: its layout, metrics and directions come from the family (:mod:`engine.tasks`).
 """
@@ -100,7 +100,7 @@ class RankingScreen(SectionScreen):
             )
             yield Label("reference")
             yield Select(
-                [(name, name) for name in reference.reference_names(self.gapp.ws)],
+                [(name, name) for name in reference.reference_names(self.gapp.ws, self.task_name)],
                 prompt="none",
                 id="ranking-reference",
                 compact=True,
@@ -150,6 +150,15 @@ class RankingScreen(SectionScreen):
             task_select.value = self.task_name
             metric_select.set_options([(m, m) for m in metrics])
             metric_select.value = self.metric
+            names = reference.reference_names(self.gapp.ws, self.task_name)
+            if self.reference not in names:
+                self.reference = None
+            reference_select = self.query_one("#ranking-reference", Select)
+            reference_select.set_options([(name, name) for name in names])
+            if self.reference is None:
+                reference_select.clear()
+            else:
+                reference_select.value = self.reference
             labels = [t.group for t in self.tables]
             if self.dataset not in labels:
                 self.dataset = labels[0] if labels else None
@@ -163,19 +172,17 @@ class RankingScreen(SectionScreen):
         """The comparison of ``table`` with the chosen reference, or why there is none (one line)."""
         assert self.reference is not None
         try:
-            chosen = reference.load_reference(self.reference, self.gapp.ws)
+            chosen = reference.load_reference(self.reference, self.gapp.ws, table.task)
             comparison = reference.compare(table, chosen)
         except GaptuiError as exc:
             return f"reference: {exc}"
-        if comparison is None:
-            return f"reference '{chosen.name}' has no dataset {table.group} (it covers {', '.join(chosen.datasets)})"
-        return comparison
+        return reference.not_covered(table, chosen) if comparison is None else comparison
 
     def _show(self) -> None:
         table = self.table
         grid = self.query_one(RankingGrid)
         compare = self.query_one("#ranking-compare", Static)
-        comparable = table is not None and self.reference is not None and table.task == "alignment"
+        comparable = table is not None and self.reference is not None
         comparison = self._comparison(table) if comparable else None
         # With a comparison, it replaces the grid (it holds our medians and marks too).
         grid.display = not isinstance(comparison, reference.Comparison)
@@ -243,7 +250,7 @@ class RankingScreen(SectionScreen):
 
     def action_next_reference(self) -> None:
         """Cycle none -> each reference -> none."""
-        names: list[str | None] = [None, *reference.reference_names(self.gapp.ws)]
+        names: list[str | None] = [None, *reference.reference_names(self.gapp.ws, self.task_name)]
         self.reference = names[(names.index(self.reference) + 1) % len(names)] if self.reference in names else None
         with self.prevent(Select.Changed):
             select = self.query_one("#ranking-reference", Select)

@@ -18,6 +18,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Log, Static, TabbedContent, TabPane, TextArea
 
 from gaptui.columns import describe, record_family
+from gaptui.record import record_task
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE, format_duration
 from gaptui.tui.screens.section import SectionScreen
@@ -109,7 +110,7 @@ class RunDetailScreen(SectionScreen):
         self._open.add(self)
         app = self.gapp
         record = self.record
-        self.sub_title = f"{record.get('id', '')} {record.get('task') or 'alignment'}: {describe(record)}"
+        self.sub_title = f"{record.get('id', '')} {record_task(record)}: {describe(record)}"
         self.refresh_record()
         self.show_log(record.get("log_tail") or [])
         if record.get("run_dir"):

@@ -14,7 +14,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Log, Static
 
+from engine.tasks import DEFAULT_TASK
 from gaptui.columns import describe, record_family, result_metric, result_value
+from gaptui.record import record_task
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.messages import SchedulerState
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE
@@ -80,7 +82,7 @@ class RunsScreen(SectionScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static("no run queued or running", id="runs-state", markup=False)
-        yield RecordTable(runs_columns("alignment"), id="runs-table")
+        yield RecordTable(runs_columns(DEFAULT_TASK), id="runs-table")
         yield CurvesPanel(id="runs-curves")
         yield Log(id="runs-log", max_lines=500)
 
@@ -127,8 +129,8 @@ class RunsScreen(SectionScreen):
     def _sync_columns(self) -> None:
         """The columns of the family of the runs shown (generic ones when they are of several families)."""
         book = self.gapp.book.records
-        tasks = {book[h].get("task") or "alignment" for h in self.shown if h in book}
-        self.table.set_columns(runs_columns(next(iter(tasks)) if len(tasks) == 1 else None if tasks else "alignment"))
+        tasks = {record_task(book[h]) for h in self.shown if h in book}
+        self.table.set_columns(runs_columns(next(iter(tasks)) if len(tasks) == 1 else None if tasks else DEFAULT_TASK))
 
     def _follow_foreign(self, hashes: set[str]) -> None:
         """Read-only: runs of the other manager are not streamed to us, so tail the running ones we show."""

@@ -1,0 +1,181 @@
+"""The run record of the history, typed, and what every view asks of it: its family, its axes, filters.
+
+A :class:`Record` is the dict the history stores (schema 2, :mod:`gaptui.history`): a ``TypedDict``, so a record
+read from any existing store is the same mapping as before (nothing converted, nothing dropped: keys written by a
+newer gaptui or a backend, such as ``slurm`` or ``earlier``, stay), and type checkers know its fields.
+
+Generic code never reads inside ``spec``: what a run is (its dataset, noise, PE, pooling...) is in ``axes``, the
+coordinates its family declares (:class:`engine.tasks.Axis`). :class:`RecordFilter` filters on those (``gaptui
+history --filter axis=value`` and the terminal app's history filter), plus task, status and tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Required, TypedDict
+
+from engine.errors import GaptuiError, did_you_mean
+from engine.tasks import FAMILIES, Axis, TaskFamily, family, task_of
+
+#: Statuses a record can have, in the order a run goes through them.
+STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "blocked")
+
+
+class Record(TypedDict, total=False):
+    """One run of the history (schema 2). ``id``, ``hash`` and ``status`` are always there (strings)."""
+
+    id: Required[str]
+    hash: Required[str]
+    status: Required[str]
+    #: The family (absent in records written before families: alignment, :data:`engine.tasks.DEFAULT_TASK`).
+    task: str
+    #: The run's coordinates, one value per axis its family declares (``{"dataset": "er", "noise": 0.12, ...}``).
+    axes: dict[str, Any]
+    seed: int
+    #: The full spec (its canonical hash is ``hash``); read by the family and the worker only.
+    spec: dict[str, Any]
+    #: Hashes of the runs that must be done before this one starts.
+    depends: list[str]
+    preset: str | None
+    planned_seeds: int | None
+    run_dir: str
+    created: str
+    started: str | None
+    finished: str | None
+    duration: float | None
+    exit_code: int | None
+    attempts: int
+    pid: int | None
+    slot: str | None
+    metrics: dict[str, Any]
+    params: int | None
+    error: str | None
+    log_tail: list[str]
+    repro: dict[str, Any]
+    tags: list[str]
+    note: str
+
+
+def record_task(record: Mapping[str, Any]) -> str:
+    """The task family of a record (records written before families were :data:`~engine.tasks.DEFAULT_TASK`)."""
+    return task_of(record)
+
+
+def record_family(record: Mapping[str, Any]) -> TaskFamily | None:
+    """The family of a record, or None when it is not registered (a plug-in no longer installed)."""
+    try:
+        return family(record_task(record))
+    except GaptuiError:
+        return None
+
+
+def task_records(records: Iterable[Record], task: str) -> list[Record]:
+    """The records of one task family."""
+    return [r for r in records if record_task(r) == task]
+
+
+def axis_value(record: Mapping[str, Any], key: str) -> Any:
+    """The value of axis ``key`` of a record (``None`` when the record has no such axis)."""
+    return (record.get("axes") or {}).get(key)
+
+
+def axis_matches(axis: Axis, value: Any, wanted: str) -> bool:
+    """Whether a record's ``value`` of ``axis`` is what a filter asks for: the same number for numeric axes
+    (``noise=0.1`` matches 0.10), else the same text, ignoring case, or a labelled variant of it (``dataset=er``
+    matches ``er[n=50]``, whose base is er)."""
+    if value is None:
+        return False
+    if axis.numeric:
+        try:
+            return axis.key_of(value) == axis.key_of(float(wanted))
+        except (TypeError, ValueError):
+            return False
+    text, wanted = axis.format(value).lower(), wanted.lower()
+    return text == wanted or text.startswith(f"{wanted}[")
+
+
+def known_axes(tasks: Sequence[str] | None = None) -> dict[str, Axis]:
+    """Axes of ``tasks`` (None: every registered family) by key (the first family's declaration of a key)."""
+    fams = [family(t) for t in tasks] if tasks else list(FAMILIES)
+    out: dict[str, Axis] = {}
+    for fam in fams:
+        for axis in fam.axes:
+            out.setdefault(axis.key, axis)
+    return out
+
+
+def parse_axis_filters(items: Iterable[str], tasks: Sequence[str] | None = None, option: str = "--filter") -> dict:
+    """``["dataset=er", "noise=0.1"]`` as ``{axis key: value}``, every key a declared axis of ``tasks`` (None:
+    of any family); one error line naming the item and the known axes otherwise."""
+    axes = known_axes(tasks)
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise GaptuiError(f"{option} '{item}': expected AXIS=VALUE, e.g. dataset=er; known axes: {', '.join(axes)}")
+        if key not in axes:
+            scope = f"task {', '.join(tasks)}" if tasks else "any task"
+            raise GaptuiError(
+                f"{option} '{item}': '{key}' is not an axis of {scope}{did_you_mean(key, list(axes))}; "
+                f"known axes: {', '.join(axes)}"
+            )
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RecordFilter:
+    """Which records to show: a task, statuses, a tag, and values of declared axes (all must hold)."""
+
+    task: str | None = None
+    statuses: tuple[str, ...] = ()
+    tag: str | None = None
+    axes: Mapping[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.task or self.statuses or self.tag or self.axes)
+
+    def matches(self, record: Mapping[str, Any]) -> bool:
+        task = record_task(record)
+        if self.task is not None and task != self.task:
+            return False
+        if self.statuses and record.get("status") not in self.statuses:
+            return False
+        if self.tag is not None and self.tag not in (record.get("tags") or []):
+            return False
+        if not self.axes:
+            return True
+        fam = record_family(record)
+        declared = {a.key: a for a in fam.axes} if fam else {}
+        values = record.get("axes") or {}
+        return all(k in declared and axis_matches(declared[k], values.get(k), v) for k, v in self.axes.items())
+
+    def apply(self, records: Iterable[Record]) -> list[Record]:
+        return [r for r in records if self.matches(r)]
+
+
+def check_statuses(statuses: Iterable[str], option: str = "--status") -> tuple[str, ...]:
+    """The statuses given, each one of :data:`STATUSES` (one error line otherwise)."""
+    for s in statuses:
+        if s not in STATUSES:
+            raise GaptuiError(
+                f"{option} '{s}' is not a status{did_you_mean(s, STATUSES)}; known: {', '.join(STATUSES)}"
+            )
+    return tuple(statuses)
+
+
+def split_words(words: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    """A free-text filter's words as (plain words, axis filters): a word ``key=value`` whose key is an axis some
+    family declares filters on that axis (the terminal app's history filter); any other word is searched as text."""
+    axes = known_axes()
+    plain: list[str] = []
+    filters: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if sep and value and key in axes:
+            filters[key] = value
+        else:
+            plain.append(word)
+    return plain, filters

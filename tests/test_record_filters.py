@@ -1,0 +1,150 @@
+"""History records typed (`Record`), and filters on any axis a family declares: `gaptui history --filter`, the
+terminal app's history filter, and a plug-in family's axes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import GaptuiError
+from gaptui.history import History, read_records, upgrade_record
+from gaptui.record import Record, RecordFilter, parse_axis_filters, split_words
+from gaptui.tui.screens.history import matches
+from gaptui.workspace import Workspace
+from tests.conftest import run_cli
+
+TOY = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+
+
+def record(n: int, task: str, axes: dict[str, Any], status: str = "done", tags: tuple[str, ...] = ()) -> Record:
+    return {
+        "id": f"{n:012d}",
+        "hash": f"{n:064d}",
+        "status": status,
+        "task": task,
+        "axes": axes,
+        "seed": 0,
+        "metrics": {},
+        "tags": list(tags),
+        "created": f"2024-01-01T00:00:{n:02d}",
+    }
+
+
+def records() -> list[Record]:
+    return [
+        record(1, "alignment", {"dataset": "er", "noise": 0.12, "model": "gcn"}, tags=("paper",)),
+        record(2, "alignment", {"dataset": "er[n=50]", "noise": 0.1, "model": "gin"}, status="failed"),
+        record(3, "gape", {"dataset": "zinc", "pe": "rwpe"}),
+        record(4, "gape", {"dataset": "aqsol", "pe": "gape"}),
+        record(5, "properties", {"dimension": "sensitivity", "pooling": "gmt", "property": "connex"}),
+        record(6, "toy", {"size": 3, "model": "mean"}),
+    ]
+
+
+def ids(found: list[Record]) -> list[int]:
+    return [int(r["id"]) for r in found]
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    import tests.toy_family  # noqa: F401
+
+
+def test_filters_on_the_axes_of_every_family(toy: None) -> None:
+    def only(**axes: str) -> list[int]:
+        return ids(RecordFilter(axes=axes).apply(records()))
+
+    assert only(noise="0.10") == [2] and only(noise="0.12") == [1]
+    assert only(dataset="er") == [1, 2]  # er[n=50] is a labelled er
+    assert only(dataset="zinc") == [3] and only(pe="rwpe") == [3] and only(pooling="GMT") == [5]
+    assert only(model="mean", size="3") == [6] and only(size="3.0") == [6] and only(model="gcn") == [1]
+    assert ids(RecordFilter(task="gape").apply(records())) == [3, 4]
+    assert ids(RecordFilter(statuses=("failed",)).apply(records())) == [2]
+    assert ids(RecordFilter(tag="paper", axes={"dataset": "er"}).apply(records())) == [1]
+    assert not RecordFilter() and RecordFilter(tag="x")
+
+
+def test_unknown_axes_are_one_line_errors(toy: None) -> None:
+    assert parse_axis_filters(["pe=rwpe", "noise=0.1"]) == {"pe": "rwpe", "noise": "0.1"}
+    with pytest.raises(GaptuiError) as info:
+        parse_axis_filters(["pes=rwpe"], ["gape"])
+    assert str(info.value) == (
+        "--filter 'pes=rwpe': 'pes' is not an axis of task gape (did you mean 'pe'?); known axes: dataset, pe"
+    )
+    with pytest.raises(GaptuiError, match="'rwpe': expected AXIS=VALUE, e.g. dataset=er; known axes: .*pooling"):
+        parse_axis_filters(["rwpe"])
+
+
+def test_the_app_filter_takes_axis_words_and_plain_words(toy: None) -> None:
+    assert split_words(["noise=0.1", "seed=0", "gin"]) == (["seed=0", "gin"], {"noise": "0.1"})
+    rows = records()
+    assert [r["id"][-1] for r in rows if matches(r, ["pe=rwpe"])] == ["3"]
+    assert [r["id"][-1] for r in rows if matches(r, ["dataset=er", "failed"])] == ["2"]
+    assert [r["id"][-1] for r in rows if matches(r, ["size=3"])] == ["6"]
+
+
+def test_records_read_back_losslessly_as_typed_records(tmp_path: Path) -> None:
+    ws = Workspace.resolve(tmp_path / "ws")
+    stored = [{**r, "slurm": {"jobs": ["12"]}, "earlier": [{"status": "done"}]} for r in records()[:3]]
+    with History(ws, write=True) as history:
+        history.put_many(stored)  # type: ignore[arg-type]
+    back = {r["id"]: r for r in read_records(ws)}
+    for r in stored:
+        assert back[r["id"]] == r  # every key kept, extra ones included
+    legacy = {"id": "a", "hash": "b", "status": "done", "dataset": "er", "noise": 0.1, "model": "gcn"}
+    assert upgrade_record(legacy)["task"] == "alignment" and upgrade_record(legacy)["axes"]["model"] == "gcn"
+
+
+def test_history_command_filters_on_any_axis(tmp_path: Path) -> None:
+    ws = Workspace.resolve(tmp_path / "ws")
+    with History(ws, write=True) as history:
+        history.put_many(records())
+    where = ("--workspace", str(ws.root), "--json")
+
+    def listed(*args: str) -> list[str]:
+        res = run_cli("history", *args, *where, env=TOY)
+        assert res.returncode == 0, res.stderr
+        return [row["id"][-1] for row in json.loads(res.stdout)]
+
+    assert listed("--filter", "pe=gape") == ["4"]
+    assert listed("--filter", "dataset=er", "--filter", "noise=0.12") == ["1"]
+    assert listed("--dataset", "er", "--status", "failed") == ["2"]  # the old options still work
+    assert listed("--filter", "size=3", "--task", "toy") == ["6"]
+    res = run_cli("history", "--task", "gape", "--filter", "noise=0.1", "--workspace", str(ws.root), env=TOY)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        "error: --filter 'noise=0.1': 'noise' is not an axis of task gape; known axes: dataset, pe"
+    ]
+
+
+@pytest.mark.asyncio
+async def test_the_app_history_filter_on_an_axis(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.screens.history import HistoryScreen
+
+    ws = Workspace.resolve(tmp_path / "ws")
+    with History(ws, write=True) as history:
+        history.put_many(records()[:5])
+    app = GaptuiApp(ws)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen)
+        assert screen.table.record_count == 5
+        screen.query_one("#history-filter", Input).value = "pe=rwpe"
+        await pilot.pause()
+        assert screen.table.record_count == 1
+        screen.query_one("#history-filter", Input).value = "noise=0.1 failed"
+        await pilot.pause()
+        assert screen.table.record_count == 1
+        screen.query_one("#history-filter", Input).value = "dataset=er"
+        await pilot.pause()
+        assert screen.table.record_count == 2
+        await pilot.press("ctrl+q")
