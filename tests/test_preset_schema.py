@@ -35,3 +35,103 @@ def test_shipped_preset_expands_to_the_same_run_ids(name: str) -> None:
     ids = sorted(spec.hash() for spec in grid(preset, Workspace(Path("/tmp/unused"))))
     assert (len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()) == SHIPPED_RUN_IDS[name]
     assert (preset.timeout, preset.retries, preset.pack_seeds) == (None, 0, 1)
+
+
+def _shipped(name: str, **changes: object) -> tuple[dict, Path]:
+    from gaptui.presets import read_preset_file
+
+    path = BUNDLED / f"{name}.toml"
+    raw = read_preset_file(path)[1]
+    return {**raw, **changes}, path
+
+
+FAMILY_PRESETS = ("smoke", "gape-smoke", "properties-smoke")
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_every_family_reads_the_run_policy_from_one_schema(name: str) -> None:
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped(name)
+    run = {**raw.get("run", {}), "timeout": 600, "retries": 2, "pack_seeds": 3}
+    preset = parse_preset({**raw, "run": run}, path)
+    assert (preset.timeout, preset.retries, preset.pack_seeds) == (600.0, 2, 3)
+    plain = parse_preset(raw, path)
+    ids = {s.hash() for s in grid(plain, Workspace(Path("/tmp/unused")))}
+    assert {s.hash() for s in grid(preset, Workspace(Path("/tmp/unused")))} == ids  # policy never changes a run id
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"run": {"timeout": -5}}, "[run]: timeout = -5: expected seconds > 0"),
+        ({"run": {"retries": -1}}, "[run]: retries = -1: expected a count >= 0"),
+        ({"run": {"pack_seeds": 0}}, "[run]: pack_seeds = 0: expected a count >= 1"),
+        ({"run": {"timeout": "soon"}}, "[run]: key 'timeout' = 'soon': expected a number"),
+        ({"run": {"pack_seed": 2}}, "[run]: unknown key 'pack_seed' (did you mean 'pack_seeds'?)"),
+        ({"run": 3}, "[run] = 3: expected a table of run options"),
+        ({"seeds": [0, -1]}, "key 'seeds' holds -1: expected seeds >= 0"),
+        ({"seeds": []}, "key 'seeds' is empty"),
+        ({"name": 7}, "key 'name' = 7: expected a string"),
+        ({"description": ["a"]}, "key 'description' = ['a']: expected a string"),
+        ({"descripton": "x"}, "unknown key 'descripton' (did you mean 'description'?)"),
+    ],
+)
+def test_common_keys_fail_alike_in_every_family(name: str, change: dict, message: str) -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped(name)
+    if isinstance(change.get("run"), dict):
+        change = {"run": {**raw.get("run", {}), **change["run"]}}
+    with pytest.raises(GaptuiError) as error:
+        parse_preset({**raw, **change}, path)
+    text = str(error.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text
+
+
+def test_slurm_table_is_refused_by_families_that_do_not_run_on_slurm() -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped("gape-smoke", slurm={"partition": "gpu"})
+    with pytest.raises(GaptuiError, match="key 'slurm': the gape family does not run on Slurm"):
+        parse_preset(raw, path)
+    raw, path = _shipped("smoke", slurm={"time": 0})
+    with pytest.raises(GaptuiError, match=r"\[slurm\]: time = 0: expected an integer >= 1"):
+        parse_preset(raw, path)
+
+
+def test_gape_reads_its_older_top_level_timeout_and_retries() -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped("gape-smoke", timeout=120, retries=1)
+    preset = parse_preset(raw, path)
+    assert (preset.timeout, preset.retries) == (120.0, 1)
+    with pytest.raises(GaptuiError, match="key 'timeout' is set twice"):
+        parse_preset({**raw, "run": {"timeout": 60}}, path)
+
+
+def test_alignment_run_options_are_the_run_spec_fields() -> None:
+    import dataclasses
+
+    from engine.alignment.preset import RunOptions
+    from engine.alignment.spec import RunSpec
+    from engine.presets import POLICY_KEYS
+
+    spec = {f.name: f for f in dataclasses.fields(RunSpec)}
+    options = RunOptions()
+    for key, value in options.spec_fields().items():
+        default = spec[key].default_factory() if callable(spec[key].default_factory) else spec[key].default
+        assert value == default, key
+    assert set(dataclasses.asdict(options)) - set(options.spec_fields()) == set(POLICY_KEYS)
+    assert set(spec) - set(options.spec_fields()) == {
+        "dataset",
+        "model",
+        "task",
+        "model_kwargs",
+        "seed",
+        *RunSpec.PLACEMENT,
+    }

@@ -35,12 +35,13 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
+from engine.presets import SlurmOptions
 from engine.tasks import TaskSpec, load_spec
 from gaptui.history import History, now
 from gaptui.runner import run_id, signal_group, start_worker
@@ -49,8 +50,6 @@ from gaptui.workspace import Workspace
 
 #: Seconds between two ``sacct`` calls while runs are in flight.
 POLL_SECONDS = 2.0
-#: Slurm's default MaxArraySize is 1001: indices 0-1000.
-MAX_CHUNK = 1000
 #: Folders that compute nodes do not share with the submitting machine.
 LOCAL_ONLY = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
@@ -59,57 +58,6 @@ RUNNING_STATES = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 #: States after which the run is submitted again (it resumes from its checkpoint).
 RETRY_STATES = ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT")
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """How runs are submitted: a preset's ``[slurm]`` table, overridden by ``gaptui run`` options."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: int | None = None  # minutes per run; None: the preset's [run] timeout, else the partition's default
-    gpus_per_run: int = 0
-    cpus_per_run: int = 1
-    mem_per_run: float | None = None  # GB; None: the cluster's default per CPU
-    array_parallelism: int = 64  # tasks of one array running at once
-    max_retries: int = 2  # resubmissions after TIMEOUT / NODE_FAIL / PREEMPTED
-    signal_delay: int = 90  # seconds between SIGUSR2 and the time limit
-    chunk: int = MAX_CHUNK  # runs per job array
-    options: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {constraint = "a100"}
-
-    def check(self, where: str) -> SlurmOptions:
-        """Raise a GaptuiError naming the key when a value is out of range; returns self."""
-        limits = {
-            "time": (self.time, 1),
-            "gpus_per_run": (self.gpus_per_run, 0),
-            "cpus_per_run": (self.cpus_per_run, 1),
-            "array_parallelism": (self.array_parallelism, 1),
-            "max_retries": (self.max_retries, 0),
-            "signal_delay": (self.signal_delay, 0),
-            "chunk": (self.chunk, 1),
-        }
-        for key, (value, low) in limits.items():
-            if value is not None and value < low:
-                raise GaptuiError(f"{where}: {key} = {value}: expected an integer >= {low}")
-        if self.chunk > MAX_CHUNK:
-            raise GaptuiError(f"{where}: chunk = {self.chunk}: at most {MAX_CHUNK} (Slurm's default MaxArraySize)")
-        if self.time is not None and self.time * 60 < self.signal_delay + 120:
-            # Slurm sends the warning up to a minute early (its timer resolution); the worker also needs to start.
-            raise GaptuiError(
-                f"{where}: time = {self.time} min leaves no room for the warning signal_delay = {self.signal_delay} s "
-                f"plus Slurm's one-minute timer resolution; expected time >= {-(-(self.signal_delay + 120) // 60)} "
-                "min (or a smaller signal_delay)"
-            )
-        if self.mem_per_run is not None and self.mem_per_run <= 0:
-            raise GaptuiError(f"{where}: mem_per_run = {self.mem_per_run:g}: expected a positive number of GB")
-        return self
-
-    def merged(self, **overrides: Any) -> SlurmOptions:
-        """These options with the given non-None values replaced (``options`` entries are added)."""
-        extra = overrides.pop("options", None) or {}
-        chosen = {k: v for k, v in overrides.items() if v is not None}
-        return replace(self, **chosen, options={**self.options, **extra})
 
 
 def parse_slurm_options(pairs: list[str]) -> dict[str, str]:
