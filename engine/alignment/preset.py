@@ -175,9 +175,10 @@ def preset_of(head: PresetHead) -> Preset:
         except GaptuiError as exc:
             raise GaptuiError(f"{here}: {exc}") from None
         datasets.append(ds)
-    notes = list(head.notes)
+    notes: list[str] = []
     noise = unique_values(noise, float, "noise", notes)
     models = unique_values([_canonical_model(m) for m in models], str, "models", notes)
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(datasets, _dataset_key, "datasets", notes)
     model_options = _model_options(where, raw.get("model_options", {}), models)
     run = parse_dataclass(RunOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")

@@ -239,8 +239,9 @@ def preset_of(head: PresetHead) -> GapePreset:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected a seed >= 0")
         datasets.append(GapeDataset(str(entry["base"]), dict(params), seed, pretrain, run))
-    notes = list(head.notes)
+    notes: list[str] = []
     pes = unique_values(pes, str, "pes", notes)
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(
         datasets, lambda d: json.dumps(dataclasses.asdict(d), sort_keys=True, default=str), "datasets", notes
     )

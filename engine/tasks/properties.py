@@ -208,12 +208,13 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
 
     head = parse_head(raw, path, "properties", OWN_KEYS, RUN_KEYS, required=("properties", "poolings"))
     where, raw = head.where, head.own
-    notes = list(head.notes)
+    notes: list[str] = []
     props = unique_values(_names(where, raw, "properties", "property", PROPERTY_NAMES), str, "properties", notes)
     poolings = _names(where, raw, "poolings", "pooling", POOLINGS.names(), " or module.path:factory")
     poolings = unique_values(poolings, str, "poolings", notes)
     dims = _names(where, {"dimensions": list(DIMENSION_ORDER), **raw}, "dimensions", "dimension", DIMENSION_ORDER)
     dims = unique_values(dims, str, "dimensions", notes)
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
     run = parse_dataclass(StudyOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     preset = Preset(
         name=head.name,
