@@ -135,3 +135,18 @@ def test_alignment_run_options_are_the_run_spec_fields() -> None:
         "seed",
         *RunSpec.PLACEMENT,
     }
+
+
+def test_a_plug_in_family_gets_the_common_part_parsed() -> None:
+    """What a family's parse_preset starts from: the shared keys parsed, its own keys handed over untouched."""
+    from engine.errors import GaptuiError
+    from engine.presets import RunPolicy, parse_head
+
+    raw = {"task": "toy", "sizes": [2, 3], "seeds": [1, 1, 0], "run": {"timeout": 5, "steps": 4}}
+    head = parse_head(raw, Path("toy.toml"), "toy", ("sizes",), run_keys=("steps",), required=("sizes",))
+    assert (head.name, head.description, head.seeds) == ("toy", "", (1, 0))
+    assert head.policy == RunPolicy(timeout=5.0)
+    assert (head.own, head.run, head.slurm) == ({"sizes": [2, 3]}, {"steps": 4}, None)
+    assert head.notes == ("key 'seeds' repeats 1: merged (a grid is a set of runs)",)
+    with pytest.raises(GaptuiError, match=r"^toy.toml: missing key 'sizes'$"):
+        parse_head({"seeds": [0]}, Path("toy.toml"), "toy", ("sizes",), required=("sizes",))
