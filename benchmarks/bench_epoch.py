@@ -5,6 +5,7 @@ Run from the repository root (one core, lowest priority; a few minutes per model
     nice -n 19 taskset -c 1 python benchmarks/bench_epoch.py
     python benchmarks/bench_epoch.py --models gcn,gin --train 500 --epochs 10 --noise 0.12   # quicker
     python benchmarks/bench_epoch.py --profile gin          # torch.profiler table of a few of our steps
+    python benchmarks/bench_epoch.py --precision --models gin --train 300 --epochs 4   # fp32 vs bf16
 
 Both sides train on the same cached alignment dataset (ER(--n, --degree) at each --noise, --train / --val pairs,
 batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 warm-up steps, value clipping
@@ -15,6 +16,10 @@ batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 
   model options;
 - **compiled** (with ``--compile``): ours through ``torch.compile`` (what ``compile = "auto"`` does for long CPU
   runs), a third model trained alongside; its compile time is printed and left out of the epoch times;
+- **bf16** (with ``--precision``): ours as a ``precision = "bf16"`` run trains (the forward pass under bf16
+  autocast on PyG's gather/scatter layers, the similarity, loss and LAP in fp32, fp32 weights), trained alongside
+  the fp32 "ours" from the same initialisation, so the table shows fp32 and bf16 side by side (epoch time, the
+  bf16 / fp32 speed-up and both final accuracies);
 - **reference**: a straightforward PyG implementation of the same family: ``torch_geometric.data.Data`` per graph,
   ``Batch.from_data_list`` per step, G and H embedded in two forward passes, all-ones inputs, a first
   ``GCNConv(1, width)`` (``GINConv(Linear)`` for GIN) then three residual blocks of the family's PyG convolution,
@@ -65,14 +70,12 @@ from engine.alignment.training import (  # noqa: E402
     FEATURES,
     IGNORE,
     PairTensors,
-    TrainState,
     compile_model,
-    epoch_order,
     evaluate,
-    make_optimiser,
     train_epoch,
 )
 from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.loop import TrainState, epoch_order, make_optimiser  # noqa: E402
 from engine.memory import flush_denormals, tune_allocator  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP, WARMUP = 3e-3, 0.01, 0.1, 30
@@ -99,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "norm=whole-batch,input_layer=conv and --features ones, ours has the reference's architecture",
     )
     parser.add_argument("--compile", action="store_true", help="also time ours through torch.compile")
+    parser.add_argument("--precision", action="store_true", help="also time ours in bf16 (precision = bf16)")
     parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
     parser.add_argument("--profile", metavar="MODEL", help="profile a few of our training steps and stop")
     return parser.parse_args(argv)
@@ -226,10 +230,12 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     ref = Reference(model_name, ours.width, heads, 64)
     sides: dict[str, tuple[torch.nn.Module, torch.nn.Module, Any, Any, TrainState]] = {}
     compile_seconds = None
-    for side in ("ours", "compiled") if args.compile else ("ours",):
+    for side in ("ours", *(("compiled",) if args.compile else ()), *(("bf16",) if args.precision else ())):
         torch.manual_seed(args.seed)
         model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
         trained = model
+        if side == "bf16" and getattr(model, "sparse", None):
+            model.sparse = False  # as a bf16 run: the sparse-matrix products have no bf16 kernel on a CPU
         if side == "compiled":
             # A fresh compiler cache per model: one process compiles several models of different widths and
             # layer types, which would otherwise hit dynamo's recompile limit and silently run eagerly.
@@ -254,6 +260,7 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
                 clip=CLIP,
                 clip_mode="value",
                 features=args.features,
+                precision="bf16" if side == "bf16" else "fp32",
             )
             state.epoch += 1
             state.batch_in_epoch = 0
@@ -351,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     head += [f"LAP acc {side}" for side in (*sides, "reference")]
     if args.compile:
         head.append("compile s")
+    if args.precision:
+        head.append("bf16 / fp32 speed-up")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
@@ -365,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         line += [f"{100 * row['acc'][side]:.1f}" for side in (*sides, "reference")]
         if args.compile:
             line.append(f"{row['compile_seconds']:.1f}")
+        if args.precision:
+            line.append(f"{statistics.median(times['ours']) / statistics.median(times['bf16']):.2f}x")
         print("| " + " | ".join(line) + " |")
     return 0
 

@@ -55,12 +55,12 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from engine import models
-    from engine.alignment.training import make_optimiser
     from engine.gape.data import MoleculeSpec, build_molecules
     from engine.gape.embed import FrozenEmbedder
     from engine.gape.pe import Encoding, laplacian_pe, random_walk_pe
     from engine.gape.train import MoleculeTensors
     from engine.gape.transformer import build_transformer
+    from engine.loop import make_optimiser
 
     print(f"load average at start: {os.getloadavg()}; torch threads {args.threads}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,15 +46,14 @@ from engine.alignment.training import (  # noqa: E402
     FEATURES,
     PairTensors,
     SiameseBatch,
-    TrainState,
     alignment_loss,
     evaluate,
-    make_optimiser,
     node_features,
     similarity,
     train_epoch,
 )
 from engine.evaluation import LapEvaluator  # noqa: E402
+from engine.loop import TrainState, make_optimiser  # noqa: E402
 
 FEATURE_KIND = "degree"
 LR, WEIGHT_DECAY, CLIP, CLIP_MODE, WARMUP = 3e-3, 0.01, 0.1, "value", 30

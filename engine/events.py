@@ -16,17 +16,19 @@ key        meaning
 and, by kind:
 
 - ``start``: ``run`` (spec hash), ``model``, ``params`` (trainable parameter count), ``width``, ``device``,
-  ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``resumed_from`` (the
-  epoch and step a resumed run continues from, or null), ``pid``.
+  ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``precision`` (``fp32`` or
+  ``bf16``, what the run trains in), ``resumed_from`` (the epoch, batch and step a resumed run continues from,
+  or null), ``pid``.
 - ``epoch``: ``epoch`` (1-based, completed), ``step`` (optimiser steps so far), ``train_loss`` (mean over real
   nodes), ``lr`` (after the epoch's last step), ``seconds`` (the epoch's wall time), ``val_acc`` (LAP accuracy
   when the epoch was evaluated, else null).
 - ``eval``: ``epoch``, ``val_lap_acc``, ``val_argmax_acc``, ``val_top{k}_acc`` for each k, ``val_loss``,
   ``seconds`` (evaluation wall time).
 - ``done``: ``metrics`` (the final ``eval`` metrics plus ``train_loss``), ``params``, ``seconds`` (whole run).
-- ``cancelled``: ``epoch`` and ``step`` reached; the checkpoint was saved and the run can resume.
+- ``cancelled``: ``epoch``, ``step`` and ``batch`` (of the next epoch) reached; the checkpoint was saved and the
+  run can resume there.
 - ``error``: ``message`` (one line), ``kind`` (``input``: bad spec or data, exit 2; ``nan``: non-finite loss,
-  exit 3; ``crash``: anything else, exit 1).
+  exit 3, with the ``epoch`` and ``step`` that made it; ``crash``: anything else, exit 1).
 
 Accuracies are shares in [0, 1] of all validation nodes (pooled over pairs).
 
@@ -34,7 +36,10 @@ Downstream GAPE runs (:mod:`engine.gape.train`) use the same kinds: ``start`` ad
 with ``model`` = ``transformer``; ``epoch`` has ``val_mae`` (null when not evaluated) and ``val_acc`` absent;
 ``eval`` has ``val_mae``, ``test_mae`` (when the dataset has a test split) and ``train_loss``, all mean absolute
 errors in the target's units; ``done``'s ``metrics`` add ``best_val_mae``, ``best_epoch`` and
-``test_mae_at_best``.
+``test_mae_at_best``. Property study runs (:mod:`engine.properties.training`): ``start`` has ``model`` (the
+pooling), ``params``, ``device``, ``property``, ``dimension``; ``epoch`` has ``train_acc`` and no validation field;
+one ``eval`` after training has ``accuracy`` (per test size), ``u_score`` and ``seconds``. The fields every family
+shares come from the shared epoch loop (:mod:`engine.loop`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ machine's total, before minutes are spent generating.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,19 +114,23 @@ def machine_memory() -> int | None:
         return None
 
 
-def estimate(canonical: dict[str, Any], batch_size: int | None = None) -> MemoryEstimate | None:
-    """The estimate for a canonical dataset spec (and a batch of ``batch_size`` pairs); None when the source
-    cannot tell its graph sizes before loading them (real and user datasets, whose size is what it is)."""
+def estimate(
+    canonical: dict[str, Any], batch_size: int | None = None, built: tuple[float, float, int] | None = None
+) -> MemoryEstimate | None:
+    """The estimate for a canonical dataset spec (and a batch of ``batch_size`` pairs); ``built`` (nodes per graph,
+    mean degree, pairs) is what a built dataset's statistics say, for sources that cannot tell their graph sizes
+    before loading them (real and user datasets). None when neither tells."""
     from engine.sources import SOURCES, parse_params
 
     source_cls = SOURCES.get(canonical["base"])
     hint = source_cls.size_hint(parse_params(source_cls, canonical["params"]))
-    if hint is None:
+    if hint is None and built is None:
         return None
-    nodes, degree, dense = hint
+    nodes, degree, dense = hint if hint is not None else (built[0], built[1], False)  # type: ignore[index]
     pairs = int(canonical["n_train"] or 0) + int(canonical["n_val"] or 0)
     if canonical["n_train"] is None:  # all of the source: as many pairs as it has graphs, where it says
-        pairs = source_cls.count_hint(parse_params(source_cls, canonical["params"])) or pairs
+        counted = built[2] if hint is None and built is not None else None
+        pairs = counted or source_cls.count_hint(parse_params(source_cls, canonical["params"])) or pairs
     # per pair: G and H edge lists (both directions, 2 rows), their pointers, the permutation and the order
     noisy_degree = degree * (1 + canonical["noise"])
     per_pair = (2 * 2 * nodes * (degree + noisy_degree) / 2 + nodes + 4) * _INT
@@ -138,11 +144,16 @@ def estimate(canonical: dict[str, Any], batch_size: int | None = None) -> Memory
     return MemoryEstimate(nodes, degree, pairs, dataset, generation, batch)
 
 
-def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: str = "this run") -> None:
-    """Refuse a plan whose estimate exceeds the machine's memory, in one line naming both."""
-    est = estimate(canonical, batch_size)
+def pairs_need(
+    canonical: dict[str, Any],
+    batch_size: int | None = None,
+    what: str = "this run",
+    built: tuple[float, float, int] | None = None,
+) -> MemoryNeed | None:
+    """The :class:`MemoryNeed` of a pair dataset and its training batch (:func:`estimate`), None when unknown."""
+    est = estimate(canonical, batch_size, built)
     if est is None:
-        return
+        return None
     big = "training batch" if (est.batch_bytes or 0) > est.generation_bytes else "dataset"
     hint = (
         "lower --batch-size or the graph order"
@@ -150,7 +161,69 @@ def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: s
         else "lower --train/--val or the graph order (n)"
     )
     detail = f"{est.describe()}; graphs of about {est.nodes:,.0f} nodes x {est.pairs:,} pairs"
-    refuse_over_memory(what, est.peak, detail, hint)
+    key = json.dumps([canonical, batch_size], sort_keys=True, default=str)
+    return MemoryNeed(what, f"pairs of {canonical['base']}", est.peak, detail, hint, key)
+
+
+def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: str = "this run") -> None:
+    """Refuse a plan whose estimate exceeds the machine's memory, in one line naming both."""
+    need = pairs_need(canonical, batch_size, what)
+    if need is not None:
+        need.check()
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What one run (or the dataset it reads) needs at its peak: ``what`` names it (``gcn on er``), ``kind`` is the
+    kind of dataset (the dry run shows the peak per kind), ``need`` the bytes, ``detail`` what they are made of and
+    ``hint`` what to lower; runs with the same ``key`` need the same memory."""
+
+    what: str
+    kind: str
+    need: int
+    detail: str
+    hint: str
+    key: str
+
+    def check(self) -> None:
+        """Refuse (GaptuiError, one line) when this machine cannot hold it (:func:`refuse_over_memory`)."""
+        refuse_over_memory(self.what, self.need, self.detail, self.hint)
+
+    def line(self) -> str:
+        total = machine_memory()
+        return f"memory: {self.what}: peak about {human(self.need)} ({self.detail})" + (
+            f" of {human(total)}" if total else ""
+        )
+
+
+def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
+    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.tasks.TaskFamily.memory`), in order."""
+    from engine.tasks import family
+
+    out: dict[str, MemoryNeed] = {}
+    for spec in specs:
+        need = family(spec.task).memory(spec)
+        if need is not None:
+            out.setdefault(f"{spec.task}:{need.key}", need)
+    return list(out.values())
+
+
+def check_memory(specs: Iterable[Any]) -> list[MemoryNeed]:
+    """Refuse the first of ``specs``' needs this machine cannot hold (one line: the run or dataset, the estimate
+    and the limit), before any work; returns the needs."""
+    needs = memory_needs(specs)
+    for need in needs:
+        need.check()
+    return needs
+
+
+def peaks_by_kind(needs: Iterable[MemoryNeed]) -> dict[str, MemoryNeed]:
+    """The largest need of each dataset kind (what the dry run summarises)."""
+    out: dict[str, MemoryNeed] = {}
+    for need in needs:
+        if need.kind not in out or need.need > out[need.kind].need:
+            out[need.kind] = need
+    return out
 
 
 def refuse_over_memory(what: str, need: float, detail: str, hint: str) -> None:

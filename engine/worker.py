@@ -1,8 +1,8 @@
 """The run worker: ``python -m engine --spec spec.json --out RUN_DIR``.
 
 Reads a run spec, looks up its task family (:mod:`engine.tasks`) by the spec's ``task`` field and runs the
-family's loop, which writes into ``RUN_DIR`` what it needs (alignment: ``checkpoint.pt``, readable with
-``torch.load(..., weights_only=True)``, through :class:`Checkpoints`). The worker itself writes ``spec.json``,
+family's loop, which writes into ``RUN_DIR`` what it needs (the shared epoch loop of :mod:`engine.loop` writes
+``checkpoint.pt``, readable with ``torch.load(..., weights_only=True)``). The worker itself writes ``spec.json``,
 ``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt`` and ``result.json`` (status, run
 hash, task, spec, metrics, parameter count, package versions, seconds, plus the family's extra fields).
 
@@ -38,7 +38,8 @@ from typing import Any, TextIO
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
-from engine.files import FileLock, atomic_write_json, fingerprint, mismatch, move_aside, read_json
+from engine.files import FileLock, atomic_write_json, read_json
+from engine.loop import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.memory import flush_denormals, tune_allocator
 from engine.tasks import (
     Cancelled,
@@ -52,10 +53,7 @@ from engine.tasks import (
     run_steps,
 )
 
-CHECKPOINT_FORMAT = 1
-#: Files of a run folder, by role (the worker's whole on-disk interface).
-CHECKPOINT = "checkpoint.pt"
-PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+#: Files of a run folder, by role (the worker's whole on-disk interface; the checkpoint files are the loop's).
 LOCK = "worker.lock"
 #: Every file a worker writes into its run folder (what ``train --out --force`` may replace).
 RUN_FILES = (
@@ -122,17 +120,6 @@ def versions() -> dict[str, str]:
     }
 
 
-def cpu_name() -> str:
-    """The CPU model (``/proc/cpuinfo``), else the architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def default_datasets_dir() -> Path:
     """Same default as the ``gaptui`` CLI: ``$GAPTUI_WORKSPACE/datasets`` or ``./gaptui-runs/datasets``."""
     return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
@@ -161,89 +148,6 @@ def check_run_folder(out: Path, spec: TaskSpec) -> None:
             f"run folder {out} holds another run ({other.hash()[:12]}: {family(other.task).describe(other)}); "
             "choose another folder (or pass --force to replace it)"
         )
-
-
-class Checkpoints:
-    """The run's checkpoint, its fingerprint and the previous one; loading falls back past corrupt files."""
-
-    def __init__(self, out: Path, log: Any) -> None:
-        self.path = out / CHECKPOINT
-        self.previous = out / PREVIOUS_CHECKPOINT
-        self.log = log
-
-    @staticmethod
-    def sums(path: Path) -> Path:
-        return path.with_suffix(".json")
-
-    def save(self, payload: dict[str, Any]) -> None:
-        """Write ``payload`` with ``torch.save``; the current checkpoint becomes the previous one."""
-        import torch
-
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        torch.save(payload, tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        sums = fingerprint(tmp)
-        # The order keeps one consistent (file, fingerprint) pair at every instant: a file without its
-        # fingerprint is checked by loading it instead.
-        if self.path.exists():
-            if self.sums(self.path).exists():
-                os.replace(self.sums(self.path), self.sums(self.previous))
-            else:
-                self.sums(self.previous).unlink(missing_ok=True)
-            os.replace(self.path, self.previous)
-        os.replace(tmp, self.path)
-        _atomic_json(self.sums(self.path), sums)
-
-    def load(self, device: Any) -> dict[str, Any] | None:
-        """The newest checkpoint that passes its check, or None; corrupt ones are moved aside with a log line."""
-        for path in (self.path, self.previous):
-            ckpt = self._load_checked(path, device)
-            if ckpt is not None:
-                if path == self.previous:
-                    self.log(f"resuming from the previous checkpoint {path.name}")
-                return ckpt
-        return None
-
-    def _load_checked(self, path: Path, device: Any) -> dict[str, Any] | None:
-        if not path.exists():
-            return None
-        ckpt, problem = check_checkpoint(path, device)
-        if problem:
-            aside = move_aside(path)
-            if self.sums(path).exists():
-                os.replace(self.sums(path), aside.with_name(aside.name + ".json"))
-            message = f"checkpoint {path} is corrupt ({problem}); moved aside to {aside.name}"
-            self.log(f"warning: {message}")
-            print(f"warning: {message}", file=sys.stderr)
-            return None
-        return ckpt
-
-
-def check_checkpoint(path: Path, device: Any = "cpu") -> tuple[dict[str, Any] | None, str]:
-    """``(checkpoint, "")`` when ``path`` matches its fingerprint (``<stem>.json``, when written) and loads as a
-    gaptui checkpoint; ``(None, why)`` otherwise."""
-    import torch
-
-    expected = read_json(Checkpoints.sums(path))
-    problem = mismatch(path, expected) if isinstance(expected, dict) else ""
-    if problem:
-        return None, problem
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
-        return None, f"unreadable ({type(exc).__name__})"
-    if not isinstance(ckpt, dict) or "state" not in ckpt:
-        return None, "not a gaptui checkpoint"
-    return ckpt, ""
-
-
-def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
-    """The checkpoint at ``path`` after its check; one-line :class:`GaptuiError` when it is corrupt."""
-    ckpt, problem = check_checkpoint(path, device)
-    if ckpt is None:
-        raise GaptuiError(f"checkpoint {path} is corrupt ({problem}); train the run again to get its model back")
-    return ckpt
 
 
 class Run:
@@ -400,30 +304,14 @@ class _RandomState:
     that no run draws from another's stream (dropout, samplers): each run sees what it would see alone."""
 
     def __init__(self) -> None:
-        self.saved: tuple[Any, ...] | None = None
+        self.saved: dict[str, Any] | None = None
 
     def __enter__(self) -> None:
-        import random
-
-        import numpy as np
-        import torch
-
         if self.saved is not None:
-            cpu, cuda, numpy_state, python_state = self.saved
-            torch.set_rng_state(cpu)
-            if cuda is not None:
-                torch.cuda.set_rng_state_all(cuda)
-            np.random.set_state(numpy_state)
-            random.setstate(python_state)
+            set_rng_state(self.saved)
 
     def __exit__(self, *exc: object) -> None:
-        import random
-
-        import numpy as np
-        import torch
-
-        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.saved = (torch.get_rng_state(), cuda, np.random.get_state(), random.getstate())
+        self.saved = rng_state()
 
 
 def interleave(runs: list[tuple[Generator[None, None, int], Any]]) -> list[int]:

@@ -44,48 +44,17 @@ def tui_cmd(workspace: WorkspaceOpt = None) -> None:
     run_app(workspace)
 
 
-@app.command("models")
-def models_cmd(
-    budget: Annotated[int, typer.Option("--budget", help="Parameter budget.")] = 60_000,
-    out_dim: Annotated[int, typer.Option("--out-dim", help="Embedding dimension.")] = 64,
-    as_json: JsonOpt = False,
-    workspace: WorkspaceOpt = None,
-) -> None:
-    """List the registered models with their width and parameter count at a budget."""
-    from engine import models
-    from engine.alignment.training import FEATURES
-
-    rows = []
-    for name in models.names():
-        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES["degree"])
-        rows.append(
-            {
-                "name": name,
-                "params": models.count_parameters(model),
-                "width": int(getattr(model, "width", 0)),
-                "description": models.describe(name),
-            }
-        )
-    rows.append({"name": "laplacian", "params": 0, "width": out_dim, "description": LAPLACIAN_NOTE})
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title=f"models (budget {budget:,}, embedding {out_dim})")
-    for col in ("name", "params", "width", "description"):
-        table.add_column(col, justify="right" if col in ("params", "width") else "left")
-    for r in rows:
-        table.add_row(r["name"], f"{r['params']:,}", str(r["width"]), r["description"])
-    console.print(table)
-
-
-LAPLACIAN_NOTE = "training-free baseline: Laplacian eigenvector embeddings, then the same LAP"
-
-
 @app.command("train")
 def train_cmd(
-    base: Annotated[str, typer.Option("--base", help="Base dataset name.")],
-    noise: Annotated[float, typer.Option("--noise", help="Noise level eta in [0, 1).")],
-    model: Annotated[str, typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory.")],
+    base: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--base", help="Base dataset name (the alignment flags: with --noise and --model)."),
+    ] = None,
+    noise: Annotated[Optional[float], typer.Option("--noise", help="Noise level eta in [0, 1).")] = None,  # noqa: UP045
+    model: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
+    ] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 300,
     train: Annotated[Optional[int], typer.Option("--train", help="Training pairs.")] = None,  # noqa: UP045
     val: Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")] = None,  # noqa: UP045
@@ -113,6 +82,26 @@ def train_cmd(
         Optional[list[str]],  # noqa: UP045
         typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
     ] = None,
+    task: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--task", "-t", help="Task family of the run (with --preset or --spec): any of `gaptui tasks`."),
+    ] = None,
+    preset: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--preset", help="Take the run from this preset's grid (choose it with --where)."),
+    ] = None,
+    where: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--where", "-W", help="With --preset: axis=value (or seed=N) choosing one run (repeatable)."),
+    ] = None,
+    spec_file: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--spec", help="The run's spec.json (any family; e.g. one written in a run folder)."),
+    ] = None,
+    overrides: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--set", help="With --preset or --spec: change a spec field, key=value (JSON value; repeatable)."),
+    ] = None,
     out: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
@@ -121,23 +110,44 @@ def train_cmd(
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Train one model on one alignment dataset in the foreground and print its final metrics.
+    """Train one run in the foreground and print its final metrics: one model on one alignment dataset (--base,
+    --noise, --model), or one run of any family (--task NAME with --preset P --where axis=value, or --spec FILE;
+    --set key=value changes a field).
 
-    The run is recorded in the workspace history like the runs of a grid; Ctrl-C (or SIGTERM, SIGHUP) stops
-    the worker with a checkpoint, and the same command resumes it.
+    The run is checked (files, memory) and its inputs built by the same launch service as `gaptui run`, and it is
+    recorded in the workspace history like the runs of a grid; Ctrl-C (or SIGTERM, SIGHUP) stops the worker with a
+    checkpoint, and the same command resumes it.
     """
-    from engine.alignment.datasets import build_dataset
-    from engine.alignment.spec import RunSpec
-    from engine.sources import parse_param_args
+    from engine.tasks import family
+    from gaptui import launch
     from gaptui.runner import run_id
 
     ws = Workspace.resolve(workspace)
-    dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
-    for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
-        if value is not None:
-            dataset[key] = value
-    spec = RunSpec.from_dict(
-        {
+    generic = preset is not None or spec_file is not None
+    if generic:
+        flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
+        if flags:
+            raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
+        spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
+    else:
+        if task is not None or where or overrides:
+            raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
+        missing = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is None]
+        if missing:
+            raise GaptuiError(
+                f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
+                "or --task NAME with --preset P --where axis=value or --spec FILE"
+            )
+        from engine.sources import parse_param_args
+        from engine.tasks import DEFAULT_TASK, load_spec
+
+        dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
+        for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
+            if value is not None:
+                dataset[key] = value
+        # The default family's run (alignment), as these flags have always described it.
+        raw = {
+            "task": DEFAULT_TASK,
             "dataset": dataset,
             "model": model,
             "epochs": epochs,
@@ -150,22 +160,25 @@ def train_cmd(
             "device": device,
             "datasets_dir": str(ws.datasets),
             "data_root": str(ws.raw_data),
-        },
-        where="gaptui train",
-    )
+        }
+        spec = load_spec(raw, where="gaptui train")
+    fam = family(spec.task)
     folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
     _claim_run_folder(folder, spec, force)
-    spec.check_memory()
+    for line in launch.check_specs([spec]):
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    _check_dependencies_done(ws, spec)
     if as_json:
-        build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
+        launch.prepare_checked([spec])
     else:
-        with err_console.status(f"preparing dataset {base} at noise {noise:g} ..."):
-            build_dataset(spec.dataset_spec(), ws.datasets, ws.raw_data)
+        with err_console.status(f"preparing the inputs of {escape(fam.describe(spec))} ..."):
+            launch.prepare_checked([spec])
     result = _run_foreground(spec, folder, ws, show_progress=not as_json)
     if as_json:
         print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return
-    table = Table(title=f"{spec.model} on {base} at noise {noise:g} (run {run_id(spec)})")
+    what = f"{model} on {base} at noise {noise:g}" if not generic else f"{fam.name}: {fam.describe(spec)}"
+    table = Table(title=f"{what} (run {run_id(spec)})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("parameters", f"{result.get('params', 0):,}")
@@ -173,6 +186,97 @@ def train_cmd(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
+
+
+def _chosen_spec(
+    ws: Workspace, task: str | None, preset: str | None, where: list[str], spec_file: Path | None, overrides: list[str]
+) -> Any:
+    """The one run ``--preset P --where axis=value`` or ``--spec FILE`` names, with ``--set key=value`` applied;
+    GaptuiError (one line) when the choice is not exactly one run or the result does not validate."""
+    from engine.tasks import family, load_spec, load_spec_file
+
+    if preset is not None and spec_file is not None:
+        raise GaptuiError("--preset and --spec: give one of them (the run comes from a grid or from a file)")
+    if preset is not None:
+        from gaptui.preset_code import review_preset
+        from gaptui.presets import grid
+
+        loaded = review_preset(preset, ws).load()
+        if task is not None and loaded.task != family(task).name:
+            raise GaptuiError(f"--preset {preset} is a preset of task {loaded.task}, not {task}")
+        spec = _select(grid(loaded, ws), where, f"--preset {preset}")
+    else:
+        if where:
+            raise GaptuiError("--where chooses a run of a --preset grid; a --spec file is one run already")
+        assert spec_file is not None
+        spec = load_spec_file(spec_file.expanduser())
+        if task is not None and spec.task != family(task).name:
+            raise GaptuiError(f"--spec {spec_file}: a run of task {spec.task}, not {task}")
+        placement = {"datasets_dir": str(ws.datasets), "data_root": str(ws.raw_data)}
+        raw = spec.to_dict()
+        spec = load_spec({**raw, **{k: v for k, v in placement.items() if k in raw and raw[k] is None}})
+    if overrides:
+        raw = spec.to_dict()
+        for item in overrides:
+            key, sep, text = item.partition("=")
+            if not sep or key.strip() not in raw:
+                known = ", ".join(sorted(k for k in raw if k != "task"))
+                raise GaptuiError(f"--set '{item}': expected key=value with a key of the {spec.task} spec ({known})")
+            try:
+                raw[key.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                raw[key.strip()] = text
+        spec = load_spec(raw, where="--set")
+    return spec
+
+
+def _select(specs: list[Any], where: list[str], what: str) -> Any:
+    """The one spec of ``specs`` whose axes (and seed) match every ``axis=value`` of ``where``."""
+    from engine.tasks import family
+
+    wanted: dict[str, str] = {}
+    for item in where:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise GaptuiError(f"--where '{item}': expected axis=value (or seed=N)")
+        wanted[key.strip()] = value.strip()
+
+    def values(spec: Any) -> dict[str, str]:
+        fam = family(spec.task)
+        axes = fam.record_axes(spec)
+        return {a.key: a.format(axes.get(a.key)) for a in fam.axes} | {"seed": str(spec.seed)}
+
+    if specs:
+        known = values(specs[0])
+        for key in wanted:
+            if key not in known:
+                raise GaptuiError(f"--where {key}=...: not an axis of task {specs[0].task} (axes: {', '.join(known)})")
+    chosen = [s for s in specs if all(values(s)[k] == v for k, v in wanted.items())]
+    if len(chosen) != 1:
+        found = "no run" if not chosen else f"{len(chosen)} runs"
+        options = {k: sorted({values(s)[k] for s in (chosen or specs)}) for k in (values(specs[0]) if specs else {})}
+        choices = "; ".join(f"{k}: {', '.join(v[:6])}{' ...' if len(v) > 6 else ''}" for k, v in options.items())
+        raise GaptuiError(
+            f"{what}: {found} of its grid match{'es' if not chosen else ''}; choose one with --where ({choices})"
+        )
+    return chosen[0]
+
+
+def _check_dependencies_done(ws: Workspace, spec: Any) -> None:
+    """Refuse a run whose dependencies (a downstream run's pretraining run) are not done in this workspace."""
+    from engine.tasks import family
+    from gaptui.history import read_records
+
+    deps = family(spec.task).dependencies(spec)
+    if not deps:
+        return
+    done = {r["hash"] for r in read_records(ws) if r.get("status") == "done"}
+    for dep in deps:
+        if dep not in done:
+            raise GaptuiError(
+                f"run {spec.hash()[:12]} needs run {dep[:12]} done first (not done in {ws.root}); "
+                "train that one first (gaptui train --where ...) or run the grid (gaptui run --preset ...)"
+            )
 
 
 def _claim_run_folder(folder: Path, spec: Any, force: bool) -> None:
@@ -231,17 +335,28 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         disable=not show_progress,
         transient=True,  # a failed run's error line is the only line left, not under a bar
     )
-    task = progress.add_task(spec.model, total=spec.epochs, info="")
+    from engine.tasks import family
+
+    fam = family(spec.task)
+    # The total comes from the worker's start event (its epochs), so every family's run shows its own.
+    task = progress.add_task(fam.cost_label(spec), total=None, info="")
+    metrics = {m.key: m for m in fam.metrics}
 
     def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
         if kind != "event":
             return
-        if event.get("event") == "start" and event.get("resumed_from"):
-            progress.update(task, completed=event["resumed_from"]["epoch"])
+        if event.get("event") == "start":
+            if isinstance(event.get("epochs"), int):
+                progress.update(task, total=event["epochs"])
+            if event.get("resumed_from"):
+                progress.update(task, completed=event["resumed_from"]["epoch"])
         elif event.get("event") == "epoch":
-            acc = event.get("val_acc")
-            info = f"loss {event['train_loss']:.3f}" + (f"  val acc {acc:.3f}" if acc is not None else "")
-            progress.update(task, completed=event["epoch"], info=info)
+            info = f"loss {event['train_loss']:.3f}" if isinstance(event.get("train_loss"), float) else ""
+            for key, value in event.items():
+                if key.startswith("val_") and isinstance(value, float):
+                    name = metrics[key].name if key in metrics else key.replace("_", " ")
+                    info += f"  {name} {value:.3f}"
+            progress.update(task, completed=event["epoch"], info=info.strip())
 
     def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -104,18 +104,18 @@ def run_cmd(
     max_retries: MaxRetriesOpt = None,
     detach: DetachOpt = False,
     force: ForceOpt = False,
+    list_all: Annotated[
+        bool,
+        typer.Option("--list", help="With --dry-run: also list every run in start order and every dataset's memory."),
+    ] = False,
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
 
     With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
-    from engine.tasks import check_run_options
     from gaptui import launch
-    from gaptui.history import History
+    from gaptui.history import History, read_records
     from gaptui.preset_code import review_preset
-    from gaptui.scheduler import Scheduler
 
-    check_run_options(timeout, None, "--timeout")
-    check_run_options(None, None, "--pack-seeds", pack_seeds)
     ws = Workspace.resolve(workspace)
     review = review_preset(preset, ws)
     # Before validation imports it: the user code this preset runs (the command was typed, so it runs).
@@ -125,38 +125,29 @@ def run_cmd(
     for note in spec_preset.notes:
         where = escape(str(spec_preset.path or spec_preset.name))
         err_console.print(f"[yellow]note:[/] {where}: {escape(note)}", highlight=False, soft_wrap=True)
-    slurm_options = None
+    slurm_settings = None
     if backend == "slurm":
-        from gaptui.backends.slurm import check_shared_workspace, parse_slurm_options, sbatch_available
+        from gaptui.backends.slurm import parse_slurm_options
         from gaptui.presets import slurm_options as preset_slurm
 
-        check_shared_workspace(ws, force)
-        slurm_options = (
-            preset_slurm(spec_preset)
-            .merged(
-                partition=partition,
-                account=account,
-                qos=qos,
-                time=time_min,
-                gpus_per_run=gpus_per_run,
-                cpus_per_run=cpus_per_run,
-                mem_per_run=mem_per_run,
-                array_parallelism=array_parallelism,
-                max_retries=max_retries,
-                options=parse_slurm_options(slurm or []),
-            )
-            .check("gaptui run")
+        slurm_settings = preset_slurm(spec_preset).merged(
+            partition=partition,
+            account=account,
+            qos=qos,
+            time=time_min,
+            gpus_per_run=gpus_per_run,
+            cpus_per_run=cpus_per_run,
+            mem_per_run=mem_per_run,
+            array_parallelism=array_parallelism,
+            max_retries=max_retries,
+            options=parse_slurm_options(slurm or []),
         )
-        if not dry_run and not sbatch_available():
-            raise GaptuiError("--backend slurm: sbatch not found on PATH; run on a Slurm login node")
-        if pack_seeds is not None and pack_seeds > 1:
-            raise GaptuiError("--pack-seeds applies to the local backend; on Slurm each run is its own array task")
-    elif backend != "local":
-        raise GaptuiError(f"--backend '{backend}': expected local or slurm")
-    elif detach:
+    elif backend == "local" and detach:
         raise GaptuiError("--detach needs --backend slurm (local workers stop with the manager)")
     if (recalibrate or no_estimate) and not dry_run:
         raise GaptuiError("--recalibrate and --no-estimate go with --dry-run")
+    if list_all and not dry_run:
+        raise GaptuiError("--list goes with --dry-run (a run prints its progress instead)")
     if recalibrate and no_estimate:
         raise GaptuiError("--recalibrate measures for the estimate that --no-estimate skips: give one of them")
     cores = len(os.sched_getaffinity(0))
@@ -165,78 +156,50 @@ def run_cmd(
             f"[yellow]warning:[/] --cpu-jobs {cpu_jobs} is more than the {cores} cores of this machine; runs will "
             "compete for them and each will be slower"
         )
-    slots = launch.slots_for(launch.parse_gpus(gpus), jobs_per_gpu, cpu_jobs)
+    options = launch.LaunchOptions(
+        gpus=launch.parse_gpus(gpus),
+        jobs_per_gpu=jobs_per_gpu,
+        cpu_jobs=cpu_jobs,
+        backend=backend,
+        timeout=timeout,
+        pack_seeds=pack_seeds,
+        retry_failed=retry_failed,
+        slurm=slurm_settings,
+        force=force,
+    )
+    settings = launch.launch_settings(spec_preset, options, ws)
 
     if dry_run:
-        from gaptui.history import read_records
-
-        records = read_records(ws)
-        known = {r["hash"]: r["status"] for r in records}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
-        _check_plan_memory(grid_plan.specs)
-        _print_warnings(grid_plan.warnings)
-        for line in grid_plan.redo_lines():
-            err_console.print(escape(line), highlight=False, soft_wrap=True)
-        counts = {"done": grid_plan.done, "failed": grid_plan.failed, "to run": grid_plan.to_run}
-        console.print(
-            f"preset [bold]{escape(spec_preset.name)}[/] (task {spec_preset.task}): {len(grid_plan.specs)} runs; "
-            + ", ".join(f"{k} {len(v)}" for k, v in counts.items())
-            + f"; slots: {', '.join(s.name for s in slots)}",
-            highlight=False,
-        )
-        if grid_plan.to_run:
-            console.print("start order (a run starts only after the runs it names are done):", highlight=False)
-            for line in grid_plan.order_lines(limit=50):
-                console.print(line, highlight=False, markup=False, soft_wrap=True)
-            if len(grid_plan.to_run) > 50:
-                console.print(f"  ... and {len(grid_plan.to_run) - 50} more", highlight=False)
-        for line in _memory_lines(grid_plan.specs):
-            console.print(line, highlight=False, markup=False)
+        launch_plan = launch.plan_launch(spec_preset, ws, read_records(ws), settings)
+        _print_plan_notes(launch_plan.plan)
+        for line in launch_plan.summary(list_all):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         if no_estimate:
             return
-        if slurm_options is not None:
+        if settings.backend == "slurm":
             console.print(
                 "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
                 "cluster's nodes)",
                 highlight=False,
             )
             return
-        packing = pack_seeds or spec_preset.pack_seeds
-        for line in _estimate_lines(ws, grid_plan, slots, known, recalibrate, packing):
+        for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         return
 
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
-        if slurm_options is not None:
-            from gaptui.backends.slurm import SlurmScheduler
-
-            scheduler: Any = SlurmScheduler(
-                ws, history, slurm_options, timeout=timeout or spec_preset.timeout, retries=spec_preset.retries
-            )
-        else:
-            scheduler = Scheduler(
-                ws,
-                history,
-                slots,
-                timeout=timeout or spec_preset.timeout,
-                retries=spec_preset.retries,
-                pack_seeds=pack_seeds or spec_preset.pack_seeds,
-            )
+        scheduler = launch.make_backend(settings, ws, history)
         reattached, requeued = scheduler.recover()
         if reattached or requeued:
             err_console.print(
                 f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
                 "run(s) (queued again; they resume from their checkpoints)"
             )
-        records = history.records()
-        known = {r["hash"]: r["status"] for r in records}
-        grid_plan = launch.plan(spec_preset, ws, known, retry_failed, {r["hash"]: r["run_dir"] for r in records})
-        _check_plan_memory(grid_plan.specs)
-        _print_warnings(grid_plan.warnings)
-        for line in grid_plan.redo_lines():
-            err_console.print(escape(line), highlight=False, soft_wrap=True)
+        launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
+        grid_plan = launch_plan.plan
+        _print_plan_notes(grid_plan)
         elsewhere: set[str] = set()
-        if slurm_options is None:
+        if settings.backend == "local":
             from gaptui.backends.slurm import in_flight_on_slurm
 
             elsewhere = in_flight_on_slurm(history.records()) & {s.hash() for s in grid_plan.to_run}
@@ -251,12 +214,12 @@ def run_cmd(
             def progress(done: int, total: int, label: str) -> None:
                 status.update(f"inputs {done}/{total}: {escape(label)} ready")
 
-            launched = launch.launch(scheduler, grid_plan, progress, leave=elsewhere)
-        if slurm_options is not None:
+            launched = launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+        if settings.backend == "slurm":
             scheduler.step()  # submits what is ready: a submission that fails is said before anything else
         for run_hash, error in launched.failed.items():
             err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
-        where = "Slurm" if slurm_options else f"{len(slots)} slot(s)"
+        where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
         err_console.print(
             f"preset {spec_preset.name}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
             f"{len(grid_plan.failed)} failed before"
@@ -292,18 +255,24 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def _estimate_lines(
-    ws: Workspace, grid_plan: Any, slots: list[Any], known: dict[str, str], recalibrate: bool, pack_seeds: int
-) -> list[str]:
+def _print_plan_notes(grid_plan: Any) -> None:
+    """The plan's warnings and what it runs again, on stderr."""
+    for line in grid_plan.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    for line in grid_plan.redo_lines():
+        err_console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int) -> list[str]:
     """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
-    from engine.alignment.throughput import CalibrationCache
+    from engine.cost import CalibrationCache
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
 
     def warn(line: str) -> None:
         err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
-    records = read_records(ws) if known else []
+    records = read_records(ws)
     with err_console.status("estimating ...") as status:
         estimator = Estimator(
             CalibrationCache(calibration_path(ws), warn),
@@ -316,43 +285,6 @@ def _estimate_lines(
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
             return [f"estimate: not available: {exc}"]
-
-
-def _print_warnings(lines: list[str]) -> None:
-    for line in lines:
-        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
-
-
-def _distinct_memory(specs: list[Any]) -> dict[str, Any]:
-    """One alignment spec per (dataset, batch size): what the memory of a grid depends on."""
-    from engine.alignment.spec import RunSpec
-
-    out: dict[str, Any] = {}
-    for spec in specs:
-        if isinstance(spec, RunSpec) and spec.model != "laplacian":
-            key = json.dumps([spec.dataset_spec().canonical(), spec.batch_size], sort_keys=True)
-            out.setdefault(key, spec)
-    return out
-
-
-def _check_plan_memory(specs: list[Any]) -> None:
-    for spec in _distinct_memory(specs).values():
-        spec.check_memory()
-
-
-def _memory_lines(specs: list[Any]) -> list[str]:
-    from engine.memory import estimate, human, machine_memory
-
-    total = machine_memory()
-    lines = []
-    for spec in _distinct_memory(specs).values():
-        est = estimate(spec.dataset_spec().canonical(), spec.batch_size)
-        if est is not None:
-            lines.append(
-                f"memory: {spec.dataset['base']} batch {spec.batch_size}: peak about {human(est.peak)} "
-                f"({est.describe()})" + (f" of {human(total)}" if total else "")
-            )
-    return lines
 
 
 def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:

@@ -1,64 +1,51 @@
-"""How long a grid will take on these slots: what ``gaptui run --dry-run`` prints.
+"""How long a grid will take on these slots: what ``gaptui run --dry-run`` prints and the app's launch bar shows.
 
-Each run left to do costs, on a slot of a given device and thread count (seconds):
+Every family estimates its own runs (:meth:`engine.tasks.TaskFamily.estimate_costs`, vocabulary in
+:mod:`engine.cost`): the seconds of each run left to do on each slot profile and where they came from. A family
+may have a calibrated model (the default family's: measured training throughput); the others have, by default,
+the history of finished runs of the same cell (seconds per unit of work: an epoch, an epoch over its graphs).
+The :class:`Estimator` offers them what they ask for (:class:`engine.cost.CostContext`):
 
-    overhead + build + compile + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_pair
-
-with ``steps_per_epoch = ceil(train_pairs / batch_size)``, ``evaluations`` the epochs that validate (``eval_every``,
-and the last one), and ``compile`` the time ``torch.compile`` takes for runs that compile (the ``compile`` run
-option; ``auto`` compiles long CPU runs), whose steps are then timed compiled. The seconds come, in order of
-preference, from
-
-1. **history**: finished runs of the same cell (same dataset, model, model options, inputs, budget, width and
-   batch size; any seed and epoch count) on this host and device: their median epoch seconds, validation seconds
-   and the rest of their duration (start-up, dataset loading, checkpoints) from their events;
-2. **calibration**: :mod:`engine.alignment.throughput` measurements of the run's cost key, taken in one process per
-slot of
-   the grid side by side, each in its slot's environment (so concurrent runs slow each other as they will), and
-   the per-run ``overhead`` timed on tiny runs through the real scheduler and worker, one per slot at once. Both
-   are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
+1. **history**: finished runs of the same cell (:meth:`~engine.tasks.TaskFamily.cost_cell`) on this host and
+   device: their median seconds per unit, per evaluation and the rest of their duration, from their events;
+2. **calibration**: measurements of a family's cost keys taken in one process per slot of the grid side by side
+   (``python -m <the family's calibration_module>``), each in its slot's environment (so concurrent runs slow each
+   other as they will), and the per-run ``overhead`` timed on tiny runs of the family
+   (:meth:`~engine.tasks.TaskFamily.overhead_probe`) through the real scheduler and worker, one per slot at once.
+   Both are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
 
 The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
-after the runs it depends on): the same greedy order the scheduler follows. Runs whose graph size is unknown
-before their dataset exists (real datasets not built yet) and runs of other task families are listed as not
-estimated, never given a made-up number; building datasets is not counted.
+after the runs it depends on): the same greedy order the scheduler follows. Runs a family cannot estimate (a real
+dataset not built yet, a cell never finished here) are listed as not estimated, never given a made-up number;
+building inputs is not counted.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.alignment.throughput import DEFAULT_SECONDS, CalibrationCache, CostKey, Throughput
+import engine.cost
+from engine.cost import CalibrationCache, CellHistory, CostContext, CostReport, Profile
+from engine.tasks import DEFAULT_TASK, Placement, TaskFamily, family
+from gaptui.durations import format_duration
 from gaptui.scheduler import Slot, group_packs, pack_key
-from gaptui.tui.planning import format_duration
 from gaptui.workspace import Workspace
 
-#: Fields of an alignment spec's canonical form that change the seconds per epoch (the seed, epochs and the
-#: schedule do not): two runs that agree on these are one cell for the history source.
-COST_FIELDS = (
-    "dataset",
-    "model",
-    "model_kwargs",
-    "features",
-    "input_layer",
-    "norm",
-    "budget",
-    "out_dim",
-    "batch_size",
-    "compile",
-)
-#: Seconds of a run's duration besides its epochs and evaluations below which it was a run of a pack (whose
+#: Seconds of a run's duration besides its units and evaluations below which it was a run of a pack (whose
 #: duration is rounded to 0.01 s from just those).
 PACKED_REST = 0.05
 #: Calibration file in the workspace.
 CALIBRATION_FILE = "calibration.json"
+#: Seconds of timed work per calibration key (after a warm-up).
+DEFAULT_SECONDS = 1.5
+
+__all__ = ["CalibrationCache", "CellHistory", "Profile"]
 
 
 def calibration_path(ws: Workspace) -> Path:
@@ -68,57 +55,17 @@ def calibration_path(ws: Workspace) -> Path:
 # ------------------------------------------------------------------------------------------------ arithmetic
 
 
-@dataclass(frozen=True)
-class Profile:
-    """What a slot offers a run: the device type (``cpu``/``cuda``), its concrete device and its thread count."""
+def profile_of(slot: Slot) -> Profile:
+    """What ``slot`` offers a run: its device type, concrete device (as this process numbers it) and threads."""
+    import os
 
-    kind: str
-    device: str
-    threads: int
-
-    @classmethod
-    def of(cls, slot: Slot) -> Profile:
-        import os
-
-        threads = int(slot.env.get("OMP_NUM_THREADS") or 1)
-        gpu = slot.env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
-        if not (slot.name.startswith("cuda") and gpu):
-            return cls("cpu", "cpu", threads)
-        # The slot names a GPU as the system numbers it; this process may see only some of them, renumbered.
-        visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-        return cls("cuda", f"cuda:{visible.index(gpu) if gpu in visible else gpu}", threads)
-
-
-def evaluations(epochs: int, eval_every: int, val_pairs: int) -> int:
-    """How many epochs end with a validation pass (every ``eval_every`` and the last; none without pairs)."""
-    if val_pairs <= 0 or epochs <= 0:
-        return 0
-    return epochs // eval_every + (0 if epochs % eval_every == 0 else 1)
-
-
-def training_seconds(
-    t: Throughput, *, epochs: int, train_pairs: int, batch_size: int, val_pairs: int, eval_every: int, startup: float
-) -> float:
-    """Seconds of one training run from calibrated throughput (formula in the module docstring)."""
-    steps = math.ceil(train_pairs / batch_size)
-    evals = evaluations(epochs, eval_every, val_pairs)
-    return startup + epochs * (steps * t.step_s + t.checkpoint_s) + evals * val_pairs * t.val_pair_s
-
-
-@dataclass(frozen=True)
-class CellHistory:
-    """Medians over finished runs of one cell: train seconds per epoch, seconds per evaluation, and the rest of a
-    run's duration (None when only runs of packs are known: their duration is their own epochs and evaluations)."""
-
-    epoch_s: float
-    eval_s: float
-    overhead_s: float | None
-    runs: int
-
-    def seconds(self, epochs: int, evals: int, overhead: float = 0.0) -> float:
-        """A run's seconds; ``overhead`` stands in for an unknown rest."""
-        rest = overhead if self.overhead_s is None else self.overhead_s
-        return rest + epochs * self.epoch_s + evals * self.eval_s
+    threads = int(slot.env.get("OMP_NUM_THREADS") or 1)
+    gpu = slot.env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
+    if not (slot.name.startswith("cuda") and gpu):
+        return Profile("cpu", "cpu", threads)
+    # The slot names a GPU as the system numbers it; this process may see only some of them, renumbered.
+    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return Profile("cuda", f"cuda:{visible.index(gpu) if gpu in visible else gpu}", threads)
 
 
 @dataclass(frozen=True)
@@ -194,9 +141,11 @@ class GridEstimate:
             head += f" (resuming: {left} of {left + self.done} left)"
         if self.pack_seeds > 1:
             where += f", up to {self.pack_seeds} seeds per worker"
-        head += (
-            f": wall about {format_duration(self.plan.wall)} on {where}; compute {format_duration(self.plan.compute)}"
-        )
+        if self.runs:
+            wall, compute = format_duration(self.plan.wall), format_duration(self.plan.compute)
+            head += f": wall about {wall} on {where}; compute {compute}"
+        else:
+            head = f"estimate: none of the {left} run(s) left has one yet"
         out = [head]
         by_label: dict[str, list[RunEstimate]] = {}
         for run in self.runs:
@@ -220,17 +169,18 @@ class GridEstimate:
         return out
 
 
-#: ``measure(keys, slots) -> [Throughput per key]``: the keys measured at once on every slot of one profile.
-Measure = Callable[[list[CostKey], list[Slot]], list[Throughput]]
+#: ``measure(keys, slots) -> [measurement per key]``: the keys measured at once on every slot of one profile.
+Measure = Callable[[list[Any], list[Slot]], list[Any]]
 #: ``overhead(slots) -> seconds``: what a run costs besides its training, with every slot busy.
 Overhead = Callable[[list[Slot]], float]
 
 
-def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DEFAULT_SECONDS) -> list[Throughput]:
-    """Measure ``keys`` in one ``python -m engine.alignment.throughput`` process per slot, all at once, each in its
-    slot's
-    environment (threads, GPU), so that the runs of concurrent slots slow each other as they will; returns the
-    mean over the processes per key."""
+def measure_on_slots(
+    keys: list[Any], slots: list[Slot], module: str, seconds: float = DEFAULT_SECONDS
+) -> list[dict[str, Any]]:
+    """Measure ``keys`` in one ``python -m <module>`` process per slot, all at once, each in its slot's environment
+    (threads, GPU), so that the runs of concurrent slots slow each other as they will; returns per key the mean
+    over the processes of each measured number (``steps`` summed, other fields from the first)."""
     import os
     import subprocess
     import sys
@@ -240,7 +190,7 @@ def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DE
     request = json.dumps({"keys": [k.to_dict() for k in keys], "seconds": seconds})
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "engine.alignment.throughput"],
+            [sys.executable, "-m", module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -261,52 +211,40 @@ def measure_on_slots(keys: list[CostKey], slots: list[Slot], seconds: float = DE
             last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             raise GaptuiError(f"calibration failed: {last}")
         results.append(json.loads(out))
-    return [
-        Throughput(
-            **{
-                name: statistics.fmean(r[i][name] for r in results)
-                for name in ("step_s", "val_pair_s", "checkpoint_s", "build_s", "compile_s")
-            },
-            params=int(results[0][i]["params"]),
-            steps=sum(int(r[i]["steps"]) for r in results),
-            measured=results[0][i]["measured"],
-        )
-        for i in range(len(keys))
-    ]
+
+    def merged(i: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, first in results[0][i].items():
+            if name == "steps":
+                out[name] = sum(int(r[i][name]) for r in results)
+            elif isinstance(first, float):
+                out[name] = statistics.fmean(r[i][name] for r in results)
+            else:
+                out[name] = first
+        return out
+
+    return [merged(i) for i in range(len(keys))]
 
 
-def measure_overhead(slots: list[Slot]) -> float:
-    """Seconds a run costs besides its training: one tiny run per slot (at most 16) through the real scheduler and
-    worker, all at once, in a temporary workspace: process start, imports, dataset loading, model, result, history."""
+def measure_overhead(slots: list[Slot], fam: TaskFamily | None = None) -> float:
+    """Seconds a run costs besides its training: one tiny run of ``fam`` (its
+    :meth:`~engine.tasks.TaskFamily.overhead_probe`) per slot (at most 16) through the real scheduler and worker,
+    all at once, in a temporary workspace: process start, imports, data loading, model, result, history."""
     import tempfile
 
-    from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
     from gaptui.history import History
     from gaptui.launch import prepare
     from gaptui.scheduler import Scheduler
 
+    fam = fam or family(DEFAULT_TASK)
     slots = [Slot(s.name, dict(s.env)) for s in slots[:16]]
     with tempfile.TemporaryDirectory(prefix="gaptui-overhead-") as tmp:
         ws = Workspace(Path(tmp))
-        dataset = {"base": "er", "noise": 0.0, "n_train": 2, "n_val": 1, "params": {"n": 8, "degree": 2}}
-        specs = [
-            RunSpec.from_dict(
-                {
-                    "dataset": dataset,
-                    "model": "gcn",
-                    "epochs": 1,
-                    "batch_size": 2,
-                    "budget": 5000,
-                    "out_dim": 16,
-                    "seed": seed,
-                    "datasets_dir": str(ws.datasets),
-                    "data_root": str(ws.raw_data),
-                }
-            )
-            for seed in range(len(slots))
-        ]
-        prepare(specs[:1])  # a grid's datasets are prepared before its runs start
+        specs = fam.overhead_probe(Placement(str(ws.datasets), str(ws.raw_data)), len(slots))
+        if not specs:
+            return 0.0
+        prepare(specs[:1])  # a grid's inputs are prepared before its runs start
         with History(ws, write=True, purpose="gaptui calibration") as history:
             scheduler = Scheduler(ws, history, slots)
             started = time.perf_counter()
@@ -319,9 +257,10 @@ def measure_overhead(slots: list[Slot]) -> float:
     return wall
 
 
-class Estimator:
-    """Estimates plans from history and calibration; measurements go through ``measure`` and ``overhead``
-    (replaceable in tests) and are cached in ``cache``. ``progress(text)`` is told before each measurement."""
+class Estimator(CostContext):
+    """Estimates plans through each family's cost model, from history and calibration; measurements go through
+    ``measure`` and ``overhead`` (replaceable in tests; by default the family's calibration module and a tiny run
+    of the family) and are cached in ``cache``. ``progress(text)`` is told before each measurement."""
 
     def __init__(
         self,
@@ -329,138 +268,118 @@ class Estimator:
         records: Iterable[Mapping[str, Any]] = (),
         *,
         recalibrate: bool = False,
-        measure: Measure = measure_on_slots,
-        overhead: Overhead = measure_overhead,
+        measure: Measure | None = None,
+        overhead: Overhead | None = None,
         progress: Callable[[str], None] = lambda _text: None,
     ) -> None:
         self.cache = cache
         self.records = list(records)
         self.recalibrate = recalibrate
         self.measure = measure
-        self.overhead = overhead
+        self.overhead_of = overhead
         self.progress = progress
-        self._history: dict[tuple[str, str], CellHistory] | None = None
+        self.profiles: list[Profile] = []
+        self.datasets_dir = Path()
+        self._slots: list[Slot] = []
+        self._history: dict[tuple[str, str, str], CellHistory] | None = None
         self._machines: dict[str, dict[str, str]] = {}
 
     def machine(self, profile: Profile) -> dict[str, str]:
         if profile.device not in self._machines:
-            from engine.alignment.throughput import machine
-
-            self._machines[profile.device] = machine(profile.device)
+            self._machines[profile.device] = engine.cost.machine(profile.device)
         return self._machines[profile.device]
 
-    def cell_history(self, spec: Any, profile: Profile) -> CellHistory | None:
+    def history(self, fam: Any, spec: Any, profile: Profile) -> CellHistory | None:
         if self._history is None:
             self._history = _history_cells(self.records)
-        return self._history.get((cell_key(spec), self.machine(profile)["device"]))
+        return self._history.get((fam.name, fam.cost_cell(spec), self.machine(profile)["device"]))
 
     def _cached(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
         return None if self.recalibrate else self.cache.get(host, key)
 
-    def overhead_seconds(self, slots: Sequence[Slot]) -> float:
-        profiles = [Profile.of(s) for s in slots]
+    def overhead(self, fam: Any) -> float:
+        slots = self._slots
+        profiles = [profile_of(s) for s in slots]
         host = self.machine(profiles[0])
-        key = {"overhead": sorted({json.dumps(p.__dict__, sort_keys=True) for p in profiles}), "slots": len(slots)}
+        key: dict[str, Any] = {
+            "overhead": sorted({json.dumps(p.__dict__, sort_keys=True) for p in profiles}),
+            "slots": len(slots),
+        }
+        if fam.name != DEFAULT_TASK:  # the default family's entries keep the key they were cached with
+            key["task"] = fam.name
         cached = self._cached(host, key)
         if cached is None or "seconds" not in cached:
             self.progress(f"timing a tiny run on each of {len(slots)} slot(s)")
-            cached = {"seconds": self.overhead(list(slots))}
+            seconds = self.overhead_of(list(slots)) if self.overhead_of else measure_overhead(list(slots), fam)
+            cached = {"seconds": seconds}
             self.cache.put(host, key, cached)
         return float(cached["seconds"])
 
-    def throughputs(
-        self, wanted: Mapping[Profile, dict[str, CostKey]], slots: Sequence[Slot]
-    ) -> dict[tuple[Profile, str], tuple[Throughput, bool]]:
-        """Each wanted key's calibration on its profile, measured (on all slots of the profile at once) when not
-        cached; True when measured now."""
-        out: dict[tuple[Profile, str], tuple[Throughput, bool]] = {}
+    def calibrate(
+        self,
+        fam: Any,
+        wanted: Mapping[Profile, Mapping[str, Any]],
+        fits: Callable[[dict[str, Any]], bool] = bool,
+    ) -> dict[tuple[Profile, str], Any]:
+        """Each wanted key's measurement on its profile (a dict as cached, or what ``measure`` returned), measured
+        (on all slots of the profile at once) when not cached; True when measured now."""
+        out: dict[tuple[Profile, str], Any] = {}
         for profile, keys in wanted.items():
             host = self.machine(profile)
-            missing: list[tuple[str, CostKey]] = []
+            missing: list[tuple[str, Any]] = []
             for ident, key in keys.items():
                 cached = self._cached(host, key.to_dict())
-                try:
-                    out[(profile, ident)] = (Throughput.from_dict(cached or {}), False)
-                except KeyError:  # not cached, or an entry of another layout
+                if cached is not None and fits(cached):
+                    out[(profile, ident)] = (cached, False)
+                else:  # not cached, or an entry of another layout
                     missing.append((ident, key))
             if not missing:
                 continue
-            here = [s for s in slots if Profile.of(s) == profile]
-            names = ", ".join(sorted({k.model for _, k in missing}))
+            here = [s for s in self._slots if profile_of(s) == profile]
+            names = ", ".join(sorted({getattr(k, "model", fam.name) for _, k in missing}))
             self.progress(f"calibrating {names} on {len(here)} {profile.kind} slot(s) at once")
-            for (ident, key), value in zip(missing, self.measure([k for _, k in missing], here), strict=True):
-                self.cache.put(host, key.to_dict(), asdict(value))
+            if self.measure is not None:
+                values = self.measure([k for _, k in missing], here)
+            else:
+                values = measure_on_slots([k for _, k in missing], here, fam.calibration_module)
+            for (ident, key), value in zip(missing, values, strict=True):
+                self.cache.put(host, key.to_dict(), asdict(value) if is_dataclass(value) else dict(value))
                 out[(profile, ident)] = (value, True)
         return out
 
     def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace, pack_seeds: int = 1) -> GridEstimate:
         """The estimate of ``plan``'s runs left to do on ``slots``, seeds packed by ``pack_seeds`` per worker."""
-        from engine.alignment.spec import RunSpec
-
-        profiles = [Profile.of(s) for s in slots]
+        self._slots = list(slots)
+        profiles = [profile_of(s) for s in slots]
+        self.profiles = list(dict.fromkeys(profiles))
+        self.datasets_dir = ws.datasets
         result = GridEstimate(slots=profiles, done=len(plan.done), pack_seeds=pack_seeds)
-        other = sorted({s.task for s in plan.to_run if not isinstance(s, RunSpec)})
-        if other:
-            result.unavailable = (
-                f"not available for task {', '.join(other)} (measured throughput covers alignment runs only)"
-            )
-            return result
-        from engine.alignment.preset import BASELINE, model_label
-
-        result.datasets_to_build = _datasets_to_build(plan.to_run, ws)
-        # Pass 1: what each run on each slot profile needs (history, or a calibration key).
-        needs: list[tuple[Any, dict[Profile, CellHistory | tuple[Profile, str]]]] = []
-        wanted: dict[Profile, dict[str, CostKey]] = {}
+        by_task: dict[str, list[Any]] = {}
         for spec in plan.to_run:
-            size = graph_size(spec, ws)
-            if size is None:
-                why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
-                result.missing.append((spec, why))
+            by_task.setdefault(spec.task, []).append(spec)
+        reports: dict[str, CostReport] = {}
+        for task, specs in by_task.items():
+            fam = family(task)
+            reports[task] = fam.estimate_costs(specs, self)
+            result.datasets_to_build += reports[task].to_build
+        several = len(by_task) > 1
+        for spec in plan.to_run:
+            report, h = reports[spec.task], spec.hash()
+            if h in report.missing or h not in report.costs:
+                result.missing.append((spec, report.missing.get(h, f"task {spec.task} gave no estimate")))
                 continue
-            per: dict[Profile, CellHistory | tuple[Profile, str]] = {}
-            for profile in dict.fromkeys(profiles):
-                own = run_profile(spec, profile)
-                cell = self.cell_history(spec, own)
-                if cell is not None:
-                    per[profile] = cell
-                else:
-                    key = cost_key(spec, size, own)
-                    ident = json.dumps(key.to_dict(), sort_keys=True)
-                    wanted.setdefault(profile, {})[ident] = key
-                    per[profile] = (profile, ident)
-            needs.append((spec, per))
-        measured = self.throughputs(wanted, slots)
-        unknown_rest = any(
-            isinstance(n, CellHistory) and n.overhead_s is None for _, per in needs for n in per.values()
-        )
-        overhead = self.overhead_seconds(slots) if wanted or unknown_rest else 0.0
-        # Pass 2: seconds per run and profile.
-        for spec, per in needs:
-            run = RunEstimate(spec, BASELINE if spec.model == BASELINE else model_label(spec), {}, "")
-            sources: list[str] = []
-            for profile, need in per.items():
-                if isinstance(need, CellHistory):
-                    laplacian = spec.model == BASELINE
-                    val = int(spec.dataset_spec().canonical()["n_val"] or 0)
-                    evals = 1 if laplacian else evaluations(spec.epochs, spec.eval_every, val)
-                    run.seconds[profile] = need.seconds(0 if laplacian else spec.epochs, evals, overhead)
-                    run.shared[profile] = overhead if need.overhead_s is None else need.overhead_s
-                    sources.append(f"history ({need.runs} run(s))")
-                else:
-                    t, now = measured[need]
-                    run.seconds[profile] = calibrated_seconds(spec, t, overhead)
-                    run.shared[profile] = overhead
-                    sources.append("calibration (measured now)" if now else "calibration (cached)")
-            run.source = sources[0]
-            result.runs.append(run)
-        # Pass 3: packs of seeds (one process each: their shared part paid once), then the schedule.
+            fam = family(spec.task)
+            label = f"{spec.task} {fam.cost_label(spec)}" if several else fam.cost_label(spec)
+            cost = report.costs[h]
+            result.runs.append(RunEstimate(spec, label, cost.seconds, cost.source, cost.shared))
+        # Packs of seeds (one process each: their shared part paid once), then the schedule.
         groups = group_packs([pack_key(r.spec) for r in result.runs], max(1, pack_seeds))
         timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
         for group in groups:
             members = [result.runs[i] for i in group]
             hashes = {r.spec.hash() for r in members}
             deps = [d for r in members for d in plan.dependencies(r.spec) if d not in hashes]
-            cost = {p: _pack_seconds(members, p) for p in dict.fromkeys(profiles)}
+            cost = {p: _pack_seconds(members, p) for p in self.profiles}
             timed.append((members[0].spec.hash(), deps, cost))
         result.plan = schedule(timed, profiles)
         for group in groups:
@@ -502,138 +421,44 @@ def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:
     return sum(r.seconds[profile] - r.shared[profile] for r in members) + max(r.shared[profile] for r in members)
 
 
-def run_profile(spec: Any, profile: Profile) -> Profile:
-    """Where a run computes on a slot: its own ``device = "cpu"`` and the training-free baseline stay on the CPU."""
-    if spec.model == "laplacian" or spec.device == "cpu":
-        return Profile("cpu", "cpu", profile.threads)
-    return profile
-
-
-def calibrated_seconds(spec: Any, t: Throughput, overhead: float) -> float:
-    """Seconds of one alignment run from its calibration and the per-run overhead."""
-    canonical = spec.dataset_spec().canonical()
-    train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
-    if spec.model == "laplacian":
-        return overhead + val * t.val_pair_s
-    return training_seconds(
-        t,
-        epochs=spec.epochs,
-        train_pairs=train,
-        batch_size=spec.batch_size,
-        val_pairs=val,
-        eval_every=spec.eval_every,
-        startup=overhead + t.build_s + t.compile_s,
-    )
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-
-
-def out_dim(spec: Any) -> int:
-    from engine.sources import SOURCES
-
-    return spec.out_dim or SOURCES.get(spec.dataset["base"]).embedding_dim
-
-
-def cost_key(spec: Any, size: tuple[int, float], profile: Profile) -> CostKey:
-    """The calibration key of an alignment run on a slot of ``profile``."""
-    nodes, degree = size
-    if spec.model == "laplacian":
-        return CostKey("laplacian", nodes, degree, spec.batch_size, "cpu", profile.threads, out_dim=out_dim(spec))
-    return CostKey(
-        model=spec.model,
-        nodes=nodes,
-        degree=degree,
-        batch_size=spec.batch_size,
-        device=profile.kind,
-        threads=profile.threads,
-        features=spec.features,
-        budget=spec.budget,
-        out_dim=out_dim(spec),
-        model_options=spec.model_options(),
-        compile=compiles(spec, profile),
-    )
-
-
-def compiles(spec: Any, profile: Profile) -> bool:
-    """Whether the worker trains this run through ``torch.compile`` on a slot of ``profile`` (as the alignment
-    worker decides: ``wants_compile``, and ``auto`` never compiles an import-path model)."""
-    import torch
-
-    from engine.alignment.training import wants_compile
-
-    steps = spec.epochs * math.ceil(int(spec.dataset_spec().canonical()["n_train"] or 0) / spec.batch_size)
-    return wants_compile(spec.compile, torch.device(profile.kind), steps, spec.model, profile.threads)
-
-
-def graph_size(spec: Any, ws: Workspace) -> tuple[int, float] | None:
-    """``(nodes per graph, mean degree)`` of a run's base graphs: from the source's parameters (synthetic), else
-    from the cached dataset's statistics; None when neither tells (a real dataset not built yet)."""
-    from engine.alignment.datasets import dataset_id, open_dataset
-    from engine.errors import GaptuiError
-    from engine.sources import SOURCES, parse_params
-
-    canonical = spec.dataset_spec().canonical()
-    source = SOURCES.get(canonical["base"])
-    hint = source.size_hint(parse_params(source, canonical["params"]))
-    if hint is not None:
-        return int(round(hint[0])), round(float(hint[1]), 1)
-    folder = Path(spec.datasets_dir or ws.datasets) / dataset_id(canonical)
-    try:
-        stats = open_dataset(folder).stats["train"]
-        return int(round(stats["mean_order"])), round(float(stats["mean_degree"]), 1)
-    except (GaptuiError, KeyError, TypeError):
-        return None
-
-
-def _datasets_to_build(specs: Iterable[Any], ws: Workspace) -> int:
-    from engine.alignment.datasets import dataset_id
-
-    missing = set()
-    for spec in specs:
-        ident = dataset_id(spec.dataset_spec().canonical())
-        if not (Path(spec.datasets_dir or ws.datasets) / ident / "meta.json").exists():
-            missing.add(ident)
-    return len(missing)
-
-
-def cell_key(spec: Any) -> str:
-    """What makes two alignment runs cost the same per epoch (:data:`COST_FIELDS`), as a string."""
-    canonical = spec.canonical()
-    return json.dumps({k: canonical.get(k) for k in COST_FIELDS}, sort_keys=True)
-
-
-def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], CellHistory]:
-    """Finished alignment runs of this host, by (cell, device name): medians of their measured seconds."""
+def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], CellHistory]:
+    """Finished runs of this host, by (task, cell, device name): medians of their measured seconds per unit of work
+    (the family's :meth:`~engine.tasks.TaskFamily.cost_units`), per evaluation and of the rest of their duration; a
+    family without units gives whole durations."""
     import platform
 
-    from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
     from engine.events import read_events
     from engine.tasks import load_spec
 
     host = platform.node()
-    samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    samples: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
     for record in records:
         repro = record.get("repro") or {}
         if record.get("status") != "done" or repro.get("host") != host or not record.get("duration"):
             continue
+        if not repro.get("device_name"):
+            continue
         try:
             spec = load_spec(record["spec"])
+            fam = family(spec.task)
         except (GaptuiError, KeyError, TypeError):
             continue
-        if not isinstance(spec, RunSpec):
-            continue
-        events, _ = read_events(Path(record["run_dir"]) / "events.jsonl")
-        epochs = [float(e["seconds"]) for e in events if e.get("event") == "epoch" and "seconds" in e]
-        evals = [float(e["seconds"]) for e in events if e.get("event") == "eval" and "seconds" in e]
-        if spec.model != "laplacian" and len(epochs) < spec.epochs:
-            continue  # resumed or partial events: the sum below would not be the run's
-        overhead = max(0.0, float(record["duration"]) - sum(epochs) - sum(evals))
-        epoch_s = statistics.median(epochs) if epochs else 0.0
-        eval_s = statistics.median(evals) if evals else 0.0
-        if repro.get("device_name"):
-            samples.setdefault((cell_key(spec), repro["device_name"]), []).append((epoch_s, eval_s, overhead))
+        units = fam.cost_units(spec)
+        duration = float(record["duration"])
+        if units is None:
+            sample = (0.0, 0.0, duration)
+        else:
+            events, _ = read_events(Path(record["run_dir"]) / "events.jsonl")
+            epochs = [float(e["seconds"]) for e in events if e.get("event") == "epoch" and "seconds" in e]
+            evals = [float(e["seconds"]) for e in events if e.get("event") == "eval" and "seconds" in e]
+            if units and not _whole(events, epochs):
+                continue  # resumed or partial events: the sum below would not be the run's
+            rest = max(0.0, duration - sum(epochs) - sum(evals))
+            # one epoch event per unit: their median; fewer events than units (an epoch over many graphs): per unit
+            per_unit = 0.0 if not units else statistics.median(epochs) if len(epochs) >= units else sum(epochs) / units
+            sample = (per_unit, statistics.median(evals) if evals else 0.0, rest)
+        samples.setdefault((fam.name, fam.cost_cell(spec), repro["device_name"]), []).append(sample)
     out = {}
     for key, values in samples.items():
         # A run of a pack records its own epochs and evaluations as its duration: no rest to learn from it.
@@ -645,3 +470,11 @@ def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str]
             runs=len(values),
         )
     return out
+
+
+def _whole(events: list[dict[str, Any]], epochs: list[float]) -> bool:
+    """Whether a run's events time every epoch it trained: some, not resumed, none missing."""
+    if not epochs or any(e.get("event") == "start" and e.get("resumed_from") for e in events):
+        return False
+    last = max((int(e.get("epoch") or 0) for e in events if e.get("event") == "epoch"), default=0)
+    return len(epochs) >= last

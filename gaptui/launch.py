@@ -13,6 +13,15 @@
    ``blocked`` by the scheduler). :func:`retry` does the same for records chosen in the app.
 
 Slots come from :func:`slots_for` (``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``, validated).
+
+**The launch service** (end of this module) is what ``gaptui run``, the terminal app's launch and ``gaptui train``
+call, so that they cannot drift: :func:`launch_settings` checks the options (:class:`LaunchOptions`: slots, backend,
+timeout, retries, packed seeds, Slurm settings) against the preset; :func:`plan_launch` plans, runs the family
+checks and refuses a run that cannot fit in memory (every family's :meth:`~engine.tasks.TaskFamily.memory`) before
+any work, returning a :class:`LaunchPlan` whose :meth:`~LaunchPlan.summary` is the dry run's; :func:`make_backend`
+gives the local scheduler or the Slurm backend with the run policy; :func:`start` prepares the inputs, checks the
+memory again of runs whose size was unknown until their input was built (real and user datasets), and queues.
+``gaptui train`` checks and prepares its one run with :func:`check_specs` and :func:`prepare_checked`.
 """
 
 from __future__ import annotations
@@ -253,11 +262,14 @@ def _enqueue_prepared(
     preset: str | None = None,
     planned_seeds: int | None = None,
 ) -> tuple[list[TaskSpec], dict[str, str]]:
+    from engine.memory import check_memory
+
     errors = prepare(specs, progress)
+    good = [s for s in specs if s.hash() not in errors]
+    check_memory(good)  # sizes known only once their inputs are built (real and user datasets): before any run
     bad = [s for s in specs if s.hash() in errors]
     for spec in bad:
         scheduler.fail([spec], errors[spec.hash()], preset, planned_seeds)
-    good = [s for s in specs if s.hash() not in errors]
     scheduler.enqueue(good, preset=preset, planned_seeds=planned_seeds)
     return good, errors
 
@@ -313,3 +325,240 @@ def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Pro
     keep_earlier(scheduler.history, redo)
     queued, errors = _enqueue_prepared(scheduler, specs, progress)
     return Launched(queued, errors, 0, redo)
+
+
+# ------------------------------------------------------------------------------------------------ the launch service
+#
+# ``gaptui run``, the terminal app's launch and ``gaptui train`` all go through these steps, so they plan the same
+# runs and refuse the same things in the same words:
+#
+#     settings = launch_settings(preset, LaunchOptions(...))    # options checked, slots and backend chosen
+#     launch_plan = plan_launch(preset, ws, records, settings)  # plan + checks (family, dependencies, memory)
+#     launch_plan.summary(list_all)                             # what a dry run prints
+#     backend = make_backend(settings, ws, history, ...)        # a local Scheduler or the Slurm backend
+#     start(launch_plan, backend, progress, leave)              # inputs prepared, memory checked again, queued
+
+#: Where runs execute.
+BACKENDS = ("local", "slurm")
+#: Values of one axis shown in the dry run's summary before ``+N more``.
+SUMMARY_VALUES = 8
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to run a grid, as ``gaptui run``'s options or the app's launch bar say it; ``None`` means the preset's
+    own setting (``timeout``, ``retries``, ``pack_seeds``, ``[slurm]``)."""
+
+    gpus: list[str] | None = None
+    jobs_per_gpu: int = 1
+    cpu_jobs: int | None = None
+    backend: str = "local"
+    timeout: float | None = None
+    retries: int | None = None
+    pack_seeds: int | None = None
+    retry_failed: bool = False
+    #: Slurm settings (the preset's merged with command-line flags); None: the preset's ``[slurm]`` table.
+    slurm: Any = None
+    #: Accept a workspace that the compute nodes may not see (``--force``).
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Checked options: the slots (local), the backend and the run policy (timeout, retries, packed seeds)."""
+
+    options: LaunchOptions
+    slots: list[Slot]
+    timeout: float | None
+    retries: int
+    pack_seeds: int
+    slurm: Any = None
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
+
+
+def launch_settings(preset: PresetBase, options: LaunchOptions, ws: Workspace) -> LaunchSettings:
+    """Check ``options`` against ``preset`` (one GaptuiError naming the option and what it expects) and resolve
+    them: slots (may run ``nvidia-smi``), the run policy, the Slurm settings."""
+    from engine.tasks import check_run_options
+
+    if options.backend not in BACKENDS:
+        raise GaptuiError(f"--backend '{options.backend}': expected {' or '.join(BACKENDS)}")
+    check_run_options(options.timeout, None, "--timeout")
+    check_run_options(None, options.retries, "--retries")
+    check_run_options(None, None, "--pack-seeds", options.pack_seeds)
+    slurm = None
+    if options.backend == "slurm":
+        from gaptui.backends.slurm import check_shared_workspace
+        from gaptui.presets import slurm_options
+
+        check_shared_workspace(ws, options.force)
+        slurm = (options.slurm or slurm_options(preset)).check("gaptui run")
+        if options.pack_seeds is not None and options.pack_seeds > 1:
+            raise GaptuiError("--pack-seeds applies to the local backend; on Slurm each run is its own array task")
+    slots = slots_for(options.gpus, options.jobs_per_gpu, options.cpu_jobs)
+    return LaunchSettings(
+        options,
+        slots,
+        timeout=options.timeout or preset.timeout,
+        retries=preset.retries if options.retries is None else options.retries,
+        pack_seeds=options.pack_seeds or preset.pack_seeds,
+        slurm=slurm,
+    )
+
+
+@dataclass
+class LaunchPlan:
+    """A grid ready to start: its :class:`Plan`, its checked settings and the memory each kind of run needs."""
+
+    plan: Plan
+    settings: LaunchSettings
+    #: The distinct memory needs of the runs to start (:func:`engine.memory.memory_needs`), all within this machine.
+    memory: list[Any] = field(default_factory=list)
+
+    @property
+    def preset(self) -> PresetBase:
+        return self.plan.preset
+
+    def head(self) -> str:
+        """``preset NAME (task T): N runs; done a, failed b, to run c; slots: ...``"""
+        p = self.plan
+        counts = {"done": p.done, "failed": p.failed, "to run": p.to_run}
+        where = ", ".join(s.name for s in self.settings.slots) if self.settings.backend == "local" else "Slurm"
+        return (
+            f"preset {self.preset.name} (task {self.preset.task}): {len(p.specs)} runs; "
+            + ", ".join(f"{k} {len(v)}" for k, v in counts.items())
+            + f"; slots: {where}"
+        )
+
+    def summary(self, list_all: bool = False) -> list[str]:
+        """What a dry run says before its estimate: runs to start per family and per value of the family's table
+        axes (dataset, model...), dependency chains and the memory peak per kind of dataset; with ``list_all``, the
+        start order of every run and the memory line of every distinct dataset too."""
+        from engine.memory import peaks_by_kind
+
+        lines = [self.head()]
+        by_task: dict[str, list[TaskSpec]] = {}
+        for spec in self.plan.to_run:
+            by_task.setdefault(spec.task, []).append(spec)
+        for task, specs in by_task.items():
+            fam = family(task)
+            parts = []
+            keys = [k for k in (fam.table.group, fam.table.rows, fam.table.columns) if k is not None]
+            for key in dict.fromkeys(keys):
+                axis = fam.axis(key)
+                counts: dict[str, int] = {}
+                for spec in specs:
+                    value = axis.format(fam.record_axes(spec).get(key))
+                    counts[value] = counts.get(value, 0) + 1
+                shown = [f"{v} {n}" for v, n in list(counts.items())[:SUMMARY_VALUES]]
+                more = len(counts) - SUMMARY_VALUES
+                parts.append(f"{axis.name}: {', '.join(shown)}" + (f" +{more} more" if more > 0 else ""))
+            lines.append(f"  {task}: {len(specs)} run(s) to start; " + "; ".join(parts))
+        lines += self.dependency_lines()
+        for kind, need in peaks_by_kind(self.memory).items():
+            lines.append(f"memory peak of {kind}: {need.line().removeprefix('memory: ')}")
+        if list_all:
+            if self.plan.to_run:
+                lines.append("start order (a run starts only after the runs it names are done):")
+                lines += self.plan.order_lines()
+            lines += [need.line() for need in self.memory]
+        elif self.plan.to_run:
+            lines.append("  (--list: the start order of every run and the memory of every dataset)")
+        return lines
+
+    def dependency_lines(self) -> list[str]:
+        """How many runs wait for others, and the longest chain of runs each waiting for the one before."""
+        to_run = {s.hash(): s for s in self.plan.to_run}
+        waiting = [s for s in to_run.values() if self.plan.dependencies(s)]
+        if not waiting:
+            return []
+        depth: dict[str, int] = {}
+        for h, spec in to_run.items():  # start order: every run after the runs it depends on
+            depth[h] = 1 + max((depth.get(d, 0) for d in self.plan.dependencies(spec)), default=0)
+        upstream = {d for s in waiting for d in self.plan.dependencies(s)}
+        return [
+            f"dependencies: {len(waiting)} run(s) wait for {len(upstream)} other run(s); "
+            f"longest chain {max(depth.values())} runs"
+        ]
+
+
+def plan_launch(
+    preset: PresetBase, ws: Workspace, records: Iterable[dict[str, Any]], settings: LaunchSettings
+) -> LaunchPlan:
+    """Plan ``preset`` against the history ``records`` (:func:`plan`: family checks, dependencies, what to redo)
+    and refuse, before any work, a run this machine cannot hold (:func:`engine.memory.check_memory`: one line
+    naming the run or dataset, the estimate and the limit)."""
+    from engine.memory import check_memory
+
+    records = list(records)
+    known = {r["hash"]: r["status"] for r in records}
+    run_dirs = {r["hash"]: r["run_dir"] for r in records}
+    grid_plan = plan(preset, ws, known, settings.options.retry_failed, run_dirs)
+    needs = check_memory(grid_plan.specs)
+    return LaunchPlan(grid_plan, settings, needs)
+
+
+def make_backend(
+    settings: LaunchSettings,
+    ws: Workspace,
+    history: Any,
+    local: Scheduler | None = None,
+    slurm: Any = None,
+    listener: Any = None,
+) -> Scheduler:
+    """The backend ``settings`` choose, with their run policy: ``local`` (or a new local Scheduler on the
+    settings' slots) or ``slurm`` (or a new Slurm backend; the workspace must be shared with the compute nodes
+    and ``sbatch`` on PATH)."""
+    if settings.backend == "slurm":
+        from gaptui.backends.slurm import SlurmScheduler, sbatch_available
+
+        if not sbatch_available():
+            raise GaptuiError("--backend slurm: sbatch not found on PATH; run on a Slurm login node")
+        if slurm is None:
+            slurm = SlurmScheduler(
+                ws, history, settings.slurm, timeout=settings.timeout, retries=settings.retries, listener=listener
+            )
+        slurm.configure(settings.slurm, settings.timeout)
+        slurm.retries = settings.retries
+        return slurm  # type: ignore[no-any-return]
+    if local is None:
+        kwargs = {"listener": listener} if listener is not None else {}
+        local = Scheduler(ws, history, settings.slots, **kwargs)
+    else:
+        local.set_slots(settings.slots)
+    local.timeout = settings.timeout
+    local.retries = settings.retries
+    local.pack_seeds = settings.pack_seeds
+    return local
+
+
+def start(
+    launch_plan: LaunchPlan, backend: Scheduler, progress: Progress | None = None, leave: Iterable[str] = ()
+) -> Launched:
+    """Prepare the plan's inputs and queue its runs on ``backend`` (:func:`launch`); the memory of runs whose size
+    was unknown until their input was built (real and user datasets) is checked before they are queued."""
+    return launch(backend, launch_plan.plan, progress, leave)
+
+
+def check_specs(specs: list[TaskSpec]) -> list[str]:
+    """What :func:`plan_launch` checks, for runs given one by one (``gaptui train``): each family's check and the
+    memory each run needs; returns the warning lines."""
+    from engine.memory import check_memory
+
+    warnings = check(specs)
+    check_memory(specs)
+    return warnings
+
+
+def prepare_checked(specs: list[TaskSpec], progress: Progress | None = None) -> None:
+    """Build the inputs of ``specs`` (:func:`prepare`) and check their memory again now that every size is known;
+    GaptuiError for the first input that could not be built."""
+    from engine.memory import check_memory
+
+    errors = prepare(specs, progress)
+    if errors:
+        raise GaptuiError(next(iter(errors.values())))
+    check_memory(specs)

@@ -13,6 +13,9 @@ with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +39,14 @@ __all__ = [
     "DatasetEntry",
     "Preset",
     "RunOptions",
+    "dump_document",
     "dump_preset",
     "find_preset",
     "grid",
     "load_preset",
     "parse_preset",
     "placement",
+    "preset_entries",
     "preset_names",
     "preset_task",
     "read_preset_file",
@@ -52,6 +57,34 @@ __all__ = [
 def preset_names(ws: Workspace | None = None) -> list[str]:
     folders = [BUNDLED] + ([ws.root / "presets"] if ws else [])
     return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.toml")})
+
+
+@dataclass(frozen=True)
+class PresetEntry:
+    """A preset file as a picker lists it: name, family, description (``error``: why it cannot be read)."""
+
+    name: str
+    path: Path
+    task: str = ""
+    description: str = ""
+    error: str = ""
+    #: True for a file of the workspace's ``presets/`` folder (which hides a shipped preset of the same name).
+    own: bool = False
+
+
+def preset_entries(ws: Workspace | None = None) -> list[PresetEntry]:
+    """Every preset ``--preset NAME`` finds (the workspace's, then the shipped ones), with its task and
+    description, sorted by name; a file that does not read is listed with its error."""
+    entries = []
+    for name in preset_names(ws):
+        path = find_preset(name, ws)
+        own = ws is not None and path.parent == ws.root / "presets"
+        try:
+            raw = _read(path)
+            entries.append(PresetEntry(name, path, task_of(raw), str(raw.get("description", "")), own=own))
+        except GaptuiError as exc:
+            entries.append(PresetEntry(name, path, error=str(exc), own=own))
+    return entries
 
 
 def find_preset(name: str, ws: Workspace | None = None) -> Path:
@@ -129,6 +162,49 @@ def dump_preset(preset: Preset) -> str:
         inner = ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in options.options.items())
         lines.append(f"options = {{ {inner} }}")
     return dump_alignment_preset(preset) + ("\n[slurm]\n" + "\n".join(lines) + "\n" if lines else "")
+
+
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def dump_document(raw: dict[str, Any]) -> str:
+    """TOML text of a preset document (any family): keys with a value first, then ``[tables]`` and
+    ``[[arrays of tables]]``; ``None`` values are left out. ``tomllib.loads`` reads it back equal."""
+    return "\n".join(_table_lines(raw, "")).strip() + "\n"
+
+
+def _table_lines(table: dict[str, Any], prefix: str) -> list[str]:
+    lines = [f"{_key(k)} = {_toml(v)}" for k, v in table.items() if v is not None and not _is_table(v)]
+    for key, value in table.items():
+        name = f"{prefix}{_key(key)}"
+        if isinstance(value, dict):
+            lines += ["", f"[{name}]", *_table_lines(value, f"{name}.")]
+        elif _is_table(value):
+            for item in value:
+                lines += ["", f"[[{name}]]", *_table_lines(item, f"{name}.")]
+    return lines
+
+
+def _is_table(value: Any) -> bool:
+    """A TOML table or a non-empty array of tables."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
+
+
+def _key(key: str) -> str:
+    return key if BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items() if v is not None)
+        return f"{{ {inner} }}" if inner else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return toml_value(value)
 
 
 def placement(ws: Workspace) -> Placement:

@@ -576,7 +576,7 @@ def test_preset_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
     path.write_bytes(b"\xef\xbb\xbf" + TINY_PRESET.format(models='["gcn"]', seeds="[0]", run="").encode())
     res = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "--workspace", str(tmp_path / "ws"))
     assert res.returncode == 0, res.stderr
-    assert "1 runs" in res.stdout and "memory: er batch 10: peak about" in res.stdout
+    assert "1 runs" in res.stdout and "memory peak of pairs of er: gcn on er" in res.stdout
 
 
 def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:

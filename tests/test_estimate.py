@@ -10,18 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.alignment.throughput import CalibrationCache, CostKey, Throughput, measure
+from engine.alignment.throughput import CostKey, Throughput, evaluations, measure, training_seconds
+from engine.cost import CalibrationCache
 from gaptui import launch
-from gaptui.estimate import (
-    CellHistory,
-    Estimator,
-    Profile,
-    calibration_path,
-    estimate_from_cache,
-    evaluations,
-    schedule,
-    training_seconds,
-)
+from gaptui.estimate import CellHistory, Estimator, Profile, calibration_path, estimate_from_cache, schedule
 from gaptui.presets import load_preset
 from gaptui.scheduler import Slot
 from gaptui.workspace import Workspace
@@ -111,12 +103,10 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     _estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
     assert {k.threads for k in threads.keys} == {2} and len(threads.keys) == 2
 
-    import engine.alignment.throughput
+    import engine.cost
 
-    real_machine = engine.alignment.throughput.machine
-    monkeypatch.setattr(
-        engine.alignment.throughput, "machine", lambda device="cpu": {**real_machine(device), "host": "other"}
-    )
+    real_machine = engine.cost.machine
+    monkeypatch.setattr(engine.cost, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
     elsewhere = Counting()
     _estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(elsewhere.keys) == 2 and elsewhere.overheads == 1
@@ -143,7 +133,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
 # epochs and evaluations, so the rest comes from the measured per-run overhead (1 s here).
 @pytest.mark.parametrize(("duration", "rest"), [(4.0, 3.4), (0.6, 1.0)])
 def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: float, rest: float) -> None:
-    from engine.worker import cpu_name
+    from engine.loop import cpu_name
 
     plan = _smoke_plan(tmp_path)
     done = plan.to_run[0]  # gcn at noise 0.05, seed 0; a seed-1 run of the same cell is estimated from it
@@ -170,10 +160,41 @@ def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: 
     assert "(resuming: 2 of 3 left)" in result.lines()[0]
 
 
-def test_other_families_get_no_number(tmp_path: Path) -> None:
-    plan = SimpleNamespace(done=[], to_run=[SimpleNamespace(task="toy")], dependencies=lambda spec: ())
-    result = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path))
-    assert result.lines() == ["estimate: not available for task toy (measured throughput covers alignment runs only)"]
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy plug-in family registered in this process (what GAPTUI_FAMILIES does in subprocesses)."""
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    import tests.toy_family  # noqa: F401
+
+
+def _finished(tmp_path: Path, spec, seconds: list[float], duration: float) -> dict:
+    """A record of ``spec`` finished on this host, its events timing each unit."""
+    from engine.loop import cpu_name
+
+    run_dir = tmp_path / "runs" / spec.hash()[:12]
+    run_dir.mkdir(parents=True)
+    events = [{"event": "epoch", "epoch": i, "seconds": s} for i, s in enumerate(seconds, 1)]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps({"v": 1, "t": 0, **e}) + "\n" for e in events))
+    repro = {"host": platform.node(), "device": "cpu", "device_name": cpu_name()}
+    return {"status": "done", "spec": spec.to_dict(), "run_dir": str(run_dir), "duration": duration, "repro": repro}
+
+
+def test_a_family_without_a_cost_model_is_estimated_from_its_cells_history(tmp_path: Path, toy: None) -> None:
+    from tests.toy_family import ToySpec
+
+    done = ToySpec(size=2, model="mean", steps=3)
+    record = _finished(tmp_path, done, [0.5, 0.5, 0.5], duration=2.0)  # 0.5 s per step, 0.5 s besides
+    later, other = done.replace(seed=1, steps=5), ToySpec(size=3, model="mean", steps=3)
+    plan = SimpleNamespace(done=[done], to_run=[later, other], dependencies=lambda spec: ())
+    counter = Counting()
+    result = _estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
+    assert [r.spec for r in result.runs] == [later]
+    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(0.5 + 5 * 0.5)
+    assert result.runs[0].source == "history (1 run(s))" and result.runs[0].label == "mean"
+    assert counter.keys == [] and counter.overheads == 0  # nothing to measure for a family without calibration
+    lines = result.lines()
+    assert lines[0].startswith("estimate: 1 run(s) (1 more not estimated) (resuming: 2 of 3 left): wall about 3 s")
+    assert "not estimated: 1 run(s): mean: no finished run of this cell on this machine yet" in "\n".join(lines)
 
 
 def test_measure_times_the_real_training_step_and_the_baseline() -> None:
@@ -250,3 +271,19 @@ def test_the_form_estimate_uses_the_cache_and_never_measures(tmp_path: Path) -> 
     assert {r.source for r in cached.runs} == {"calibration (cached)"}
     # Another slot layout has no cached overhead: no number rather than a guess
     assert estimate_from_cache(plan, [CPU1], ws, []) is None
+
+
+def test_a_property_cell_is_estimated_per_epoch_graph_and_relation_cell_from_another_property(tmp_path: Path) -> None:
+    from engine.tasks import family
+
+    ws = Workspace(tmp_path)
+    specs = launch.plan(load_preset("properties-smoke", ws), ws, {}).specs
+    mean = [s for s in specs if s.pooling == "mean" and s.dimension == "generalisation"]
+    done, other = mean[0], next(s for s in mean[1:] if s.property != mean[0].property)
+    record = _finished(tmp_path, done, [1.0, 1.0], duration=3.0)  # 2 epochs of 1 s, 1 s besides
+    plan = SimpleNamespace(done=[done], to_run=[other], dependencies=lambda spec: ())
+    result = _estimator(tmp_path, Counting(), records=[record]).estimate(plan, [CPU1], ws)
+    fam = family("properties")
+    per_unit = 2.0 / fam.cost_units(done)
+    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(1.0 + fam.cost_units(other) * per_unit)
+    assert result.runs[0].source == "history (1 run(s))" and result.runs[0].label == "mean"

@@ -51,11 +51,11 @@ def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: Non
     preset = _preset(tmp_path)
     where = ("--workspace", str(ws))
 
-    dry = run_cli("run", "--preset", str(preset), *where, "--dry-run", "--cpu-jobs", "2", env=ENV)
+    dry = run_cli("run", "--preset", str(preset), *where, "--dry-run", "--list", "--cpu-jobs", "2", env=ENV)
     assert dry.returncode == 0, dry.stderr
     assert "(task toy): 10 runs" in dry.stdout and "start order" in dry.stdout
     order = [line.split()[1] for line in dry.stdout.splitlines() if line.strip()[:1].isdigit()]
-    pre_ids = [line.split()[1] for line in dry.stdout.splitlines() if " pre " in line]
+    pre_ids = [line.split()[1] for line in dry.stdout.splitlines() if " pre " in line and line.strip()[:1].isdigit()]
     assert len(order) == 10 and len(pre_ids) == 2 and set(order[:2]) == set(pre_ids)
     assert sum(f"(after {p})" in dry.stdout for p in pre_ids) == 2
 

@@ -301,14 +301,14 @@ def test_downstream_loop_streams_events(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     result = run_gape(spec, tmp_path / "run", lambda name, **f: events.append((name, f)))
     kinds = [k for k, _ in events]
-    assert kinds == ["start", "eval", "epoch", "eval", "epoch", "done"]
+    assert kinds == ["start", "eval", "epoch", "eval", "epoch"]  # "done" is the worker's
     assert events[0][1]["model"] == "transformer" and events[0][1]["pe"] == "rwpe"
     assert {"val_mae", "test_mae", "train_loss"} <= set(events[1][1])
     assert result["status"] == "done" and math.isfinite(result["metrics"]["val_mae"])
     # Resuming a finished run trains nothing more and reports the same metrics.
     again: list[tuple[str, dict]] = []
     assert run_gape(spec, tmp_path / "run", lambda name, **f: again.append((name, f)))["metrics"] == result["metrics"]
-    assert [k for k, _ in again] == ["start", "done"]
+    assert [k for k, _ in again] == ["start"] and again[0][1]["resumed_from"] == {"epoch": 2, "batch": 0, "step": 6}
 
 
 # ---------------------------------------------------------------------------------------------------------------

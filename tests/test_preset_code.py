@@ -125,7 +125,7 @@ def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: P
     preset.write_text(alignment_preset("gaptui_probe_code").split('[[datasets]]\nbase = "pyg"')[0])
     path = os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH", "")]))
     res = run_cli(
-        "run", "--preset", str(preset), "--dry-run", "--no-estimate", "-w", str(tmp_path / "ws"),
+        "run", "--preset", str(preset), "--dry-run", "--list", "--no-estimate", "-w", str(tmp_path / "ws"),
         env={"PYTHONPATH": path},
     )  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -15,12 +15,12 @@ from engine.properties.poolings import POOLINGS, build_pooling
 from engine.properties.scores import POOLING_LABELS, mean_u, r_scores, table2, u_score
 from engine.properties.training import (
     LabelledGraphs,
-    Stopped,
     StudyData,
     evaluate_model,
     load_study_data,
     train_model,
 )
+from engine.tasks import Cancelled
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,8 @@ def test_training_learns_a_local_property(tmp_path: Path) -> None:
     data = _tiny_study(tmp_path)
     options = TrainOptions(epochs=6, hidden=32)
     model, last = train_model(data.train, "sum", options, 0, lambda e, **f: events.append((e, f)))
-    assert [e for e, _ in events] == ["epoch"] * 6 and [f["epoch"] for _, f in events] == list(range(1, 7))
+    assert [e for e, _ in events] == ["start"] + ["epoch"] * 6
+    assert [f["epoch"] for _, f in events[1:]] == list(range(1, 7))
     assert last["train_acc"] > 0.8
     assert sorted(data.tests) == ["perturb", "random"]
     accuracy = evaluate_model(model, data.tests["random"])
@@ -113,18 +114,17 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path: Path) -> None:
     data = _tiny_study(tmp_path)
     options = TrainOptions(epochs=3, hidden=16, layers=2)
     straight = train_model(data.train, "mean", options, 1, lambda *a, **k: None)
-    ckpt = tmp_path / "checkpoint.pt"
     epochs_seen: list[int] = []
 
     def emit(event: str, **fields: object) -> None:
         if event == "epoch":
             epochs_seen.append(int(fields["epoch"]))  # type: ignore[arg-type]
 
-    with pytest.raises(Stopped) as stop:
+    with pytest.raises(Cancelled) as stop:
         stop_after_one = lambda: bool(epochs_seen)  # noqa: E731
-        train_model(data.train, "mean", options, 1, emit, checkpoint=ckpt, should_stop=stop_after_one)
-    assert stop.value.epoch == 1 and ckpt.exists()
-    resumed = train_model(data.train, "mean", options, 1, emit, checkpoint=ckpt)
+        train_model(data.train, "mean", options, 1, emit, run_dir=tmp_path, should_stop=stop_after_one)
+    assert stop.value.where["epoch"] == 1 and (tmp_path / "checkpoint.pt").exists()
+    resumed = train_model(data.train, "mean", options, 1, emit, run_dir=tmp_path)
     assert epochs_seen == [1, 2, 3]
     assert resumed[1] == straight[1]
     for a, b in zip(resumed[0].state_dict().values(), straight[0].state_dict().values(), strict=True):
@@ -167,14 +167,14 @@ def test_study_cells_share_one_training_between_generalisation_and_robustness(tm
     gen = run_cell(
         "symmetric", "mean", "generalisation", 0, options, lambda e, **f: events.append(e), checkpoint=ckpt, **common
     )
-    assert events == ["epoch", "epoch", "eval"]
+    assert events == ["start", "epoch", "epoch", "eval"]
     assert set(gen) == {"u_score", "train_loss", "train_acc", "train_n", "acc_n6", "acc_n7"}
     assert gen["u_score"] == pytest.approx((6 * gen["acc_n6"] + 7 * gen["acc_n7"]) / 13)
     events.clear()
     rob = run_cell(
         "symmetric", "mean", "robustness", 0, options, lambda e, **f: events.append(e), trained=ckpt, **common
     )
-    assert events == ["eval"] and set(rob) == set(gen)
+    assert events == ["start", "eval"] and set(rob) == set(gen)
     with pytest.raises(GaptuiError, match="tests the model of its generalisation cell"):
         run_cell("symmetric", "mean", "robustness", 0, options, lambda *a, **k: None, **common)
     specs = cell_datasets("symmetric", "robustness", 100, 3, None, 0)

@@ -942,7 +942,9 @@ def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_fa
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(manager, "check_shared_workspace", lambda ws, force: None)  # pytest's folders are in /tmp
+    from gaptui.backends import slurm
+
+    monkeypatch.setattr(slurm, "check_shared_workspace", lambda ws, force: None)  # pytest's folders are in /tmp
     posted: list = []
     with History(ws, write=True) as history:
         loop = manager.ManagerLoop(ws, history, posted.append)

@@ -29,8 +29,9 @@ def test_training_on_er_learns_well_beyond_the_untrained_model(tmp_path: Path) -
     import torch
 
     from engine import models
-    from engine.alignment.training import PairTensors, TrainState, evaluate, make_optimiser, train_epoch
+    from engine.alignment.training import PairTensors, evaluate, train_epoch
     from engine.evaluation import LapEvaluator
+    from engine.loop import TrainState, make_optimiser
 
     ds, _ = build_dataset(DatasetSpec("er", 0.04, n_train=1000, n_val=200, params={"n": 50, "degree": 6}), tmp_path)
     train, val = PairTensors(ds.split("train")), PairTensors(ds.split("val"))

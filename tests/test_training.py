@@ -11,16 +11,14 @@ from engine.alignment.noise import correlate
 from engine.alignment.training import (
     FEATURES,
     PairTensors,
-    TrainState,
     alignment_loss,
-    epoch_order,
     evaluate,
-    make_optimiser,
     node_features,
     similarity,
     train_epoch,
 )
 from engine.evaluation import evaluate_batch, lap_assignment
+from engine.loop import TrainState, epoch_order, make_optimiser
 from engine.pairs import PairSplit
 from engine.sources.synthetic import bernoulli_graphs
 

@@ -20,25 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 from textual.pilot import Pilot
 from textual.widgets import Input, Select, SelectionList, Static, TabbedContent
 
+from engine.alignment.form import parse_noise_level
 from engine.errors import GaptuiError
 from gaptui.history import History, read_records
-from gaptui.presets import DatasetEntry, Preset, RunOptions, load_preset
+from gaptui.presets import DatasetEntry, Preset, RunOptions, dump_preset, load_preset
 from gaptui.tui.app import GaptuiApp
-from gaptui.tui.planning import (
-    DatasetDraft,
-    ExperimentDraft,
-    SlotConfig,
-    draft_from_preset,
-    estimate_seconds,
-    parse_noise_levels,
-    parse_seeds,
-)
+from gaptui.tui.planning import FormDraft, SlotConfig, estimate_seconds, form_fields_of, parse_seeds
 from gaptui.tui.screens.confirm import ChoiceScreen
 from gaptui.tui.screens.history import HistoryScreen, matches
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
+from gaptui.tui.screens.preset_picker import PresetPicker
 from gaptui.tui.screens.ranking import RankingScreen, export_path
 from gaptui.tui.screens.run_detail import RunDetailScreen
 from gaptui.tui.widgets.banner import ReadOnlyBanner
@@ -188,36 +183,35 @@ def test_the_cli_opens_the_tui_without_a_command(monkeypatch: pytest.MonkeyPatch
 
 
 def test_form_parsers() -> None:
-    assert parse_noise_levels("0.05, 12% 30") == [0.05, 0.12, 0.3]
+    from engine.tasks import family
+
+    assert [parse_noise_level(x) for x in ("0.05", "12%", "30")] == [0.05, 0.12, 0.3]
     assert parse_seeds("0-2, 5 1") == [0, 1, 2, 5]
     with pytest.raises(GaptuiError, match="noise level"):
-        parse_noise_levels("abc")
+        parse_noise_level("abc")
     with pytest.raises(GaptuiError, match="must lie in"):
-        parse_noise_levels("150%")
+        parse_noise_level("150%")
     with pytest.raises(GaptuiError, match="seeds"):
         parse_seeds("x")
-    draft = ExperimentDraft(
-        name="mine",
-        datasets=(DatasetDraft("er", "n=16 degree=4", None, "20", "6", "0"),),
-        noise=(0.2, 0.05),
-        models=("gcn", "laplacian"),
-        seeds="0-1",
-        epochs="2",
-        out_dim="8",
-        cpu_jobs="2",
-    )
+    fields = family("alignment").form_fields()
+    row = {"base": "er", "params": "n=16 degree=4", "noise_model": None, "train": "20", "val": "6", "seed": "0"}
+    values = {"datasets": [row], "noise": [0.2, 0.05], "models": ["gcn", "laplacian"], "seeds": "0-1"}
+    values |= {"epochs": "2", "out_dim": "8"}
+    draft = FormDraft("alignment", name="mine", fields=values, cpu_jobs="2")
     preset = draft.preset()
-    assert preset.datasets[0].params == {"n": 16, "degree": 4.0} and preset.datasets[0].train == 20
-    assert preset.noise == (0.05, 0.2) and preset.models == ("gcn",) and preset.laplacian
+    assert preset.datasets[0].params == {"n": 16, "degree": 4} and preset.datasets[0].train == 20
+    assert preset.noise == (0.2, 0.05) and preset.models == ("gcn",) and preset.laplacian
     assert preset.seeds == (0, 1) and preset.run.epochs == 2 and preset.run.out_dim == 8
     assert draft.slot_config() == SlotConfig(None, 1, 2)
     # a loaded preset fills the form and gives back the same preset
-    again = draft_from_preset(preset).preset()
-    assert again == preset
+    document = draft.document()
+    shown = form_fields_of(family("alignment").form_values(document), fields)
+    again = FormDraft("alignment", name="mine", fields=shown, base=document)
+    assert again.document() == document and again.preset() == preset
     with pytest.raises(GaptuiError, match="no parameter 'm'"):
-        ExperimentDraft(datasets=(DatasetDraft("er", "m=3"),), models=("gcn",)).preset()
-    with pytest.raises(GaptuiError, match="at least one model"):
-        ExperimentDraft().preset()
+        FormDraft("alignment", fields={**values, "datasets": [{**row, "params": "m=3"}]}).preset()
+    with pytest.raises(GaptuiError, match="key 'models' is empty"):
+        FormDraft("alignment", fields={**values, "models": []}).preset()
 
 
 def test_estimate_uses_the_model_mean_else_every_run() -> None:
@@ -331,7 +325,7 @@ async def test_save_writes_a_preset_that_run_accepts_and_never_overwrites_silent
         form.query_one("#preset", Select).value = "bad"
         await wait_until(pilot, lambda: any("unknown key 'epochs'" in n for n in notices(app)), 30, "the error")
         assert any(n.startswith(str(ws.root / "presets" / "bad.toml")) for n in notices(app))
-        await form.apply_draft(draft_from_preset(tiny_preset(models=("gcn", "gin")), keep=form.draft()))
+        await form.apply_document(tomllib.loads(dump_preset(tiny_preset(models=("gcn", "gin")))), "tiny")
         await type_into(pilot, form.query_one("#name", Input), "mine")
         await pilot.press("ctrl+s")
         path = ws.root / "presets" / "mine.toml"
@@ -607,14 +601,14 @@ async def test_family_pickers_switch_columns_tables_and_the_form(
         app.switch_mode("new")
         await wait_until(pilot, lambda: isinstance(app.screen, NewExperimentScreen), what="the form")
         form = app.screen
-        assert form.query_one("#alignment-form").display
+        assert form.query("#noise")
         form.query_one("#task", Select).value = "toy"
-        await wait_until(pilot, lambda: not form.query_one("#alignment-form").display, what="toy form")
+        await wait_until(pilot, lambda: form.query("#sizes") and not form.query("#noise"), what="toy form")
         picker = form.query_one("#preset", Select)
         with pytest.raises(Exception, match="smoke"):
             picker.value = "smoke"  # the alignment presets are not offered for the toy family
         picker.value = "toy-grid"
-        await wait_until(pilot, lambda: form.family_preset is not None, what="toy preset loaded")
+        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "toy-grid", what="toy preset loaded")
         await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 2, what="toy summary")
         await pilot.press("ctrl+q")
 
@@ -661,10 +655,11 @@ async def test_loading_without_a_chosen_preset_points_at_the_list(tmp_path: Path
     async with app.run_test(size=SIZE) as pilot:
         form = app.screen
         assert isinstance(form, NewExperimentScreen)
-        await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: "choose a preset in the list first" in notices(app), what="notice")
-        assert app.focused is form.query_one("#preset", Select)
-        assert not any("unknown preset" in note for note in notices(app))
+        await pilot.press("ctrl+o")  # nothing chosen in the list: the picker opens
+        await wait_until(pilot, lambda: isinstance(app.screen, PresetPicker), what="the picker")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is form, what="the form again")
+        assert not any("unknown preset" in note or "loading" in note for note in notices(app))
         await pilot.press("ctrl+q")
 
 
@@ -714,7 +709,7 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
             assert not (ws.root / TRUST_FILE).exists()
 
             # Allow: imported and loaded, and remembered by the file's SHA-256
-            await pilot.press("ctrl+o")
+            await pilot.press("ctrl+o", "enter")  # the picker opens on the preset chosen in the list
             await wait_until(pilot, question, 30, "the question")
             await pilot.press("a")
             await wait_until(pilot, lambda: form.query_one("#name", Input).value == "shared", 30, "preset loaded")
@@ -725,14 +720,14 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
 
             # The same file again: loaded without a question
             await type_into(pilot, form.query_one("#name", Input), "renamed")
-            await pilot.press("ctrl+o")
+            await pilot.press("ctrl+o", "enter")  # the picker opens on the preset chosen in the list
             await wait_until(pilot, lambda: form.query_one("#name", Input).value == "shared", 30, "loaded again")
             assert not isinstance(app.screen, ChoiceScreen)
 
             # The file changed: asked again; Cancel leaves the form alone
             shared.write_text(shared.read_text().replace("epochs = 1", "epochs = 2"))
             await type_into(pilot, form.query_one("#name", Input), "renamed")
-            await pilot.press("ctrl+o")
+            await pilot.press("ctrl+o", "enter")  # the picker opens on the preset chosen in the list
             await wait_until(pilot, question, 30, "the question again")
             await pilot.press("escape")
             await tasks_done(app)
@@ -747,8 +742,11 @@ async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401 - registers the family in this process (the registry may be loaded)
+    import tests.toy_family
+    from engine.tasks import TaskFamily
 
+    # a family without a form launches its preset file as loaded
+    monkeypatch.setattr(tests.toy_family.Toy, "form_fields", TaskFamily.form_fields)
     ws = Workspace(tmp_path / "ws")
     (ws.root / "presets").mkdir(parents=True)
     path = ws.root / "presets" / "toy-grid.toml"
@@ -758,7 +756,7 @@ async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
         form = app.screen
         assert isinstance(form, NewExperimentScreen)
         form.query_one("#task", Select).value = "toy"
-        await wait_until(pilot, lambda: not form.query_one("#alignment-form").display, what="toy form")
+        await wait_until(pilot, lambda: form.task_name == "toy" and not form.fields, what="toy without a form")
         form.query_one("#preset", Select).value = "toy-grid"
         await wait_until(pilot, lambda: form.family_preset is not None, what="toy preset loaded")
         # launching reads the file again: what it says now was never reviewed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,6 +22,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Cancelled,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -31,7 +33,9 @@ from engine.tasks import (
     TableLayout,
     TaskFamily,
     TaskSpec,
+    drop_blank,
     list_of,
+    run_steps,
     unknown_keys,
 )
 
@@ -109,6 +113,10 @@ class Toy(TaskFamily):
         return [Input(f"toy:{spec.size}", f"toy data n={spec.size}", partial(build_data, spec))]
 
     def run(self, spec: ToySpec, ctx: RunContext) -> Outcome:
+        return run_steps(self.steps(spec, ctx))
+
+    def steps(self, spec: ToySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+        """One "epoch" per step, yielding between them: the seeds of a pack take turns (no torch, no loop)."""
         values = json.loads(build_data(spec).read_text())["values"]
         ctx.emit("start", run=spec.hash(), model=spec.model, params=0, epochs=spec.steps, pid=os.getpid())
         base = 0.0
@@ -125,6 +133,7 @@ class Toy(TaskFamily):
             if ctx.should_stop():
                 raise Cancelled(step=step - 1)
             ctx.emit("epoch", epoch=step, step=step, train_loss=1.0 / step, lr=0.1, seconds=0.0, val_acc=None)
+            yield
         if spec.fail:
             raise RunFailed("toy failure on purpose", "crash")
         mae = base + len(values) / 10 + (0.0 if spec.model == "median" else 0.5) + spec.seed / 100
@@ -160,6 +169,45 @@ class Toy(TaskFamily):
                 for model in preset.models:
                     specs.append(ToySpec(size=size, model=model, seed=seed, after=after, gate=preset.gate, **common))
         return specs[:limit] if limit else specs
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("sizes", "sizes", "seeds", [2, 3], "data sizes: 2-4 or 2,5", section="Grid"),
+            FormField("models", "models", "multi", ["mean"], choices=("mean", "median"), free=True, section="Models"),
+            FormField("seeds", "seeds", "seeds", [0], section="Runs"),
+            FormField("steps", "steps", "int", None, placeholder="3", section="Runs"),
+            FormField("pretrain", "a pre run per size", "bool", True, section="Runs"),
+        )
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        doc = {key: values.get(key) for key in ("sizes", "models", "seeds", "pretrain", "steps")}
+        return drop_blank(doc)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {key: raw.get(key) for key in ("sizes", "models", "seeds", "steps")} | {
+            "pretrain": raw.get("pretrain", True)
+        }
+
+    # cost and memory: a run's units are its steps (the history of its cell gives the seconds per step); its data
+    # holds ``size`` values of a megabyte each (so a test can ask for more than any machine has).
+    def cost_cell(self, spec: ToySpec) -> str:
+        return f"{spec.size}:{spec.model}"
+
+    def cost_units(self, spec: ToySpec) -> float | None:
+        return 0 if spec.model == PRE else float(spec.steps)
+
+    def memory(self, spec: ToySpec) -> Any:
+        from engine.memory import MemoryNeed, human
+
+        need = spec.size * TOY_BYTES_PER_VALUE
+        detail = f"{spec.size:,} values of {human(TOY_BYTES_PER_VALUE)}"
+        return MemoryNeed(f"toy data n={spec.size}", "toy data", need, detail, "lower the sizes", str(spec.size))
+
+
+#: What one value of a toy run's data stands for in memory.
+TOY_BYTES_PER_VALUE = 1 << 20
 
 
 FAMILIES.register(Toy())

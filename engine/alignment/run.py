@@ -5,20 +5,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Generator
-from dataclasses import asdict
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 from engine.alignment.preset import BASELINE
 from engine.alignment.spec import RunSpec
-from engine.errors import GaptuiError
-from engine.tasks import (
-    Cancelled,
-    Outcome,
-    RunContext,
-    RunFailed,
-)
+from engine.loop import EpochTask, TrainState
+from engine.tasks import Outcome, RunContext
 
 # ------------------------------------------------------------------------------------------------ worker loop
 
@@ -31,14 +25,9 @@ def dataset_dirs(spec: RunSpec) -> tuple[Path, Path | None]:
 
 
 def device_fields(spec: RunSpec) -> dict[str, Any]:
-    import torch
+    from engine.loop import device_fields, resolve_device
 
-    from engine.alignment.training import resolve_device
-    from engine.worker import cpu_name
-
-    device = resolve_device(spec.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return {"device": str(device), "device_name": name}
+    return device_fields(resolve_device(spec.device))
 
 
 class AlignmentRun:
@@ -119,157 +108,122 @@ class AlignmentRun:
         return Outcome(metrics=metrics, params=0, extra=extra)
 
     def run_training(self, dataset: Any) -> Generator[None, None, Outcome]:
-        from engine import models
-        from engine.alignment.training import (
-            FEATURES,
-            NonFiniteLoss,
-            TrainState,
-            compile_model,
-            evaluate,
-            make_optimiser,
-            metrics_of,
-            resolve_device,
-            seed_everything,
-            train_epoch,
-            wants_compile,
-        )
         from engine.evaluation import LapEvaluator
-        from engine.worker import CHECKPOINT_FORMAT, Checkpoints
+        from engine.loop import epoch_steps, resolve_device, seed_everything
 
         spec, ctx = self.spec, self.ctx
         device = resolve_device(spec.device)
         seed_everything(spec.seed)
-        model = models.build(
-            spec.model,
-            out_dim=self.out_dim(dataset),
-            budget=spec.budget,
-            in_dim=FEATURES[spec.features],
-            **spec.model_options(),
-        ).to(device)
-        params = models.count_parameters(model)
-        train = self.pairs(dataset, "train", device)
-        val = self.pairs(dataset, "val", device)
-        steps_per_epoch = -(-len(train) // spec.batch_size)
-        opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, spec.epochs * steps_per_epoch, spec.warmup_steps)
-        state = TrainState()
-        metrics: dict[str, float] = {}
-        resumed_from = None
-        checkpoints = Checkpoints(ctx.run_dir, ctx.log)
-        ckpt = checkpoints.load(device)
-        if ckpt is not None:
-            if ckpt.get("run") != spec.hash():
-                raise GaptuiError(f"{checkpoints.path} belongs to another run spec; use a fresh --out folder")
-            model.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["optimizer"])
-            sched.load_state_dict(ckpt["scheduler"])
-            state = TrainState(**ckpt["state"])
-            metrics = dict(ckpt.get("metrics", {}))
-            resumed_from = {"epoch": state.epoch, "batch": state.batch_in_epoch, "step": state.step}
-            ctx.log(f"resuming from epoch {state.epoch}, batch {state.batch_in_epoch} (step {state.step})")
-
-        def save_checkpoint() -> None:
-            checkpoints.save(
-                {
-                    "format": CHECKPOINT_FORMAT,
-                    "run": spec.hash(),
-                    "model_name": spec.model,
-                    "width": int(getattr(model, "width", 0) or 0),
-                    "params": params,
-                    "in_dim": FEATURES[spec.features],
-                    "out_dim": self.out_dim(dataset),
-                    "features": spec.features,
-                    "state": asdict(state),
-                    "metrics": metrics,
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                }
-            )
-
-        def cancel() -> Cancelled:
-            save_checkpoint()
-            return Cancelled(epoch=state.epoch, step=state.step, batch=state.batch_in_epoch)
-
-        width = int(getattr(model, "width", 0) or 0)
-        ctx.emit(
-            "start",
-            run=spec.hash(),
-            model=spec.model,
-            params=params,
-            width=width,
-            device=str(device),
-            dataset=dataset.id,
-            n_train=len(train),
-            n_val=len(val),
-            epochs=spec.epochs,
-            steps_per_epoch=steps_per_epoch,
-            resumed_from=resumed_from,
-            pid=os.getpid(),
-        )
-        ctx.log(f"model {spec.model}: {params} parameters, width {width}, device {device}")
-        compiled = wants_compile(spec.compile, device, spec.epochs * steps_per_epoch, spec.model)
-        trained = compile_model(model, spec.features, ctx.log) if compiled else model
-        train_loss = float("nan")
         with LapEvaluator(ks=spec.topk) as evaluator:
-            while state.epoch < spec.epochs:
-                t0 = time.perf_counter()
-                try:
-                    finished = train_epoch(
-                        trained,
-                        train,
-                        opt,
-                        sched,
-                        state,
-                        batch_size=spec.batch_size,
-                        seed=spec.seed,
-                        clip=spec.clip,
-                        clip_mode=spec.clip_mode,
-                        features=spec.features,
-                        should_stop=ctx.should_stop,
-                    )
-                except NonFiniteLoss as exc:
-                    raise RunFailed(
-                        str(exc),
-                        "nan",
-                        event={"epoch": exc.epoch, "step": exc.step},
-                        dataset=dataset.id,
-                        model=spec.model,
-                        params=params,
-                        **device_fields(spec),
-                    ) from None
-                if not finished:
-                    raise cancel()
-                epoch = state.epoch + 1
-                train_loss = state.loss_sum / max(state.loss_nodes, 1)
-                seconds = time.perf_counter() - t0
-                val_acc = None
-                # Without validation pairs there is no metric: it stays missing (never a 0 % that could rank).
-                if len(val) and (epoch % spec.eval_every == 0 or epoch == spec.epochs):
-                    t1 = time.perf_counter()
-                    scores, val_loss = evaluate(model, val, spec.batch_size, evaluator, spec.features)
-                    metrics = {**metrics_of(scores, val_loss), "train_loss": train_loss}
-                    val_acc = metrics["val_lap_acc"]
-                    ctx.emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **metrics)
-                state.epoch, state.batch_in_epoch, state.loss_sum, state.loss_nodes = epoch, 0, 0.0, 0
-                save_checkpoint()
-                lr = opt.param_groups[0]["lr"]
-                ctx.emit(
-                    "epoch",
-                    epoch=epoch,
-                    step=state.step,
-                    train_loss=train_loss,
-                    lr=lr,
-                    seconds=round(seconds, 4),
-                    val_acc=val_acc,
-                )
-                acc = f" val LAP acc {val_acc:.4f}" if val_acc is not None else ""
-                ctx.log(f"epoch {epoch}/{spec.epochs} loss {train_loss:.4f}{acc} lr {lr:.2e} {seconds:.2f}s")
-                if ctx.should_stop():
-                    raise cancel()
-                yield
-        metrics.setdefault("train_loss", train_loss)
+            task = AlignmentTraining(self, dataset, device, evaluator)
+            ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
+            task.compile()
+            result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+        metrics = result.metrics
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
-        extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": width}
-        extra["compiled"] = trained is not model
+        extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": task.width}
+        extra["compiled"] = task.trained is not task.model
+        extra["precision"] = result.precision
         extra["dataset_seed"] = spec.dataset.get("seed", 0)
-        return Outcome(metrics=metrics, params=params, extra={**extra, "epochs": spec.epochs})
+        return Outcome(metrics=metrics, params=task.params, extra={**extra, "epochs": spec.epochs})
+
+
+class AlignmentTraining(EpochTask):
+    """Alignment's step and evaluation for the shared loop: siamese epochs over the training pairs, the LAP
+    accuracy on the validation pairs every ``eval_every`` epochs and at the last."""
+
+    def __init__(self, run: AlignmentRun, dataset: Any, device: Any, evaluator: Any) -> None:
+        from engine import models
+        from engine.alignment.training import FEATURES
+        from engine.loop import make_optimiser
+
+        spec = self.spec = run.spec
+        self.dataset, self.device, self.evaluator = dataset, device, evaluator
+        self.out_dim = run.out_dim(dataset)
+        self.model = models.build(
+            spec.model, out_dim=self.out_dim, budget=spec.budget, in_dim=FEATURES[spec.features], **spec.model_options()
+        ).to(device)
+        self.trained = self.model
+        self.params = models.count_parameters(self.model)
+        self.width = int(getattr(self.model, "width", 0) or 0)
+        self.train = run.pairs(dataset, "train", device)
+        self.val = run.pairs(dataset, "val", device)
+        self.epochs = spec.epochs
+        self.steps_per_epoch = -(-len(self.train) // spec.batch_size)
+        total = spec.epochs * self.steps_per_epoch
+        self.opt, self.sched = make_optimiser(self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps)
+        self.log = run.ctx.log
+
+    def compile(self) -> None:
+        from engine.alignment.training import compile_model, wants_compile
+
+        spec = self.spec
+        if wants_compile(spec.compile, self.device, spec.epochs * self.steps_per_epoch, spec.model):
+            self.trained = compile_model(self.model, spec.features, self.log)
+
+    def parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
+
+    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+        from engine.alignment.training import train_epoch
+
+        spec = self.spec
+        if self.precision == "bf16" and getattr(self.model, "sparse", None):
+            # The sparse-matrix products have no bf16 kernel on a CPU: a bf16 run's built-in model uses PyG's
+            # gather/scatter layers (as a compiled one does), for training and evaluation.
+            self.model.sparse = False
+        return train_epoch(
+            self.trained,
+            self.train,
+            self.opt,
+            self.sched,
+            state,
+            batch_size=spec.batch_size,
+            seed=spec.seed,
+            clip=spec.clip,
+            clip_mode=spec.clip_mode,
+            features=spec.features,
+            should_stop=should_stop,
+            precision=self.precision,
+        )
+
+    def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
+        from engine.alignment.training import evaluate, metrics_of
+
+        spec = self.spec
+        # Without validation pairs there is no metric: it stays missing (never a 0 % that could rank).
+        if not len(self.val) or (epoch % spec.eval_every and epoch != spec.epochs):
+            return None
+        scores, val_loss = evaluate(self.model, self.val, spec.batch_size, self.evaluator, spec.features)
+        return {**metrics_of(scores, val_loss), "train_loss": summary["train_loss"]}
+
+    def epoch_fields(self, evaluated: dict[str, float] | None) -> dict[str, Any]:
+        return {"val_acc": None if evaluated is None else evaluated["val_lap_acc"]}
+
+    def start_fields(self) -> dict[str, Any]:
+        return {
+            "model": self.spec.model,
+            "params": self.params,
+            "width": self.width,
+            "device": str(self.device),
+            "dataset": self.dataset.id,
+            "n_train": len(self.train),
+            "n_val": len(self.val),
+        }
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        # What a GAPE run reads to rebuild the trained model (engine.gape.embed).
+        from engine.alignment.training import FEATURES
+
+        return {
+            "model_name": self.spec.model,
+            "width": self.width,
+            "params": self.params,
+            "in_dim": FEATURES[self.spec.features],
+            "out_dim": self.out_dim,
+            "features": self.spec.features,
+        }
+
+    def failure_fields(self) -> dict[str, Any]:
+        fields = {"dataset": self.dataset.id, "model": self.spec.model, "params": self.params}
+        return {**fields, **device_fields(self.spec)}

@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.alignment.datasets import DatasetSpec
 from engine.errors import GaptuiError, did_you_mean
+from engine.loop import PRECISIONS
 from engine.tasks import TaskSpec, load_spec_file
 
 CLIP_MODES = ("value", "norm")
@@ -20,7 +21,7 @@ CLIP_MODES = ("value", "norm")
 COMPILE_MODES = ("auto", "on", "off")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
-_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph", "compile": "auto"}
+_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph", "compile": "auto", "precision": "auto"}
 #: Spec fields that are model options of the built-in scaffold (see engine.models.base.COMMON_OPTIONS).
 MODEL_FIELDS = ("input_layer", "norm")
 
@@ -39,6 +40,8 @@ class RunSpec(TaskSpec):
     The schedule fields default to the paper's (300 epochs, batch 100, AdamW with one-cycle to 3e-3 after 30
     warm-up steps, gradient values clipped at 0.1). ``compile`` (``auto``, ``on``, ``off``) says whether the model
     is trained through ``torch.compile`` (same function, other float rounding; see ``engine.alignment.training``).
+    ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.loop.resolve_precision`) is the forward pass's
+    (bf16: under autocast, on PyG's gather/scatter layers; the similarity, loss and LAP stay fp32).
     """
 
     dataset: dict[str, Any]
@@ -58,6 +61,7 @@ class RunSpec(TaskSpec):
     clip: float = 0.1
     clip_mode: str = "value"
     compile: str = "auto"
+    precision: str = "auto"
     eval_every: int = 1
     topk: tuple[int, ...] = (5, 10)
     seed: int = 0
@@ -123,6 +127,7 @@ class RunSpec(TaskSpec):
             ("norm", NORMS),
             ("clip_mode", CLIP_MODES),
             ("compile", COMPILE_MODES),
+            ("precision", PRECISIONS),
         ):
             value = getattr(self, key)
             if value not in choices:

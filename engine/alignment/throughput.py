@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engine.cache import discard, open_sealed_json, write_sealed_json
-from engine.files import locked, read_json
+from engine.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
+from engine.cost import CellHistory, CostContext, CostReport, Profile, RunCost
 
-#: Version of the cache file's layout; entries of another version are measured anew and the file rewritten.
-CACHE_FORMAT = 1
 #: Seconds of timed training steps per key (after the warm-up): enough steps for a median on a loaded machine.
 DEFAULT_SECONDS = 1.5
 #: Untimed steps first (the first step pays one-off costs: allocations, lazy initialisation, autograd graph).
@@ -101,24 +98,6 @@ class Throughput:
         return cls(**{f.name: raw[f.name] for f in fields(cls)})
 
 
-def machine(device: str = "cpu") -> dict[str, str]:
-    """What makes a measurement this machine's: host, CPU model, the device's name, Python and torch versions."""
-    import torch
-
-    from engine.worker import cpu_name
-
-    name = cpu_name()
-    if device.startswith("cuda"):
-        name = torch.cuda.get_device_name(torch.device(device))
-    return {
-        "host": platform.node(),
-        "cpu": cpu_name(),
-        "device": name,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-
-
 @contextlib.contextmanager
 def torch_threads(count: int) -> Iterator[None]:
     """Run the body with ``count`` torch intra-op threads (what a worker on a slot of that share uses)."""
@@ -166,20 +145,9 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
 
 def _measure_training(key: CostKey, device_name: str, seconds: float) -> Throughput:
     from engine import models
-    from engine.alignment.training import (
-        CHECK_EVERY,
-        FEATURES,
-        PairTensors,
-        TrainState,
-        compile_model,
-        evaluate,
-        make_optimiser,
-        resolve_device,
-        seed_everything,
-        train_epoch,
-    )
+    from engine.alignment.training import FEATURES, PairTensors, compile_model, evaluate, train_epoch
     from engine.evaluation import LapEvaluator
-    from engine.worker import Checkpoints
+    from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, resolve_device, seed_everything
 
     device = resolve_device(device_name)
     seed_everything(0)
@@ -296,58 +264,239 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _digest(obj: Any) -> str:
-    from engine.cache import content_digest
+# ------------------------------------------------------------------------------------------------ the cost model
+#
+# Each alignment run left to do costs, on a slot of a given device and thread count (seconds):
+#
+#     overhead + build + compile + epochs * (steps_per_epoch * step + checkpoint) + evaluations * val_pairs * per_pair
+#
+# with ``steps_per_epoch = ceil(train_pairs / batch_size)``, ``evaluations`` the epochs that validate
+# (``eval_every``, and the last one), and ``compile`` the time ``torch.compile`` takes for runs that compile. The
+# seconds come from finished runs of the same cell (:data:`COST_FIELDS`) when there are any, else from the
+# calibration of the run's :class:`CostKey`. Runs whose graph size is unknown before their dataset exists (real
+# datasets not built yet) are missing, never given a made-up number.
 
-    return content_digest(obj)
+#: Fields of an alignment spec's canonical form that change the seconds per epoch (the seed, epochs and the
+#: schedule do not): two runs that agree on these are one cell for the history source.
+COST_FIELDS = (
+    "dataset",
+    "model",
+    "model_kwargs",
+    "features",
+    "input_layer",
+    "norm",
+    "budget",
+    "out_dim",
+    "batch_size",
+    "compile",
+)
 
 
-class CalibrationCache:
-    """Measurements by (machine, cost key) in one JSON file, written atomically under a lock.
+def evaluations(epochs: int, eval_every: int, val_pairs: int) -> int:
+    """How many epochs end with a validation pass (every ``eval_every`` and the last; none without pairs)."""
+    if val_pairs <= 0 or epochs <= 0:
+        return 0
+    return epochs // eval_every + (0 if epochs % eval_every == 0 else 1)
 
-    ``warn(line)`` receives the one line said when the file was corrupt and moved aside.
-    """
 
-    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
-        self.path = Path(path)
-        self.warn = warn or (lambda line: print(line, file=sys.stderr))
-        self._entries: dict[str, Any] | None = None
+def training_seconds(
+    t: Throughput, *, epochs: int, train_pairs: int, batch_size: int, val_pairs: int, eval_every: int, startup: float
+) -> float:
+    """Seconds of one training run from calibrated throughput (formula above)."""
+    import math
 
-    def _lock(self) -> contextlib.AbstractContextManager[None]:
-        return locked(self.path.with_name(f".{self.path.name}.lock"), "gaptui calibration")
+    steps = math.ceil(train_pairs / batch_size)
+    evals = evaluations(epochs, eval_every, val_pairs)
+    return startup + epochs * (steps * t.step_s + t.checkpoint_s) + evals * val_pairs * t.val_pair_s
 
-    def _read(self) -> dict[str, Any]:
-        raw = read_json(self.path)
-        if isinstance(raw, dict) and raw.get("format") != CACHE_FORMAT and isinstance(raw.get("format"), int):
-            return {}  # another gaptui's layout: measured again, and replaced on the next write
-        what, then = "calibration cache", "measuring again"
-        sealed = open_sealed_json(self.path, what, warn=self.warn, then=then)
-        if sealed is None:
-            return {}
-        entries = sealed.get("entries")
-        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
-            discard(self.path, what, "'entries' is not a table of measurements", self.warn, then)
-            return {}
-        return entries
 
-    def entries(self) -> dict[str, Any]:
-        if self._entries is None:
-            with self._lock():
-                self._entries = self._read()
-        return self._entries
+def cell_key(spec: Any) -> str:
+    """What makes two alignment runs cost the same per epoch (:data:`COST_FIELDS`), as a string."""
+    canonical = spec.canonical()
+    return json.dumps({k: canonical.get(k) for k in COST_FIELDS}, sort_keys=True)
 
-    def get(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
-        entry = self.entries().get(_digest({"machine": host, "key": key}))
-        return entry.get("value") if isinstance(entry, dict) and isinstance(entry.get("value"), dict) else None
 
-    def put(self, host: Mapping[str, Any], key: Mapping[str, Any], value: Mapping[str, Any]) -> None:
-        """Add one measurement, keeping what other processes wrote meanwhile."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock():
-            entries = self._read()
-            entries[_digest({"machine": host, "key": key})] = {"machine": host, "key": key, "value": dict(value)}
-            write_sealed_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
-            self._entries = entries
+def run_evaluations(spec: Any) -> int:
+    """Validation passes of a run (the training-free baseline evaluates once)."""
+    if spec.model == "laplacian":
+        return 1
+    return evaluations(spec.epochs, spec.eval_every, int(spec.dataset_spec().canonical()["n_val"] or 0))
+
+
+def run_profile(spec: Any, profile: Profile) -> Profile:
+    """Where a run computes on a slot: its own ``device = "cpu"`` and the training-free baseline stay on the CPU."""
+    if spec.model == "laplacian" or spec.device == "cpu":
+        return Profile("cpu", "cpu", profile.threads)
+    return profile
+
+
+def calibrated_seconds(spec: Any, t: Throughput, overhead: float) -> float:
+    """Seconds of one alignment run from its calibration and the per-run overhead."""
+    canonical = spec.dataset_spec().canonical()
+    train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
+    if spec.model == "laplacian":
+        return overhead + val * t.val_pair_s
+    return training_seconds(
+        t,
+        epochs=spec.epochs,
+        train_pairs=train,
+        batch_size=spec.batch_size,
+        val_pairs=val,
+        eval_every=spec.eval_every,
+        startup=overhead + t.build_s + t.compile_s,
+    )
+
+
+def out_dim(spec: Any) -> int:
+    from engine.sources import SOURCES
+
+    return spec.out_dim or SOURCES.get(spec.dataset["base"]).embedding_dim
+
+
+def cost_key(spec: Any, size: tuple[int, float], profile: Profile) -> CostKey:
+    """The calibration key of an alignment run on a slot of ``profile``."""
+    nodes, degree = size
+    if spec.model == "laplacian":
+        return CostKey("laplacian", nodes, degree, spec.batch_size, "cpu", profile.threads, out_dim=out_dim(spec))
+    return CostKey(
+        model=spec.model,
+        nodes=nodes,
+        degree=degree,
+        batch_size=spec.batch_size,
+        device=profile.kind,
+        threads=profile.threads,
+        features=spec.features,
+        budget=spec.budget,
+        out_dim=out_dim(spec),
+        model_options=spec.model_options(),
+        compile=compiles(spec, profile),
+    )
+
+
+def compiles(spec: Any, profile: Profile) -> bool:
+    """Whether the worker trains this run through ``torch.compile`` on a slot of ``profile`` (as the alignment
+    worker decides: ``wants_compile``, and ``auto`` never compiles an import-path model)."""
+    import math
+
+    import torch
+
+    from engine.alignment.training import wants_compile
+
+    steps = spec.epochs * math.ceil(int(spec.dataset_spec().canonical()["n_train"] or 0) / spec.batch_size)
+    return wants_compile(spec.compile, torch.device(profile.kind), steps, spec.model, profile.threads)
+
+
+def graph_size(spec: Any, datasets_dir: Path) -> tuple[int, float] | None:
+    """``(nodes per graph, mean degree)`` of a run's base graphs: from the source's parameters (synthetic), else
+    from the cached dataset's statistics; None when neither tells (a real dataset not built yet)."""
+    from engine.alignment.datasets import dataset_id, open_dataset
+    from engine.errors import GaptuiError
+    from engine.sources import SOURCES, parse_params
+
+    canonical = spec.dataset_spec().canonical()
+    source = SOURCES.get(canonical["base"])
+    hint = source.size_hint(parse_params(source, canonical["params"]))
+    if hint is not None:
+        return int(round(hint[0])), round(float(hint[1]), 1)
+    folder = Path(spec.datasets_dir or datasets_dir) / dataset_id(canonical)
+    try:
+        stats = open_dataset(folder).stats["train"]
+        return int(round(stats["mean_order"])), round(float(stats["mean_degree"]), 1)
+    except (GaptuiError, KeyError, TypeError):
+        return None
+
+
+def datasets_to_build(specs: Any, datasets_dir: Path) -> int:
+    """How many distinct datasets of ``specs`` are not in the cache yet."""
+    from engine.alignment.datasets import dataset_id
+
+    missing = set()
+    for spec in specs:
+        ident = dataset_id(spec.dataset_spec().canonical())
+        if not (Path(spec.datasets_dir or datasets_dir) / ident / "meta.json").exists():
+            missing.add(ident)
+    return len(missing)
+
+
+def _throughput(value: Any) -> Throughput:
+    return value if isinstance(value, Throughput) else Throughput.from_dict(value)
+
+
+def _fits(raw: dict[str, Any]) -> bool:
+    """Whether a cached entry has this layout (older ones are measured again)."""
+    return all(f.name in raw for f in fields(Throughput))
+
+
+def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostReport:
+    """Alignment's cost model: each run from finished runs of its cell on the slot's device, else from the
+    calibration of its cost key (measured once per key and profile, all keys of a profile at once)."""
+    report = CostReport(to_build=datasets_to_build(specs, ctx.datasets_dir))
+    # Pass 1: what each run on each slot profile needs (history, or a calibration key).
+    needs: list[tuple[Any, dict[Profile, CellHistory | tuple[Profile, str]]]] = []
+    wanted: dict[Profile, dict[str, CostKey]] = {}
+    for spec in specs:
+        size = graph_size(spec, ctx.datasets_dir)
+        if size is None:
+            why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
+            report.missing[spec.hash()] = why
+            continue
+        per: dict[Profile, CellHistory | tuple[Profile, str]] = {}
+        for profile in ctx.profiles:
+            own = run_profile(spec, profile)
+            cell = ctx.history(family, spec, own)
+            if cell is not None:
+                per[profile] = cell
+            else:
+                key = cost_key(spec, size, own)
+                ident = json.dumps(key.to_dict(), sort_keys=True)
+                wanted.setdefault(profile, {})[ident] = key
+                per[profile] = (profile, ident)
+        needs.append((spec, per))
+    measured = ctx.calibrate(family, wanted, _fits) if wanted else {}
+    unknown_rest = any(isinstance(n, CellHistory) and n.overhead_s is None for _, per in needs for n in per.values())
+    overhead = ctx.overhead(family) if wanted or unknown_rest else 0.0
+    # Pass 2: seconds per run and profile.
+    for spec, per in needs:
+        cost = RunCost({}, "")
+        sources: list[str] = []
+        for profile, need in per.items():
+            if isinstance(need, CellHistory):
+                laplacian = spec.model == "laplacian"
+                cost.seconds[profile] = need.seconds(0 if laplacian else spec.epochs, run_evaluations(spec), overhead)
+                cost.shared[profile] = overhead if need.overhead_s is None else need.overhead_s
+                sources.append(f"history ({need.runs} run(s))")
+            else:
+                t, now = measured[need]
+                cost.seconds[profile] = calibrated_seconds(spec, _throughput(t), overhead)
+                cost.shared[profile] = overhead
+                sources.append("calibration (measured now)" if now else "calibration (cached)")
+        cost.source = sources[0]
+        report.costs[spec.hash()] = cost
+    return report
+
+
+def overhead_probe(datasets_dir: str, data_root: str, count: int) -> list[Any]:
+    """``count`` tiny alignment runs (one per slot) whose duration is a run's overhead: process start, imports,
+    dataset loading, model, result, history."""
+    from engine.alignment.spec import RunSpec
+
+    dataset = {"base": "er", "noise": 0.0, "n_train": 2, "n_val": 1, "params": {"n": 8, "degree": 2}}
+    return [
+        RunSpec.from_dict(
+            {
+                "dataset": dataset,
+                "model": "gcn",
+                "epochs": 1,
+                "batch_size": 2,
+                "budget": 5000,
+                "out_dim": 16,
+                "seed": seed,
+                "datasets_dir": datasets_dir,
+                "data_root": data_root,
+            }
+        )
+        for seed in range(count)
+    ]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ cross-entropy of ``S_b`` against the planted permutation, averaged over the real
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_dense_batch
 
 from engine.evaluation import AlignmentScores, LapEvaluator
+from engine.loop import TrainState, autocast, epoch_order, run_batches
 from engine.pairs import PairSplit
 
 IGNORE = -100
@@ -159,27 +159,21 @@ def similarity(model: nn.Module, batch: SiameseBatch, features: str = "degree") 
         # A model that says it reads PyG's EdgeIndex flags builds its sparse matrices without sorting.
         edge_index = EdgeIndex(edge_index, sparse_size=(nodes, nodes), sort_order="row", is_undirected=True)
     emb = model(x, edge_index, batch.batch)
-    total, size = batch.total_nodes, batch.size
-    xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
-    xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
-    sim = torch.bmm(xg, xh.transpose(1, 2))
-    return sim.masked_fill(~mask[:, None, :], float("-inf")), mask
+    # Under a bf16 autocast (the precision option) only the model's forward pass runs in bf16: the similarity,
+    # and so the row softmax, the loss and the LAP, are computed in fp32.
+    with torch.autocast(emb.device.type, enabled=False):
+        emb = emb.float() if emb.dtype in (torch.bfloat16, torch.float16) else emb
+        total, size = batch.total_nodes, batch.size
+        xg, mask = to_dense_batch(emb[:total], batch.batch[:total], batch_size=size)
+        xh, _ = to_dense_batch(emb[total:], batch.batch[total:] - size, batch_size=size)
+        sim = torch.bmm(xg, xh.transpose(1, 2))
+        return sim.masked_fill(~mask[:, None, :], float("-inf")), mask
 
 
 def alignment_loss(sim: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Row-softmax cross-entropy against the planted permutation, mean over real nodes (padding ignored)."""
     size, nmax, _ = sim.shape
     return F.cross_entropy(sim.reshape(size * nmax, nmax), target.reshape(-1), ignore_index=IGNORE)
-
-
-#: Training steps between two reads of the loss from the device (see :func:`train_epoch`).
-CHECK_EVERY = 25
-
-
-class NonFiniteLoss(RuntimeError):
-    def __init__(self, epoch: int, step: int, value: float) -> None:
-        super().__init__(f"loss became {value} at epoch {epoch}, step {step}; lower lr or use clip_mode=norm")
-        self.epoch, self.step = epoch, step
 
 
 @torch.no_grad()
@@ -217,17 +211,6 @@ def metrics_of(scores: AlignmentScores, loss: float, prefix: str = "val") -> dic
     return out
 
 
-def make_optimiser(
-    model: nn.Module, lr: float, weight_decay: float, total_steps: int, warmup_steps: int
-) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW with a one-cycle schedule stepped once per optimiser step, peaking after ``warmup_steps``."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    total_steps = max(total_steps, 2)
-    pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
-    return opt, sched
-
-
 def clip_gradients(model: nn.Module, clip: float, mode: str) -> None:
     if clip <= 0:
         return
@@ -235,23 +218,6 @@ def clip_gradients(model: nn.Module, clip: float, mode: str) -> None:
         nn.utils.clip_grad_value_(model.parameters(), clip)
     else:
         nn.utils.clip_grad_norm_(model.parameters(), clip)
-
-
-def epoch_order(seed: int, epoch: int, count: int) -> torch.Tensor:
-    """The shuffle of epoch ``epoch`` (1-based), a pure function of (seed, epoch): resuming replays it exactly."""
-    gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) % (1 << 63))
-    return torch.randperm(count, generator=gen)
-
-
-@dataclass
-class TrainState:
-    """Where training stands; saved in checkpoints so a restarted worker continues at the same batch."""
-
-    epoch: int = 0  # completed epochs
-    batch_in_epoch: int = 0  # completed batches of the current (epoch + 1) epoch
-    step: int = 0
-    loss_sum: float = 0.0
-    loss_nodes: int = 0
 
 
 def train_epoch(
@@ -267,33 +233,22 @@ def train_epoch(
     clip_mode: str,
     features: str = "degree",
     should_stop: Callable[[], bool] = lambda: False,
+    precision: str = "fp32",
 ) -> bool:
     """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``.
 
-    Losses stay on the device and are read back every :data:`CHECK_EVERY` steps and at the end of the epoch (one
-    host sync for many steps, which matters on a GPU); a non-finite loss is reported with the step that made it.
+    ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.loop.autocast`);
+    the similarity and the loss stay fp32, and so do the weights and the optimiser state.
+
+    The batch loop is :func:`engine.loop.run_batches`: losses are read back from the device every few steps, and a
+    non-finite loss raises :class:`engine.loop.NonFiniteLoss` naming the step that made it.
     """
     model.train()
     order = epoch_order(seed, state.epoch + 1, len(data))
-    pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (loss, real nodes) of the steps not yet read back
 
-    def settle() -> None:
-        if not pending:
-            return
-        losses = torch.stack([loss for loss, _ in pending])
-        nodes = torch.stack([real for _, real in pending])
-        for i, value in enumerate(losses.tolist()):
-            if not math.isfinite(value):
-                raise NonFiniteLoss(state.epoch + 1, state.step - len(pending) + i + 1, value)
-        state.loss_sum += float((losses.double() * nodes).sum())
-        state.loss_nodes += int(nodes.sum())
-        pending.clear()
-
-    for batch in data.batches(batch_size, order, start=state.batch_in_epoch):
-        if should_stop():
-            settle()
-            return False
-        sim, mask = similarity(model, batch, features)
+    def step(batch: SiameseBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(precision, data.device):
+            sim, mask = similarity(model, batch, features)
         loss = alignment_loss(sim, batch.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -301,13 +256,9 @@ def train_epoch(
         opt.step()
         if state.step < sched.total_steps:
             sched.step()
-        pending.append((loss.detach(), mask.sum()))
-        state.step += 1
-        state.batch_in_epoch += 1
-        if len(pending) >= CHECK_EVERY:
-            settle()
-    settle()
-    return True
+        return loss.detach(), mask.sum()
+
+    return run_batches(state, data.batches(batch_size, order, start=state.batch_in_epoch), step, should_stop)
 
 
 #: ``compile = "auto"`` compiles CPU runs of at least this many optimiser steps: compiling takes 5-20 s on a CPU
@@ -386,27 +337,6 @@ def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -
     model.zero_grad(set_to_none=True)
     log(f"model compiled with torch.compile in {time.perf_counter() - t0:.1f} s")
     return compiled
-
-
-def seed_everything(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    from engine.typed import check_device
-
-    check_device(name, "--device")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        from engine.errors import GaptuiError
-
-        raise GaptuiError(f"device '{name}' requested but no CUDA device is available; use --device cpu")
-    return torch.device(name)
 
 
 class Stopwatch:

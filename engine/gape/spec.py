@@ -39,6 +39,8 @@ class GapeSpec(TaskSpec):
     warmup_steps: int = 75
     weight_decay: float = 1e-4
     eval_every: int = 1
+    #: ``auto``, ``fp32`` or ``bf16`` (the forward pass under autocast; :func:`engine.loop.resolve_precision`).
+    precision: str = "auto"
     seed: int = 0
     device: str = "auto"
     datasets_dir: str | None = None
@@ -89,6 +91,10 @@ class GapeSpec(TaskSpec):
             raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
         if not self.lr > 0 or self.weight_decay < 0:
             raise GaptuiError(f"{where}: lr must be > 0 and weight_decay >= 0 (got {self.lr}, {self.weight_decay})")
+        from engine.loop import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise GaptuiError(f"{where}: precision '{self.precision}' is not one of {', '.join(PRECISIONS)}")
         from engine.typed import check_device
 
         check_device(self.device, where)
@@ -97,6 +103,8 @@ class GapeSpec(TaskSpec):
         """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,
         so ``none`` with ``lap_k = 4`` and with ``lap_k = 8`` are one run."""
         out = super().canonical()
+        if out.get("precision") == "auto":
+            del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
         out["dataset"] = self.molecule_spec().canonical()
         pe = self.pe_spec()
         out["pe"] = pe.name

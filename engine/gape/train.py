@@ -1,18 +1,16 @@
 """The downstream loop of GAPE: a molecule transformer regressing a target with a positional encoding.
 
-``run_gape(spec, run_dir, emit)`` builds (or finds) the molecule dataset and its encoding, trains with the L1
-loss, AdamW and a one-cycle schedule, evaluates the MAE on the validation (and test) split, and streams the
-events of :mod:`engine.events` through ``emit``. The target is standardised with the training split's mean and
-standard deviation (the L1 loss on that scale is the MAE divided by the std); metrics are in the target's units.
-A checkpoint is written after every epoch; stopped runs resume from the last completed epoch.
+:func:`gape_steps` builds (or finds) the molecule dataset and its encoding and trains :class:`GapeTraining` in the
+shared epoch loop (:mod:`engine.loop`: checkpoints, resume at the exact batch, stop, non-finite loss, events,
+packed seeds) with the L1 loss, AdamW and a one-cycle schedule, evaluating the MAE on the validation (and test)
+split. The target is standardised with the training split's mean and standard deviation (the L1 loss on that scale
+is the MAE divided by the std); metrics are in the target's units. :func:`run_gape` runs one outside a worker.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,24 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.utils import to_dense_batch
 
-from engine.alignment.training import NonFiniteLoss, epoch_order, make_optimiser, resolve_device, seed_everything
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeData, build_molecules
 from engine.gape.pe import Encoding, EncodingOptions, encoding
 from engine.gape.spec import GapeSpec
 from engine.gape.transformer import MoleculeTransformer, build_transformer
+from engine.loop import (
+    EpochTask,
+    TrainState,
+    autocast,
+    epoch_order,
+    epoch_steps,
+    make_optimiser,
+    resolve_device,
+    run_batches,
+    seed_everything,
+)
+from engine.tasks import Cancelled, Outcome, RunContext, run_steps
 
-CHECKPOINT_FORMAT = 1
 Emit = Callable[..., Any]
 
 
@@ -101,6 +109,131 @@ def prepare(spec: GapeSpec) -> tuple[MoleculeData, Encoding]:
     return data, encoding(data, spec.pe_spec(), datasets_dir, options)
 
 
+class GapeTraining(EpochTask):
+    """GAPE's step and evaluation for the shared loop (:mod:`engine.loop`): L1 epochs on the standardised target
+    (AdamW, one-cycle), the MAE on the validation (and test) split every ``eval_every`` epochs and at the last,
+    the best validation MAE and its epoch kept in the checkpoint."""
+
+    def __init__(self, spec: GapeSpec, data: MoleculeData, enc: Encoding, device: torch.device) -> None:
+        self.spec, self.data, self.enc, self.device = spec, data, enc, device
+        splits = {name: torch.as_tensor(data.split(name)) for name in ("train", "val", "test") if data.has_split(name)}
+        if "train" not in splits or "val" not in splits:
+            raise GaptuiError(f"dataset {data.id} needs molecules in its train and val splits")
+        target = data.arrays["target"]
+        if np.isnan(target[splits["train"].numpy()]).any() or np.isnan(target[splits["val"].numpy()]).any():
+            raise GaptuiError(
+                f"dataset {data.id} has no regression target; name one (molecules: --param target=COLUMN)"
+            )
+        self.splits = splits
+        mean = float(target[splits["train"].numpy()].mean())
+        self.std = float(target[splits["train"].numpy()].std()) or 1.0
+        self.model = build_transformer(
+            budget=spec.budget,
+            num_atom_types=data.num_atom_types,
+            pe_dim=enc.dim,
+            layers=spec.layers,
+            heads=spec.heads,
+            dropout=spec.dropout,
+        ).to(device)
+        self.tensors = MoleculeTensors(data, enc, device, mean, self.std)
+        self.n_train = len(splits["train"])
+        self.steps_per_epoch = -(-self.n_train // spec.batch_size)
+        self.epochs = spec.epochs_for(self.n_train)
+        total = self.epochs * self.steps_per_epoch
+        self.opt, self.sched = make_optimiser(self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps)
+        self.best: dict[str, float] = {"best_val_mae": math.inf, "best_epoch": 0}
+
+    def parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
+
+    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+        spec, epoch = self.spec, state.epoch + 1
+        order = self.splits["train"][epoch_order(spec.seed, epoch, self.n_train)]
+        flips = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch) if self.enc.flip else None
+        starts = range(0, self.n_train, spec.batch_size)
+        if flips is not None:  # a resumed epoch replays the sign flips of the batches already trained
+            for lo in starts[: state.batch_in_epoch]:
+                size = min(spec.batch_size, self.n_train - lo)
+                torch.randint(0, 2, (size, 1, self.enc.flip), generator=flips)
+        self.model.train()
+
+        def step(lo: int) -> tuple[torch.Tensor, int]:
+            batch = self.tensors.gather(order[lo : lo + spec.batch_size], flips)
+            with autocast(self.precision, self.device):
+                out = self.model(batch.atoms, batch.pe, batch.mask)
+            loss = F.l1_loss(out.float(), batch.target)  # the loss in fp32 whatever the forward's precision
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            if state.step < self.sched.total_steps:
+                self.sched.step()
+            return loss.detach(), batch.target.numel()
+
+        return run_batches(state, starts[state.batch_in_epoch :], step, should_stop)
+
+    def summary(self, state: TrainState) -> dict[str, float]:
+        return {"train_loss": state.mean_loss * self.std}  # the training MAE, in the target's units
+
+    def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
+        spec, splits = self.spec, self.splits
+        if epoch % spec.eval_every and epoch != self.epochs:
+            return None
+        val_mae = mae(self.model, self.tensors, splits["val"], spec.batch_size, self.std)
+        metrics = {"val_mae": val_mae, "train_loss": summary["train_loss"]}
+        if "test" in splits:
+            metrics["test_mae"] = mae(self.model, self.tensors, splits["test"], spec.batch_size, self.std)
+        if val_mae < self.best["best_val_mae"]:
+            self.best = {"best_val_mae": val_mae, "best_epoch": epoch}
+            if "test" in splits:
+                self.best["test_mae_at_best"] = metrics["test_mae"]
+        return metrics
+
+    def epoch_fields(self, evaluated: dict[str, float] | None) -> dict[str, Any]:
+        return {"val_mae": None if evaluated is None else evaluated["val_mae"]}
+
+    def fields(self) -> dict[str, Any]:
+        """The run's description (``start`` event, ``result.json``)."""
+        spec, model = self.spec, self.model
+        return {"dataset": self.data.id, "model": "transformer", "params": model.num_parameters, "width": model.width,
+                "pe": spec.pe}  # fmt: skip
+
+    def start_fields(self) -> dict[str, Any]:
+        return {"device": str(self.device), "n_train": self.n_train, "n_val": len(self.splits["val"]), **self.fields()}
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        return {"best": self.best}
+
+    def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        self.best = dict(ckpt.get("best", self.best))
+
+    def failure_fields(self) -> dict[str, Any]:
+        return self.fields()
+
+
+def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+    """The downstream run ``spec`` in ``ctx.run_dir`` through the shared loop, yielding after each epoch.
+
+    The molecules and their encoding are read once per worker process (the seeds of a pack share them).
+    """
+    key = "gape-data:" + spec.replace(seed=0).hash()
+    if key not in ctx.shared:
+        ctx.shared[key] = prepare(spec)
+    data, enc = ctx.shared[key]
+    device = resolve_device(spec.device)
+    seed_everything(spec.seed)
+    task = GapeTraining(spec, data, enc, device)
+    model = task.model
+    ctx.log(f"transformer: {model.num_parameters} parameters, width {model.width}, ff {model.ff}; "
+            f"PE {spec.pe} ({enc.dim} dims)")  # fmt: skip
+    result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+    metrics = {**result.metrics, **task.best}
+    ctx.log(f"done: val MAE {metrics['val_mae']:.4f}")
+    fields = task.fields()
+    params = fields.pop("params")
+    extra = {**fields, "epochs": task.epochs, "precision": result.precision}
+    return Outcome(metrics=metrics, params=params, extra=extra)
+
+
 def run_gape(
     spec: GapeSpec,
     run_dir: Path,
@@ -109,132 +242,15 @@ def run_gape(
     should_stop: Callable[[], bool] = lambda: False,
     log: Callable[[str], None] = lambda _text: None,
 ) -> dict[str, Any]:
-    """Train and evaluate the downstream run ``spec`` in ``run_dir``; returns the result fields.
+    """:func:`gape_steps` alone, outside a worker: train and evaluate ``spec`` in ``run_dir``; the result fields.
 
-    ``result["status"]`` is ``done`` or ``cancelled`` (``should_stop`` answered True; the checkpoint of the last
-    completed epoch is kept and the run resumes from it). Raises :class:`GaptuiError` for bad input and
-    :class:`engine.alignment.training.NonFiniteLoss` when the loss diverges.
+    ``result["status"]`` is ``done`` (with ``metrics``, ``params``...) or ``cancelled`` (``should_stop`` answered
+    True; the checkpoint is saved and the run resumes from it, ``epoch``, ``step`` and ``batch`` say where).
+    Raises :class:`GaptuiError` for bad input and :class:`~engine.tasks.RunFailed` when the loss diverges.
     """
-    started = time.perf_counter()
-    run_dir = Path(run_dir)
-    data, enc = prepare(spec)
-    splits = {name: torch.as_tensor(data.split(name)) for name in ("train", "val", "test") if data.has_split(name)}
-    if "train" not in splits or "val" not in splits:
-        raise GaptuiError(f"dataset {data.id} needs molecules in its train and val splits")
-    target = data.arrays["target"]
-    if np.isnan(target[splits["train"].numpy()]).any() or np.isnan(target[splits["val"].numpy()]).any():
-        raise GaptuiError(f"dataset {data.id} has no regression target; name one (molecules: --param target=COLUMN)")
-    mean = float(target[splits["train"].numpy()].mean())
-    std = float(target[splits["train"].numpy()].std()) or 1.0
-    device = resolve_device(spec.device)
-    seed_everything(spec.seed)
-    model = build_transformer(
-        budget=spec.budget,
-        num_atom_types=data.num_atom_types,
-        pe_dim=enc.dim,
-        layers=spec.layers,
-        heads=spec.heads,
-        dropout=spec.dropout,
-    ).to(device)
-    tensors = MoleculeTensors(data, enc, device, mean, std)
-    n_train = len(splits["train"])
-    steps_per_epoch = -(-n_train // spec.batch_size)
-    epochs = spec.epochs_for(n_train)
-    opt, sched = make_optimiser(model, spec.lr, spec.weight_decay, epochs * steps_per_epoch, spec.warmup_steps)
-    epoch, step = 0, 0
-    metrics: dict[str, float] = {}
-    best = {"best_val_mae": math.inf, "best_epoch": 0}
-    ckpt_path = run_dir / "checkpoint.pt"
-    resumed_from = None
-    if ckpt_path.exists():
-        from engine.worker import read_checkpoint
-
-        ckpt = read_checkpoint(ckpt_path, device)
-        if ckpt.get("run") != spec.hash():
-            raise GaptuiError(f"{ckpt_path} belongs to another run spec; use a fresh run folder")
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        epoch, step = ckpt["state"]["epoch"], ckpt["state"]["step"]
-        metrics, best = dict(ckpt["metrics"]), dict(ckpt["best"])
-        resumed_from = {"epoch": epoch, "batch": 0, "step": step}
-        log(f"resuming after epoch {epoch} (step {step})")
-
-    def save() -> None:
-        tmp = ckpt_path.with_name(".checkpoint.pt.tmp")
-        weights = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
-        torch.save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "run": spec.hash(),
-                "state": {"epoch": epoch, "step": step},
-                "metrics": metrics,
-                "best": best,
-                **weights,
-            },
-            tmp,
-        )
-        os.replace(tmp, ckpt_path)
-
-    params = model.num_parameters
-    fields = {"dataset": data.id, "model": "transformer", "params": params, "width": model.width, "pe": spec.pe}
-    emit(
-        "start",
-        run=spec.hash(),
-        device=str(device),
-        n_train=n_train,
-        n_val=len(splits["val"]),
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        resumed_from=resumed_from,
-        pid=os.getpid(),
-        **fields,
-    )
-    log(f"transformer: {params} parameters, width {model.width}, ff {model.ff}; PE {spec.pe} ({enc.dim} dims)")
-    model.train()
-    while epoch < epochs:
-        t0 = time.perf_counter()
-        order = splits["train"][epoch_order(spec.seed, epoch + 1, n_train)]
-        flips = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch + 1) if enc.flip else None
-        loss_sum = 0.0
-        for lo in range(0, n_train, spec.batch_size):
-            if should_stop():
-                return {"status": "cancelled", "epoch": epoch, "step": step, **fields}
-            batch = tensors.gather(order[lo : lo + spec.batch_size], flips)
-            loss = F.l1_loss(model(batch.atoms, batch.pe, batch.mask), batch.target)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise NonFiniteLoss(epoch + 1, step + 1, value)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if step < sched.total_steps:
-                sched.step()
-            step += 1
-            loss_sum += value * batch.target.numel()
-        epoch += 1
-        train_loss = loss_sum / n_train * std
-        seconds = time.perf_counter() - t0
-        val_mae = None
-        if epoch % spec.eval_every == 0 or epoch == epochs:
-            t1 = time.perf_counter()
-            val_mae = mae(model, tensors, splits["val"], spec.batch_size, std)
-            metrics = {"val_mae": val_mae, "train_loss": train_loss}
-            if "test" in splits:
-                metrics["test_mae"] = mae(model, tensors, splits["test"], spec.batch_size, std)
-            if val_mae < best["best_val_mae"]:
-                best = {"best_val_mae": val_mae, "best_epoch": epoch}
-                if "test" in splits:
-                    best["test_mae_at_best"] = metrics["test_mae"]
-            emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **metrics)
-        save()
-        lr = opt.param_groups[0]["lr"]
-        emit("epoch", epoch=epoch, step=step, train_loss=train_loss, lr=lr, seconds=round(seconds, 4), val_mae=val_mae)
-        shown = f" val MAE {val_mae:.4f}" if val_mae is not None else ""
-        log(f"epoch {epoch}/{epochs} train MAE {train_loss:.4f}{shown} lr {lr:.2e} {seconds:.2f}s")
-        if should_stop() and epoch < epochs:
-            return {"status": "cancelled", "epoch": epoch, "step": step, **fields}
-    metrics = {**metrics, **best}
-    emit("done", metrics=metrics, params=params, seconds=round(time.perf_counter() - started, 3))
-    log(f"done: val MAE {metrics['val_mae']:.4f}")
-    return {"status": "done", "metrics": metrics, "epochs": epochs, **fields}
+    ctx = RunContext(Path(run_dir), emit, log, should_stop)
+    try:
+        outcome = run_steps(gape_steps(spec, ctx))
+    except Cancelled as stop:
+        return {"status": "cancelled", **stop.where}
+    return {"status": "done", "metrics": outcome.metrics, "params": outcome.params, **outcome.extra}

@@ -11,7 +11,8 @@ CYCLE_K = 6
 @dataclass(frozen=True)
 class TrainOptions:
     """The study's training: AdamW (``lr``, ``weight_decay``), ``batch_size``, ``epochs``; the backbone's width
-    (``hidden``), GIN ``layers`` and cycle features up to length ``cycle_k``."""
+    (``hidden``), GIN ``layers`` and cycle features up to length ``cycle_k``; ``precision`` (``auto``, ``fp32``,
+    ``bf16``: the forward pass under autocast, see :func:`engine.loop.resolve_precision`)."""
 
     epochs: int = 20
     batch_size: int = 64
@@ -20,3 +21,4 @@ class TrainOptions:
     hidden: int = 64
     layers: int = 5
     cycle_k: int = CYCLE_K
+    precision: str = "auto"

@@ -8,9 +8,12 @@ study defines them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +29,9 @@ from engine.properties.training import (
     evaluate_model,
     load_study_data,
     load_trained,
-    train_model,
+    train_steps,
 )
+from engine.tasks import RunContext, run_steps
 
 #: A dimension's cell trains when it has no model of another cell to reuse.
 TRAINED_BY = {"robustness": "generalisation"}
@@ -51,13 +55,13 @@ def cell_datasets(
     return out
 
 
-def run_cell(
+def cell_steps(
     prop: str,
     pooling: str,
     dimension: str,
     seed: int,
     options: TrainOptions,
-    emit: Emit,
+    ctx: RunContext,
     *,
     datasets_dir: Path,
     graphs: int,
@@ -66,30 +70,38 @@ def run_cell(
     data_seed: int,
     published: Path | None = None,
     device: torch.device | str = "cpu",
-    checkpoint: Path | None = None,
     trained: Path | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> dict[str, Any]:
-    """Train (or load ``trained``, the checkpoint of the cell named by :data:`TRAINED_BY`) and test one cell.
+    run: str = "",
+    start: dict[str, Any] | None = None,
+) -> Generator[None, None, dict[str, Any]]:
+    """Train in the shared loop, yielding after each epoch (or load ``trained``, the checkpoint of the cell named
+    by :data:`TRAINED_BY`), then test one cell; its checkpoint is in ``ctx.run_dir``.
 
-    Returns ``u_score``, ``train_acc``, ``train_loss``, ``train_n`` and ``acc_n<n>`` per test size; emits
-    ``epoch`` events while training and one ``eval`` event (``accuracy`` per size, ``u_score``, ``seconds``).
+    Returns ``u_score``, ``train_acc``, ``train_loss``, ``train_n`` and ``acc_n<n>`` per test size; emits ``start``
+    (with the ``start`` fields), ``epoch`` events while training and one ``eval`` event (``accuracy`` per size,
+    ``u_score``, ``seconds``). The seeds of a pack read the cell's data once.
     """
     train_family, test_family = DIMENSIONS[check_dimension(dimension)]
-    data = load_study_data(
-        prop,
-        train_family,
-        datasets_dir=datasets_dir,
-        graphs=graphs,
-        sizes=sizes,
-        negatives=negatives,
-        data_seed=data_seed,
-        published=published,
-        test_families=(test_family,),
-    )
+    where = [prop, train_family, test_family, str(datasets_dir), graphs, sizes, negatives, data_seed, str(published)]
+    key = "properties-data:" + json.dumps(where)
+    if key not in ctx.shared:
+        ctx.shared[key] = load_study_data(
+            prop,
+            train_family,
+            datasets_dir=datasets_dir,
+            graphs=graphs,
+            sizes=sizes,
+            negatives=negatives,
+            data_seed=data_seed,
+            published=published,
+            test_families=(test_family,),
+        )
+    data = ctx.shared[key]
+    start = {"model": pooling, **(start or {})}
     if dimension in TRAINED_BY:
         if trained is None:
             raise GaptuiError(f"a {dimension} cell tests the model of its {TRAINED_BY[dimension]} cell: none given")
+        ctx.emit("start", run=run, **start, epochs=options.epochs, pid=os.getpid())
         model = load_trained(trained, pooling, options, device)
         last = {"train_loss": float("nan"), "train_acc": float("nan")}
         result = trained.parent / "result.json"
@@ -97,11 +109,30 @@ def run_cell(
             metrics = json.loads(result.read_text()).get("metrics", {})
             last = {k: float(metrics.get(k, float("nan"))) for k in last}
     else:
-        model, last = train_model(
-            data.train, pooling, options, seed, emit, device=device, checkpoint=checkpoint, should_stop=should_stop
+        model, last = yield from train_steps(
+            data.train, pooling, options, seed, ctx, device=device, run=run, start=start
         )
     t0 = time.perf_counter()
     accuracy = evaluate_model(model, data.tests[test_family], device)
     u = u_score(accuracy)
-    emit("eval", accuracy=accuracy, u_score=u, seconds=time.perf_counter() - t0)
+    ctx.emit("eval", accuracy=accuracy, u_score=u, seconds=time.perf_counter() - t0)
     return {"u_score": u, **last, "train_n": data.train.n, **{f"acc_n{n}": acc for n, acc in accuracy.items()}}
+
+
+def run_cell(
+    prop: str,
+    pooling: str,
+    dimension: str,
+    seed: int,
+    options: TrainOptions,
+    emit: Emit,
+    *,
+    checkpoint: Path | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    **cell: Any,
+) -> dict[str, Any]:
+    """:func:`cell_steps` alone, outside a worker, with its checkpoint at ``checkpoint`` (a temporary folder's
+    when None); ``cell``: the keyword arguments of :func:`cell_steps`."""
+    with tempfile.TemporaryDirectory() if checkpoint is None else contextlib.nullcontext(checkpoint.parent) as out:
+        ctx = RunContext(Path(out), emit, lambda _text: None, should_stop)
+        return run_steps(cell_steps(prop, pooling, dimension, seed, options, ctx, **cell))

@@ -11,9 +11,9 @@ folder in the published CSV layout (:mod:`engine.properties.published`).
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
+import contextlib
+import tempfile
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
+from engine.loop import EpochTask, TrainState, autocast, epoch_steps, read_checkpoint, run_batches
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes
 from engine.properties.options import TrainOptions
 from engine.properties.poolings import POOLINGS
 from engine.properties.scores import DIMENSIONS, dimensions_of
+from engine.tasks import RunContext, run_steps
 
 Emit = Callable[..., Any]
 
@@ -123,18 +125,88 @@ def accuracy(model: IDGNNFast, graphs: LabelledGraphs, device: torch.device, bat
     return correct / len(labels)
 
 
-class Stopped(Exception):
-    """Training stopped on request after ``epoch`` complete epochs (the checkpoint holds them)."""
-
-    def __init__(self, epoch: int) -> None:
-        super().__init__(f"stopped after epoch {epoch}")
-        self.epoch = epoch
-
-
 def build_model(pooling: str, options: TrainOptions, device: torch.device | str = "cpu") -> IDGNNFast:
     if pooling not in POOLINGS:
         POOLINGS.get(pooling)  # raises the did-you-mean error
     return IDGNNFast(pooling, options.hidden, options.layers, options.cycle_k).to(torch.device(device))
+
+
+class PropertyTraining(EpochTask):
+    """The study's step for the shared loop (:mod:`engine.loop`): binary cross-entropy epochs with AdamW over
+    shuffled batches of the training graphs; ``train_loss`` and ``train_acc`` per epoch, no evaluation (a cell
+    is tested once, after training, at the larger sizes)."""
+
+    def __init__(
+        self,
+        train: LabelledGraphs,
+        pooling: str,
+        options: TrainOptions,
+        seed: int,
+        device: torch.device,
+        start: dict[str, Any] | None = None,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.seed, self.options, self.start = seed, options, dict(start or {})
+        self.model = build_model(pooling, options, device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
+        self.adj, self.labels = _tensors(train, device)
+        self.epochs = options.epochs
+        self.steps_per_epoch = -(-len(self.labels) // options.batch_size)
+
+    def parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.opt}
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """The batch order of ``epoch`` (1-based): the ``epoch``-th permutation drawn from a generator seeded with
+        the run's seed (the study's order, a pure function of (seed, epoch))."""
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(epoch - 1):
+            torch.randperm(len(self.labels), generator=generator)
+        return torch.randperm(len(self.labels), generator=generator).to(self.labels.device)
+
+    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+        order, size = self.order(state.epoch + 1), self.options.batch_size
+        self.model.train()
+
+        def step(lo: int) -> tuple[torch.Tensor, int]:
+            ids = order[lo : lo + size]
+            with autocast(self.precision, self.adj.device):
+                logits = self.model(self.adj[ids]).float()
+            loss = F.binary_cross_entropy_with_logits(logits, self.labels[ids])
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            correct = int(((logits.detach() > 0).float() == self.labels[ids]).sum())
+            state.tally["correct"] = state.tally.get("correct", 0) + correct
+            return loss.detach(), len(ids)
+
+        return run_batches(state, range(0, len(order), size)[state.batch_in_epoch :], step, should_stop)
+
+    def summary(self, state: TrainState) -> dict[str, float]:
+        return {"train_loss": state.mean_loss, "train_acc": state.tally.get("correct", 0) / max(state.loss_nodes, 1)}
+
+    def start_fields(self) -> dict[str, Any]:
+        return self.start
+
+
+def train_steps(
+    train: LabelledGraphs,
+    pooling: str,
+    options: TrainOptions,
+    seed: int,
+    ctx: RunContext,
+    *,
+    device: torch.device | str = "cpu",
+    run: str = "",
+    start: dict[str, Any] | None = None,
+) -> Generator[None, None, tuple[IDGNNFast, dict[str, float]]]:
+    """Train on ``train`` in the shared loop (checkpoint in ``ctx.run_dir``, resumed from it), yielding after each
+    epoch; returns the model and its last epoch's ``train_loss`` and ``train_acc``. ``start``: extra fields of
+    the ``start`` event."""
+    device = torch.device(device)
+    task = PropertyTraining(train, pooling, options, seed, device, start)
+    result = yield from epoch_steps(task, ctx, run, device, options.precision)
+    return task.model, {k: result.metrics.get(k, float("nan")) for k in ("train_loss", "train_acc")}
 
 
 def train_model(
@@ -145,71 +217,28 @@ def train_model(
     emit: Emit,
     *,
     device: torch.device | str = "cpu",
-    checkpoint: Path | None = None,
+    run_dir: Path | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[IDGNNFast, dict[str, float]]:
-    """Train on ``train``; returns the model and its last epoch's ``train_loss`` and ``train_acc``.
-
-    Emits ``epoch`` events (``epoch``, ``train_loss``, ``train_acc``, ``seconds``). With ``checkpoint``, state is
-    saved after every epoch and a later call resumes from it (same result as an uninterrupted run);
-    :class:`Stopped` is raised between batches when ``should_stop()`` turns true.
-    """
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    model = build_model(pooling, options, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
-    adj, labels = _tensors(train, device)
-    start_epoch = 0
-    last = {"train_loss": float("nan"), "train_acc": float("nan")}
-    if checkpoint is not None and checkpoint.exists():
-        state = torch.load(checkpoint, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start_epoch = int(state["epoch"])
-        last = dict(state["last"])
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(start_epoch):
-        torch.randperm(len(labels), generator=generator)  # replay the batch orders of finished epochs
-    for epoch in range(start_epoch + 1, options.epochs + 1):
-        t0 = time.perf_counter()
-        model.train()
-        order = torch.randperm(len(labels), generator=generator).to(device)
-        loss_sum, correct = 0.0, 0
-        for lo in range(0, len(order), options.batch_size):
-            if should_stop():
-                raise Stopped(epoch - 1)
-            ids = order[lo : lo + options.batch_size]
-            logits = model(adj[ids])
-            loss = F.binary_cross_entropy_with_logits(logits, labels[ids])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_sum += float(loss.detach()) * len(ids)
-            correct += int(((logits.detach() > 0).float() == labels[ids]).sum())
-        last = {"train_loss": loss_sum / len(order), "train_acc": correct / len(order)}
-        if not np.isfinite(last["train_loss"]):
-            raise FloatingPointError(f"non-finite training loss at epoch {epoch}")
-        if checkpoint is not None:
-            tmp = checkpoint.with_name(f".{checkpoint.name}.tmp-{os.getpid()}")
-            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch, "last": last}
-            torch.save(state, tmp)
-            os.replace(tmp, checkpoint)
-        emit("epoch", epoch=epoch, seconds=time.perf_counter() - t0, **last)
-    return model, last
+    """:func:`train_steps` alone, outside a worker: the checkpoint goes to ``run_dir`` (resumed from it; a
+    temporary folder when None); :class:`~engine.tasks.Cancelled` when ``should_stop()`` turned true."""
+    with tempfile.TemporaryDirectory() if run_dir is None else contextlib.nullcontext(run_dir) as folder:
+        ctx = RunContext(Path(folder), emit, lambda _text: None, should_stop)
+        return run_steps(train_steps(train, pooling, options, seed, ctx, device=device))
 
 
 def load_trained(
     checkpoint: Path, pooling: str, options: TrainOptions, device: torch.device | str = "cpu"
 ) -> IDGNNFast:
-    """The model saved by :func:`train_model` in ``checkpoint`` (for evaluation only)."""
-    try:
-        state = torch.load(checkpoint, map_location=torch.device(device), weights_only=True)
-    except FileNotFoundError:
-        raise GaptuiError(f"{checkpoint}: no trained model there (has its training run finished?)") from None
-    if int(state["epoch"]) < options.epochs:
-        raise GaptuiError(f"{checkpoint}: trained for {state['epoch']} of {options.epochs} epochs only")
+    """The model saved in ``checkpoint`` by :func:`train_steps` (for evaluation only)."""
+    if not checkpoint.exists():
+        raise GaptuiError(f"{checkpoint}: no trained model there (has its training run finished?)")
+    ckpt = read_checkpoint(checkpoint, torch.device(device))
+    epoch = int(ckpt["state"]["epoch"])
+    if epoch < options.epochs:
+        raise GaptuiError(f"{checkpoint}: trained for {epoch} of {options.epochs} epochs only")
     model = build_model(pooling, options, device)
-    model.load_state_dict(state["model"])
+    model.load_state_dict(ckpt["model"])
     return model
 
 

@@ -77,6 +77,13 @@ What a family implements (hooks with defaults are optional)
     - :meth:`TaskFamily.preset_import_paths` ``(raw TOML dict) -> {import path: role}``: the user code a preset
       names (``module.path:Name`` models, poolings...), listed without importing it, so the user sees what
       opening the preset runs. The default finds every such string and names it by ``import_roles[key]``.
+    - :meth:`TaskFamily.form_fields` ``() -> (FormField, ...)``, :meth:`TaskFamily.preset_from_form`
+      ``(values) -> raw TOML dict`` and :meth:`TaskFamily.form_values` ``(raw TOML dict) -> values``: the terminal
+      app's New-experiment form (declarative data only, see :class:`FormField`). ``values`` maps each field's key
+      to its typed value (see :data:`FORM_KINDS`); the document ``preset_from_form`` returns is validated by
+      :meth:`parse_preset`, so form errors are preset errors; ``form_values`` fills the form from a loaded preset
+      and ``preset_from_form(form_values(raw))`` gives ``raw`` back. Default: no fields (the form asks for a
+      preset file to load instead).
     - :meth:`TaskFamily.describe` ``(spec) -> str``: one line for progress output.
     - :meth:`TaskFamily.check` ``(specs) -> [warning]``: checks of the planned runs of this family taken
       together, once per plan and before any record is written (``gaptui run``, its dry run and the terminal
@@ -100,7 +107,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -462,6 +469,80 @@ def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], wha
     return value
 
 
+# ------------------------------------------------------------------------------------------------ form fields
+
+#: The kinds of :class:`FormField` and the type of their value in a form's ``values``:
+#: ``multi`` (checkboxes over ``choices``: a list of the chosen values), ``numbers`` (a typed list of numbers:
+#: ``list[float]``), ``seeds`` (``0-9, 12``: ``list[int]``), ``int`` / ``number`` (``int | None`` / ``float |
+#: None``, blank is None), ``choice`` (one of ``choices``: ``str``), ``text`` and ``path`` (``str``), ``params``
+#: (``key=value`` items: a dict of TOML values), ``bool`` and ``rows`` (repeated groups of the sub-fields
+#: ``fields``, e.g. a base dataset and its parameters: ``list[dict]``, one values dict per row).
+FORM_KINDS = ("multi", "numbers", "seeds", "int", "number", "choice", "text", "path", "params", "bool", "rows")
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One field of a family's New-experiment form: what it edits, never how it is drawn.
+
+    ``key`` names the value in the form's ``values`` (and the widget); ``section`` groups fields under a title.
+    ``choices`` lists the values of ``multi`` and ``choice`` fields, ``choices_from`` computes them (a registry:
+    called once, off the terminal's UI thread, may import torch); ``label_of`` shows a choice (``0.12`` as
+    ``12 %``). ``parse_item`` turns an extra item typed next to a ``multi`` list into a value (raises
+    ``GaptuiError``); a ``multi`` field without it takes no typed items unless ``free`` (items kept as text, for
+    ``module.path:Name`` import paths). ``fields`` are the sub-fields of a ``rows`` field; ``default`` is the value
+    of a new form (a row's defaults: each sub-field's ``default``).
+    """
+
+    key: str
+    label: str
+    kind: str
+    default: Any = None
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+    choices_from: Callable[[], Sequence[Any]] | None = None
+    label_of: Callable[[Any], str] | None = None
+    parse_item: Callable[[str], Any] | None = None
+    free: bool = False
+    fields: tuple[FormField, ...] = ()
+    section: str = ""
+    placeholder: str = ""
+    #: For a ``rows`` field: placeholders of a row's sub-fields computed from its values (a base dataset's
+    #: parameter defaults and split sizes), ``{sub-field key: text}``; called whenever a choice of the row changes.
+    hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in FORM_KINDS:
+            raise ValueError(f"form field '{self.key}': kind '{self.kind}' is not one of {', '.join(FORM_KINDS)}")
+        if self.kind == "rows" and not self.fields:
+            raise ValueError(f"form field '{self.key}': a rows field needs sub-fields")
+
+    def show(self, choice: Any) -> str:
+        """How a choice is listed."""
+        return self.label_of(choice) if self.label_of else str(choice)
+
+
+def drop_blank(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``table`` without its blank values (None, ``""``): what a form leaves empty is left out of the preset,
+    so the family's defaults apply and a loaded preset is written back as it was."""
+    return {k: v for k, v in table.items() if v is not None and v != ""}
+
+
+def form_table(values: Mapping[str, Any], keys: Mapping[str, str], more: str = "") -> dict[str, Any]:
+    """A preset table from form values: ``keys`` maps form keys to table keys (blank values left out), and the
+    ``key=value`` field ``more`` adds the table's other keys."""
+    table = drop_blank({name: values.get(key) for key, name in keys.items()})
+    return {**table, **(values.get(more) or {})} if more else table
+
+
+def table_values(table: Mapping[str, Any] | None, keys: Mapping[str, str], more: str = "") -> dict[str, Any]:
+    """The inverse of :func:`form_table`: a preset table as form values (absent keys are blank)."""
+    table = dict(table or {})
+    out: dict[str, Any] = {key: table.pop(name, None) for key, name in keys.items()}
+    if more:
+        out[more] = table
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ families
 
 
@@ -586,6 +667,66 @@ class TaskFamily:
 
     def grid(self, preset: Any, placement: Placement, limit: int | None = None) -> list[Any]:
         raise NotImplementedError
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        """The fields of this family's form, in order (default none: the app offers to load a preset instead)."""
+        return ()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The preset document (raw TOML dict, without ``task``, ``name``, ``description``) a filled form means;
+        :meth:`parse_preset` validates it."""
+        raise GaptuiError(f"task '{self.name}' has no form: load one of its presets")
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The form's values for a preset document (the inverse of :meth:`preset_from_form`)."""
+        raise GaptuiError(f"task '{self.name}' has no form: load one of its presets")
+
+    # -------------------------------------------------------------------------------- cost and memory
+    # What a run costs (``gaptui run --dry-run``'s estimate, the app's launch bar) and how much memory it needs
+    # (a plan that cannot fit is refused before any work). Types in :mod:`engine.cost` and :mod:`engine.memory`.
+
+    #: A module that ``python -m`` runs to measure this family's cost keys (JSON request on stdin, one measurement
+    #: per key on stdout; see :mod:`engine.cost`); "" when the family has no calibration.
+    calibration_module: ClassVar[str] = ""
+
+    def cost_cell(self, spec: Any) -> str:
+        """What makes two runs cost the same per unit of work, as a string: runs of one cell share their history.
+        The default: the canonical spec without its seed."""
+        return json.dumps({k: v for k, v in spec.canonical().items() if k != "seed"}, sort_keys=True, default=str)
+
+    def cost_units(self, spec: Any) -> float | None:
+        """Units of work of a run (its epochs, epochs x graphs...): finished runs of its cell give the seconds per
+        unit. None (the default): a run is one whole; its cell's runs give its duration."""
+        return None
+
+    def cost_evaluations(self, spec: Any) -> int:
+        """Evaluation passes of a run timed apart from its units (``eval`` events with ``seconds``); default 0."""
+        return 0
+
+    def cost_label(self, spec: Any) -> str:
+        """How the estimate groups runs (default: the value of the table's row axis, e.g. the model)."""
+        return self.axis(self.table.rows).format(self.record_axes(spec).get(self.table.rows))
+
+    def estimate_costs(self, specs: list[Any], ctx: Any) -> Any:
+        """The seconds of ``specs`` (runs of this family left to do) on the slot profiles of ``ctx``
+        (:class:`engine.cost.CostContext`), as a :class:`engine.cost.CostReport`. The default is the history of
+        finished runs of the same cell (:meth:`engine.cost.CostContext.from_history`); a family with a calibrated
+        model (alignment: measured throughput) overrides it."""
+        return ctx.from_history(self, specs)
+
+    def overhead_probe(self, placement: Placement, count: int) -> list[Any]:
+        """``count`` tiny runs (distinct seeds) whose duration through the real worker is a run's overhead (process
+        start, imports, loading, result); none (the default) when the family's model needs no overhead."""
+        return []
+
+    def memory(self, spec: Any) -> Any:
+        """What the run needs in memory at its peak (:class:`engine.memory.MemoryNeed`: the run or dataset, its
+        kind, the bytes, what they are made of, what to lower), None when nothing grows with its parameters or
+        its size is unknown until its input is built (checked again once it is). Runs with the same
+        ``MemoryNeed.key`` are checked once."""
+        return None
 
 
 class FamilyRegistry:

@@ -20,6 +20,7 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Figure,
+    FormField,
     Input,
     Metric,
     Outcome,
@@ -70,7 +71,7 @@ class Alignment(TaskFamily):
         return spec.model == BASELINE
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
-        from engine.worker import CHECKPOINT
+        from engine.loop import CHECKPOINT
 
         # A GAPE run embeds with the trained model; the training-free baseline has none.
         return () if self.is_baseline(spec) else (CHECKPOINT,)
@@ -115,6 +116,76 @@ class Alignment(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        from engine.alignment.form import fields
+
+        return fields()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        from engine.alignment.form import preset_from_form
+
+        return preset_from_form(values)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from engine.alignment.form import form_values
+
+        return form_values(raw)
+
+    # -------------------------------------------------------------------------------- cost and memory
+
+    calibration_module = "engine.alignment.throughput"
+
+    def cost_cell(self, spec: RunSpec) -> str:
+        from engine.alignment.throughput import cell_key
+
+        return cell_key(spec)
+
+    def cost_units(self, spec: RunSpec) -> float | None:
+        return 0 if self.is_baseline(spec) else spec.epochs
+
+    def cost_evaluations(self, spec: RunSpec) -> int:
+        from engine.alignment.throughput import run_evaluations
+
+        return run_evaluations(spec)
+
+    def cost_label(self, spec: RunSpec) -> str:
+        return BASELINE if self.is_baseline(spec) else model_label(spec)
+
+    def estimate_costs(self, specs: list[RunSpec], ctx: Any) -> Any:
+        from engine.alignment.throughput import estimate_costs
+
+        return estimate_costs(self, specs, ctx)
+
+    def overhead_probe(self, placement: Placement, count: int) -> list[RunSpec]:
+        from engine.alignment.throughput import overhead_probe
+
+        return overhead_probe(placement.datasets_dir, placement.data_root, count)
+
+    def memory(self, spec: RunSpec) -> Any:
+        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
+        its built statistics (None until it is built: the launch checks it again then)."""
+        from engine.alignment.datasets import dataset_id, open_dataset
+        from engine.errors import GaptuiError
+        from engine.memory import pairs_need
+
+        if self.is_baseline(spec):
+            return None
+        canonical = spec.dataset_spec().canonical()
+        built = None
+        folder = dataset_dirs(spec)[0] / dataset_id(canonical)
+        if (folder / "meta.json").exists():
+            try:
+                stats = open_dataset(folder).stats
+                pairs = sum(int((stats.get(split) or {}).get("pairs", 0)) for split in ("train", "val"))
+                built = (float(stats["train"]["mean_order"]), float(stats["train"]["mean_degree"]), pairs)
+            except (GaptuiError, KeyError, TypeError, ValueError):
+                built = None
+        noise = f"noise {canonical['noise']:g}"
+        what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
+        return pairs_need(canonical, spec.batch_size, what, built)
 
 
 FAMILIES.register(Alignment())

@@ -11,8 +11,10 @@ Table 2 (poolings x dimensions, mean R score) is :meth:`Properties.summary`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,20 +27,20 @@ from engine.properties.scores import DIMENSIONS, POOLING_LABELS
 from engine.tasks import (
     FAMILIES,
     Axis,
-    Cancelled,
     DerivedTable,
     Figure,
+    FormField,
     Input,
     Metric,
     Outcome,
     Placement,
     PresetBase,
     RunContext,
-    RunFailed,
     TableLayout,
     TaskFamily,
     TaskSpec,
     list_of,
+    run_steps,
     unique_values,
 )
 
@@ -107,6 +109,10 @@ class PropertySpec(TaskSpec, CellOptions):
             raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
+        from engine.loop import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise GaptuiError(f"{where}: precision '{self.precision}' is not one of {', '.join(PRECISIONS)}")
         from engine.typed import check_device
 
         check_device(self.device, where)
@@ -118,6 +124,8 @@ class PropertySpec(TaskSpec, CellOptions):
 
         out = super().canonical()
         out["negatives"] = self.negatives or DEFAULT_NEGATIVES
+        if out.get("precision") == "auto":
+            del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
         return out
 
     def options(self) -> TrainOptions:
@@ -349,36 +357,28 @@ class Properties(TaskFamily):
         return out
 
     def run(self, spec: PropertySpec, ctx: RunContext) -> Outcome:
-        import torch
+        return run_steps(self.steps(spec, ctx))
 
-        from engine.alignment.training import resolve_device
-        from engine.properties.study import run_cell
-        from engine.properties.training import Stopped, build_model
-        from engine.worker import cpu_name
+    def steps(self, spec: PropertySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
+        from engine.loop import device_fields, resolve_device, resolve_precision
+        from engine.properties.study import cell_steps
+        from engine.properties.training import build_model
 
         device = resolve_device(spec.device)
         params = sum(p.numel() for p in build_model(spec.pooling, spec.options()).parameters())
         trainer = spec.trainer()
         trained = None if trainer is None else ctx.run_dir_of(trainer.hash()) / "checkpoint.pt"
-        ctx.emit(
-            "start", run=spec.hash(), model=spec.pooling, params=params, device=str(device), epochs=spec.epochs,
-            property=spec.property, dimension=spec.dimension, pid=os.getpid(),
-        )  # fmt: skip
+        start = {"params": params, "device": str(device), "property": spec.property, "dimension": spec.dimension}
         datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
-        try:
-            metrics = run_cell(
-                spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx.emit,
-                datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,
-                data_seed=spec.data_seed, published=Path(spec.published) if spec.published else None,
-                device=device, checkpoint=ctx.run_dir / "checkpoint.pt", trained=trained, should_stop=ctx.should_stop,
-            )  # fmt: skip
-        except Stopped as stop:
-            raise Cancelled(epoch=stop.epoch) from None
-        except FloatingPointError as exc:
-            raise RunFailed(str(exc), "nan") from None
+        metrics = yield from cell_steps(
+            spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx,
+            datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,
+            data_seed=spec.data_seed, published=Path(spec.published) if spec.published else None,
+            device=device, trained=trained, run=spec.hash(), start=start,
+        )  # fmt: skip
         ctx.log(f"{self.describe(spec)}: U score {metrics['u_score']:.4f}")
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-        return Outcome(metrics=metrics, params=params, extra={"device": str(device), "device_name": name})
+        extra = {**device_fields(device), "precision": resolve_precision(spec.precision, device)}
+        return Outcome(metrics=metrics, params=params, extra=extra)
 
     def derived_tables(self, records: list[dict[str, Any]], metric: str) -> list[DerivedTable]:
         """The study's Table 2: per pooling and dimension, the mean over properties of the R score.
@@ -408,6 +408,57 @@ class Properties(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
         return grid(preset, placement, limit)
+
+    # -------------------------------------------------------------------------------- the New-experiment form
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        from engine.properties.form import fields
+
+        return fields()
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        from engine.properties.form import preset_from_form
+
+        return preset_from_form(values)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from engine.properties.form import form_values
+
+        return form_values(raw)
+
+    # -------------------------------------------------------------------------------- cost and memory
+    # A cell trains its epochs over its training graphs, each an n x n relation: ``epochs x graphs x n^2`` units,
+    # at the seconds per unit of finished runs of its cell (same pooling, dimension and model), whatever their
+    # property (its size n), graphs and epochs.
+
+    def cost_cell(self, spec: PropertySpec) -> str:
+        skip = ("seed", "epochs", "graphs", "data_seed", "lr", "property", "published")
+        return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
+
+    def cost_units(self, spec: PropertySpec) -> float | None:
+        from engine.properties.study import cell_datasets
+
+        train = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
+
+    def memory(self, spec: PropertySpec) -> Any:
+        """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
+        published folder is read as it is."""
+        from engine.memory import MemoryNeed, human
+        from engine.properties.datasets import build_bytes
+        from engine.properties.study import cell_datasets
+
+        if spec.published is not None:
+            return None
+        datasets = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        cells = [ds.canonical() for ds in datasets]
+        largest = max(cells, key=build_bytes)
+        need = build_bytes(largest)
+        detail = f"the largest dataset, {largest['property']} on n = {largest['n']} x {int(largest['graphs']):,} graphs"
+        key = json.dumps(largest, sort_keys=True, default=str)
+        hint = "lower the graphs per dataset (graphs in the preset)"
+        what = f"{spec.property} {spec.dimension}"
+        return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
 
 
 FAMILIES.register(Properties())

@@ -19,14 +19,17 @@ Locking
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -75,11 +78,43 @@ SECTIONS = {
 }
 
 
+class PresetCommands(Provider):
+    """Command palette: "Load preset NAME" for every preset (the workspace's and the shipped ones)."""
+
+    async def _entries(self) -> list[tuple[str, str, Any]]:
+        from gaptui.presets import preset_entries
+
+        app = self.app
+        assert isinstance(app, GaptuiApp)
+        entries = await asyncio.to_thread(preset_entries, app.ws)
+        return [
+            (
+                f"Load preset {e.name}",
+                f"{e.task}: {e.description or 'no description'}",
+                partial(app.load_preset, e.name),
+            )
+            for e in entries
+            if not e.error
+        ]
+
+    async def discover(self) -> Hits:
+        for title, about, command in await self._entries():
+            yield DiscoveryHit(title, command, help=about)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, about, command in await self._entries():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), command, help=about)
+
+
 class GaptuiApp(App[None]):
     """The experiment manager. ``slots`` is the scheduler's slot set at start (runs re-attached or retried);
     each launch brings its own."""
 
     TITLE = "gaptui"
+    COMMANDS = App.COMMANDS | {PresetCommands}
     MODES: ClassVar[dict[str, str]] = {name: name for name in SECTIONS}  # type: ignore[assignment]
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar[list[Binding]] = [
@@ -201,6 +236,13 @@ class GaptuiApp(App[None]):
             if command.title not in ("Quit", "Keys"):
                 yield command
 
+    def load_preset(self, name: str) -> None:
+        """Open the New-experiment form and load preset ``name`` into it (the form's code review applies)."""
+        self.switch_mode("new")
+        form = self.section("new")
+        assert isinstance(form, NewExperimentScreen)
+        form.load_named(name)
+
     def _goto(self, name: str) -> Any:
         return lambda: self.switch_mode(name)
 
@@ -229,7 +271,9 @@ class GaptuiApp(App[None]):
         if not self.writable():
             return False
         self.manager.submit(Launch(preset, slots, retry_failed))
-        self.notify(f"launching {preset.name}: {preset.size} runs (checking history, building datasets) ...")
+        size = getattr(preset, "size", None)  # PresetBase does not require it
+        runs = f": {size} runs" if size is not None else ""
+        self.notify(f"launching {preset.name}{runs} (checking history, building datasets) ...")
         return True
 
     def cancel_runs(self, hashes: Iterable[str]) -> None:

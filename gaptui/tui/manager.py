@@ -27,7 +27,6 @@ from engine.typed import parse_dataclass
 from gaptui.backends.slurm import (
     SlurmOptions,
     SlurmScheduler,
-    check_shared_workspace,
     in_flight_on_slurm,
     sbatch_available,
 )
@@ -295,18 +294,24 @@ class ManagerLoop:
             preset = parse_preset(tomllib.loads(dump_preset(preset)))
         elif preset.path is not None:
             preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
-        target: Scheduler = self.scheduler
-        if command.slots.backend == "slurm":
-            target = self._slurm_for(preset)
+        options = launch.LaunchOptions(
+            gpus=command.slots.gpus,
+            jobs_per_gpu=command.slots.jobs_per_gpu,
+            cpu_jobs=command.slots.cpu_jobs,
+            backend=command.slots.backend,
+            retry_failed=command.retry_failed,
+        )
+        # The one launch service of `gaptui run`: options, plan, checks (memory included), backend, inputs.
+        settings = launch.launch_settings(preset, options, self.ws)
+        launch_plan = launch.plan_launch(preset, self.ws, self.history.records(), settings)
+        grid_plan = launch_plan.plan
+        if settings.backend == "slurm":
+            target: Scheduler = launch.make_backend(
+                settings, self.ws, self.history, slurm=self.slurm, listener=self._listen
+            )
+            self.slurm = target
         else:
-            self.scheduler.set_slots(command.slots.slots())
-            self.scheduler.timeout = preset.timeout
-            self.scheduler.pack_seeds = preset.pack_seeds
-        target.retries = preset.retries
-        records = self.history.records()
-        known = {r["hash"]: r["status"] for r in records}
-        run_dirs = {r["hash"]: r["run_dir"] for r in records}
-        grid_plan = launch.plan(preset, self.ws, known, command.retry_failed, run_dirs)
+            target = launch.make_backend(settings, self.ws, self.history, local=self.scheduler)
         for line in (*preset.notes, *grid_plan.warnings):
             self.post(ManagerNotice(line, "warning" if line in grid_plan.warnings else "information"))
         for line in grid_plan.redo_lines():
@@ -319,7 +324,7 @@ class ManagerLoop:
             self._building = f"preparing inputs for {len(grid_plan.to_run)} run(s)"
             self._post_state()
             try:
-                launched = launch.launch(target, grid_plan, self._preparing, leave=leave)
+                launched = launch.start(launch_plan, target, self._preparing, leave=leave)
                 if target is self.slurm:
                     target.step()  # submits now: a submission that fails is this command's error, not the loop's
             except GaptuiError:
@@ -345,18 +350,6 @@ class ManagerLoop:
     def _preparing(self, done: int, total: int, label: str) -> None:
         self._building = f"inputs {done}/{total} ready ({label})"
         self._post_state()
-
-    def _slurm_for(self, preset: PresetBase) -> SlurmScheduler:
-        """The Slurm backend with this preset's [slurm] settings (runs already submitted keep theirs)."""
-        from gaptui.presets import slurm_options
-
-        check_shared_workspace(self.ws, force=False)
-        if not sbatch_available():
-            raise GaptuiError("backend slurm: sbatch not found on PATH; run the app on a Slurm login node")
-        if self.slurm is None:
-            self.slurm = SlurmScheduler(self.ws, self.history, slurm_options(preset), listener=self._listen)
-        self.slurm.configure(slurm_options(preset), preset.timeout)
-        return self.slurm
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None

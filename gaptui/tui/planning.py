@@ -1,14 +1,17 @@
-"""What the New-experiment form holds, turned into a :class:`~gaptui.presets.Preset`, and what launching it costs.
+"""What the New-experiment form holds, turned into a preset of its task family, and what launching it costs.
 
-The form keeps raw text (what the user typed); :meth:`ExperimentDraft.preset` parses it into the same types a
-preset file is parsed into, so ``grid()``, ``dump_preset()`` and the scheduler see no difference between a grid
-composed here and one read from TOML. Everything in this module is pure (no widgets, no threads) and cheap,
-except that building a preset imports the model registry (torch) on first use: call it off the UI thread.
+The form is built from the chosen family's :class:`~engine.tasks.FormField` declarations and keeps what the user
+typed; :meth:`FormDraft.preset` parses each field by its kind (:func:`parse_field`), asks the family for the preset
+document (:meth:`~engine.tasks.TaskFamily.preset_from_form`) and validates it exactly as a preset file is
+validated (:func:`gaptui.presets.parse_preset`), so ``grid()``, the saved TOML and the scheduler see no difference
+between a grid composed here and one read from a file. Everything in this module is pure (no widgets, no
+threads) and cheap, except that validating a preset may import the model registry (torch): call it off the UI
+thread.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,42 +19,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import GaptuiError
-from gaptui.backends.slurm import SlurmOptions
-from gaptui.presets import DatasetEntry, Preset, RunOptions
+from engine.tasks import DEFAULT_TASK, FormField, PresetBase, family
 
-#: The noise grid of the paper (Table D.3), as shares.
-PAPER_NOISE = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from gaptui.durations import format_duration
+
 #: Statuses a run can be retried from (re-queued; a cancelled or interrupted run resumes from its checkpoint).
 RETRYABLE = ("failed", "cancelled", "interrupted")
 #: Statuses of runs the scheduler still has to finish.
 IN_FLIGHT = ("queued", "running")
-
-
-def noise_key(eta: float) -> float:
-    """A noise level rounded so 0.12 typed and 0.12 computed compare equal."""
-    return round(float(eta), 6)
-
-
-def format_noise_percent(eta: float) -> str:
-    """``0.12`` -> ``"12 %"`` (how the form lists noise levels)."""
-    return f"{eta * 100:g} %"
-
-
-def parse_noise_levels(text: str) -> list[float]:
-    """Noise levels typed as ``0.05 0.2`` or ``5% 20%`` (a number >= 1 can only mean percent)."""
-    from engine.alignment.noise import check_noise
-
-    levels = []
-    for item in _items(text):
-        percent = item.endswith("%")
-        try:
-            value = float(item.rstrip("%").strip())
-        except ValueError:
-            raise GaptuiError(f"noise level '{item}': expected a share like 0.12 or a percentage like 12%") from None
-        if percent or value >= 1:
-            value /= 100
-        levels.append(noise_key(check_noise(value, where="noise level")))
-    return levels
+#: Keys of a preset document the form shows for every family (the family's fields hold the rest).
+COMMON_KEYS = ("task", "name", "description")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -85,76 +67,130 @@ def parse_int(text: str, what: str, minimum: int = 0) -> int | None:
 
 def parse_float(text: str, what: str) -> float | None:
     """An optional positive number field: ``None`` when blank."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise GaptuiError(f"{what}: '{text}' is not a number") from None
-    if not value > 0:
+    value = parse_number(text, what)
+    if value is not None and not value > 0:
         raise GaptuiError(f"{what}: {value:g} must be > 0")
     return value
 
 
-def parse_dataset_params(base: str, text: str) -> dict[str, Any]:
-    """``key=value`` items typed for base dataset ``base``, typed by its parameter dataclass.
+def parse_number(text: str, what: str) -> float | None:
+    """An optional number field: ``None`` when blank."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise GaptuiError(f"{what}: '{text}' is not a number") from None
 
-    Only the keys the user typed are kept (the source's defaults fill the rest when the dataset is built), so a
-    saved preset says exactly what was chosen.
-    """
-    from engine.sources import SOURCES, params_dict, parse_param_args, parse_params
 
-    source = SOURCES.get(base)
-    raw = parse_param_args(_items(text))
-    typed = params_dict(parse_params(source, raw, where=f"dataset {base} parameters"))
-    return {key: typed[key] for key in raw}
+#: One ``key=value`` item: a quoted string, a list, or a run of characters up to a space or a comma.
+PARAM_ITEM = re.compile(r"""\s*([\w.:-]+)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|\[[^\]]*\]|[^\s,]*)\s*,?""")
+
+
+def parse_params(text: str, what: str = "parameters") -> dict[str, Any]:
+    """``key=value`` items (``n=16 degree=4 path="my file.csv" topk=[5, 10]``); values read as TOML (``16``,
+    ``0.5``, ``true``, ``[5, 10]``, ``"text"``), else kept as text."""
+    out: dict[str, Any] = {}
+    pos, text = 0, text.strip()
+    while pos < len(text):
+        match = PARAM_ITEM.match(text, pos)
+        if match is None or match.end() == pos:
+            item = text[pos:].split()[0]
+            raise GaptuiError(f"{what}: '{item}': expected key=value")
+        out[match[1]] = _toml_or_text(match[2])
+        pos = match.end()
+    return out
+
+
+def _toml_or_text(value: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return value
 
 
 def format_params(params: Mapping[str, Any]) -> str:
-    """The inverse of :func:`parse_dataset_params`: ``n=16 degree=4``."""
-    return " ".join(f"{k}={v}" for k, v in params.items())
+    """The inverse of :func:`parse_params`: ``n=16 degree=4``."""
+    return " ".join(f"{k}={_format_item(v)}" for k, v in params.items())
 
 
-def source_defaults(base: str) -> tuple[str, str, str]:
-    """Placeholders for a base dataset: its parameters with defaults, and its default train and val sizes."""
-    from engine.sources import SOURCES, params_dict, parse_params
-
-    try:
-        source = SOURCES.get(base)
-        defaults = params_dict(parse_params(source, {}))
-    except GaptuiError:
-        return "", "", ""
-    sizes = ["all" if s is None else str(s) for s in source.sizes]
-    return format_params(defaults), sizes[0], sizes[1]
+def _format_item(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        plain = value and _toml_or_text(value) == value and not re.search(r"[\s,'\"\[]", value)
+        return value if plain else json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_format_item(v) for v in value) + "]"
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _items(text: str) -> list[str]:
     return [item for item in re.split(r"[,\s]+", text.strip()) if item]
 
 
-@dataclass(frozen=True)
-class DatasetDraft:
-    """One base dataset row of the form, as typed."""
+# ------------------------------------------------------------------------------------------ fields by kind
 
-    base: str = "er"
-    params: str = ""
-    noise_model: str | None = None
-    train: str = ""
-    val: str = ""
-    seed: str = "0"
 
-    def entry(self) -> DatasetEntry:
-        """The typed :class:`DatasetEntry`; :class:`GaptuiError` names the field that is wrong."""
-        where = f"dataset {self.base}"
-        return DatasetEntry(
-            base=self.base,
-            params=parse_dataset_params(self.base, self.params),
-            noise_model=self.noise_model,
-            train=parse_int(self.train, f"{where} train size", 1),
-            val=parse_int(self.val, f"{where} val size", 1),
-            seed=parse_int(self.seed, f"{where} seed") or 0,
-        )
+def parse_field(spec: FormField, raw: Any) -> Any:
+    """The typed value (see :data:`engine.tasks.FORM_KINDS`) of what a field's widget holds; errors name the field."""
+    kind, what = spec.kind, spec.label
+    if kind in ("multi", "bool"):
+        return raw
+    if kind == "choice":
+        return raw or None
+    if kind == "rows":
+        rows = []
+        for i, row in enumerate(raw or []):
+            try:
+                rows.append({sub.key: parse_field(sub, row.get(sub.key)) for sub in spec.fields})
+            except GaptuiError as exc:
+                raise GaptuiError(f"{what}, row {i + 1}: {exc}") from None
+        return rows
+    text = "" if raw is None else str(raw)
+    if kind == "int":
+        return parse_int(text, what, minimum=-(2**63))
+    if kind == "number":
+        return parse_number(text, what)
+    if kind == "seeds":
+        return parse_seeds(text)
+    if kind == "numbers":
+        return [parse_number(item, what) for item in _items(text)]
+    if kind == "params":
+        return parse_params(text, what)
+    return text.strip()
+
+
+def format_field(spec: FormField, value: Any) -> Any:
+    """What a field's widget shows for a typed value (the inverse of :func:`parse_field`)."""
+    kind = spec.kind
+    if kind == "multi":
+        return list(value or [])
+    if kind == "bool":
+        return bool(value)
+    if kind == "choice":
+        return value or None
+    if kind == "rows":
+        return [
+            {sub.key: format_field(sub, (row or {}).get(sub.key, sub.default)) for sub in spec.fields}
+            for row in value or []
+        ]
+    if value is None:
+        return ""
+    if kind in ("seeds", "numbers"):
+        return ", ".join(_format_item(v) for v in value)
+    if kind == "params":
+        return format_params(value)
+    return _format_item(value) if kind in ("int", "number") else str(value)
+
+
+def default_values(fields: Sequence[FormField]) -> dict[str, Any]:
+    """The values of a new form: each field's declared default."""
+    return {f.key: f.default for f in fields}
+
+
+# ------------------------------------------------------------------------------------------ the draft
 
 
 @dataclass(frozen=True)
@@ -175,63 +211,60 @@ class SlotConfig:
 
 
 @dataclass(frozen=True)
-class ExperimentDraft:
-    """Everything the New-experiment form holds. ``base_run`` carries the run options the form does not show."""
+class FormDraft:
+    """Everything the New-experiment form holds: the family, name and description, what each of the family's
+    fields' widgets hold (``fields``: key -> widget value, see :func:`format_field`), the preset document it was
+    loaded from (``base``: keys no field shows, such as ``[slurm]``, are written back as they were), the device
+    slots and whether to retry failed runs."""
 
+    task: str
     name: str = "tui"
     description: str = ""
-    datasets: tuple[DatasetDraft, ...] = (DatasetDraft(),)
-    noise: tuple[float, ...] = PAPER_NOISE
-    models: tuple[str, ...] = ()
-    seeds: str = "0"
-    epochs: str = "300"
-    batch_size: str = "100"
-    budget: str = "60000"
-    out_dim: str = ""
-    eval_every: str = "1"
-    timeout: str = ""
-    retries: str = "0"
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    base: Mapping[str, Any] = field(default_factory=dict)
     gpus: str = ""
     jobs_per_gpu: str = "1"
     cpu_jobs: str = ""
     backend: str = "local"
     retry_failed: bool = False
-    base_run: RunOptions = field(default_factory=RunOptions)
-    #: The loaded preset's [slurm] table: not on the form, kept so that saving the preset keeps it.
-    base_slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
-    def preset(self) -> Preset:
-        """The preset this form describes; :class:`GaptuiError` names the field that is wrong."""
-        if not self.datasets:
-            raise GaptuiError("add at least one base dataset")
-        if not self.noise:
-            raise GaptuiError("select at least one noise level")
-        if not self.models:
-            raise GaptuiError("select at least one model")
-        run = dataclasses.replace(
-            self.base_run,
-            epochs=parse_int(self.epochs, "epochs", 1) or self.base_run.epochs,
-            batch_size=parse_int(self.batch_size, "batch size", 1) or self.base_run.batch_size,
-            budget=parse_int(self.budget, "budget", 1) or self.base_run.budget,
-            out_dim=parse_int(self.out_dim, "out dim", 1),
-            eval_every=parse_int(self.eval_every, "eval every", 1) or self.base_run.eval_every,
-            timeout=parse_float(self.timeout, "timeout"),
-            retries=parse_int(self.retries, "retries") or 0,
-        )
+    def values(self) -> dict[str, Any]:
+        """The typed values of the family's fields; :class:`GaptuiError` names the field that is wrong."""
+        return {spec.key: parse_field(spec, self.fields.get(spec.key)) for spec in family(self.task).form_fields()}
+
+    def preset_name(self) -> str:
         name = self.name.strip() or "tui"
         if not re.fullmatch(r"[\w.-]+", name):
             raise GaptuiError(f"preset name '{name}': use letters, digits, '.', '-' and '_' (it names the file)")
-        return Preset(
-            name=name,
-            description=self.description.strip(),
-            datasets=tuple(d.entry() for d in self.datasets),
-            noise=tuple(sorted({noise_key(n) for n in self.noise})),
-            models=tuple(m for m in self.models if m != "laplacian"),
-            seeds=tuple(parse_seeds(self.seeds)),
-            laplacian="laplacian" in self.models,
-            run=run,
-            slurm=self.base_slurm,
-        )
+        return name
+
+    def document(self) -> dict[str, Any]:
+        """The preset document (raw TOML dict) this form describes, as it is saved."""
+        fam = family(self.task)
+        body = fam.preset_from_form(self.values())
+        kept = {k: v for k, v in self.base.items() if k not in (*COMMON_KEYS, *body, *self._owned())}
+        doc: dict[str, Any] = {"task": self.task} if self.task != DEFAULT_TASK or "task" in self.base else {}
+        if "name" in self.base:
+            doc["name"] = self.preset_name()
+        if self.description.strip() or "description" in self.base:
+            doc["description"] = self.description.strip()
+        return {**doc, **body, **kept}
+
+    def _owned(self) -> set[str]:
+        """The keys of :attr:`base` the form shows (a form left blank drops them rather than keeping them)."""
+        fam = family(self.task)
+        body = {k: v for k, v in self.base.items() if k not in COMMON_KEYS}
+        try:
+            owned = set(fam.preset_from_form(fam.form_values(body)))
+        except (GaptuiError, TypeError, ValueError, AttributeError):
+            owned = set()
+        return owned | {spec.key for spec in fam.form_fields()}
+
+    def preset(self) -> PresetBase:
+        """The validated preset this form describes (as :func:`gaptui.presets.parse_preset` reads a file)."""
+        from gaptui.presets import parse_preset
+
+        return parse_preset({**self.document(), "name": self.preset_name()})
 
     def slot_config(self) -> SlotConfig:
         """The device-slot fields, parsed like ``gaptui run --gpus/--jobs-per-gpu/--cpu-jobs``."""
@@ -250,38 +283,9 @@ class ExperimentDraft:
         )
 
 
-def draft_from_preset(preset: Preset, keep: ExperimentDraft | None = None) -> ExperimentDraft:
-    """The form contents of a loaded preset; device slots are kept from ``keep`` (they are not in presets)."""
-    keep = keep or ExperimentDraft()
-    run = preset.run
-    return dataclasses.replace(
-        keep,
-        name=preset.name,
-        description=preset.description,
-        datasets=tuple(
-            DatasetDraft(
-                base=d.base,
-                params=format_params(d.params),
-                noise_model=d.noise_model,
-                train="" if d.train is None else str(d.train),
-                val="" if d.val is None else str(d.val),
-                seed=str(d.seed),
-            )
-            for d in preset.datasets
-        ),
-        noise=tuple(preset.noise),
-        models=tuple(preset.models) + (("laplacian",) if preset.laplacian else ()),
-        seeds=", ".join(str(s) for s in preset.seeds),
-        epochs=str(run.epochs),
-        batch_size=str(run.batch_size),
-        budget=str(run.budget),
-        out_dim="" if run.out_dim is None else str(run.out_dim),
-        eval_every=str(run.eval_every),
-        timeout="" if run.timeout is None else f"{run.timeout:g}",
-        retries=str(run.retries),
-        base_run=run,
-        base_slurm=preset.slurm,
-    )
+def form_fields_of(raw: Mapping[str, Any], fields: Sequence[FormField]) -> dict[str, Any]:
+    """Widget values for typed ``raw`` values (a loaded preset's :meth:`~engine.tasks.TaskFamily.form_values`)."""
+    return {spec.key: format_field(spec, raw.get(spec.key)) for spec in fields}
 
 
 # ------------------------------------------------------------------------------------------ cost of a grid
@@ -357,20 +361,3 @@ def summarize(specs: Sequence[Any], records: Mapping[str, Mapping[str, Any]], sl
         slots=slots,
         estimate_seconds=estimate_seconds(todo, records.values(), slots),
     )
-
-
-def format_duration(seconds: float | None) -> str:
-    """``42 s``, ``3 min``, ``2 h 05 min``, ``3 d 4 h``."""
-    if seconds is None:
-        return "–"
-    seconds = max(0.0, float(seconds))
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes = seconds / 60
-    if minutes < 90:
-        return f"{minutes:.0f} min"
-    hours, minutes = divmod(int(minutes), 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"

@@ -1,4 +1,4 @@
-"""Alignment's own commands: ``gaptui datasets build | list | stats | export | sources``."""
+"""Alignment's own commands: ``gaptui datasets build | list | stats | export | sources`` and ``gaptui models``."""
 
 from __future__ import annotations
 
@@ -194,5 +194,42 @@ def datasets_sources(as_json: JsonOpt = False, workspace: WorkspaceOpt = None) -
     console.print(table)
 
 
+def models_cmd(
+    budget: Annotated[int, typer.Option("--budget", help="Parameter budget.")] = 60_000,
+    out_dim: Annotated[int, typer.Option("--out-dim", help="Embedding dimension.")] = 64,
+    as_json: JsonOpt = False,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """List the registered models with their width and parameter count at a budget."""
+    from engine import models
+    from engine.alignment.training import FEATURES
+
+    rows = []
+    for name in models.names():
+        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES["degree"])
+        rows.append(
+            {
+                "name": name,
+                "params": models.count_parameters(model),
+                "width": int(getattr(model, "width", 0)),
+                "description": models.describe(name),
+            }
+        )
+    rows.append({"name": "laplacian", "params": 0, "width": out_dim, "description": LAPLACIAN_NOTE})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"models (budget {budget:,}, embedding {out_dim})")
+    for col in ("name", "params", "width", "description"):
+        table.add_column(col, justify="right" if col in ("params", "width") else "left")
+    for r in rows:
+        table.add_row(r["name"], f"{r['params']:,}", str(r["width"]), r["description"])
+    console.print(table)
+
+
+LAPLACIAN_NOTE = "training-free baseline: Laplacian eigenvector embeddings, then the same LAP"
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(datasets_app, name="datasets")
+    app.command("models")(models_cmd)

@@ -48,8 +48,8 @@ def gape_embed(
     from engine.typed import check_device
 
     check_device(device, "--device")
-    from engine.alignment.training import resolve_device
     from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
+    from engine.loop import resolve_device
     from engine.sources import parse_param_args
 
     params = parse_param_args(param)

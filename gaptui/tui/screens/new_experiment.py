@@ -1,17 +1,20 @@
 """NewExperimentScreen: pick a task family, compose or load its grid, see what it costs, launch or save it.
 
-For the alignment family the form composes the grid (datasets x noise x models x seeds); other families launch
-one of their preset files (the form shows its description and size, and the device slots).
+The form is built from the chosen family's :meth:`~engine.tasks.TaskFamily.form_fields` (widgets by field kind:
+:mod:`gaptui.tui.widgets.form_fields`); what it holds becomes a preset document through the family's
+:meth:`~engine.tasks.TaskFamily.preset_from_form` and is validated like a preset file, so a form error reads
+like a preset error. A family that declares no fields launches one of its preset files as loaded.
 
-Loading a preset lists the Python code it names (``module.path:Name`` import paths) before importing any; code
-that is not part of an installed package is imported only once the user allowed it for that file (asked once per
-file content, remembered in the workspace: :mod:`gaptui.preset_code`).
+Loading a preset (the preset list, ^o's picker, or the command palette's "Load preset NAME") lists the Python code
+it names (``module.path:Name`` import paths) before importing any; code that is not part of an installed package
+is imported only once the user allowed it for that file (asked once per file content, remembered in the
+workspace: :mod:`gaptui.preset_code`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from textual import on
@@ -21,28 +24,34 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList, Static
-from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
 from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK, FAMILIES, PresetBase
+from engine.tasks import DEFAULT_TASK, FAMILIES, FormField, PresetBase, family
 from gaptui.preset_code import PresetReview, is_trusted, review_preset, trust
-from gaptui.presets import Preset, dump_preset, parse_preset, preset_names, preset_task
+from gaptui.presets import dump_document, parse_preset, preset_entries, preset_names, preset_task
 from gaptui.tui.planning import (
-    PAPER_NOISE,
-    DatasetDraft,
-    ExperimentDraft,
+    COMMON_KEYS,
+    FormDraft,
     PlanSummary,
-    draft_from_preset,
-    format_noise_percent,
-    noise_key,
-    parse_noise_levels,
+    default_values,
+    form_fields_of,
     summarize,
 )
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
+from gaptui.tui.screens.preset_picker import PresetPicker
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.dataset_row import DatasetRow
+from gaptui.tui.widgets.form_fields import (
+    MultiField,
+    RowsField,
+    field_id,
+    field_widget,
+    read_widget,
+    set_choice_options,
+)
 
 try:
     import tomllib
@@ -51,6 +60,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 #: Seconds of quiet after an edit before the grid summary is recomputed.
 PLAN_DELAY = 0.3
+#: Kinds laid out as cells of a grid (the others take a full line).
+CELL_KINDS = ("int", "number", "seeds", "numbers", "text", "path", "choice")
 
 
 @dataclass
@@ -71,30 +82,25 @@ class PresetReviewed(Message):
 
 @dataclass
 class PresetLoaded(Message):
-    """A preset file was read and validated (of any family); ``sha256``: of the file content it was parsed from."""
+    """A preset file was read and validated (of any family); ``sha256``: of the file content it was parsed from;
+    ``raw``: its document."""
 
     preset: PresetBase
     sha256: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class ModelNames(Message):
-    """The registered model names (the registry imports torch, so it is read in a worker)."""
+class ChoicesLoaded(Message):
+    """The choices a field's registry computed (``key``: the field, ``sub``: the sub-field of a rows field)."""
 
-    names: list[str]
+    task: str
+    key: str
+    sub: str
+    choices: list[Any]
 
 
-# (input id, label, draft field, input type, placeholder) of the Training and Device-slot fields.
-RUN_FIELDS = (
-    ("seeds", "seeds", "seeds", "text", "0-9 or 0,3"),
-    ("epochs", "epochs", "epochs", "integer", ""),
-    ("batch-size", "batch size", "batch_size", "integer", ""),
-    ("budget", "param budget", "budget", "integer", ""),
-    ("out-dim", "out dim", "out_dim", "integer", "per dataset"),
-    ("eval-every", "eval every", "eval_every", "integer", "epochs"),
-    ("timeout", "timeout (s)", "timeout", "number", "none"),
-    ("retries", "retries", "retries", "integer", "on failure"),
-)
+# (input id, label, draft field, input type, placeholder) of the Device-slot fields.
 SLOT_FIELDS = (
     ("gpus", "GPUs", "gpus", "text", "all · none · 0,1"),
     ("jobs-per-gpu", "runs per GPU", "jobs_per_gpu", "integer", ""),
@@ -111,8 +117,7 @@ class NewExperimentScreen(SectionScreen):
         Binding("ctrl+l", "launch", "Launch"),
         Binding("ctrl+s", "save", "Save preset"),
         Binding("ctrl+o", "load_preset", "Load preset"),
-        Binding("ctrl+g", "paper_grid", "Paper noise grid"),
-        Binding("ctrl+n", "add_dataset", "Add dataset"),
+        Binding("ctrl+n", "add_row", "Add dataset"),
     ]
     DEFAULT_CSS = """
     NewExperimentScreen #form { height: 1fr; padding: 0 1; }
@@ -122,10 +127,9 @@ class NewExperimentScreen(SectionScreen):
     NewExperimentScreen .line Input { width: 1fr; }
     NewExperimentScreen .line Button { margin-left: 1; }
     NewExperimentScreen #name { max-width: 24; }
-    NewExperimentScreen #datasets { height: auto; }
-    NewExperimentScreen #choices { height: auto; }
-    NewExperimentScreen #choices > Vertical { width: 1fr; height: auto; }
-    NewExperimentScreen SelectionList { height: auto; max-height: 12; }
+    NewExperimentScreen #family-form { height: auto; }
+    NewExperimentScreen .choices { height: auto; }
+    NewExperimentScreen .choices > Vertical { width: 1fr; height: auto; }
     NewExperimentScreen .fields { grid-size: 4; grid-gutter: 0 2; height: auto; }
     NewExperimentScreen.-wide .fields { grid-size: 8; }
     NewExperimentScreen .field { height: 2; }
@@ -139,24 +143,22 @@ class NewExperimentScreen(SectionScreen):
     """
 
     def __init__(self) -> None:
-        from engine.alignment.noise import NOISE_MODELS
-        from engine.sources import SOURCES
-
         super().__init__()
-        self._bases = SOURCES.names()
-        self._noise_models = NOISE_MODELS
         self._plan_timer: Timer | None = None
-        self._models: list[str] = []
-        self._pending_draft: ExperimentDraft | None = None
         self.summary: PlanSummary | None = None
-        #: The family the form launches; for families other than alignment, the preset chosen for it.
+        #: The family the form launches, its form fields (none: a preset file is launched as loaded).
         self.task_name = DEFAULT_TASK
+        self.fields: tuple[FormField, ...] = ()
+        #: The preset document the form was loaded from (what no field shows is saved back as it was).
+        self.base: dict[str, Any] = {}
+        #: For a family without form fields, the preset chosen for it.
         self.family_preset: PresetBase | None = None
         #: SHA-256 of the file :attr:`family_preset` was loaded from (launching re-reads that file).
         self.family_preset_sha256 = ""
+        #: Choices computed by the fields' registries: (task, field key, sub-field key) -> choices.
+        self._choices: dict[tuple[str, str, str], list[Any]] = {}
 
     def compose_body(self) -> ComposeResult:
-        draft = ExperimentDraft()
         with VerticalScroll(id="form"):
             with Horizontal(classes="line"):
                 yield Label("task")
@@ -171,13 +173,19 @@ class NewExperimentScreen(SectionScreen):
                 yield Select(self._preset_options(), prompt="load a preset ...", id="preset", compact=True)
                 yield Button("Load ^o", id="load", compact=True)
             yield Static("", id="family-note", markup=False)
-            with Vertical(id="alignment-form"):
-                yield from self._alignment_form(draft)
+            with Horizontal(classes="line", id="name-line"):
+                yield Label("name")
+                yield Input("tui", id="name", compact=True, tooltip="preset name (file name when saved)")
+                yield Label(" description")
+                yield Input(placeholder="what this grid is for", id="description", compact=True)
+            yield Vertical(id="family-form")
             yield Static("Device slots", classes="section-title")
             with Grid(classes="fields"):
                 for input_id, label, attr, kind, hint in SLOT_FIELDS:
-                    yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
-            yield Checkbox("retry runs that failed before", draft.retry_failed, id="retry-failed", compact=True)
+                    value = str(getattr(FormDraft(self.task_name), attr))
+                    box = Input(value, placeholder=hint, id=input_id, type=kind, compact=True)  # type: ignore[arg-type]
+                    yield Vertical(Label(label), box, classes="field")
+            yield Checkbox("retry runs that failed before", False, id="retry-failed", compact=True)
         with Horizontal(id="launch-bar"):
             yield Static("", id="plan", markup=False)
             yield Button("Launch ^l", id="launch", variant="success")
@@ -195,48 +203,9 @@ class NewExperimentScreen(SectionScreen):
                 options.append((Content(name), name))
         return options
 
-    def _alignment_form(self, draft: ExperimentDraft) -> ComposeResult:
-        """The grid editor of the alignment family."""
-        with Horizontal(classes="line"):
-            yield Label("name")
-            yield Input(draft.name, id="name", compact=True, tooltip="preset name (file name when saved)")
-            yield Label(" description")
-            yield Input(draft.description, placeholder="what this grid is for", id="description", compact=True)
-        yield Static(
-            "Base datasets: base · parameters key=value · noise model · train · val · seed",
-            classes="section-title",
-        )
-        yield Vertical(*(self._row(d) for d in draft.datasets), id="datasets")
-        yield Button("+ dataset ^n", id="add-dataset", compact=True)
-        with Horizontal(id="choices"):
-            with Vertical():
-                yield Static("Noise levels η (^g: paper grid)", classes="section-title")
-                yield SelectionList[float](
-                    *(Selection(format_noise_percent(n), n, n in draft.noise) for n in PAPER_NOISE), id="noise"
-                )
-                with Horizontal(classes="line"):
-                    yield Input(placeholder="more levels: 0.1 or 10%", id="noise-extra", compact=True)
-                    yield Button("Add", id="noise-add", compact=True)
-            with Vertical():
-                yield Static("Models (laplacian: no training)", classes="section-title")
-                yield SelectionList[str](id="models")
-        yield Static("Training", classes="section-title")
-        with Grid(classes="fields"):
-            for input_id, label, attr, kind, hint in RUN_FIELDS:
-                yield self._field(input_id, label, str(getattr(draft, attr)), kind, hint)
-
-    def _row(self, draft: DatasetDraft) -> DatasetRow:
-        return DatasetRow(draft, self._bases, self._noise_models)
-
-    @staticmethod
-    def _field(input_id: str, label: str, value: str, kind: str, hint: str) -> Vertical:
-        box = Input(value, placeholder=hint, id=input_id, type=kind, compact=True)  # type: ignore[arg-type]
-        return Vertical(Label(label), box, classes="field")
-
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         self.ready = True
-        self._show_family()
-        self.gapp.run_task(self._load_model_names, name="model names", group="model-names")
+        await self._show_family()
         if self.gapp.read_only:
             self.query_one("#launch", Button).disabled = True
         self._schedule_plan()
@@ -249,99 +218,161 @@ class NewExperimentScreen(SectionScreen):
     def on_screen_resume(self) -> None:
         self._schedule_plan()
 
-    def _load_model_names(self) -> None:
-        from engine.models import names
-
-        self.post_message(ModelNames([*names(), "laplacian"]))
-
-    def on_model_names(self, message: ModelNames) -> None:
-        self._models = message.names
-        models = self.query_one("#models", SelectionList)
-        chosen = set(self._pending_draft.models) if self._pending_draft else set(models.selected)
-        models.clear_options()
-        models.add_options([Selection(name, name, name in chosen) for name in self._models])
-
-    # -------------------------------------------------------------------------------------- the family
+    # -------------------------------------------------------------------------------------- the family's form
 
     @on(Select.Changed, "#task")
-    def _task_chosen(self, event: Select.Changed) -> None:
+    async def _task_chosen(self, event: Select.Changed) -> None:
         if event.value is not Select.NULL and event.value != self.task_name:
             self.task_name = str(event.value)
             self.family_preset = None
+            self.base = {}
             with self.prevent(Select.Changed):
                 self.query_one("#preset", Select).set_options(self._preset_options())
-            self._show_family()
+            await self._show_family()
             self._schedule_plan()
 
-    def _show_family(self) -> None:
-        """The grid editor for alignment; for other families, a note on the preset to launch."""
-        from engine.tasks import family
-
-        alignment = self.task_name == DEFAULT_TASK
-        self.query_one("#alignment-form").display = alignment
-        note = self.query_one("#family-note", Static)
+    async def _show_family(self, values: dict[str, Any] | None = None) -> None:
+        """Build the chosen family's form holding ``values`` (typed; default: the fields' defaults), or, for a
+        family without fields, a note on the preset to launch."""
         fam = family(self.task_name)
-        if alignment:
-            note.update(f"{fam.name}: {fam.title}")
-        elif self.family_preset is None:
-            note.update(f"{fam.name}: {fam.title}. Choose one of its presets above and load it (^o) to launch it.")
-        else:
-            preset = self.family_preset
-            note.update(f"{fam.name}: preset {preset.name} ({preset.path}) — {preset.description or 'no description'}")
+        self.fields = fam.form_fields()
+        self.refresh_bindings()  # ^n adds a row only to a form with rows
+        container = self.query_one("#family-form", Vertical)
+        await container.remove_children()
+        self.query_one("#name-line").display = bool(self.fields)
+        note = self.query_one("#family-note", Static)
+        if not self.fields:
+            if self.family_preset is None:
+                note.update(f"{fam.name}: {fam.title}. It has no form: choose one of its presets and load it (^o).")
+            else:
+                preset = self.family_preset
+                about = preset.description or "no description"
+                note.update(f"{fam.name}: preset {preset.name} ({preset.path}) — {about}")
+            return
+        note.update(f"{fam.name}: {fam.title}")
+        shown = form_fields_of(default_values(self.fields) if values is None else values, self.fields)
+        await container.mount_all(list(self._layout(self.fields, shown)))
+        self._fill_choices()
+
+    def _layout(self, fields: tuple[FormField, ...], values: dict[str, Any]) -> list[Widget]:
+        """Section titles; consecutive checkbox lists side by side; short fields as cells of a grid."""
+        out: list[Widget] = []
+        section = None
+        i = 0
+        while i < len(fields):
+            spec = fields[i]
+            if spec.kind == "multi":
+                group = []
+                while i < len(fields) and fields[i].kind == "multi":
+                    title = fields[i].section or fields[i].label
+                    group.append(
+                        Vertical(Static(title, classes="section-title", markup=False), self._widget(fields[i], values))
+                    )
+                    section = fields[i].section
+                    i += 1
+                out.append(Horizontal(*group, classes="choices"))
+                continue
+            if spec.section != section:
+                section = spec.section
+                out.append(Static(section or spec.label, classes="section-title", markup=False))
+            if spec.kind in CELL_KINDS:
+                cells = []
+                while i < len(fields) and fields[i].kind in CELL_KINDS and fields[i].section == section:
+                    cells.append(
+                        Vertical(Label(fields[i].label, markup=False), self._widget(fields[i], values), classes="field")
+                    )
+                    i += 1
+                out.append(Grid(*cells, classes="fields"))
+                continue
+            if spec.kind in ("params", "bool"):
+                label = [] if spec.kind == "bool" else [Label(spec.label, markup=False)]
+                out.append(Horizontal(*label, self._widget(spec, values), classes="line"))
+            else:
+                out.append(self._widget(spec, values))
+            i += 1
+        return out
+
+    @staticmethod
+    def _widget(spec: FormField, values: dict[str, Any]) -> Widget:
+        return field_widget(spec, values.get(spec.key))
+
+    def _field(self, spec: FormField) -> Widget:
+        """The widget of a top-level field."""
+        if spec.kind == "multi":
+            return self.query_one(f"#{field_id(spec.key)}-field", MultiField)
+        return self.query_one(f"#{field_id(spec.key)}")
+
+    def _fill_choices(self) -> None:
+        """Choices of fields computed by registries: the known ones now, the others from a worker."""
+        task, missing = self.task_name, []
+        for spec in self.fields:
+            for sub in (spec, *spec.fields):
+                if sub.choices_from is None:
+                    continue
+                key = (task, spec.key, "" if sub is spec else sub.key)
+                if key in self._choices:
+                    self._set_choices(*key, self._choices[key])
+                else:
+                    missing.append((key, sub.choices_from))
+        if missing:
+
+            def load() -> None:
+                for key, compute in missing:
+                    self.post_message(ChoicesLoaded(*key, list(compute())))
+
+            self.gapp.run_task(load, name="form choices", group="choices")
+
+    def on_choices_loaded(self, message: ChoicesLoaded) -> None:
+        self._choices[(message.task, message.key, message.sub)] = message.choices
+        if message.task == self.task_name:
+            self._set_choices(message.task, message.key, message.sub, message.choices)
+
+    def _set_choices(self, task: str, key: str, sub: str, choices: list[Any]) -> None:
+        spec = next((s for s in self.fields if s.key == key), None)
+        if spec is None:
+            return
+        widget = self._field(spec)
+        if isinstance(widget, RowsField):
+            widget.set_choices(sub, choices)
+        elif isinstance(widget, MultiField):
+            widget.set_choices(choices)
+        elif isinstance(widget, Select):
+            set_choice_options(spec, widget, choices)
 
     # -------------------------------------------------------------------------------------- the draft
 
-    def draft(self) -> ExperimentDraft:
+    def draft(self) -> FormDraft:
         """The form as typed."""
 
         def text(input_id: str) -> str:
             return self.query_one(f"#{input_id}", Input).value
 
-        base = self._pending_draft or ExperimentDraft()
-        models = self.query_one("#models", SelectionList).selected if self._models else list(base.models)
-        fields = {attr: text(input_id) for input_id, _, attr, _, _ in (*RUN_FIELDS, *SLOT_FIELDS)}
-        return ExperimentDraft(
+        return FormDraft(
+            task=self.task_name,
             name=text("name"),
             description=text("description"),
-            datasets=tuple(row.value() for row in self.query(DatasetRow)),
-            noise=tuple(self.query_one("#noise", SelectionList).selected),
-            models=tuple(models),
+            fields={spec.key: read_widget(spec, self._field(spec)) for spec in self.fields},
+            base=dict(self.base),
             retry_failed=self.query_one("#retry-failed", Checkbox).value,
-            base_run=base.base_run,
-            **fields,
+            **{attr: text(input_id) for input_id, _, attr, _, _ in SLOT_FIELDS},
         )
 
-    async def apply_draft(self, draft: ExperimentDraft) -> None:
-        """Fill the form with ``draft`` (a loaded preset)."""
-        self._pending_draft = draft
-        self.query_one("#name", Input).value = draft.name
-        self.query_one("#description", Input).value = draft.description
-        for input_id, _, attr, _, _ in (*RUN_FIELDS, *SLOT_FIELDS):
-            self.query_one(f"#{input_id}", Input).value = str(getattr(draft, attr))
-        self.query_one("#retry-failed", Checkbox).value = draft.retry_failed
-        datasets = self.query_one("#datasets", Vertical)
-        await datasets.remove_children()
-        await datasets.mount_all([self._row(d) for d in draft.datasets])
-        self._select_noise(draft.noise, exclusive=True)
-        models = self.query_one("#models", SelectionList)
-        if self._models:
-            models.deselect_all()
-            for name in draft.models:
-                if name in self._models:
-                    models.select(name)
-        self._schedule_plan()
-
-    def _select_noise(self, levels: tuple[float, ...] | list[float], exclusive: bool = False) -> None:
-        """Select ``levels`` (adding the ones not listed), keeping the list sorted by noise."""
-        noise = self.query_one("#noise", SelectionList)
-        listed = {noise_key(noise.get_option_at_index(i).value) for i in range(noise.option_count)}
-        chosen = {noise_key(eta) for eta in levels}
-        selected = chosen if exclusive else chosen | {noise_key(eta) for eta in noise.selected}
-        with self.prevent(SelectionList.SelectedChanged):
-            noise.clear_options()
-            noise.add_options(
-                [Selection(format_noise_percent(eta), eta, eta in selected) for eta in sorted(listed | chosen)]
-            )
+    async def apply_document(self, raw: dict[str, Any], name: str) -> None:
+        """Fill the form with a preset document (its family's form values; the device slots stay)."""
+        task = str(raw.get("task") or DEFAULT_TASK)
+        if task != self.task_name:
+            with self.prevent(Select.Changed):
+                self.query_one("#task", Select).value = task
+                self.task_name = task
+                self.query_one("#preset", Select).set_options(self._preset_options())
+        fam = family(task)
+        body = {k: v for k, v in raw.items() if k not in (*COMMON_KEYS, "slurm")}
+        values = fam.form_values(body) if fam.form_fields() else None
+        self.base = dict(raw)
+        self.family_preset = None
+        await self._show_family(values)
+        self.query_one("#name", Input).value = name
+        self.query_one("#description", Input).value = str(raw.get("description", ""))
         self._schedule_plan()
 
     # -------------------------------------------------------------------------------------- the summary line
@@ -350,8 +381,9 @@ class NewExperimentScreen(SectionScreen):
     @on(Select.Changed)
     @on(SelectionList.SelectedChanged)
     @on(Checkbox.Changed)
+    @on(RowsField.Changed)
     def _form_changed(self, event: Message) -> None:
-        if isinstance(event, Select.Changed) and event.select.id == "preset":
+        if isinstance(event, Select.Changed) and event.select.id in ("preset", "task"):
             return
         self._schedule_plan()
 
@@ -365,7 +397,7 @@ class NewExperimentScreen(SectionScreen):
         records = dict(self.gapp.book.records)  # a snapshot: the book's records are replaced, never mutated
         self.gapp.run_task(lambda: self._plan(draft, records), name="grid summary", group="plan", exclusive=True)
 
-    def _plan(self, draft: ExperimentDraft, records: dict[str, dict[str, Any]]) -> None:
+    def _plan(self, draft: FormDraft, records: dict[str, dict[str, Any]]) -> None:
         from gaptui.launch import plan
 
         worker = get_current_worker()
@@ -403,58 +435,63 @@ class NewExperimentScreen(SectionScreen):
         plan.set_class(message.summary is None, "error")
         plan.update(message.summary.text() if message.summary else message.error)
 
-    def _chosen_preset(self, draft: ExperimentDraft) -> PresetBase:
-        """The grid to launch: the form's (alignment) or the loaded preset of the chosen family."""
-        if self.task_name == DEFAULT_TASK:
+    def _chosen_preset(self, draft: FormDraft) -> PresetBase:
+        """The grid to launch: the form's, or for a family without a form the loaded preset."""
+        if family(draft.task).form_fields():
             return draft.preset()
         if self.family_preset is None:
-            raise GaptuiError(f"choose a preset of task {self.task_name} and load it")
+            raise GaptuiError(f"choose a preset of task {draft.task} and load it (^o)")
         return self.family_preset
 
     # -------------------------------------------------------------------------------------- actions
 
-    def action_paper_grid(self) -> None:
-        self._select_noise(PAPER_NOISE)
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "add_row":
+            return any(spec.kind == "rows" for spec in self.fields)
+        return True
 
-    async def action_add_dataset(self) -> None:
-        rows = list(self.query(DatasetRow))
-        template = rows[-1].value() if rows else DatasetDraft()
-        await self.query_one("#datasets", Vertical).mount(self._row(template))
-        self._schedule_plan()
+    async def action_add_row(self) -> None:
+        rows = list(self.query(RowsField))
+        if rows:
+            await rows[0].add_row()
+            self._schedule_plan()
 
     @on(DatasetRow.Removed)
-    async def _remove_dataset(self, event: DatasetRow.Removed) -> None:
+    async def _remove_row(self, event: DatasetRow.Removed) -> None:
         await event.row.remove()
         self._schedule_plan()
 
-    @on(Button.Pressed, "#add-dataset")
-    async def _add_pressed(self) -> None:
-        await self.action_add_dataset()
+    def action_load_preset(self) -> None:
+        """Pick a preset in a list (every family, the workspace's and the shipped ones) and load it."""
+        current = self.query_one("#preset", Select).value
+        entries = preset_entries(self.gapp.ws)
 
-    @on(Button.Pressed, "#noise-add")
-    @on(Input.Submitted, "#noise-extra")
-    def _add_noise(self) -> None:
-        box = self.query_one("#noise-extra", Input)
-        try:
-            levels = parse_noise_levels(box.value)
-        except GaptuiError as exc:
-            self.notify(str(exc), severity="error", markup=False)
-            return
-        self._select_noise(levels)
-        box.value = ""
+        def chosen(name: str | None) -> None:
+            if name:
+                self.load_named(name)
+
+        picker = PresetPicker(entries, None if current is Select.NULL else str(current))
+        self.app.push_screen(picker, chosen)
 
     @on(Select.Changed, "#preset")
+    def _preset_chosen(self, event: Select.Changed) -> None:
+        if event.value is not Select.NULL:
+            self.load_named(str(event.value))
+
     @on(Button.Pressed, "#load")
-    def action_load_preset(self) -> None:
+    def _load_pressed(self) -> None:
         name = self.query_one("#preset", Select).value
         if name is Select.NULL:
-            self.query_one("#preset", Select).focus()
-            self.notify("choose a preset in the list first")
-            return
+            self.action_load_preset()
+        else:
+            self.load_named(str(name))
+
+    def load_named(self, name: str) -> None:
+        """Read preset ``name``, list the code it names, then load it (asking first about local code)."""
         ws = self.gapp.ws
 
         def read() -> None:
-            review = review_preset(str(name), ws)
+            review = review_preset(name, ws)
             self.post_message(PresetReviewed(review, is_trusted(ws, review)))
 
         self.gapp.run_task(read, name=f"read preset {name}", group="preset")
@@ -490,24 +527,22 @@ class NewExperimentScreen(SectionScreen):
         def load() -> None:
             if allowed:
                 trust(ws, review)
-            self.post_message(PresetLoaded(review.load(), review.sha256))
+            self.post_message(PresetLoaded(review.load(), review.sha256, review.raw))
 
         self.notify(f"loading preset {review.path.stem} ...", markup=False)
         self.gapp.run_task(load, name=f"load preset {review.path.stem}", group="preset")
 
     async def on_preset_loaded(self, message: PresetLoaded) -> None:
         preset = message.preset
-        if preset.task != self.task_name:
-            self.query_one("#task", Select).value = preset.task  # its change handler resets the picker
-            self.task_name = preset.task
-            self._show_family()
-        if isinstance(preset, Preset):
-            await self.apply_draft(draft_from_preset(preset, keep=self.draft()))
-            self.notify(f"loaded preset {preset.name} ({preset.size} runs)", markup=False)
+        await self.apply_document({**message.raw, "task": preset.task}, preset.name)
+        if self.fields:
+            size = getattr(preset, "size", None)
+            runs = f" ({size} runs)" if size is not None else ""
+            self.notify(f"loaded {preset.task} preset {preset.name}{runs}", markup=False)
             return
         self.family_preset = preset
         self.family_preset_sha256 = message.sha256
-        self._show_family()
+        await self._show_family()
         self._schedule_plan()
         self.notify(f"loaded {preset.task} preset {preset.name}", markup=False)
 
@@ -539,34 +574,36 @@ class NewExperimentScreen(SectionScreen):
 
     @on(Button.Pressed, "#save")
     def action_save(self) -> None:
-        if self.task_name != DEFAULT_TASK:
+        if not self.fields:
             where = f" ({self.family_preset.path})" if self.family_preset and self.family_preset.path else ""
-            self.notify(f"{self.task_name} presets are TOML files edited by hand{where}", markup=False)
+            self.notify(f"{self.task_name} has no form: its presets are TOML files edited by hand{where}", markup=False)
             return
+        draft = self.draft()
         try:
-            preset = self.draft().preset()
+            name = draft.preset_name()
+            document = draft.document()
         except GaptuiError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
-        path = self.gapp.ws.root / "presets" / f"{preset.name}.toml"
+        path = self.gapp.ws.root / "presets" / f"{name}.toml"
         if not path.exists():
-            self._write_preset(preset, overwrite=False)
+            self._write_preset(name, document, overwrite=False)
             return
 
         def answer(choice: str | None) -> None:
             if choice == "yes":
-                self._write_preset(preset, overwrite=True)
+                self._write_preset(name, document, overwrite=True)
 
         self.app.push_screen(confirm(f"{path} exists. Overwrite it?", "Save preset"), answer)
 
-    def _write_preset(self, preset: Preset, overwrite: bool) -> None:
+    def _write_preset(self, name: str, document: dict[str, Any], overwrite: bool) -> None:
         from gaptui.tui.messages import ManagerNotice
 
         ws = self.gapp.ws
-        path = ws.root / "presets" / f"{preset.name}.toml"
+        path = ws.root / "presets" / f"{name}.toml"
 
         def write() -> None:
-            text = dump_preset(preset)
+            text = dump_document(document)
             # What `gaptui run --preset` will read back: refuse to save a preset it would refuse.
             parse_preset(tomllib.loads(text), path)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,29 +1,31 @@
-"""DatasetRow: one base dataset of a grid (name, key=value parameters, noise model, sizes, data seed)."""
+"""DatasetRow: one row of a ``rows`` form field (a base dataset and its parameters, sizes, seed...)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Grid, Vertical
 from textual.message import Message
-from textual.widgets import Button, Input, Select
+from textual.widgets import Button, Input, Label, Select
 
-from gaptui.tui.planning import DatasetDraft, source_defaults
+from engine.tasks import FormField
+from gaptui.tui.widgets.form_fields import field_widget, read_widget, set_choice_options
 
-#: Select value meaning "the base dataset's own noise model".
-SOURCE_DEFAULT = "default"
+#: Cells per line of a row at most (a longer row takes two lines).
+MAX_COLUMNS = 8
 
 
-class DatasetRow(Horizontal):
-    """Editable row; placeholders show the chosen base dataset's parameter defaults and split sizes."""
+class DatasetRow(Vertical):
+    """Editable row: one labelled cell per sub-field (class = the sub-field's key), and a remove button."""
 
     DEFAULT_CSS = """
-    DatasetRow { height: 1; margin-bottom: 1; }
-    DatasetRow Select.base { width: 16; }
-    DatasetRow Input.params { width: 1fr; min-width: 12; }
-    DatasetRow Select.noise-model { width: 16; }
-    DatasetRow Input.size { width: 8; }
-    DatasetRow Input.seed { width: 6; }
+    DatasetRow { height: auto; margin-bottom: 1; border-left: tall $accent 30%; padding-left: 1; }
+    DatasetRow Grid { grid-gutter: 0 1; height: auto; grid-rows: 2; }
+    DatasetRow Grid > Vertical { height: 2; }
+    DatasetRow Label { color: $text-muted; }
     DatasetRow Button { width: 5; min-width: 5; }
     """
 
@@ -34,55 +36,61 @@ class DatasetRow(Horizontal):
             super().__init__()
             self.row = row
 
-    def __init__(self, draft: DatasetDraft, bases: list[str], noise_models: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        fields: Sequence[FormField],
+        values: Mapping[str, Any],
+        choices: Mapping[str, Sequence[Any]],
+        hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None,
+    ) -> None:
         super().__init__()
-        self.draft = draft
-        self.bases = bases
-        self.noise_models = noise_models
+        self.fields = tuple(fields)
+        self.values = dict(values)
+        self.choices = dict(choices)
+        self.hints = hints
 
     def compose(self) -> ComposeResult:
-        yield Select(
-            [(b, b) for b in self.bases], value=self.draft.base, allow_blank=False, compact=True, classes="base"
-        )
-        yield Input(self.draft.params, compact=True, classes="params", tooltip="base dataset parameters, key=value")
-        yield Select(
-            [("default noise", SOURCE_DEFAULT), *((m, m) for m in self.noise_models)],
-            value=self.draft.noise_model or SOURCE_DEFAULT,
-            allow_blank=False,
-            compact=True,
-            classes="noise-model",
-        )
-        yield Input(self.draft.train, compact=True, classes="size train", type="integer", tooltip="training pairs")
-        yield Input(self.draft.val, compact=True, classes="size val", type="integer", tooltip="validation pairs")
-        yield Input(self.draft.seed, compact=True, classes="seed", type="integer", tooltip="dataset seed")
-        yield Button("✕", compact=True, variant="error", tooltip="remove this dataset")
+        with Grid():
+            for spec in self.fields:
+                yield Vertical(
+                    Label(spec.label, markup=False), field_widget(spec, self.values.get(spec.key), cls=spec.key)
+                )
+            yield Vertical(Label(""), Button("✕", compact=True, variant="error", tooltip="remove this row"))
 
     def on_mount(self) -> None:
-        self._placeholders(self.draft.base)
+        cells = len(self.fields) + 1
+        self.query_one(Grid).styles.grid_size_columns = cells if cells <= MAX_COLUMNS else -(-cells // 2)
+        for key, choices in self.choices.items():
+            self.set_choices(key, choices)
+        self.call_after_refresh(self._hint)  # once the cells are composed
 
-    def _placeholders(self, base: str) -> None:
-        params, train, val = source_defaults(base)
-        self.query_one(".params", Input).placeholder = params or "no parameters"
-        self.query_one(".train", Input).placeholder = train
-        self.query_one(".val", Input).placeholder = val
+    @on(Select.Changed)
+    def _hint(self) -> None:
+        """Placeholders from the row's values (a base dataset's parameter defaults, sizes), as the field says."""
+        if self.hints is None:
+            return
+        shown = {spec.key: spec.placeholder or spec.help for spec in self.fields}
+        for key, text in {**shown, **self.hints(self.value())}.items():
+            for box in self.query(f".{key}").results(Input):
+                box.placeholder = text
 
-    @on(Select.Changed, ".base")
-    def _base_changed(self, event: Select.Changed) -> None:
-        self._placeholders(str(event.value))
+    def set_choices(self, key: str, choices: Sequence[Any]) -> None:
+        """The choices of sub-field ``key`` (kept for a row not composed yet: applied when it mounts)."""
+        self.choices[key] = list(choices)
+        for spec in self.fields:
+            if spec.key == key and spec.kind == "choice":
+                for select in self.query(f".{key}").results(Select):
+                    set_choice_options(spec, select, choices)
 
     @on(Button.Pressed)
     def _remove(self, event: Button.Pressed) -> None:
         event.stop()
         self.post_message(self.Removed(self))
 
-    def value(self) -> DatasetDraft:
-        """The row as typed."""
-        noise_model = str(self.query_one(".noise-model", Select).value)
-        return DatasetDraft(
-            base=str(self.query_one(".base", Select).value),
-            params=self.query_one(".params", Input).value,
-            noise_model=None if noise_model == SOURCE_DEFAULT else noise_model,
-            train=self.query_one(".train", Input).value,
-            val=self.query_one(".val", Input).value,
-            seed=self.query_one(".seed", Input).value,
-        )
+    def value(self) -> dict[str, Any]:
+        """The row's widget values by sub-field key."""
+        out = dict(self.values)  # what the row was made with, for cells not composed yet
+        for spec in self.fields:
+            for widget in self.query(f".{spec.key}"):
+                out[spec.key] = read_widget(spec, widget)
+        return out

@@ -1,0 +1,214 @@
+"""What a run costs in seconds: the shared vocabulary of every family's cost model (:meth:`TaskFamily.estimate_costs`).
+
+A family answers, for its runs left to do, the seconds of each run on each slot *profile* (:class:`Profile`: the
+device type, the concrete device and the thread count a slot gives a worker), of which a ``shared`` part is paid
+once per worker process (start-up, data loading: what the runs of a pack share), and where the number came from
+(:class:`RunCost`). It asks the manager for what it cannot know alone through a :class:`CostContext`:
+
+- :meth:`CostContext.history`: medians over finished runs of the same *cell* (same
+  :meth:`~engine.tasks.TaskFamily.cost_cell`, this host and device) of the seconds per unit of work
+  (:meth:`~engine.tasks.TaskFamily.cost_units`: an epoch, an epoch over a number of graphs...), per evaluation,
+  and of the rest of a run (:class:`CellHistory`);
+- :meth:`CostContext.calibrate`: measurements of cost keys (opaque to the manager: anything with ``to_dict()``) on
+  the slots of a profile, taken by the family's calibration module (``python -m <module>``) in one process per slot
+  side by side, cached per machine and key in ``<workspace>/calibration.json`` (:class:`CalibrationCache`);
+- :meth:`CostContext.overhead`: the seconds a run costs besides its training (process start, imports, result),
+  timed on tiny runs of the family (:meth:`~engine.tasks.TaskFamily.overhead_probe`) through the real worker.
+
+:meth:`CostContext.from_history` is the model of a family without a calibrated one: finished runs of the same cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.cache import discard, open_sealed_json, write_sealed_json
+from engine.files import locked, read_json
+
+#: Version of the cache file's layout; entries of another version are measured anew and the file rewritten.
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a slot offers a run: the device type (``cpu``/``cuda``), its concrete device and its thread count."""
+
+    kind: str
+    device: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class CellHistory:
+    """Medians over finished runs of one cell: seconds per unit of work (an epoch), seconds per evaluation, and the
+    rest of a run's duration (None when only runs of packs are known: their duration is their own units and
+    evaluations)."""
+
+    epoch_s: float
+    eval_s: float
+    overhead_s: float | None
+    runs: int
+
+    def seconds(self, epochs: float, evals: int, overhead: float = 0.0) -> float:
+        """A run's seconds; ``overhead`` stands in for an unknown rest."""
+        rest = overhead if self.overhead_s is None else self.overhead_s
+        return rest + epochs * self.epoch_s + evals * self.eval_s
+
+
+@dataclass
+class RunCost:
+    """One run's seconds per slot profile, of which ``shared`` (per profile) is paid once per worker process, and
+    where the numbers came from (``history (3 run(s))``, ``calibration (cached)``...)."""
+
+    seconds: dict[Profile, float]
+    source: str
+    shared: dict[Profile, float] = field(default_factory=dict)
+
+
+@dataclass
+class CostReport:
+    """What a family's cost model says of its runs: ``costs`` (run hash -> :class:`RunCost`), ``missing`` (run
+    hash -> why there is no number) and ``to_build`` (inputs not yet built, whose building is not counted)."""
+
+    costs: dict[str, RunCost] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    to_build: int = 0
+
+
+class CostContext:
+    """What the manager offers a family's cost model (implemented by :class:`gaptui.estimate.Estimator`)."""
+
+    #: The distinct slot profiles of the grid's slots, in slot order.
+    profiles: list[Profile]
+    #: Where the grid's inputs are cached (``<workspace>/datasets``), for models that read a built input's size.
+    datasets_dir: Path
+
+    def history(self, family: Any, spec: Any, profile: Profile) -> CellHistory | None:
+        """Finished runs of ``spec``'s cell on this host and ``profile``'s device (None when there are none)."""
+        raise NotImplementedError
+
+    def calibrate(
+        self,
+        family: Any,
+        wanted: Mapping[Profile, Mapping[str, Any]],
+        fits: Callable[[dict[str, Any]], bool] = bool,
+    ) -> dict[tuple[Profile, str], Any]:
+        """``(profile, ident) -> (measurement dict or object, measured now)`` for each wanted key (``ident ->
+        key``), cached or measured (every key of a profile at once, on all its slots); a cached entry that does not
+        ``fits`` (another layout) is measured again."""
+        raise NotImplementedError
+
+    def overhead(self, family: Any) -> float:
+        """Seconds a run of ``family`` costs besides its training, with every slot busy (cached)."""
+        raise NotImplementedError
+
+    def from_history(self, family: Any, specs: Sequence[Any]) -> CostReport:
+        """The cost model of a family without a calibrated one: each run from finished runs of its cell; runs of a
+        cell never finished here are missing (no made-up number)."""
+        report = CostReport()
+        unknown_rest = False
+        found: dict[str, dict[Profile, CellHistory]] = {}
+        for spec in specs:
+            per = {p: self.history(family, spec, p) for p in self.profiles}
+            if any(cell is None for cell in per.values()):
+                report.missing[spec.hash()] = (
+                    f"{family.cost_label(spec)}: no finished run of this cell on this machine yet "
+                    f"(task {family.name} is estimated from the history of its runs)"
+                )
+                continue
+            found[spec.hash()] = {p: c for p, c in per.items() if c is not None}
+            unknown_rest |= any(c.overhead_s is None for c in found[spec.hash()].values())
+        overhead = self.overhead(family) if unknown_rest else 0.0
+        for spec in specs:
+            if spec.hash() not in found:
+                continue
+            units, evals = family.cost_units(spec) or 0, family.cost_evaluations(spec)
+            cost = RunCost({}, "")
+            for profile, cell in found[spec.hash()].items():
+                cost.seconds[profile] = cell.seconds(units, evals, overhead)
+                cost.shared[profile] = overhead if cell.overhead_s is None else cell.overhead_s
+                cost.source = cost.source or f"history ({cell.runs} run(s))"
+            report.costs[spec.hash()] = cost
+        return report
+
+
+# ------------------------------------------------------------------------------------------------ calibration cache
+
+
+def machine(device: str = "cpu") -> dict[str, str]:
+    """What makes a measurement this machine's: host, CPU model, the device's name, Python and torch versions."""
+    import torch
+
+    from engine.loop import cpu_name
+
+    name = cpu_name()
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    return {
+        "host": platform.node(),
+        "cpu": cpu_name(),
+        "device": name,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def _digest(obj: Any) -> str:
+    from engine.cache import content_digest
+
+    return content_digest(obj)
+
+
+class CalibrationCache:
+    """Measurements by (machine, cost key) in one JSON file, written atomically under a lock.
+
+    The file carries its own fingerprint (:func:`engine.cache.write_sealed_json`); a file that fails it (truncated,
+    altered, garbled) is moved aside with one line, said through ``warn(line)``, and measured again.
+    """
+
+    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
+        self.path = Path(path)
+        self.warn = warn or (lambda line: print(line, file=sys.stderr))
+        self._entries: dict[str, Any] | None = None
+
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.path.with_name(f".{self.path.name}.lock"), "gaptui calibration")
+
+    def _read(self) -> dict[str, Any]:
+        raw = read_json(self.path)
+        if isinstance(raw, dict) and raw.get("format") != CACHE_FORMAT and isinstance(raw.get("format"), int):
+            return {}  # another gaptui's layout: measured again, and replaced on the next write
+        what, then = "calibration cache", "measuring again"
+        sealed = open_sealed_json(self.path, what, warn=self.warn, then=then)
+        if sealed is None:
+            return {}
+        entries = sealed.get("entries")
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            discard(self.path, what, "'entries' is not a table of measurements", self.warn, then)
+            return {}
+        return entries
+
+    def entries(self) -> dict[str, Any]:
+        if self._entries is None:
+            with self._lock():
+                self._entries = self._read()
+        return self._entries
+
+    def get(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
+        entry = self.entries().get(_digest({"machine": host, "key": key}))
+        return entry.get("value") if isinstance(entry, dict) and isinstance(entry.get("value"), dict) else None
+
+    def put(self, host: Mapping[str, Any], key: Mapping[str, Any], value: Mapping[str, Any]) -> None:
+        """Add one measurement, keeping what other processes wrote meanwhile."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            entries = self._read()
+            entries[_digest({"machine": host, "key": key})] = {"machine": host, "key": key, "value": dict(value)}
+            write_sealed_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
+            self._entries = entries

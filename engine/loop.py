@@ -1,0 +1,540 @@
+"""The shared epoch loop of every task family: resume, checkpoints, stop, non-finite loss, events, packed seeds.
+
+A family writes its training step and its evaluation only, as an :class:`EpochTask`; :func:`epoch_steps` does
+the rest, the same way for every family:
+
+- **Resume at the exact position.** The checkpoint (``checkpoint.pt`` in the run folder, written atomically with
+  its size and SHA-256 by :class:`Checkpoints`; the previous one is kept) holds the :class:`TrainState` (completed
+  epochs, batches of the current epoch, optimiser steps, the running loss of the epoch), the state of every part
+  the task names (model, optimiser, scheduler: :meth:`EpochTask.parts`), the task's own fields and the random
+  generators (torch, CUDA, NumPy, ``random``). A run stopped in the middle of an epoch and resumed ends with the
+  same weights and metrics as the uninterrupted run, provided the task's batch order is a pure function of
+  (seed, epoch) (:func:`epoch_order`) and its epoch starts at ``state.batch_in_epoch``.
+- **Stop.** ``should_stop()`` is polled between batches (by :func:`run_batches`) and after each epoch: the
+  checkpoint is saved, then :class:`~engine.tasks.Cancelled` names the epoch, step and batch reached.
+- **Non-finite loss.** :class:`NonFiniteLoss` (raised by :func:`run_batches`) becomes
+  :class:`~engine.tasks.RunFailed` of kind ``nan`` whose message and ``error`` event name the epoch and step.
+- **Events.** ``start`` (``run``, ``epochs``, ``steps_per_epoch``, ``resumed_from``, ``pid`` and the task's
+  :meth:`EpochTask.start_fields`), then per epoch ``eval`` (when the task evaluated: ``epoch``, ``seconds`` and
+  its metrics) and ``epoch`` (``epoch``, ``step``, the epoch's :meth:`EpochTask.summary` such as ``train_loss``,
+  ``lr``, ``seconds`` and :meth:`EpochTask.epoch_fields`). ``done`` / ``cancelled`` / ``error`` are the worker's.
+- **Packed seeds.** :func:`epoch_steps` is a generator that yields after each epoch: the worker drives the runs of
+  a pack in turn (``engine.worker.interleave``), each with its own random state; :func:`engine.tasks.run_steps`
+  runs one alone.
+
+The helpers every family's step shares live here too: :func:`make_optimiser`, :func:`epoch_order`,
+:func:`seed_everything`, :func:`resolve_device`, :func:`device_fields`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from engine.errors import GaptuiError
+from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, read_json
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.tasks import RunContext
+
+#: Version of the checkpoint layout; a newer one is refused with one line (a checkpoint without ``format`` is 1).
+CHECKPOINT_FORMAT = 1
+#: The checkpoint files of a run folder.
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+#: Training steps between two reads of the loss from the device (see :func:`run_batches`).
+CHECK_EVERY = 25
+#: The ``precision`` run option: ``fp32``, ``bf16`` (the model's forward pass under bf16 autocast; similarities,
+#: softmax, losses, evaluation, weights and optimiser state in fp32) or ``auto`` (:func:`resolve_precision`).
+PRECISIONS = ("auto", "fp32", "bf16")
+
+# ------------------------------------------------------------------------------------------------ shared helpers
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss of optimiser step ``step`` (1-based, counted over the run) in epoch ``epoch`` was not finite."""
+
+    def __init__(self, epoch: int, step: int, value: float) -> None:
+        super().__init__(f"loss became {value} at epoch {epoch}, step {step}; lower lr or use clip_mode=norm")
+        self.epoch, self.step = epoch, step
+
+
+def make_optimiser(
+    model: Any, lr: float, weight_decay: float, total_steps: int, warmup_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW with a one-cycle schedule stepped once per optimiser step, peaking after ``warmup_steps``."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    total_steps = max(total_steps, 2)
+    pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
+    return opt, sched
+
+
+def epoch_order(seed: int, epoch: int, count: int) -> torch.Tensor:
+    """The shuffle of epoch ``epoch`` (1-based), a pure function of (seed, epoch): resuming replays it exactly."""
+    import torch
+
+    gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) % (1 << 63))
+    return torch.randperm(count, generator=gen)
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu``, ``cuda``, ``cuda:N``; one-line error when CUDA is missing."""
+    import torch
+
+    from engine.typed import check_device
+
+    check_device(name, "--device")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise GaptuiError(f"device '{name}' requested but no CUDA device is available; use --device cpu")
+    return torch.device(name)
+
+
+def cpu_name() -> str:
+    """The CPU model (``/proc/cpuinfo``), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_fields(device: torch.device) -> dict[str, str]:
+    """``device`` and ``device_name`` (the GPU's or the CPU's model) for ``result.json``."""
+    import torch
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return {"device": str(device), "device_name": name}
+
+
+def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str:
+    """The precision a run trains in: ``fp32`` or ``bf16`` as asked; ``auto`` is ``fp32`` everywhere for now.
+
+    bf16 becomes the ``auto`` choice on hardware with native bf16 only once its accuracy is measured equal to
+    fp32's within the seed spread for every model (``benchmarks/bench_epoch.py --precision`` measures the speed).
+    """
+    if precision not in PRECISIONS:
+        raise GaptuiError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}")
+    return "fp32" if precision == "auto" else precision
+
+
+def autocast(precision: str, device: torch.device | str = "cpu") -> Any:
+    """The context of a forward pass in ``precision``: bf16 autocast on ``device``'s type, or nothing (fp32).
+
+    Parameters stay fp32 (they are the master weights the optimiser updates); a family computes what must stay
+    exact (similarities, softmax, loss) outside this context, from the forward pass's output cast to fp32.
+    """
+    import contextlib
+
+    import torch
+
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return torch.autocast(kind, dtype=torch.bfloat16)
+
+
+def rng_state() -> dict[str, Any]:
+    """The process's random generators (torch, CUDA when initialised, NumPy, ``random``), in a form that
+    ``torch.load(..., weights_only=True)`` reads back."""
+    import random
+
+    import numpy as np
+    import torch
+
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+        "numpy": [str(name), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), gauss],
+        "random": [version, list(internal), gauss_next],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(gauss)))
+    version, internal, gauss_next = state["random"]
+    random.setstate((version, tuple(internal), gauss_next))
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+class Checkpoints:
+    """The run's checkpoint, its fingerprint and the previous one; loading falls back past corrupt files."""
+
+    def __init__(self, out: Path, log: Callable[[str], None]) -> None:
+        self.path = Path(out) / CHECKPOINT
+        self.previous = Path(out) / PREVIOUS_CHECKPOINT
+        self.log = log
+
+    @staticmethod
+    def sums(path: Path) -> Path:
+        return path.with_suffix(".json")
+
+    def save(self, payload: dict[str, Any]) -> None:
+        """Write ``payload`` with ``torch.save``; the current checkpoint becomes the previous one."""
+        import torch
+
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        torch.save(payload, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        sums = fingerprint(tmp)
+        # The order keeps one consistent (file, fingerprint) pair at every instant: a file without its
+        # fingerprint is checked by loading it instead.
+        if self.path.exists():
+            if self.sums(self.path).exists():
+                os.replace(self.sums(self.path), self.sums(self.previous))
+            else:
+                self.sums(self.previous).unlink(missing_ok=True)
+            os.replace(self.path, self.previous)
+        os.replace(tmp, self.path)
+        atomic_write_json(self.sums(self.path), sums, indent=2, sort_keys=True)
+
+    def load(self, device: Any) -> dict[str, Any] | None:
+        """The newest checkpoint that passes its check, or None; corrupt ones are moved aside with a log line."""
+        for path in (self.path, self.previous):
+            ckpt = self._load_checked(path, device)
+            if ckpt is not None:
+                if path == self.previous:
+                    self.log(f"resuming from the previous checkpoint {path.name}")
+                return ckpt
+        return None
+
+    def _load_checked(self, path: Path, device: Any) -> dict[str, Any] | None:
+        if not path.exists():
+            return None
+        ckpt, problem = check_checkpoint(path, device)
+        if problem:
+            aside = move_aside(path)
+            if self.sums(path).exists():
+                os.replace(self.sums(path), aside.with_name(aside.name + ".json"))
+            message = f"checkpoint {path} is corrupt ({problem}); moved aside to {aside.name}"
+            self.log(f"warning: {message}")
+            print(f"warning: {message}", file=sys.stderr)
+            return None
+        return ckpt
+
+
+def _legacy(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of the property study's own loop before the shared one (``model``, ``optimizer``, ``epoch``,
+    ``last``; written at epoch ends) in the shared layout; any other dict as it is."""
+    if "state" not in ckpt and {"model", "optimizer", "epoch", "last"} <= set(ckpt):
+        return {
+            "state": {"epoch": int(ckpt["epoch"])},
+            "metrics": dict(ckpt["last"]),
+            "model": ckpt["model"],
+            "optimizer": ckpt["optimizer"],
+        }
+    return ckpt
+
+
+def check_checkpoint(path: Path, device: Any = "cpu") -> tuple[dict[str, Any] | None, str]:
+    """``(checkpoint, "")`` when ``path`` matches its fingerprint (``<stem>.json``, when written) and loads as a
+    gaptui checkpoint; ``(None, why)`` otherwise."""
+    import torch
+
+    expected = read_json(Checkpoints.sums(path))
+    problem = mismatch(path, expected) if isinstance(expected, dict) else ""
+    if problem:
+        return None, problem
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
+        return None, f"unreadable ({type(exc).__name__})"
+    ckpt = _legacy(ckpt) if isinstance(ckpt, dict) else ckpt
+    if not isinstance(ckpt, dict) or "state" not in ckpt:
+        return None, "not a gaptui checkpoint"
+    return ckpt, ""
+
+
+def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
+    """The checkpoint at ``path`` after its check; one-line :class:`GaptuiError` when it is corrupt."""
+    ckpt, problem = check_checkpoint(path, device)
+    if ckpt is None:
+        raise GaptuiError(f"checkpoint {path} is corrupt ({problem}); train the run again to get its model back")
+    return ckpt
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in checkpoints so a restarted worker continues at the same batch."""
+
+    epoch: int = 0  # completed epochs
+    batch_in_epoch: int = 0  # completed batches of the current (epoch + 1) epoch
+    step: int = 0  # optimiser steps over the run
+    loss_sum: float = 0.0  # sum over the epoch's batches of loss x weight (real nodes, graphs)
+    loss_nodes: int = 0  # sum of the weights
+    #: Other running sums of the epoch a task keeps (correct predictions...), reset with the epoch.
+    tally: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / max(self.loss_nodes, 1)
+
+    def next_epoch(self) -> None:
+        self.epoch, self.batch_in_epoch, self.loss_sum, self.loss_nodes, self.tally = self.epoch + 1, 0, 0.0, 0, {}
+
+
+class EpochTask:
+    """What a family writes for :func:`epoch_steps`: its training epoch and its evaluation.
+
+    Required: :attr:`epochs` and :meth:`parts` (the objects with ``state_dict`` / ``load_state_dict`` a checkpoint
+    holds: ``{"model": ..., "optimizer": ..., "scheduler": ...}``) and :meth:`train_epoch`. The rest has defaults.
+    """
+
+    #: Epochs to train; :attr:`steps_per_epoch` is reported in the ``start`` event.
+    epochs: int = 0
+    steps_per_epoch: int = 0
+    #: The precision the task trains in (``fp32`` or ``bf16``), set by :func:`epoch_steps` before the first epoch:
+    #: the task runs its forward pass in ``autocast(self.precision, device)``.
+    precision: str = "fp32"
+
+    def parts(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+        """Train (the rest of) epoch ``state.epoch + 1`` from batch ``state.batch_in_epoch``, advancing ``state``
+        (mostly through :func:`run_batches`); False when ``should_stop()`` stopped it between two batches."""
+        raise NotImplementedError
+
+    def summary(self, state: TrainState) -> dict[str, float]:
+        """The finished epoch's training figures (``epoch`` event fields, metrics when no evaluation overrides)."""
+        return {"train_loss": state.mean_loss}
+
+    def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
+        """The run's metrics after ``epoch`` (emitted as an ``eval`` event), or None when it does not evaluate."""
+        return None
+
+    def epoch_fields(self, evaluated: dict[str, float] | None) -> dict[str, Any]:
+        """Extra ``epoch`` event fields (alignment: ``val_acc``)."""
+        return {}
+
+    def start_fields(self) -> dict[str, Any]:
+        """Extra ``start`` event fields (model, params, width, device, dataset, sizes...)."""
+        return {}
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """Extra checkpoint fields: what readers of the checkpoint need besides the parts, and the task's own
+        state to restore (see :meth:`load_checkpoint`)."""
+        return {}
+
+    def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        """Restore the task's own state from a checkpoint written by :meth:`checkpoint_fields`."""
+
+    def failure_fields(self) -> dict[str, Any]:
+        """``result.json`` fields of a failed run (dataset, model, params, device...)."""
+        return {}
+
+
+@dataclass
+class LoopResult:
+    """What :func:`epoch_steps` returns: the final metrics (last evaluation, or the last epoch's summary) and
+    where training stands (``state.epoch == task.epochs``)."""
+
+    metrics: dict[str, float]
+    state: TrainState
+    #: The precision the run trained in (``fp32`` or ``bf16``), for its reproducibility record.
+    precision: str = "fp32"
+
+
+T = TypeVar("T")
+
+
+def run_batches(
+    state: TrainState,
+    batches: Iterable[T],
+    step: Callable[[T], tuple[Any, Any]],
+    should_stop: Callable[[], bool],
+    check_every: int = CHECK_EVERY,
+) -> bool:
+    """The batch loop of an epoch: ``step(batch)`` trains on one batch (forward, backward, optimiser and scheduler
+    step) and returns its detached loss and weight (tensors or numbers); ``state`` counts steps and batches.
+
+    ``batches`` are the epoch's remaining batches (from ``state.batch_in_epoch``). Losses stay on the device and
+    are read back every ``check_every`` steps and at the end (one host sync for many steps); a non-finite loss
+    raises :class:`NonFiniteLoss` naming the step that made it. Returns False when ``should_stop()`` answered True
+    before a batch (the losses so far are counted).
+    """
+    pending: list[tuple[Any, Any]] = []
+
+    def settle() -> None:
+        if not pending:
+            return
+        import torch
+
+        losses = torch.stack([torch.as_tensor(loss) for loss, _ in pending]).double()
+        weights = torch.stack([torch.as_tensor(weight) for _, weight in pending]).to(losses.device, torch.float64)
+        for i, value in enumerate(losses.tolist()):
+            if not math.isfinite(value):
+                raise NonFiniteLoss(state.epoch + 1, state.step - len(pending) + i + 1, value)
+        state.loss_sum += float((losses * weights).sum())
+        state.loss_nodes += int(weights.sum())
+        pending.clear()
+
+    for batch in batches:
+        if should_stop():
+            settle()
+            return False
+        pending.append(step(batch))
+        state.step += 1
+        state.batch_in_epoch += 1
+        if len(pending) >= check_every:
+            settle()
+    settle()
+    return True
+
+
+def epoch_steps(
+    task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu", precision: str = "auto"
+) -> Generator[None, None, LoopResult]:
+    """Train ``task`` for run ``run`` in ``ctx.run_dir``, resuming from its checkpoint, yielding after each epoch.
+
+    ``precision`` (:data:`PRECISIONS`) is resolved by :func:`resolve_precision` and set as ``task.precision``; a
+    checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit other one is refused).
+    Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
+    :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
+    checkpoint of another run or of a newer gaptui.
+    """
+    from engine.tasks import Cancelled, RunFailed
+
+    parts = task.parts()
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = Checkpoints(ctx.run_dir, ctx.log)
+    state = TrainState()
+    metrics: dict[str, float] = {}
+    resumed_from = None
+    task.precision = resolve_precision(precision, device)
+    ckpt = checkpoints.load(device)
+    if ckpt is not None:
+        where = checkpoints.path
+        written = str(ckpt.get("precision", "fp32"))
+        if written != task.precision and precision != "auto":
+            raise GaptuiError(
+                f"{where} was written in {written} precision and this run asks for {task.precision}; "
+                f"run it with precision = {written} or use a fresh run folder"
+            )
+        if written != task.precision:
+            ctx.log(f"resuming in {written} precision, the checkpoint's")
+            task.precision = written
+        if int(ckpt.get("format", 1)) > CHECKPOINT_FORMAT:
+            raise GaptuiError(
+                f"{where} has checkpoint format {ckpt.get('format')}, newer than this gaptui reads "
+                f"({CHECKPOINT_FORMAT}); upgrade gaptui or use a fresh run folder"
+            )
+        if ckpt.get("run", run) != run:
+            raise GaptuiError(f"{where} belongs to another run spec; use a fresh --out folder")
+        for name, part in parts.items():
+            if name not in ckpt:
+                raise GaptuiError(f"{where} holds no {name} state; delete it to train the run from the start")
+            part.load_state_dict(ckpt[name])
+        known = {f for f in TrainState.__dataclass_fields__}
+        state = TrainState(**{k: v for k, v in ckpt["state"].items() if k in known})
+        metrics = dict(ckpt.get("metrics", {}))
+        task.load_checkpoint(ckpt)
+        if ckpt.get("rng") is not None:
+            set_rng_state(ckpt["rng"])
+        resumed_from = {"epoch": state.epoch, "batch": state.batch_in_epoch, "step": state.step}
+        ctx.log(f"resuming from epoch {state.epoch}, batch {state.batch_in_epoch} (step {state.step})")
+
+    def save() -> None:
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "run": run,
+            "precision": task.precision,
+            **task.checkpoint_fields(),
+            "state": asdict(state),
+            "metrics": metrics,
+            "rng": rng_state(),
+            **{name: part.state_dict() for name, part in parts.items()},
+        }
+        checkpoints.save(payload)
+
+    def cancel() -> Cancelled:
+        save()
+        return Cancelled(epoch=state.epoch, step=state.step, batch=state.batch_in_epoch)
+
+    ctx.emit(
+        "start",
+        run=run,
+        **task.start_fields(),
+        epochs=task.epochs,
+        steps_per_epoch=task.steps_per_epoch,
+        precision=task.precision,
+        resumed_from=resumed_from,
+        pid=os.getpid(),
+    )
+    optimizer = parts.get("optimizer")
+    summary: dict[str, float] = {}
+    while state.epoch < task.epochs:
+        t0 = time.perf_counter()
+        try:
+            finished = task.train_epoch(state, ctx.should_stop)
+        except NonFiniteLoss as exc:
+            event = {"epoch": exc.epoch, "step": exc.step}
+            raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None
+        if not finished:
+            raise cancel()
+        epoch = state.epoch + 1
+        summary = task.summary(state)
+        seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        evaluated = task.evaluate(epoch, summary)
+        if evaluated is not None:
+            metrics = dict(evaluated)
+            ctx.emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **evaluated)
+        state.next_epoch()
+        # An evaluation's metrics stand until the next one; the training figures fill what it left out.
+        metrics = {**summary, **metrics} if evaluated is not None else {**metrics, **summary}
+        save()
+        lr = optimizer.param_groups[0]["lr"] if optimizer is not None else None
+        fields = task.epoch_fields(evaluated)
+        ctx.emit("epoch", epoch=epoch, step=state.step, **summary, lr=lr, seconds=round(seconds, 4), **fields)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in {**summary, **fields}.items() if isinstance(v, float))
+        rate = f" lr {lr:.2e}" if lr is not None else ""
+        ctx.log(f"epoch {epoch}/{task.epochs} {shown}{rate} {seconds:.2f}s")
+        if ctx.should_stop():
+            raise cancel()
+        yield
+    return LoopResult(metrics, state, task.precision)
