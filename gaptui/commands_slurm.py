@@ -124,8 +124,8 @@ def cancel_cmd(
     workspace it records them as cancelled; otherwise this command waits for them to stop and records it."""
     from gaptui.backends.slurm import array_ids, by_array, cancel_jobs, in_flight_on_slurm
     from gaptui.history import History, now
+    from gaptui.processes import pid_alive
     from gaptui.runner import signal_group
-    from gaptui.scheduler import pid_alive
 
     ws = Workspace.resolve(workspace)
     live = _live(ws, list(runs or []), preset)
@@ -198,7 +198,7 @@ def _finished_done(record: dict[str, Any]) -> bool:
 def _wait_stopped(ws: Workspace, on_slurm: list[dict[str, Any]], local: list[dict[str, Any]]) -> None:
     """Until Slurm reports the jobs ended and the local workers exited (their checkpoints are then saved)."""
     from gaptui.backends.slurm import QUEUED_STATES, RUNNING_STATES, job_state, make_watcher
-    from gaptui.scheduler import pid_alive
+    from gaptui.processes import pid_alive
 
     watcher = make_watcher()
     for record in on_slurm:

@@ -3,8 +3,8 @@
 A preset names its family with ``task = "..."`` (default ``alignment``); everything else in the file is the
 family's own grid description, validated by the family (:meth:`engine.tasks.TaskFamily.parse_preset`). The
 alignment format (datasets x noise x models x seeds) is described in :class:`engine.alignment.preset.Preset`.
-A ``[slurm]`` table (used with ``--backend slurm``, see :class:`gaptui.backends.slurm.SlurmOptions`) is the
-manager's: it is parsed here, for any family whose preset declares a ``slurm`` field.
+The keys every family shares (``name``, ``description``, ``seeds``, the ``[run]`` policy and the ``[slurm]`` table
+used with ``--backend slurm``) are one schema, :mod:`engine.presets`.
 
 ``--preset NAME`` looks for ``NAME`` as a path, then ``<workspace>/presets/NAME.toml``, then the presets shipped
 with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
@@ -23,9 +23,8 @@ from engine.alignment.preset import DatasetEntry, Preset, RunOptions, toml_value
 from engine.alignment.preset import dump_preset as dump_alignment_preset
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import decode_user_text, read_user_bytes
+from engine.presets import SlurmOptions
 from engine.tasks import Placement, PresetBase, family, task_of
-from engine.typed import parse_dataclass
-from gaptui.backends.slurm import SlurmOptions
 from gaptui.workspace import Workspace
 
 try:
@@ -133,20 +132,16 @@ def load_preset(name: str, ws: Workspace | None = None) -> Any:
 
 
 def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Any:
-    """Validate a preset document with its family's rules; errors name the file, the key and the value."""
+    """Validate a preset document with its family's rules; errors name the file, the key and the value.
+
+    The keys every family shares (``task``, ``name``, ``description``, ``seeds``, the ``[run]`` policy, ``[slurm]``)
+    are read by the schema in :mod:`engine.presets`, which the family's parser starts from."""
     where = str(path) if path else "preset"
     try:
         fam = family(task_of(raw))
     except GaptuiError as exc:
         raise GaptuiError(f"{where}: key 'task': {exc}") from None
-    preset = fam.parse_preset({k: v for k, v in raw.items() if k != "slurm"}, where, path)
-    takes_slurm = dataclasses.is_dataclass(preset) and "slurm" in {f.name for f in dataclasses.fields(preset)}
-    if not takes_slurm:
-        if "slurm" in raw:
-            raise GaptuiError(f"{where}: key 'slurm': the {fam.name} family does not run on Slurm")
-        return preset
-    slurm = parse_dataclass(SlurmOptions, raw.get("slurm", {}), f"{where}: [slurm]").check(f"{where}: [slurm]")
-    return dataclasses.replace(preset, slurm=slurm)
+    return fam.parse_preset(raw, where, path)
 
 
 def slurm_options(preset: Any) -> SlurmOptions:

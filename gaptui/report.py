@@ -51,7 +51,7 @@ def _versions() -> dict[str, str]:
 
 
 def _generator() -> list[str]:
-    from gaptui.scheduler import git_commit
+    from gaptui.run_records import git_commit
 
     here = git_commit(Path(__file__).resolve().parent)
     sha = f"{here['commit'][:12]}{' (with local changes)' if here['dirty'] else ''}" if here else "not a checkout"

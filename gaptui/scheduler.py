@@ -35,15 +35,12 @@ The scheduler knows nothing else about tasks: specs are opaque apart from ``hash
 
 from __future__ import annotations
 
-import json
-import os
 import platform
-import shutil
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,167 +50,36 @@ from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
 from engine.tasks import TaskSpec, family, load_spec
 from gaptui.history import History, now
+from gaptui.packs import group_packs, pack_key
+from gaptui.processes import pid_alive, tail
+from gaptui.run_records import git_commit, new_record
 from gaptui.runner import run_id, signal_group, start_pack, write_spec
+from gaptui.slots import Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
+
+#: The public names; slots, packs, records and process helpers live in their own modules, importable from here too.
+__all__ = [
+    "GRACE",
+    "Job",
+    "Listener",
+    "Scheduler",
+    "Slot",
+    "detect_gpus",
+    "git_commit",
+    "group_packs",
+    "make_slots",
+    "new_record",
+    "pack_key",
+    "pid_alive",
+    "tail",
+]
 
 #: Seconds a worker gets to checkpoint after SIGTERM before it is killed.
 GRACE = 30.0
 
 
-@dataclass
-class Slot:
-    """Where a worker runs: environment overrides (CUDA_VISIBLE_DEVICES, thread counts) and its occupant."""
-
-    name: str
-    env: dict[str, str]
-    busy: str | None = None
-
-
-def detect_gpus() -> list[str]:
-    """GPU indices visible to this process (``nvidia-smi -L``; honours CUDA_VISIBLE_DEVICES), no torch import."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU")]
-
-
-def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: int | None = None) -> list[Slot]:
-    """``jobs_per_gpu`` slots per GPU; CPU slots when there is no GPU (or when ``cpu_jobs`` is given).
-
-    The cores are split between the slots' workers (``OMP_NUM_THREADS``), never above a thread count the caller
-    already pinned in its own environment.
-    """
-    gpus = detect_gpus() if gpus is None else gpus
-    cpus = len(os.sched_getaffinity(0))
-    pinned = os.environ.get("OMP_NUM_THREADS", "")
-    cap = int(pinned) if pinned.isdigit() and int(pinned) > 0 else cpus
-
-    def share(jobs: int) -> str:
-        return str(max(1, min(cap, cpus // max(1, jobs))))
-
-    slots = [
-        Slot(f"cuda:{g}#{k}", {"CUDA_VISIBLE_DEVICES": g, "OMP_NUM_THREADS": share(len(gpus))})
-        for g in gpus
-        for k in range(jobs_per_gpu)
-    ]
-    if cpu_jobs is None:
-        cpu_jobs = 0 if slots else max(1, cpus // 2)
-    threads = share(cpu_jobs)
-    slots += [
-        Slot(f"cpu#{k}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-        for k in range(cpu_jobs)
-    ]
-    return slots
-
-
-def pack_key(spec: TaskSpec) -> str:
-    """A spec without its seed: runs with equal keys differ only by seed, so a pack (``pack_seeds``) may hold them."""
-    return json.dumps({k: v for k, v in spec.to_dict().items() if k != "seed"}, sort_keys=True)
-
-
-def group_packs(cells: Sequence[str], size: int) -> list[list[int]]:
-    """Indices of runs (in start order, ``cells[i]`` the :func:`pack_key` of run ``i``) grouped as
-    ``pack_seeds = size`` groups them: up to ``size`` runs of one cell per worker process, each pack at the place
-    of its first run."""
-    out: list[list[int]] = []
-    open_packs: dict[str, list[int]] = {}
-    for i, cell in enumerate(cells):
-        pack = open_packs.get(cell)
-        if pack is not None and len(pack) < size:
-            pack.append(i)
-        else:
-            open_packs[cell] = [i]
-            out.append(open_packs[cell])
-    return out
-
-
 #: Statuses of a dependency after which its dependants can never start.
 DEAD_ENDS = ("failed", "cancelled", "blocked")
-
-
-def new_record(
-    spec: TaskSpec,
-    ws: Workspace,
-    preset: str | None = None,
-    planned_seeds: int | None = None,
-    run_dir: Path | None = None,
-) -> dict:
-    """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``."""
-    fam = family(spec.task)
-    rid = run_id(spec)
-    return {
-        "id": rid,
-        "hash": spec.hash(),
-        "status": "queued",
-        "task": spec.task,
-        "axes": fam.record_axes(spec),
-        "seed": spec.seed,
-        "spec": spec.to_dict(),
-        "depends": list(fam.dependencies(spec)),
-        "preset": preset,
-        "planned_seeds": 1 if fam.is_baseline(spec) else planned_seeds,
-        "run_dir": str(run_dir or ws.runs / rid),
-        "created": now(),
-        "started": None,
-        "finished": None,
-        "duration": None,
-        "exit_code": None,
-        "attempts": 0,
-        "pid": None,
-        "slot": None,
-        "metrics": {},
-        "params": None,
-        "error": None,
-        "log_tail": [],
-        "repro": {},
-        "tags": [],
-        "note": "",
-    }
-
-
-def git_commit(folder: Path) -> dict[str, Any] | None:
-    """The git commit (and dirty flag) of the user's project in ``folder``, if it is a repository."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True, timeout=5
-        )
-        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def tail(path: Path, lines: int = 20) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            return fh.read().decode(errors="replace").splitlines()[-lines:]
-    except FileNotFoundError:
-        return []
-
-
-def pid_alive(pid: int, run_dir: str) -> bool:
-    """Whether ``pid`` is still the worker of ``run_dir`` (not a reused pid)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # no /proc: trust the pid
-    return b"engine" in cmdline and run_dir.encode() in cmdline
 
 
 @dataclass

@@ -500,6 +500,13 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         ["gape", "embed", "{}", "--dataset", "er", "--out", "{}/e.npz"],
         "not UTF-8 text (byte 0); a run spec is a JSON text file",
     ),
+    # one preset schema: the [run] policy is checked alike in every family
+    (
+        "pack_seeds 0 in a study preset",
+        lambda t: _study(t, run="pack_seeds = 0"),
+        DRY,
+        "[run]: pack_seeds = 0: expected a count >= 1 (1: one run per process)",
+    ),
 ]
 
 

@@ -356,3 +356,15 @@ async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_s
             if record["status"] in ("queued", "running"):
                 run_cli("cancel", record["id"], "-w", str(ws.root))
         shutil.rmtree(ws.root.parent, ignore_errors=True)
+
+
+def test_the_node_task_pickles_by_a_name_that_imports() -> None:
+    """submitit pickles run_task by reference; its module is the one a compute node imports."""
+    import pickle
+
+    from gaptui.backends import slurm
+    from gaptui.backends.slurm_node import run_task
+
+    assert pickle.loads(pickle.dumps(slurm.run_task)) is run_task
+    # what jobs submitted before the node side moved to slurm_node hold: the function named in gaptui.backends.slurm
+    assert pickle.loads(b"cgaptui.backends.slurm\nrun_task\n.") is run_task

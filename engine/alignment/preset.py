@@ -10,15 +10,8 @@ from typing import Any, ClassVar
 
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.tasks import (
-    Placement,
-    PresetBase,
-    check_run_options,
-    list_of,
-    seeds_of,
-    unique_values,
-    unknown_keys,
-)
+from engine.presets import PresetHead, SlurmOptions, parse_head, spec_options
+from engine.tasks import Placement, PresetBase, list_of, unique_values, unknown_keys
 
 BASELINE = "laplacian"
 #: Row order of Table D.3; models not listed follow alphabetically.
@@ -67,36 +60,10 @@ class DatasetEntry:
         return out
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """Options copied into every RunSpec of the grid, plus how the scheduler treats each run."""
-
-    epochs: int = 300
-    batch_size: int = 100
-    budget: int = 60_000
-    out_dim: int | None = None
-    features: str = "degree"
-    input_layer: str = "linear"
-    norm: str = "per-graph"
-    eval_every: int = 1
-    lr: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    clip: float = 0.1
-    clip_mode: str = "value"
-    compile: str = "auto"
-    topk: list[int] = field(default_factory=lambda: [5, 10])
-    timeout: float | None = None
-    retries: int = 0
-    #: Seeds of one cell trained together in one worker process (scheduling only: no run's hash changes).
-    pack_seeds: int = 1
-
-    def spec_fields(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in SCHEDULING}
-
-
-#: Run options that say how the scheduler treats runs, not what they compute: never copied into a spec.
-SCHEDULING = ("timeout", "retries", "pack_seeds")
+#: The ``[run]`` table: every RunSpec field a grid does not fill in (same types and defaults, declared once, in
+#: RunSpec) plus the run policy (``timeout``, ``retries``, ``pack_seeds``: how the scheduler treats each run).
+#: ``spec_fields()`` gives the options copied into every RunSpec of the grid.
+RunOptions: Any = spec_options(RunSpec, ("dataset", "model", "task", "model_kwargs", "seed"), "RunOptions", __name__)
 
 
 @dataclass(frozen=True)
@@ -137,8 +104,8 @@ class Preset(PresetBase):
     path: Path | None = None
     #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
-    #: The manager's cluster settings (the preset's ``[slurm]`` table), attached by ``gaptui.presets``.
-    slurm: Any = None
+    #: How its runs are submitted with ``--backend slurm`` (the preset's ``[slurm]`` table; None: the defaults).
+    slurm: SlurmOptions | None = None
 
     @property
     def size(self) -> int:
@@ -158,23 +125,26 @@ class Preset(PresetBase):
         return self.run.pack_seeds
 
 
-TOP_KEYS = ("task", "name", "description", "noise", "models", "seeds", "laplacian", "model_options", "run", "datasets")
+#: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.presets`').
+OWN_KEYS = ("noise", "models", "laplacian", "model_options", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
-RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name in RunOptions().spec_fields())
 
 
 def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     """Validate an alignment preset document. Errors name the file, the key and the value, with a did-you-mean."""
+    head = parse_head(raw, path, "alignment", OWN_KEYS, RUN_KEYS, required=("noise", "models", "datasets"), slurm=True)
+    return preset_of(head)
+
+
+def preset_of(head: PresetHead) -> Preset:
+    """The alignment preset on a parsed common part: reads the family's keys (``head.own``, ``head.run``) only."""
     from engine.alignment.datasets import DatasetSpec
     from engine.alignment.noise import check_noise
     from engine.models import MODELS
     from engine.typed import parse_dataclass
 
-    where = str(path) if path else "preset"
-    unknown_keys(where, raw, TOP_KEYS)
-    for key in ("noise", "models", "seeds", "datasets"):
-        if key not in raw:
-            raise GaptuiError(f"{where}: missing key '{key}'")
+    where, path, raw = head.where, head.path, head.own
     noise = list_of(where, "noise", raw["noise"], (int, float), "noise levels in [0, 1)")
     for eta in noise:
         check_noise(eta, where=f"{where}: key 'noise' value")
@@ -192,7 +162,6 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    seeds = seeds_of(where, raw["seeds"])
     entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
     for i, entry in enumerate(entries):
@@ -209,26 +178,26 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     notes: list[str] = []
     noise = unique_values(noise, float, "noise", notes)
     models = unique_values([_canonical_model(m) for m in models], str, "models", notes)
-    seeds = unique_values(seeds, int, "seeds", notes)
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(datasets, _dataset_key, "datasets", notes)
     model_options = _model_options(where, raw.get("model_options", {}), models)
-    run = parse_dataclass(RunOptions, raw.get("run", {}), f"{where}: [run]")
-    check_run_options(run.timeout, run.retries, f"{where}: [run]", run.pack_seeds)
+    run = parse_dataclass(RunOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     laplacian = raw.get("laplacian", False)
     if not isinstance(laplacian, bool):
         raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
     preset = Preset(
-        name=str(raw.get("name") or (path.stem if path else "preset")),
-        description=str(raw.get("description", "")),
+        name=head.name,
+        description=head.description,
         datasets=tuple(datasets),
         noise=tuple(float(x) for x in noise),
         models=tuple(m for m in models if m != BASELINE),
-        seeds=tuple(seeds),
+        seeds=head.seeds,
         laplacian=laplacian or BASELINE in models,
         model_options=model_options,
         run=run,
         path=path,
         notes=tuple(notes),
+        slurm=head.slurm,
     )
     if not preset.models and not preset.laplacian:
         raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")

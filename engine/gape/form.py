@@ -64,7 +64,9 @@ def fields() -> tuple[FormField, ...]:
 
 def preset_from_form(values: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {"pes": list(values.get("pes") or []), "seeds": list(values.get("seeds") or [])}
-    doc |= drop_blank({"timeout": values.get("timeout"), "retries": values.get("retries")})
+    policy = drop_blank({"timeout": values.get("timeout"), "retries": values.get("retries")})
+    if policy:
+        doc["run"] = policy  # the [run] policy of every family's preset (engine.presets)
     datasets = []
     for row in values.get("datasets") or []:
         params = {**(row.get("params") or {}), **drop_blank({k: row.get(k) for k in MOLECULE_FIELDS})}
@@ -98,7 +100,8 @@ def form_values(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "pes": list(raw.get("pes") or []),
         "seeds": list(raw.get("seeds") or []),
-        "timeout": raw.get("timeout"),
-        "retries": raw.get("retries"),
+        # [run] (the schema every family shares) or the top level (older gape presets)
+        "timeout": (raw.get("run") or {}).get("timeout", raw.get("timeout")),
+        "retries": (raw.get("run") or {}).get("retries", raw.get("retries")),
         "datasets": rows,
     }

@@ -386,9 +386,10 @@ class PresetBase:
     ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
     ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds`` (how many seeds
     of one cell share a worker process); ``task`` names the family.
-    A family whose grids may go to a cluster declares a ``slurm`` field (default None): the manager strips the
-    preset's ``[slurm]`` table before the family parses the rest, and attaches its parsed settings there; the engine
-    never reads it.
+    These keys, the ``[run]`` policy and ``[slurm]`` are one schema for every family: a family's ``parse_preset``
+    starts from :func:`engine.presets.parse_head` (the common part parsed and checked) and reads only its own keys.
+    A family whose grids may go to a cluster declares a ``slurm`` field (default None) and passes ``slurm=True``;
+    the engine parses that table with the rest and never acts on it.
     """
 
     task: ClassVar[str] = ""

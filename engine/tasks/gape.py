@@ -20,6 +20,7 @@ from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.gape.pe import KINDS, parse_pe
 from engine.gape.spec import GapeSpec
+from engine.presets import PresetHead, RunPolicy, parse_head
 from engine.tasks import (
     FAMILIES,
     Axis,
@@ -35,7 +36,6 @@ from engine.tasks import (
     TaskFamily,
     list_of,
     run_steps,
-    seeds_of,
     unique_values,
     unknown_keys,
 )
@@ -85,7 +85,9 @@ class GapePreset(PresetBase):
     description = "..."
     pes = ["none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe"]
     seeds = [0, 1, 2, 3]
-    timeout = 3600            # optional, seconds per run
+
+    [run]                     # optional: the run policy (engine.presets.RunPolicy)
+    timeout = 3600            # seconds per run
     retries = 0
 
     [[datasets]]
@@ -105,18 +107,22 @@ class GapePreset(PresetBase):
     seeds: tuple[int, ...]
     datasets: tuple[GapeDataset, ...]
     path: Path | None = None
-    timeout_s: float | None = None
-    retries_n: int = 0
+    #: How the scheduler treats its runs (the ``[run]`` table: timeout, retries, pack_seeds).
+    policy: RunPolicy = field(default_factory=RunPolicy)
     #: What planning merged (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def timeout(self) -> float | None:
-        return self.timeout_s
+        return self.policy.timeout
 
     @property
     def retries(self) -> int:
-        return self.retries_n
+        return self.policy.retries
+
+    @property
+    def pack_seeds(self) -> int:
+        return self.policy.pack_seeds
 
     @property
     def size(self) -> int:
@@ -126,7 +132,10 @@ class GapePreset(PresetBase):
         return len(self.datasets) * (len(self.pes) * len(self.seeds) + int(needs))
 
 
-TOP_KEYS = ("task", "name", "description", "pes", "seeds", "datasets", "timeout", "retries")
+#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
+OWN_KEYS = ("pes", "datasets")
+#: Policy keys that older gape presets set at the top level rather than in ``[run]``: still read there.
+TOP_LEVEL_POLICY = ("timeout", "retries")
 DATASET_KEYS = ("base", "params", "seed", "pretrain", "run")
 
 
@@ -192,10 +201,19 @@ def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> 
 def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
     """Validate a gape preset document; errors name the file, the key and the value."""
     where = str(path) if path else "preset"
-    unknown_keys(where, raw, TOP_KEYS)
-    for key in ("pes", "seeds", "datasets"):
-        if key not in raw:
-            raise GaptuiError(f"{where}: missing key '{key}'")
+    legacy = {k: raw[k] for k in TOP_LEVEL_POLICY if k in raw}
+    run = raw.get("run", {})
+    if legacy and isinstance(run, dict):
+        for key in legacy:
+            if key in run:
+                raise GaptuiError(f"{where}: key '{key}' is set twice, at the top and in [run]: keep the [run] one")
+        raw = {**{k: v for k, v in raw.items() if k not in legacy}, "run": {**run, **legacy}}
+    return preset_of(parse_head(raw, path, "gape", OWN_KEYS, required=("pes", "datasets")))
+
+
+def preset_of(head: PresetHead) -> GapePreset:
+    """The gape preset on a parsed common part: reads the family's keys (``head.own``) only."""
+    where, path, raw = head.where, head.path, head.own
     pes = list_of(where, "pes", raw["pes"], str, f"positional encodings ({', '.join(PE_ORDER)})")
     for pe in pes:
         if pe not in KINDS:
@@ -203,7 +221,6 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
                 f"{where}: key 'pes' value '{pe}' is not one of {', '.join(PE_ORDER)} "
                 "(gape is bound to each dataset's pretraining run)"
             )
-    seeds = seeds_of(where, raw["seeds"])
     entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
     for i, entry in enumerate(entries):
@@ -225,25 +242,18 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
         datasets.append(GapeDataset(str(entry["base"]), dict(params), seed, pretrain, run))
     notes: list[str] = []
     pes = unique_values(pes, str, "pes", notes)
-    seeds = unique_values(seeds, int, "seeds", notes)
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(
         datasets, lambda d: json.dumps(dataclasses.asdict(d), sort_keys=True, default=str), "datasets", notes
     )
-    timeout = raw.get("timeout")
-    retries = raw.get("retries", 0)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise GaptuiError(f"{where}: key 'timeout' = {timeout!r}: expected seconds > 0")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise GaptuiError(f"{where}: key 'retries' = {retries!r}: expected an integer >= 0")
     preset = GapePreset(
-        name=str(raw.get("name") or (path.stem if path else "preset")),
-        description=str(raw.get("description", "")),
+        name=head.name,
+        description=head.description,
         pes=tuple(pes),
-        seeds=tuple(seeds),
+        seeds=head.seeds,
         datasets=tuple(datasets),
         path=path,
-        timeout_s=float(timeout) if timeout is not None else None,
-        retries_n=retries,
+        policy=head.policy,
         notes=tuple(notes),
     )
     # Every spec through the checks the worker applies (sources, parameters, models, options) before anything runs.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.presets import RunPolicy, parse_head
 from engine.properties.definitions import PROPERTY_NAMES
 from engine.properties.options import TrainOptions
 from engine.properties.scores import DIMENSIONS, POOLING_LABELS
@@ -40,9 +41,7 @@ from engine.tasks import (
     TaskSpec,
     list_of,
     run_steps,
-    seeds_of,
     unique_values,
-    unknown_keys,
 )
 
 DIMENSION_ORDER = tuple(DIMENSIONS)
@@ -142,14 +141,9 @@ class PropertySpec(TaskSpec, CellOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StudyOptions(CellOptions):
-    """The ``[run]`` table of a preset: cell options copied into every spec, plus how the scheduler treats runs."""
-
-    timeout: float | None = None
-    retries: int = 0
-
-    def spec_fields(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("timeout", "retries")}
+class StudyOptions(CellOptions, RunPolicy):
+    """The ``[run]`` table of a preset: cell options copied into every spec (``spec_fields()``), plus the run policy
+    (:class:`engine.presets.RunPolicy`: how the scheduler treats runs)."""
 
 
 @dataclass(frozen=True)
@@ -193,8 +187,15 @@ class Preset(PresetBase):
     def retries(self) -> int:
         return self.run.retries
 
+    @property
+    def pack_seeds(self) -> int:
+        return self.run.pack_seeds
 
-TOP_KEYS = ("task", "name", "description", "properties", "poolings", "dimensions", "seeds", "run")
+
+#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
+OWN_KEYS = ("properties", "poolings", "dimensions")
+#: The cell options a ``[run]`` table may set beside the policy.
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(CellOptions))
 
 
 def _names(where: str, raw: dict[str, Any], key: str, what: str, known: Any, more: str = "") -> list[str]:
@@ -213,26 +214,23 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     from engine.properties.poolings import POOLINGS
     from engine.typed import parse_dataclass
 
-    where = str(path) if path else "preset"
-    unknown_keys(where, raw, TOP_KEYS)
-    for key in ("properties", "poolings", "seeds"):
-        if key not in raw:
-            raise GaptuiError(f"{where}: missing key '{key}'")
+    head = parse_head(raw, path, "properties", OWN_KEYS, RUN_KEYS, required=("properties", "poolings"))
+    where, raw = head.where, head.own
     notes: list[str] = []
     props = unique_values(_names(where, raw, "properties", "property", PROPERTY_NAMES), str, "properties", notes)
     poolings = _names(where, raw, "poolings", "pooling", POOLINGS.names(), " or module.path:factory")
     poolings = unique_values(poolings, str, "poolings", notes)
     dims = _names(where, {"dimensions": list(DIMENSION_ORDER), **raw}, "dimensions", "dimension", DIMENSION_ORDER)
     dims = unique_values(dims, str, "dimensions", notes)
-    seeds = unique_values(seeds_of(where, raw["seeds"]), int, "seeds", notes)
-    run = parse_dataclass(StudyOptions, raw.get("run", {}), f"{where}: [run]")
+    notes += head.notes  # repeated seeds: notes follow the file's usual key order
+    run = parse_dataclass(StudyOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     preset = Preset(
-        name=str(raw.get("name") or (path.stem if path else "preset")),
-        description=str(raw.get("description", "")),
+        name=head.name,
+        description=head.description,
         properties=tuple(props),
         poolings=tuple(poolings),
         dimensions=tuple(d for d in DIMENSION_ORDER if d in dims),
-        seeds=tuple(seeds),
+        seeds=head.seeds,
         run=run,
         path=path,
         notes=tuple(notes),

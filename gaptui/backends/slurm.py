@@ -29,87 +29,70 @@ import contextlib
 import dataclasses
 import io
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
+from engine.presets import SlurmOptions
 from engine.tasks import TaskSpec, load_spec
+from gaptui.backends.slurm_jobs import (
+    FAILED_STATES,
+    QUEUED_STATES,
+    RETRY_STATES,
+    RUNNING_STATES,
+    array_ids,
+    by_array,
+    cancel_jobs,
+    elapsed_seconds,
+    in_flight_on_slurm,
+    job_paths,
+    job_state,
+    make_watcher,
+    slurm_folder,
+    task_result,
+)
+from gaptui.backends.slurm_node import run_task
 from gaptui.history import History, now
-from gaptui.runner import run_id, signal_group, start_worker
-from gaptui.scheduler import GRACE, Job, Listener, Scheduler, Slot, tail
+from gaptui.processes import tail
+from gaptui.runner import run_id
+from gaptui.scheduler import GRACE, Job, Listener, Scheduler, Slot
 from gaptui.workspace import Workspace
+
+#: The public names: job tracking lives in :mod:`gaptui.backends.slurm_jobs`, the task run on a compute node in
+#: :mod:`gaptui.backends.slurm_node`; both are importable from here too.
+__all__ = [
+    "FAILED_STATES",
+    "LOCAL_ONLY",
+    "POLL_SECONDS",
+    "QUEUED_STATES",
+    "RETRY_STATES",
+    "RUNNING_STATES",
+    "SlurmOptions",
+    "SlurmScheduler",
+    "array_ids",
+    "by_array",
+    "cancel_jobs",
+    "check_shared_workspace",
+    "elapsed_seconds",
+    "in_flight_on_slurm",
+    "job_paths",
+    "job_state",
+    "make_watcher",
+    "parse_slurm_options",
+    "run_task",
+    "sbatch_available",
+    "slurm_folder",
+    "task_result",
+]
 
 #: Seconds between two ``sacct`` calls while runs are in flight.
 POLL_SECONDS = 2.0
-#: Slurm's default MaxArraySize is 1001: indices 0-1000.
-MAX_CHUNK = 1000
 #: Folders that compute nodes do not share with the submitting machine.
 LOCAL_ONLY = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
-
-QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "CONFIGURING", "SUSPENDED", "RESIZING")
-RUNNING_STATES = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
-#: States after which the run is submitted again (it resumes from its checkpoint).
-RETRY_STATES = ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-FAILED_STATES = ("FAILED", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT")
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """How runs are submitted: a preset's ``[slurm]`` table, overridden by ``gaptui run`` options."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: int | None = None  # minutes per run; None: the preset's [run] timeout, else the partition's default
-    gpus_per_run: int = 0
-    cpus_per_run: int = 1
-    mem_per_run: float | None = None  # GB; None: the cluster's default per CPU
-    array_parallelism: int = 64  # tasks of one array running at once
-    max_retries: int = 2  # resubmissions after TIMEOUT / NODE_FAIL / PREEMPTED
-    signal_delay: int = 90  # seconds between SIGUSR2 and the time limit
-    chunk: int = MAX_CHUNK  # runs per job array
-    options: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {constraint = "a100"}
-
-    def check(self, where: str) -> SlurmOptions:
-        """Raise a GaptuiError naming the key when a value is out of range; returns self."""
-        limits = {
-            "time": (self.time, 1),
-            "gpus_per_run": (self.gpus_per_run, 0),
-            "cpus_per_run": (self.cpus_per_run, 1),
-            "array_parallelism": (self.array_parallelism, 1),
-            "max_retries": (self.max_retries, 0),
-            "signal_delay": (self.signal_delay, 0),
-            "chunk": (self.chunk, 1),
-        }
-        for key, (value, low) in limits.items():
-            if value is not None and value < low:
-                raise GaptuiError(f"{where}: {key} = {value}: expected an integer >= {low}")
-        if self.chunk > MAX_CHUNK:
-            raise GaptuiError(f"{where}: chunk = {self.chunk}: at most {MAX_CHUNK} (Slurm's default MaxArraySize)")
-        if self.time is not None and self.time * 60 < self.signal_delay + 120:
-            # Slurm sends the warning up to a minute early (its timer resolution); the worker also needs to start.
-            raise GaptuiError(
-                f"{where}: time = {self.time} min leaves no room for the warning signal_delay = {self.signal_delay} s "
-                f"plus Slurm's one-minute timer resolution; expected time >= {-(-(self.signal_delay + 120) // 60)} "
-                "min (or a smaller signal_delay)"
-            )
-        if self.mem_per_run is not None and self.mem_per_run <= 0:
-            raise GaptuiError(f"{where}: mem_per_run = {self.mem_per_run:g}: expected a positive number of GB")
-        return self
-
-    def merged(self, **overrides: Any) -> SlurmOptions:
-        """These options with the given non-None values replaced (``options`` entries are added)."""
-        extra = overrides.pop("options", None) or {}
-        chosen = {k: v for k, v in overrides.items() if v is not None}
-        return replace(self, **chosen, options={**self.options, **extra})
 
 
 def parse_slurm_options(pairs: list[str]) -> dict[str, str]:
@@ -122,15 +105,6 @@ def parse_slurm_options(pairs: list[str]) -> dict[str, str]:
             raise GaptuiError(f"--slurm-option '{pair}': expected key=value, e.g. constraint=a100")
         out[key] = value.strip()
     return out
-
-
-def in_flight_on_slurm(records: list[dict[str, Any]]) -> set[str]:
-    """Hashes of runs submitted to Slurm and not filed yet: no local manager may start them a second time."""
-    return {
-        r["hash"]
-        for r in records
-        if r.get("backend") == "slurm" and r["status"] in ("queued", "running") and (r.get("slurm") or {}).get("job_id")
-    }
 
 
 def check_shared_workspace(ws: Workspace, force: bool) -> None:
@@ -146,138 +120,6 @@ def check_shared_workspace(ws: Workspace, force: bool) -> None:
 
 def sbatch_available() -> bool:
     return shutil.which("sbatch") is not None
-
-
-# ---------------------------------------------------------------------------------------------- on the node
-
-
-def run_task(spec: dict[str, Any], run_dir: str) -> dict[str, Any]:
-    """One array task: the worker on its run folder. SIGUSR2 (time limit near) and SIGTERM (scancel) reach it as
-    SIGTERM, so it saves a checkpoint; returns its exit status and the signal that stopped it."""
-    out = Path(run_dir)
-    received: list[str] = []
-    # Slurm signals every process of the job: the worker inherits "ignore SIGUSR2" (the signal would kill it) and
-    # gets the warning as SIGTERM from here instead. A warning during these few lines is missed: the time limit
-    # then ends the job (TIMEOUT) and the run resumes from its last epoch.
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "1")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "stderr.txt", "a") as stderr:
-        proc = start_worker(
-            load_spec(spec),
-            out,
-            env={"OMP_NUM_THREADS": cpus, "MKL_NUM_THREADS": cpus},
-            quiet=True,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-
-    def forward(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        signal_group(proc.pid, signal.SIGTERM)
-
-    # Replaces submitit's own handlers: the worker checkpoints itself and the manager decides about resubmission.
-    for sig in (signal.SIGUSR2, signal.SIGTERM):
-        signal.signal(sig, forward)
-    code = proc.wait()
-    if code not in (0, EXIT_CANCELLED):
-        # Raising makes Slurm record the job FAILED, with this line in the task's result.
-        status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-        raise RuntimeError(f"worker {status}: {_last_error(out)}")
-    return {"exit": code, "signal": received[0] if received else None, "host": socket.gethostname()}
-
-
-def _last_error(run_dir: Path) -> str:
-    errors = [e for e in read_events(run_dir / "events.jsonl")[0] if e.get("event") == "error"]
-    if errors:
-        return str(errors[-1].get("message"))
-    return (tail(run_dir / "stderr.txt", 1) or ["no error message"])[0]
-
-
-# ---------------------------------------------------------------------------------------------- watching
-
-
-def _watcher_class() -> type:
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
-    class Watcher(SlurmInfoWatcher):
-        """submitit's sacct watcher, asking also for the reason, node, elapsed time and exit code."""
-
-        def _make_command(self) -> list[str] | None:
-            command = super()._make_command()
-            if command is None:
-                return None
-            return ["sacct", "-o", "JobID,State,Reason,NodeList,Elapsed,ExitCode", *command[3:]]
-
-    return Watcher
-
-
-def make_watcher() -> Any:
-    return _watcher_class()(delay_s=600)
-
-
-def elapsed_seconds(text: str | None) -> float | None:
-    """sacct's ``[D-]HH:MM:SS`` as seconds; None when absent."""
-    if not text:
-        return None
-    days, _, clock = text.rpartition("-")
-    try:
-        parts = [int(p) for p in clock.split(":")]
-        return float(int(days or 0) * 86400 + sum(v * 60**i for i, v in enumerate(reversed(parts))))
-    except ValueError:
-        return None
-
-
-def job_state(info: dict[str, str]) -> str:
-    """``CANCELLED by 0`` -> ``CANCELLED``; ``UNKNOWN`` while sacct does not know the job yet."""
-    return (info.get("State") or "UNKNOWN").split()[0].rstrip("+")
-
-
-def job_paths(ws: Workspace, job_id: str) -> Any:
-    from submitit.core.utils import JobPaths
-
-    return JobPaths(slurm_folder(ws), job_id=job_id, task_id=0)
-
-
-def slurm_folder(ws: Workspace) -> Path:
-    """Where submitit keeps each job's pickles and Slurm logs: ``<workspace>/slurm/<job id>/``."""
-    return ws.root / "slurm" / "%j"
-
-
-def task_result(ws: Workspace, job_id: str) -> tuple[str, Any] | None:
-    """What :func:`run_task` returned (``("success", dict)``) or raised (``("error", traceback)``); None: nothing."""
-    from submitit.core.utils import pickle_load
-
-    path = job_paths(ws, job_id).result_pickle
-    try:
-        return pickle_load(path)
-    except (FileNotFoundError, EOFError):
-        return None
-
-
-def cancel_jobs(ws: Workspace, job_ids: list[str]) -> None:
-    """scancel through submitit; ids of whole arrays (``123``) cancel every task of the array at once."""
-    from submitit import SlurmJob
-
-    for job_id in job_ids:
-        SlurmJob(slurm_folder(ws), job_id).cancel(check=False)
-
-
-def array_ids(job_ids: list[str], everything: dict[str, list[str]]) -> list[str]:
-    """The fewest ids to scancel: an array's own id when all its tasks are meant, else the task ids."""
-    wanted = set(job_ids)
-    out = []
-    for array, tasks in everything.items():
-        mine = [t for t in tasks if t in wanted]
-        out += [array] if mine and len(mine) == len(tasks) else mine
-    return out
-
-
-def by_array(job_ids: list[str]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {}
-    for job_id in job_ids:
-        groups.setdefault(job_id.split("_")[0], []).append(job_id)
-    return groups
 
 
 # ---------------------------------------------------------------------------------------------- the manager

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Header
 
+from gaptui.tui.context import AppContext
 from gaptui.tui.widgets.banner import ReadOnlyBanner
 from gaptui.tui.widgets.footer import StableFooter
-
-if TYPE_CHECKING:
-    from gaptui.tui.app import GaptuiApp
 
 
 class SectionScreen(Screen):
@@ -25,9 +23,9 @@ class SectionScreen(Screen):
     ready: bool = False
 
     @property
-    def gapp(self) -> GaptuiApp:
-        """The app, typed."""
-        return cast("GaptuiApp", self.app)
+    def gapp(self) -> AppContext:
+        """The app, as the typed interface screens use (:class:`~gaptui.tui.context.AppContext`)."""
+        return cast(AppContext, self.app)
 
     def compose(self) -> ComposeResult:
         yield Header()

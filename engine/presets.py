@@ -1,0 +1,215 @@
+"""The preset schema: the keys every family's preset shares, parsed and validated in one place.
+
+A preset is a TOML file. These keys mean the same in every family; everything else is the family's own grid
+description, read by its :meth:`engine.tasks.TaskFamily.parse_preset` on top of the common part parsed here:
+
+=================  ===================================================================================================
+key                meaning
+=================  ===================================================================================================
+``task``           the family (default ``alignment``)
+``name``           the preset's name (default: the file's stem)
+``description``    one line saying what the grid is for
+``seeds``          the planned seeds of every trained cell (a non-empty list of integers >= 0; repeats merged)
+``[run]``          the run policy: ``timeout`` (seconds per run), ``retries`` (re-runs of a failed run),
+                   ``pack_seeds`` (seeds of one cell trained in one worker process); the family's own run options
+                   (spec fields copied into every run) sit beside them
+``[slurm]``        how runs are submitted with ``--backend slurm`` (:class:`SlurmOptions`), for families that run
+                   on Slurm
+=================  ===================================================================================================
+
+Nothing here changes a run's identity: the policy and the Slurm settings say how runs are scheduled, never what they
+compute. The engine parses them with the rest of the preset and never acts on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError
+from engine.tasks import check_run_options, seeds_of, unique_values, unknown_keys
+from engine.typed import parse_dataclass
+
+#: The top-level keys of every preset.
+COMMON_KEYS = ("task", "name", "description", "seeds", "run", "slurm")
+#: Slurm's default MaxArraySize is 1001: indices 0-1000.
+MAX_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """How the scheduler treats every run of a grid (the ``[run]`` table's ``timeout``, ``retries``, ``pack_seeds``).
+
+    A family's ``[run]`` dataclass may inherit it so the policy and its run options read as one table."""
+
+    #: Seconds a run may take (from its start event); None: no limit.
+    timeout: float | None = None
+    #: Re-runs of a failed run.
+    retries: int = 0
+    #: Seeds of one cell trained together in one worker process (scheduling only: no run's hash changes).
+    pack_seeds: int = 1
+
+    def check(self, where: str) -> RunPolicy:
+        check_run_options(self.timeout, self.retries, where, self.pack_seeds)
+        return self
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The run options of a subclass (what every spec of the grid gets), without the policy."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in POLICY_KEYS}
+
+    def policy(self) -> RunPolicy:
+        """The policy alone (a subclass's run options left out)."""
+        return RunPolicy(self.timeout, self.retries, self.pack_seeds)
+
+
+#: The ``[run]`` keys that are policy, not run options: never copied into a spec.
+POLICY_KEYS = tuple(f.name for f in dataclasses.fields(RunPolicy))
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How runs are submitted: a preset's ``[slurm]`` table, overridden by ``gaptui run`` options."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: int | None = None  # minutes per run; None: the preset's [run] timeout, else the partition's default
+    gpus_per_run: int = 0
+    cpus_per_run: int = 1
+    mem_per_run: float | None = None  # GB; None: the cluster's default per CPU
+    array_parallelism: int = 64  # tasks of one array running at once
+    max_retries: int = 2  # resubmissions after TIMEOUT / NODE_FAIL / PREEMPTED
+    signal_delay: int = 90  # seconds between SIGUSR2 and the time limit
+    chunk: int = MAX_CHUNK  # runs per job array
+    options: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {constraint = "a100"}
+
+    def check(self, where: str) -> SlurmOptions:
+        """Raise a GaptuiError naming the key when a value is out of range; returns self."""
+        limits = {
+            "time": (self.time, 1),
+            "gpus_per_run": (self.gpus_per_run, 0),
+            "cpus_per_run": (self.cpus_per_run, 1),
+            "array_parallelism": (self.array_parallelism, 1),
+            "max_retries": (self.max_retries, 0),
+            "signal_delay": (self.signal_delay, 0),
+            "chunk": (self.chunk, 1),
+        }
+        for key, (value, low) in limits.items():
+            if value is not None and value < low:
+                raise GaptuiError(f"{where}: {key} = {value}: expected an integer >= {low}")
+        if self.chunk > MAX_CHUNK:
+            raise GaptuiError(f"{where}: chunk = {self.chunk}: at most {MAX_CHUNK} (Slurm's default MaxArraySize)")
+        if self.time is not None and self.time * 60 < self.signal_delay + 120:
+            # Slurm sends the warning up to a minute early (its timer resolution); the worker also needs to start.
+            raise GaptuiError(
+                f"{where}: time = {self.time} min leaves no room for the warning signal_delay = {self.signal_delay} s "
+                f"plus Slurm's one-minute timer resolution; expected time >= {-(-(self.signal_delay + 120) // 60)} "
+                "min (or a smaller signal_delay)"
+            )
+        if self.mem_per_run is not None and self.mem_per_run <= 0:
+            raise GaptuiError(f"{where}: mem_per_run = {self.mem_per_run:g}: expected a positive number of GB")
+        return self
+
+    def merged(self, **overrides: Any) -> SlurmOptions:
+        """These options with the given non-None values replaced (``options`` entries are added)."""
+        extra = overrides.pop("options", None) or {}
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, **chosen, options={**self.options, **extra})
+
+
+@dataclass(frozen=True)
+class PresetHead:
+    """The common part of a preset document, parsed: what a family builds its preset on.
+
+    ``run`` holds the ``[run]`` table's family keys (its run options, types not yet checked: the family parses them
+    into its own dataclass); ``own`` the family's top-level keys, unparsed; ``notes`` what was merged (repeated
+    seeds), one line each."""
+
+    task: str
+    where: str
+    path: Path | None
+    name: str
+    description: str
+    seeds: tuple[int, ...]
+    policy: RunPolicy
+    run: dict[str, Any]
+    own: dict[str, Any]
+    slurm: SlurmOptions | None = None
+    notes: tuple[str, ...] = ()
+
+
+def parse_head(
+    raw: Mapping[str, Any],
+    path: Path | None,
+    task: str,
+    keys: tuple[str, ...],
+    run_keys: tuple[str, ...] = (),
+    required: tuple[str, ...] = (),
+    slurm: bool = False,
+) -> PresetHead:
+    """Split and check a preset document of family ``task``: the common keys parsed, the family's left for it.
+
+    ``keys`` are the family's own top-level keys (``required`` of them must be present); ``run_keys`` the run
+    options its ``[run]`` table may hold beside the policy; ``slurm`` whether its grids may go to a cluster. Every
+    error is one line naming the file, the key, the value and what was expected.
+    """
+    where = str(path) if path else "preset"
+    if "slurm" in raw and not slurm:
+        raise GaptuiError(f"{where}: key 'slurm': the {task} family does not run on Slurm")
+    unknown_keys(where, raw, (*COMMON_KEYS[:4], *keys, "run", *(("slurm",) if slurm else ())))
+    for key in (*required, "seeds"):
+        if key not in raw:
+            raise GaptuiError(f"{where}: missing key '{key}'")
+    name = raw.get("name") or (path.stem if path else "preset")
+    description = raw.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise GaptuiError(f"{where}: key '{key}' = {value!r}: expected a string")
+    notes: list[str] = []
+    seeds = unique_values(seeds_of(where, raw["seeds"]), int, "seeds", notes)
+    table = raw.get("run", {})
+    here = f"{where}: [run]"
+    if not isinstance(table, Mapping):
+        raise GaptuiError(f"{here} = {table!r}: expected a table of run options, e.g. [run] with timeout = 3600")
+    unknown_keys(here, table, (*run_keys, *POLICY_KEYS))
+    policy = parse_dataclass(RunPolicy, {k: v for k, v in table.items() if k in POLICY_KEYS}, here).check(here)
+    options = None
+    if slurm:
+        options = parse_dataclass(SlurmOptions, raw.get("slurm", {}), f"{where}: [slurm]").check(f"{where}: [slurm]")
+    return PresetHead(
+        task=task,
+        where=where,
+        path=path,
+        name=name,
+        description=description,
+        seeds=tuple(seeds),
+        policy=policy,
+        run={k: v for k, v in table.items() if k not in POLICY_KEYS},
+        own={k: v for k, v in raw.items() if k in keys},
+        slurm=options,
+        notes=tuple(notes),
+    )
+
+
+def spec_options(spec_type: type, filled: tuple[str, ...], name: str, module: str) -> type:
+    """A frozen dataclass of the run options a preset's ``[run]`` table may set for ``spec_type``: every spec field
+    but the ``filled`` ones (what the grid fills in) and the placement fields, with the spec's own types and
+    defaults, plus the :class:`RunPolicy` fields. The spec stays the one place those fields are declared."""
+    import typing
+
+    hints = typing.get_type_hints(spec_type)
+    skip = {*filled, *getattr(spec_type, "PLACEMENT", ())}
+    kept = [f for f in dataclasses.fields(spec_type) if f.name not in skip and f.init]
+    fields = [(f.name, hints[f.name], _same_default(f)) for f in kept]
+    cls = dataclasses.make_dataclass(name, fields, bases=(RunPolicy,), frozen=True, kw_only=True)
+    cls.__module__ = module
+    return cls
+
+
+def _same_default(spec_field: dataclasses.Field[Any]) -> Any:
+    if spec_field.default_factory is not dataclasses.MISSING:
+        return field(default_factory=spec_field.default_factory)
+    return field(default=spec_field.default)

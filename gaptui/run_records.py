@@ -1,0 +1,68 @@
+"""The history record of a new run: what the scheduler writes before the run starts (status ``queued``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from engine.tasks import TaskSpec, family
+from gaptui.history import now
+from gaptui.runner import run_id
+from gaptui.workspace import Workspace
+
+
+def new_record(
+    spec: TaskSpec,
+    ws: Workspace,
+    preset: str | None = None,
+    planned_seeds: int | None = None,
+    run_dir: Path | None = None,
+) -> dict:
+    """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``."""
+    fam = family(spec.task)
+    rid = run_id(spec)
+    return {
+        "id": rid,
+        "hash": spec.hash(),
+        "status": "queued",
+        "task": spec.task,
+        "axes": fam.record_axes(spec),
+        "seed": spec.seed,
+        "spec": spec.to_dict(),
+        "depends": list(fam.dependencies(spec)),
+        "preset": preset,
+        "planned_seeds": 1 if fam.is_baseline(spec) else planned_seeds,
+        "run_dir": str(run_dir or ws.runs / rid),
+        "created": now(),
+        "started": None,
+        "finished": None,
+        "duration": None,
+        "exit_code": None,
+        "attempts": 0,
+        "pid": None,
+        "slot": None,
+        "metrics": {},
+        "params": None,
+        "error": None,
+        "log_tail": [],
+        "repro": {},
+        "tags": [],
+        "note": "",
+    }
+
+
+def git_commit(folder: Path) -> dict[str, Any] | None:
+    """The git commit (and dirty flag) of the user's project in ``folder``, if it is a repository."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True, timeout=5
+        )
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return None

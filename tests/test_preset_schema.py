@@ -1,0 +1,152 @@
+"""The preset schema shared by every family: shipped presets expand to the run ids they always did."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from gaptui.presets import BUNDLED, grid, load_preset
+from gaptui.workspace import Workspace
+
+#: Per shipped preset: (runs, SHA-256 of its sorted run ids). A change here changes the identity of published runs.
+SHIPPED_RUN_IDS = {
+    "gape-smoke": (8, "b8993daac0782aaa1e755244162c659eb55b9a03401e88d5a363e0603e29ca73"),
+    "gape": (87, "4161b4c0dab4f006a7afbcea0a8292ae82df17b26b5a18920dc94e3597cfa725"),
+    "paper": (2040, "230126afc6462565532a52ccd27c4eaffded1484cdec12454b25c9aa35975502"),
+    "properties-smoke": (18, "71c2fe4afe495edac32532f09c6bce21beaacbddc9d3802a57e6ca77edc83fe7"),
+    "properties": (2160, "f3954770e406a89382e3bb88409fb1c715230d68e05717d3d2652062f4819c6d"),
+    "quick": (33, "2bce560d6418de51a39f1a9663aa66493affdedc8ec9c0063175590b3d06f268"),
+    "smoke": (4, "464867a150893ac1a407359c593bd8df772322355645ae18030710fbde7f05b9"),
+}
+REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+
+
+def test_every_shipped_preset_is_pinned() -> None:
+    assert sorted(p.stem for p in BUNDLED.glob("*.toml")) == sorted(SHIPPED_RUN_IDS)
+    for path in REPO_PRESETS.glob("*.toml"):
+        assert path.read_bytes() == (BUNDLED / path.name).read_bytes(), f"{path} differs from the shipped copy"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_RUN_IDS))
+def test_shipped_preset_expands_to_the_same_run_ids(name: str) -> None:
+    preset = load_preset(name)
+    ids = sorted(spec.hash() for spec in grid(preset, Workspace(Path("/tmp/unused"))))
+    assert (len(ids), hashlib.sha256("\n".join(ids).encode()).hexdigest()) == SHIPPED_RUN_IDS[name]
+    assert (preset.timeout, preset.retries, preset.pack_seeds) == (None, 0, 1)
+
+
+def _shipped(name: str, **changes: object) -> tuple[dict, Path]:
+    from gaptui.presets import read_preset_file
+
+    path = BUNDLED / f"{name}.toml"
+    raw = read_preset_file(path)[1]
+    return {**raw, **changes}, path
+
+
+FAMILY_PRESETS = ("smoke", "gape-smoke", "properties-smoke")
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_every_family_reads_the_run_policy_from_one_schema(name: str) -> None:
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped(name)
+    run = {**raw.get("run", {}), "timeout": 600, "retries": 2, "pack_seeds": 3}
+    preset = parse_preset({**raw, "run": run}, path)
+    assert (preset.timeout, preset.retries, preset.pack_seeds) == (600.0, 2, 3)
+    plain = parse_preset(raw, path)
+    ids = {s.hash() for s in grid(plain, Workspace(Path("/tmp/unused")))}
+    assert {s.hash() for s in grid(preset, Workspace(Path("/tmp/unused")))} == ids  # policy never changes a run id
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"run": {"timeout": -5}}, "[run]: timeout = -5: expected seconds > 0"),
+        ({"run": {"retries": -1}}, "[run]: retries = -1: expected a count >= 0"),
+        ({"run": {"pack_seeds": 0}}, "[run]: pack_seeds = 0: expected a count >= 1"),
+        ({"run": {"timeout": "soon"}}, "[run]: key 'timeout' = 'soon': expected a number"),
+        ({"run": {"pack_seed": 2}}, "[run]: unknown key 'pack_seed' (did you mean 'pack_seeds'?)"),
+        ({"run": 3}, "[run] = 3: expected a table of run options"),
+        ({"seeds": [0, -1]}, "key 'seeds' holds -1: expected seeds >= 0"),
+        ({"seeds": []}, "key 'seeds' is empty"),
+        ({"name": 7}, "key 'name' = 7: expected a string"),
+        ({"description": ["a"]}, "key 'description' = ['a']: expected a string"),
+        ({"descripton": "x"}, "unknown key 'descripton' (did you mean 'description'?)"),
+    ],
+)
+def test_common_keys_fail_alike_in_every_family(name: str, change: dict, message: str) -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped(name)
+    if isinstance(change.get("run"), dict):
+        change = {"run": {**raw.get("run", {}), **change["run"]}}
+    with pytest.raises(GaptuiError) as error:
+        parse_preset({**raw, **change}, path)
+    text = str(error.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text
+
+
+def test_slurm_table_is_refused_by_families_that_do_not_run_on_slurm() -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped("gape-smoke", slurm={"partition": "gpu"})
+    with pytest.raises(GaptuiError, match="key 'slurm': the gape family does not run on Slurm"):
+        parse_preset(raw, path)
+    raw, path = _shipped("smoke", slurm={"time": 0})
+    with pytest.raises(GaptuiError, match=r"\[slurm\]: time = 0: expected an integer >= 1"):
+        parse_preset(raw, path)
+
+
+def test_gape_reads_its_older_top_level_timeout_and_retries() -> None:
+    from engine.errors import GaptuiError
+    from gaptui.presets import parse_preset
+
+    raw, path = _shipped("gape-smoke", timeout=120, retries=1)
+    preset = parse_preset(raw, path)
+    assert (preset.timeout, preset.retries) == (120.0, 1)
+    with pytest.raises(GaptuiError, match="key 'timeout' is set twice"):
+        parse_preset({**raw, "run": {"timeout": 60}}, path)
+
+
+def test_alignment_run_options_are_the_run_spec_fields() -> None:
+    import dataclasses
+
+    from engine.alignment.preset import RunOptions
+    from engine.alignment.spec import RunSpec
+    from engine.presets import POLICY_KEYS
+
+    spec = {f.name: f for f in dataclasses.fields(RunSpec)}
+    options = RunOptions()
+    for key, value in options.spec_fields().items():
+        default = spec[key].default_factory() if callable(spec[key].default_factory) else spec[key].default
+        assert value == default, key
+    assert set(dataclasses.asdict(options)) - set(options.spec_fields()) == set(POLICY_KEYS)
+    assert set(spec) - set(options.spec_fields()) == {
+        "dataset",
+        "model",
+        "task",
+        "model_kwargs",
+        "seed",
+        *RunSpec.PLACEMENT,
+    }
+
+
+def test_a_plug_in_family_gets_the_common_part_parsed() -> None:
+    """What a family's parse_preset starts from: the shared keys parsed, its own keys handed over untouched."""
+    from engine.errors import GaptuiError
+    from engine.presets import RunPolicy, parse_head
+
+    raw = {"task": "toy", "sizes": [2, 3], "seeds": [1, 1, 0], "run": {"timeout": 5, "steps": 4}}
+    head = parse_head(raw, Path("toy.toml"), "toy", ("sizes",), run_keys=("steps",), required=("sizes",))
+    assert (head.name, head.description, head.seeds) == ("toy", "", (1, 0))
+    assert head.policy == RunPolicy(timeout=5.0)
+    assert (head.own, head.run, head.slurm) == ({"sizes": [2, 3]}, {"steps": 4}, None)
+    assert head.notes == ("key 'seeds' repeats 1: merged (a grid is a set of runs)",)
+    with pytest.raises(GaptuiError, match=r"^toy.toml: missing key 'sizes'$"):
+        parse_head({"seeds": [0]}, Path("toy.toml"), "toy", ("sizes",), required=("sizes",))
