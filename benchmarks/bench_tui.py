@@ -52,8 +52,9 @@ from typing import Any
 from textual import events
 from textual.pilot import Pilot
 
+from engine.alignment.preset import DatasetEntry, Preset, RunOptions  # noqa: E402
 from gaptui.history import History
-from gaptui.presets import DatasetEntry, Preset, RunOptions, grid
+from gaptui.presets import grid
 from gaptui.scheduler import new_record
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.widgets.record_table import RecordTable

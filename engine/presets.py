@@ -213,3 +213,30 @@ def _same_default(spec_field: dataclasses.Field[Any]) -> Any:
     if spec_field.default_factory is not dataclasses.MISSING:
         return field(default_factory=spec_field.default_factory)
     return field(default=spec_field.default)
+
+
+def toml_value(value: Any) -> str:
+    """A TOML literal of a scalar or a list (strings quoted, booleans lower-case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def slurm_table(options: SlurmOptions | None) -> str:
+    """The ``[slurm]`` table of a preset as TOML text (keys away from their defaults only; "" when none)."""
+    options = options or SlurmOptions()
+    defaults = SlurmOptions()
+    lines = [
+        f"{key} = {toml_value(value)}"
+        for key, value in dataclasses.asdict(options).items()
+        if key != "options" and value is not None and value != getattr(defaults, key)
+    ]
+    if options.options:
+        inner = ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in options.options.items())
+        lines.append(f"options = {{ {inner} }}")
+    return "\n[slurm]\n" + "\n".join(lines) + "\n" if lines else ""

@@ -1,8 +1,8 @@
 """Presets: TOML files describing a grid of runs of one task family, expanded into that family's specs.
 
-A preset names its family with ``task = "..."`` (default ``alignment``); everything else in the file is the
-family's own grid description, validated by the family (:meth:`engine.tasks.TaskFamily.parse_preset`). The
-alignment format (datasets x noise x models x seeds) is described in :class:`engine.alignment.preset.Preset`.
+A preset names its family with ``task = "..."`` (default: :data:`engine.tasks.DEFAULT_TASK`); everything else
+in the file is the family's own grid description, validated by the family
+(:meth:`engine.tasks.TaskFamily.parse_preset`).
 The keys every family shares (``name``, ``description``, ``seeds``, the ``[run]`` policy and the ``[slurm]`` table
 used with ``--backend slurm``) are one schema, :mod:`engine.presets`.
 
@@ -12,18 +12,15 @@ with gaptui (``gaptui/presets/``, package data: present in a wheel install too).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.alignment.preset import DatasetEntry, Preset, RunOptions, toml_value
-from engine.alignment.preset import dump_preset as dump_alignment_preset
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import decode_user_text, read_user_bytes
-from engine.presets import SlurmOptions
+from engine.presets import SlurmOptions, toml_value
 from engine.tasks import Placement, PresetBase, family, task_of
 from gaptui.workspace import Workspace
 
@@ -36,11 +33,7 @@ BUNDLED = Path(__file__).resolve().parent / "presets"
 
 __all__ = [
     "BUNDLED",
-    "DatasetEntry",
-    "Preset",
-    "RunOptions",
     "dump_document",
-    "dump_preset",
     "find_preset",
     "grid",
     "load_preset",
@@ -147,21 +140,6 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Any:
 def slurm_options(preset: Any) -> SlurmOptions:
     """A preset's ``[slurm]`` settings (the defaults when it has none)."""
     return getattr(preset, "slurm", None) or SlurmOptions()
-
-
-def dump_preset(preset: Preset) -> str:
-    """TOML text of an alignment preset with its ``[slurm]`` table; ``load_preset`` reads it back equal."""
-    defaults = SlurmOptions()
-    options = slurm_options(preset)
-    lines = [
-        f"{key} = {toml_value(value)}"
-        for key, value in dataclasses.asdict(options).items()
-        if key != "options" and value is not None and value != getattr(defaults, key)
-    ]
-    if options.options:
-        inner = ", ".join(f"{toml_value(k)} = {toml_value(v)}" for k, v in options.options.items())
-        lines.append(f"options = {{ {inner} }}")
-    return dump_alignment_preset(preset) + ("\n[slurm]\n" + "\n".join(lines) + "\n" if lines else "")
 
 
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -450,7 +450,7 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         ["run", "--preset", "smoke", "--time", "{}"],
         "invalid value for '--time'",
     ),
-    ("missing required option", lambda t: "0.1", ["train", "--noise", "{}"], "gaptui train: missing option '--base'"),
+    ("missing required option", lambda t: "0.1", ["train", "--noise", "{}"], "gaptui train: missing --base, --model"),
     ("unknown option", lambda t: "x", ["history", "--nosuch", "{}"], "no such option: --nosuch"),
     (
         "negative seed of a property build",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gaptui.presets import dump_preset, grid, load_preset, parse_preset
+from engine.alignment.preset import dump_preset
+from gaptui.presets import grid, load_preset, parse_preset
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from engine.alignment.preset import dump_preset
 from engine.errors import GaptuiError
 from gaptui.backends.slurm import (
     SlurmOptions,
@@ -29,7 +30,7 @@ from gaptui.backends.slurm import (
     parse_slurm_options,
 )
 from gaptui.history import read_records
-from gaptui.presets import dump_preset, load_preset
+from gaptui.presets import load_preset
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 from tests.test_manager import _manager, _starts, _wait_for
@@ -305,7 +306,7 @@ def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
 @needs_slurm
 @pytest.mark.asyncio
 async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_stops(tmp_path: Path) -> None:
-    from gaptui.presets import DatasetEntry, Preset, RunOptions
+    from engine.alignment.preset import DatasetEntry, Preset, RunOptions
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.planning import SlotConfig
     from gaptui.tui.screens.confirm import ChoiceScreen

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import PresetHead, SlurmOptions, parse_head, spec_options
+from engine.presets import PresetHead, SlurmOptions, parse_head, slurm_table, spec_options, toml_value
 from engine.tasks import Placement, PresetBase, list_of, unique_values, unknown_keys
 
 BASELINE = "laplacian"
@@ -294,7 +294,7 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
 
 
 def dump_preset(preset: Preset) -> str:
-    """TOML text of a preset (what the terminal app saves); ``parse_preset`` reads it back to an equal preset."""
+    """TOML text of a preset with its ``[slurm]`` table; ``parse_preset`` reads it back to an equal preset."""
     lines = [f"name = {toml_value(preset.name)}", f"description = {toml_value(preset.description)}"]
     lines += [
         f"noise = {toml_value(list(preset.noise))}",
@@ -324,15 +324,4 @@ def dump_preset(preset: Preset) -> str:
                 lines.append(f"{key} = {toml_value(getattr(ds, key))}")
         if ds.seed:
             lines.append(f"seed = {ds.seed}")
-    return "\n".join(lines) + "\n"
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+    return "\n".join(lines) + "\n" + slurm_table(preset.slurm)

@@ -31,7 +31,7 @@ from gaptui.backends.slurm import (
     sbatch_available,
 )
 from gaptui.history import History
-from gaptui.presets import Preset, dump_preset, parse_preset
+from gaptui.presets import parse_preset
 from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
     LogTail,
@@ -289,10 +289,9 @@ class ManagerLoop:
 
         assert self.scheduler is not None
         # The same validation as `gaptui run --preset` (it builds each model once): what launches here runs there.
+        # A preset without a file was parsed from the form's document just before (FormDraft.preset()).
         preset = command.preset
-        if isinstance(preset, Preset):
-            preset = parse_preset(tomllib.loads(dump_preset(preset)))
-        elif preset.path is not None:
+        if preset.path is not None:
             preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
         options = launch.LaunchOptions(
             gpus=command.slots.gpus,
