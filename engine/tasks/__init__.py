@@ -72,7 +72,7 @@ What a family implements (hooks with defaults are optional)
     - :meth:`TaskFamily.is_baseline` ``(spec) -> bool``: a training-free run, planned once per cell, not per seed.
     - :meth:`TaskFamily.parse_preset` ``(raw TOML dict, where) -> PresetBase`` and :meth:`TaskFamily.grid`
       ``(preset, placement) -> [spec]``: preset expansion. A preset file names its family with ``task = "..."``
-      (default ``alignment``); every spec of the grid must come out of ``grid`` (dependencies included, before
+      (default :data:`DEFAULT_TASK`); every spec of the grid must come out of ``grid`` (dependencies included, before
       their dependants), seed-major so early results cover every cell once.
     - :meth:`TaskFamily.preset_import_paths` ``(raw TOML dict) -> {import path: role}``: the user code a preset
       names (``module.path:Name`` models, poolings...), listed without importing it, so the user sees what
@@ -97,6 +97,18 @@ What a family implements (hooks with defaults are optional)
       :meth:`TaskFamily.reference_problem` ``(coordinates) -> str``: axis values a reference row cannot have.
     - :meth:`TaskFamily.optimal_line` ``(derived table name or None) -> str``: what the "optimal" summary line
       under a table means (the column of largest best − worst spread); ``""`` (the default): no such line.
+    - Cost and memory (``gaptui run --dry-run``, the app's launch bar and the refusal of a plan that cannot fit):
+      :meth:`TaskFamily.cost_units` ``(spec) -> float | None`` (units of work: epochs, epochs x graphs...),
+      :meth:`TaskFamily.cost_cell` ``(spec) -> str`` (runs that cost the same per unit share their history),
+      :meth:`TaskFamily.estimate_costs` ``(specs, ctx) -> CostReport`` (default: the history of finished runs of
+      the same cell; alignment measures its throughput through ``calibration_module``) and
+      :meth:`TaskFamily.memory` ``(spec) -> MemoryNeed | None`` (the peak a run needs; checked before any work,
+      and again once inputs whose size is unknown until built are built). Types in :mod:`engine.cost` and
+      :mod:`engine.memory`.
+    - Training loops share :mod:`engine.loop` (resume at the exact batch, checksummed checkpoints, stop ->
+      :class:`Cancelled`, non-finite loss named by step, the standard events, a generator for packed seeds): a
+      family writes its epoch and its evaluation (:class:`engine.loop.EpochTask`) and returns
+      ``engine.loop.epoch_steps(...)`` from :meth:`TaskFamily.steps`.
 
 Where families come from
     The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the
