@@ -218,6 +218,7 @@ def test_measure_times_compiling_for_runs_that_compile() -> None:
     assert compiled.compile_s > 0 and compiled.step_s > 0 and compiled.steps >= 1
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     args = ("run", "--preset", "smoke", "--dry-run", "--workspace", str(ws), "--gpus", "none", "--cpu-jobs", "1")

@@ -141,6 +141,7 @@ def test_paper_preset_uses_the_paper_options() -> None:
     assert first.canonical()["norm"] == "whole-batch" and first.dataset_spec().canonical()["n_train"] == 5000
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_train_command_takes_the_paper_options(tmp_path: Path) -> None:
     import json
 

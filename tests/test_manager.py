@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT, run_cli
@@ -100,6 +102,7 @@ def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     assert all(_starts(r["run_dir"]) == 1 for r in records)
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     preset = _preset(tmp_path, noise=(0.05, 0.2), models=("gcn", "gin"), epochs=3)
@@ -129,6 +132,7 @@ def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> N
         assert sorted(e["epoch"] for e in events if e["event"] == "epoch") == [1, 2, 3]
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     preset = _preset(tmp_path, noise=(0.1,), models=("tests.helpers_worker:CrashModel", "gcn"), laplacian=True)
@@ -176,6 +180,7 @@ def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) 
     assert pid is None
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_per_run_timeout_fails_the_run_and_the_grid_goes_on(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     # 20 s covers a worker's start-up (torch + PyG imports) even on a loaded machine; 5,000 epochs never fit in it.

@@ -189,6 +189,7 @@ def test_export_never_replaces_a_file_without_force(workspace: Path, tmp_path: P
     assert res.returncode == 0 and out.read_bytes() != b"precious"
 
 
+@pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_train_refuses_another_runs_folder(workspace: Path) -> None:
     first = run_cli(*TRAIN, "--epochs", "1", "--json", "--workspace", str(workspace))
     assert first.returncode == 0, first.stderr
