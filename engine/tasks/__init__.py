@@ -412,17 +412,23 @@ class PresetBase:
     #: What planning merged or adjusted (repeated grid values), one line each, shown to the user.
     notes: tuple[str, ...] = ()
 
+    # A preset whose runs follow a policy declares ``policy`` (a field or property): an object with ``timeout``,
+    # ``retries`` and ``pack_seeds``, such as :class:`engine.presets.RunPolicy` or a ``[run]`` table built on it.
+
     @property
     def timeout(self) -> float | None:
-        return None
+        policy = getattr(self, "policy", None)
+        return None if policy is None else policy.timeout
 
     @property
     def retries(self) -> int:
-        return 0
+        policy = getattr(self, "policy", None)
+        return 0 if policy is None else policy.retries
 
     @property
     def pack_seeds(self) -> int:
-        return 1
+        policy = getattr(self, "policy", None)
+        return 1 if policy is None else policy.pack_seeds
 
 
 @dataclass(frozen=True)

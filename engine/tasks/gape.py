@@ -113,18 +113,6 @@ class GapePreset(PresetBase):
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
-    def timeout(self) -> float | None:
-        return self.policy.timeout
-
-    @property
-    def retries(self) -> int:
-        return self.policy.retries
-
-    @property
-    def pack_seeds(self) -> int:
-        return self.policy.pack_seeds
-
-    @property
     def size(self) -> int:
         needs = any(
             parse_pe(pe if pe in ("none", "lap", "abs-lap", "r-lap", "rwpe") else "gape:x").run for pe in self.pes

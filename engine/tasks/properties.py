@@ -180,16 +180,9 @@ class Preset(PresetBase):
         return len(self.properties) * len(self.poolings) * len(dims) * len(self.seeds)
 
     @property
-    def timeout(self) -> float | None:
-        return self.run.timeout
-
-    @property
-    def retries(self) -> int:
-        return self.run.retries
-
-    @property
-    def pack_seeds(self) -> int:
-        return self.run.pack_seeds
+    def policy(self) -> Any:
+        """The ``[run]`` table, which holds the run policy (timeout, retries, pack_seeds) too."""
+        return self.run
 
 
 #: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
