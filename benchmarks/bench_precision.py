@@ -109,6 +109,7 @@ def alignment_spec(args: argparse.Namespace, model: str, noise: float, seed: int
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "compile": "off",
+        "eval_every": args.epochs,  # the final evaluation only: what is compared
         "precision": precision,
         "seed": seed,
         "device": "cpu",

@@ -188,3 +188,24 @@ def test_check_precision_names_where_and_suggests() -> None:
         check_precision("BF16", "spec.json")
     with pytest.raises(GaptuiError, match="^w: precision 16 is not one of auto, fp32, bf16$"):
         check_precision(16, "w")
+
+
+def test_a_run_started_under_auto_resumes_in_its_checkpoints_precision_when_autos_choice_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.loop as loop
+    from engine.loop import epoch_steps
+    from engine.tasks import Cancelled, RunContext, run_steps
+    from tests.test_loop import Events, Line, Stopper
+
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...
+    with pytest.raises(Cancelled):
+        run_steps(epoch_steps(Line(), RunContext(tmp_path, Events(), print, Stopper(6)), "run-hash", "cpu", "auto"))
+    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": False})  # ... and fp32 once the run is resumed
+    lines: list[str] = []
+    events = Events()
+    result = run_steps(epoch_steps(Line(), RunContext(tmp_path, events, lines.append, lambda: False), "run-hash"))
+    assert result.precision == "bf16" and events[0][1]["precision"] == "bf16"
+    assert "resuming in bf16 precision, the checkpoint's" in lines
+    assert resolve_precision("auto", "cpu") == "fp32"  # a new run takes the new choice
