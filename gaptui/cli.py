@@ -74,6 +74,13 @@ def train_cmd(
     compile_mode: Annotated[
         str, typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off.")
     ] = "auto",
+    precision: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--precision",
+            help="auto, fp32 or bf16 (the forward pass under bf16 autocast) [default: the spec's, auto]; any family.",
+        ),
+    ] = None,
     noise_model: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
@@ -128,7 +135,7 @@ def train_cmd(
         flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
         if flags:
             raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
-        spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
+        spec = with_precision(_chosen_spec(ws, task, preset, where or [], spec_file, overrides or []), precision)
     else:
         if task is not None or where or overrides:
             raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
@@ -138,6 +145,7 @@ def train_cmd(
                 f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
                 "or --task NAME with --preset P --where axis=value or --spec FILE"
             )
+        from engine.loop import check_precision
         from engine.sources import parse_param_args
         from engine.tasks import DEFAULT_TASK, load_spec
 
@@ -156,6 +164,7 @@ def train_cmd(
             "input_layer": input_layer,
             "norm": norm,
             "compile": compile_mode,
+            "precision": check_precision(precision or "auto", "--precision"),
             "seed": seed,
             "device": device,
             "datasets_dir": str(ws.datasets),
@@ -186,6 +195,22 @@ def train_cmd(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
+
+
+def with_precision(spec: Any, precision: str | None) -> Any:
+    """``spec`` with its ``precision`` field set to ``precision`` (``gaptui train --precision``; None: as it is);
+    one-line GaptuiError for a value not in :data:`engine.loop.PRECISIONS` or a family whose runs have no such
+    option."""
+    if precision is None:
+        return spec
+    from engine.loop import check_precision
+    from engine.tasks import load_spec
+
+    check_precision(precision, "--precision")
+    raw = spec.to_dict()
+    if "precision" not in raw:
+        raise GaptuiError(f"--precision {precision}: a {spec.task} run has no precision option")
+    return load_spec({**raw, "precision": precision}, where="--precision")
 
 
 def _chosen_spec(

@@ -586,7 +586,7 @@ def show_cmd(
             name = f"{fam.metric(key).name} ({key})"
         head.add_row(escape(name), f"{value:.4f}" if isinstance(value, float) else str(value))
     repro = record.get("repro") or {}
-    for key in ("device_name", "versions", "project", "dataset_id"):
+    for key in ("device_name", "precision", "versions", "project", "dataset_id"):
         if repro.get(key):
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
             head.add_row(f"repro.{key}", escape(value))

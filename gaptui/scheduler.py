@@ -459,6 +459,7 @@ class Scheduler:
                 "seed": job.spec.seed,
                 "dataset_seed": result.get("dataset_seed"),
                 "dataset_id": result.get("dataset"),
+                "precision": result.get("precision"),
             }
         finished = result.get("status") == "done" and result.get("run") == job.run_hash
         # A worker that wrote its done result finished the work, even when our stop signal caught it exiting.

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import GaptuiError
+from engine.loop import precision_field
 from engine.tasks import FormField, form_table, table_values
 
 #: The noise grid of the paper (Table D.3), as shares.
@@ -20,6 +21,7 @@ RUN_FIELDS = {
     "budget": "budget",
     "out_dim": "out_dim",
     "eval_every": "eval_every",
+    "precision": "precision",
     "timeout": "timeout",
     "retries": "retries",
 }
@@ -133,6 +135,7 @@ def fields() -> tuple[FormField, ...]:
         ),
         FormField("out_dim", "out dim", "int", None, placeholder="per dataset", section=section),
         FormField("eval_every", "eval every", "int", None, placeholder="1 (epochs)", section=section),
+        precision_field(section),
         FormField("timeout", "timeout (s)", "number", None, placeholder="none", section=section),
         FormField("retries", "retries", "int", None, placeholder="0 (on failure)", section=section),
         FormField("run_more", "more [run] options", "params", {}, "lr=0.001 features=degree ...", section=section),

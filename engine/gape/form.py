@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.loop import precision_field
 from engine.tasks import FormField, drop_blank, form_table, table_values
 
 #: Row order of Table 1 (the PEs a preset may list).
@@ -57,6 +58,7 @@ def fields() -> tuple[FormField, ...]:
         ),
         FormField("pes", "positional encodings", "multi", list(PES), choices=PES, section="Positional encodings"),
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-3 or 0,3", section="Runs"),
+        precision_field("Runs"),
         FormField("timeout", "timeout (s)", "number", None, placeholder="none", section="Runs"),
         FormField("retries", "retries", "int", None, placeholder="0 (on failure)", section="Runs"),
     )
@@ -64,9 +66,9 @@ def fields() -> tuple[FormField, ...]:
 
 def preset_from_form(values: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {"pes": list(values.get("pes") or []), "seeds": list(values.get("seeds") or [])}
-    policy = drop_blank({"timeout": values.get("timeout"), "retries": values.get("retries")})
+    policy = drop_blank({k: values.get(k) for k in ("precision", "timeout", "retries")})
     if policy:
-        doc["run"] = policy  # the [run] policy of every family's preset (engine.presets)
+        doc["run"] = policy  # the [run] table of every family's preset (engine.presets): precision and policy
     datasets = []
     for row in values.get("datasets") or []:
         params = {**(row.get("params") or {}), **drop_blank({k: row.get(k) for k in MOLECULE_FIELDS})}
@@ -100,6 +102,7 @@ def form_values(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "pes": list(raw.get("pes") or []),
         "seeds": list(raw.get("seeds") or []),
+        "precision": (raw.get("run") or {}).get("precision"),
         # [run] (the schema every family shares) or the top level (older gape presets)
         "timeout": (raw.get("run") or {}).get("timeout", raw.get("timeout")),
         "retries": (raw.get("run") or {}).get("retries", raw.get("retries")),

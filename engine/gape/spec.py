@@ -91,10 +91,9 @@ class GapeSpec(TaskSpec):
             raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
         if not self.lr > 0 or self.weight_decay < 0:
             raise GaptuiError(f"{where}: lr must be > 0 and weight_decay >= 0 (got {self.lr}, {self.weight_decay})")
-        from engine.loop import PRECISIONS
+        from engine.loop import check_precision
 
-        if self.precision not in PRECISIONS:
-            raise GaptuiError(f"{where}: precision '{self.precision}' is not one of {', '.join(PRECISIONS)}")
+        check_precision(self.precision, where)
         from engine.typed import check_device
 
         check_device(self.device, where)

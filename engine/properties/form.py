@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.loop import precision_field
 from engine.tasks import FormField, form_table, table_values
 
 #: Form key -> ``[run]`` key of the run options the form shows (the others go in ``run_more``).
@@ -14,6 +15,7 @@ RUN_FIELDS = {
     "graphs": "graphs",
     "sizes": "sizes",
     "hidden": "hidden",
+    "precision": "precision",
     "timeout": "timeout",
     "retries": "retries",
 }
@@ -50,6 +52,7 @@ def fields() -> tuple[FormField, ...]:
         FormField("graphs", "graphs", "int", None, "graphs per dataset", placeholder=str(run.graphs), section=section),
         FormField("sizes", "sizes", "int", None, "first K sizes of a property", placeholder="all 11", section=section),
         FormField("hidden", "hidden", "int", None, placeholder=str(run.hidden), section=section),
+        precision_field(section),
         FormField("timeout", "timeout (s)", "number", None, placeholder="none", section=section),
         FormField("retries", "retries", "int", None, placeholder="0 (on failure)", section=section),
         FormField(

@@ -89,6 +89,7 @@ class GapePreset(PresetBase):
     [run]                     # optional: the run policy (engine.presets.RunPolicy)
     timeout = 3600            # seconds per run
     retries = 0
+    precision = "auto"        # every run of the grid, pretraining included: auto, fp32 or bf16
 
     [[datasets]]
     base = "aqsol"
@@ -109,6 +110,9 @@ class GapePreset(PresetBase):
     path: Path | None = None
     #: How the scheduler treats its runs (the ``[run]`` table: timeout, retries, pack_seeds).
     policy: RunPolicy = field(default_factory=RunPolicy)
+    #: Run options of every run of the grid, pretraining included (the ``[run]`` table's :data:`GRID_RUN_KEYS`);
+    #: a dataset's ``[datasets.run]`` sets its downstream runs' own.
+    options: dict[str, Any] = field(default_factory=dict)
     #: What planning merged (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -120,6 +124,8 @@ class GapePreset(PresetBase):
         return len(self.datasets) * (len(self.pes) * len(self.seeds) + int(needs))
 
 
+#: The run options a gape preset's ``[run]`` table may set beside the policy, for every run of the grid.
+GRID_RUN_KEYS = ("precision",)
 #: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
 OWN_KEYS = ("pes", "datasets")
 #: Policy keys that older gape presets set at the top level rather than in ``[run]``: still read there.
@@ -127,7 +133,8 @@ TOP_LEVEL_POLICY = ("timeout", "retries")
 DATASET_KEYS = ("base", "params", "seed", "pretrain", "run")
 
 
-def pretraining_spec(entry: GapeDataset, placement: Placement) -> RunSpec:
+def pretraining_spec(entry: GapeDataset, placement: Placement, precision: str = "auto") -> RunSpec:
+    """The dataset's pretraining alignment run; ``precision`` is the grid's (its ``[run]`` table's)."""
     p = entry.pretrain
     dataset: dict[str, Any] = {"base": entry.base, "noise": p.noise, "noise_model": "add", "params": dict(entry.params)}
     dataset["seed"] = entry.seed
@@ -145,6 +152,7 @@ def pretraining_spec(entry: GapeDataset, placement: Placement) -> RunSpec:
             "batch_size": p.batch_size,
             "lr": p.lr,
             "seed": p.seed,
+            "precision": precision,
             "datasets_dir": placement.datasets_dir,
             "data_root": placement.data_root,
         },
@@ -164,7 +172,7 @@ def downstream_pe(pe: str, pretraining: RunSpec) -> str:
 def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
     """Pretraining runs first (one per dataset that needs one), then every (seed, dataset, PE), seed-major."""
     specs: list[Any] = []
-    pre = {i: pretraining_spec(entry, placement) for i, entry in enumerate(preset.datasets)}
+    pre = {i: pretraining_spec(entry, placement, **preset.options) for i, entry in enumerate(preset.datasets)}
     uses_gape = any(pe.startswith("gape") for pe in preset.pes)
     if uses_gape:
         specs += list(pre.values())
@@ -173,6 +181,7 @@ def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> 
         for i, entry in enumerate(preset.datasets):
             for pe in preset.pes:
                 raw = {
+                    **preset.options,
                     **entry.run,
                     "dataset": {"base": entry.base, "params": dict(entry.params), "seed": entry.seed},
                     "pe": downstream_pe(pe, pre[i]),
@@ -196,7 +205,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
             if key in run:
                 raise GaptuiError(f"{where}: key '{key}' is set twice, at the top and in [run]: keep the [run] one")
         raw = {**{k: v for k, v in raw.items() if k not in legacy}, "run": {**run, **legacy}}
-    return preset_of(parse_head(raw, path, "gape", OWN_KEYS, required=("pes", "datasets")))
+    return preset_of(parse_head(raw, path, "gape", OWN_KEYS, GRID_RUN_KEYS, required=("pes", "datasets")))
 
 
 def preset_of(head: PresetHead) -> GapePreset:
@@ -242,6 +251,7 @@ def preset_of(head: PresetHead) -> GapePreset:
         datasets=tuple(datasets),
         path=path,
         policy=head.policy,
+        options=dict(head.run),
         notes=tuple(notes),
     )
     # Every spec through the checks the worker applies (sources, parameters, models, options) before anything runs.

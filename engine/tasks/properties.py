@@ -109,10 +109,9 @@ class PropertySpec(TaskSpec, CellOptions):
             raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
-        from engine.loop import PRECISIONS
+        from engine.loop import check_precision
 
-        if self.precision not in PRECISIONS:
-            raise GaptuiError(f"{where}: precision '{self.precision}' is not one of {', '.join(PRECISIONS)}")
+        check_precision(self.precision, where)
         from engine.typed import check_device
 
         check_device(self.device, where)
