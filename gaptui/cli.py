@@ -227,9 +227,14 @@ def _chosen_spec(
         from gaptui.presets import grid
 
         loaded = review_preset(preset, ws).load()
-        if task is not None and loaded.task != family(task).name:
-            raise GaptuiError(f"--preset {preset} is a preset of task {loaded.task}, not {task}")
-        spec = _select(grid(loaded, ws), where, f"--preset {preset}")
+        # A grid may hold runs of other families (a GAPE grid's pretraining runs are alignment runs): --task
+        # chooses among them, the preset's own family by default.
+        name = family(task).name if task is not None else loaded.task
+        specs = grid(loaded, ws)
+        if not any(s.task == name for s in specs):
+            tasks = ", ".join(sorted({s.task for s in specs}))
+            raise GaptuiError(f"--preset {preset} has no run of task {name} (its runs: task {tasks})")
+        spec = _select([s for s in specs if s.task == name], where, f"--preset {preset}")
     else:
         if where:
             raise GaptuiError("--where chooses a run of a --preset grid; a --spec file is one run already")

@@ -146,3 +146,16 @@ def test_a_user_dataset_too_large_for_memory_is_refused_once_built_before_any_ru
     message = str(refused.value)
     assert message.startswith("gcn on folder") and "needs about" in message and "but this machine has" in message
     assert message.endswith("lower --batch-size or the graph order")
+
+
+def test_train_chooses_among_the_runs_of_a_grid_that_mixes_families(tmp_path: Path) -> None:
+    """A GAPE grid holds its alignment pretraining run too: --task picks the family, the preset's by default."""
+    from gaptui.cli import _chosen_spec
+
+    ws = Workspace(tmp_path / "ws")
+    rwpe = _chosen_spec(ws, "gape", "gape-smoke", ["pe=rwpe"], None, [])
+    assert (rwpe.task, rwpe.pe) == ("gape", "rwpe")
+    assert _chosen_spec(ws, None, "gape-smoke", ["pe=none"], None, []).task == "gape"
+    assert _chosen_spec(ws, "alignment", "gape-smoke", [], None, []).task == "alignment"  # its one pretraining run
+    with pytest.raises(GaptuiError, match="has no run of task properties"):
+        _chosen_spec(ws, "properties", "gape-smoke", [], None, [])
