@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch_geometric import EdgeIndex
 
@@ -65,6 +66,29 @@ def test_fast_path_equals_pyg_layers(name: str, options: dict, batch_of) -> None
     assert len(g_fast) == len(g_pyg)
     for fast, pyg in zip(g_fast, g_pyg, strict=True):
         assert float((fast - pyg).abs().max()) <= 1e-4 * scale
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in CASES])
+@pytest.mark.parametrize("batch_of", [equal_size_batch, ragged_batch], ids=["equal", "ragged"])
+def test_fast_path_trains_under_bf16_autocast_close_to_fp32(name: str, options: dict, batch_of) -> None:
+    """A ``precision = "bf16"`` run keeps the sparse path: node states in bf16, sparse products in fp32 (no bf16
+    kernel on a CPU), fp32 gradients of the fp32 weights, within bf16's rounding of the fp32 pass."""
+    edge_index, batch = batch_of()
+    x = torch.randn(batch.shape[0], 2, generator=torch.Generator().manual_seed(0))
+    results = []
+    for bf16 in (False, True):
+        torch.manual_seed(0)
+        model = models.build(name, out_dim=16, in_dim=2, width=16, **options)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = model(x, edge_index, batch)
+        assert y.dtype == (torch.bfloat16 if bf16 else torch.float32)
+        y.float().pow(2).sum().backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        assert all(g.dtype == torch.float32 for g in grads)
+        results.append((y.detach().float(), torch.cat([g.flatten() for g in grads])))
+    (y32, g32), (y16, g16) = results
+    assert float((y16 - y32).abs().max()) <= 0.08 * float(y32.abs().max())
+    assert float(F.cosine_similarity(g16, g32, dim=0)) >= 0.95
 
 
 def test_dense_norm_only_for_equal_graphs_in_order() -> None:

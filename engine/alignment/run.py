@@ -168,10 +168,6 @@ class AlignmentTraining(EpochTask):
         from engine.alignment.training import train_epoch
 
         spec = self.spec
-        if self.precision == "bf16" and getattr(self.model, "sparse", None):
-            # The sparse-matrix products have no bf16 kernel on a CPU: a bf16 run's built-in model uses PyG's
-            # gather/scatter layers (as a compiled one does), for training and evaluation.
-            self.model.sparse = False
         return train_epoch(
             self.trained,
             self.train,

@@ -32,6 +32,13 @@ builds its matrices without sorting (11-18 ms of a 150 ms step of 100 pairs othe
 
 The results equal PyG's layers up to float rounding (the order of the sums differs); ``sparse=False`` on a model
 keeps PyG's own path everywhere.
+
+Under bf16 autocast (the ``precision = "bf16"`` run option) the node states, linear layers and per-edge messages
+are bf16; every sparse product, which has no bf16 kernel on a CPU, runs in fp32 on its input cast up and returns
+its result cast back (:func:`_product`), forward and backward, so the matrices are always fp32
+(:func:`matrix_dtype`). The attention layers' per-head score sums ``(x * att).sum(-1)`` are one small dense
+product with a block-diagonal matrix of the attention vectors, and their heads are aggregated by one product with
+a block matrix of the pattern per head (:class:`_Heads`), so no per-head slice is copied or stacked.
 """
 
 from __future__ import annotations
@@ -59,17 +66,66 @@ from torch_geometric.utils import softmax
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
+def _product(matrix: Tensor, x: Tensor) -> Tensor:
+    """``matrix @ x`` in the matrix's dtype, returned in ``x``'s: under bf16 autocast the node states are bf16,
+    while the sparse products (which have no bf16 kernel on a CPU) stay fp32, one cast each way."""
+    if x.dtype == matrix.dtype and not torch.is_autocast_enabled(x.device.type):
+        return matrix @ x
+    with torch.autocast(x.device.type, enabled=False):
+        return (matrix @ x.to(matrix.dtype)).to(x.dtype)
+
+
+def matrix_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the sparse matrices for node states of ``dtype``: fp32 for the 16-bit floats of autocast."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 class _Spmm(torch.autograd.Function):
     """``matrix @ x`` whose backward is ``transpose @ grad`` (with the transpose built once, beforehand)."""
 
     @staticmethod
     def forward(ctx: Any, matrix: Tensor, transpose: Tensor, x: Tensor) -> Tensor:
         ctx.transpose = transpose
-        return matrix @ x
+        return _product(matrix, x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
-        return None, None, ctx.transpose @ grad
+        return None, None, _product(ctx.transpose, grad)
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """A pattern repeated once per attention head as one ``[N * H, N * H]`` CSR matrix: row ``i * H + h`` holds
+    row ``i``'s entries at columns ``j * H + h``. Node states ``[N, H, C]`` are then ``[N * H, C]`` as they lie,
+    so one product aggregates every head (no per-head slices, transposes or stacking), with ``values[p]`` the
+    weight ``alpha[e, h]`` at ``alpha.view(-1)[take[p]]``."""
+
+    crow: Tensor
+    col: Tensor
+    take: Tensor
+
+    @classmethod
+    def build(cls, crow: Tensor, col: Tensor, edge: Tensor, heads: int) -> _Heads:
+        """From a CSR pattern (``crow``, ``col``) whose entry ``k`` carries the weights of edge ``edge[k]``."""
+        n, nnz = crow.shape[0] - 1, col.shape[0]
+        deg = crow.diff()
+        row = torch.repeat_interleave(torch.arange(n, device=crow.device), deg)
+        head = torch.arange(heads, device=crow.device)
+        # entry k of row i, head h, sits at crow[i] * H + h * deg[i] + (k - crow[i])
+        pos = ((crow[:-1] * (heads - 1))[row] + torch.arange(nnz, device=crow.device))[:, None] + head * deg[row][
+            :, None
+        ]
+        take = torch.empty(nnz * heads, dtype=crow.dtype, device=crow.device)
+        take[pos.reshape(-1)] = (edge[:, None] * heads + head).reshape(-1)
+        cols = torch.empty_like(take)
+        cols[pos.reshape(-1)] = (col[:, None] * heads + head).reshape(-1)
+        rows = torch.cat([(crow[:-1, None] * heads + head * deg[:, None]).reshape(-1), crow[-1:] * heads])
+        return cls(rows, cols, take)
+
+    def matrix(self, alpha: Tensor, size: int) -> Tensor:
+        """The matrix with the weights ``alpha [E, H]``, for ``size = N * H``."""
+        values = alpha.reshape(-1)[self.take]
+        return torch.sparse_csr_tensor(self.crow, self.col, values, (size, size), check_invariants=False)
 
 
 @dataclass(frozen=True)
@@ -82,9 +138,20 @@ class _Pattern:
     crow_t: Tensor
     col_t: Tensor
     order_t: Tensor  # edge positions (in CSR order) sorted by source: the transpose's value order
+    _heads: dict[int, tuple[_Heads, _Heads]] = field(default_factory=dict, compare=False, repr=False)
 
     def matrix(self, values: Tensor, n: int) -> Tensor:
         return torch.sparse_csr_tensor(self.crow, self.src, values, (n, n), check_invariants=False)
+
+    def per_head(self, heads: int) -> tuple[_Heads, _Heads]:
+        """The pattern once per head as one block matrix, and its transpose (built once per head count)."""
+        if heads not in self._heads:
+            edges = torch.arange(self.src.shape[0], device=self.src.device)
+            self._heads[heads] = (
+                _Heads.build(self.crow, self.src, edges, heads),
+                _Heads.build(self.crow_t, self.col_t, self.order_t, heads),
+            )
+        return self._heads[heads]
 
     def matrix_t(self, values: Tensor, n: int) -> Tensor:
         return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.order_t], (n, n), check_invariants=False)
@@ -108,7 +175,7 @@ class _Sum(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, pattern: _Pattern, n: int, x: Tensor) -> Tensor:
         ctx.pattern = pattern
-        return pattern.incidence("dst", n, x.dtype) @ x
+        return _product(pattern.incidence("dst", n, matrix_dtype(x.dtype)), x)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
@@ -122,33 +189,41 @@ def _crow(rows: Tensor, n: int) -> Tensor:
 
 
 class _Attend(torch.autograd.Function):
-    """``out[:, h] = A(alpha[:, h]) @ x[:, h]`` per head: ``alpha [E, H]`` in pattern order, ``x [N, H, C]``."""
+    """``out[:, h] = A(alpha[:, h]) @ x[:, h]`` per head: ``alpha [E, H]`` in pattern order, ``x [N, H, C]``; all
+    heads in one product with the block matrix of :meth:`_Pattern.per_head`."""
 
     @staticmethod
     def forward(ctx: Any, pattern: _Pattern, alpha: Tensor, x: Tensor) -> Tensor:
-        n, heads = x.shape[0], x.shape[1]
-        xt = x.transpose(0, 1).contiguous()  # [H, N, C]
-        out = torch.stack([pattern.matrix(alpha[:, h].contiguous(), n) @ xt[h] for h in range(heads)], 1)
-        ctx.pattern = pattern
-        ctx.save_for_backward(alpha, xt)
-        return out
+        # The products run in fp32 (no bf16 sparse kernels on a CPU); under autocast, in and out are bf16.
+        n, heads, channels = x.shape
+        dtype = matrix_dtype(x.dtype)
+        flat, weights = x.reshape(n * heads, channels).to(dtype), alpha.to(dtype)
+        forward_heads, _ = pattern.per_head(heads)
+        with torch.autocast(x.device.type, enabled=False):
+            out = forward_heads.matrix(weights, n * heads) @ flat
+        ctx.pattern, ctx.dtypes = pattern, (alpha.dtype, x.dtype)
+        ctx.save_for_backward(weights, flat)
+        return out.view(n, heads, channels).to(x.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor]:
-        pattern: _Pattern = ctx.pattern
-        alpha, xt = ctx.saved_tensors
-        n, heads = xt.shape[1], xt.shape[0]
-        gt = grad.transpose(0, 1).contiguous()  # [H, N, C]
-        zeros = torch.zeros_like(alpha[:, 0])
-        grad_alpha = torch.stack(
-            [
-                torch.sparse.sampled_addmm(pattern.matrix(zeros, n), gt[h], xt[h].T, beta=0.0).values()
-                for h in range(heads)
-            ],
-            1,
+        alpha, flat = ctx.saved_tensors
+        heads = alpha.shape[1]
+        size, channels = flat.shape
+        forward_heads, transposed = ctx.pattern.per_head(heads)
+        g = grad.reshape(size, channels).to(flat.dtype)
+        pattern = torch.sparse_csr_tensor(
+            forward_heads.crow,
+            forward_heads.col,
+            alpha.new_zeros(forward_heads.col.shape),
+            (size, size),
+            check_invariants=False,
         )
-        grad_x = torch.stack([pattern.matrix_t(alpha[:, h].contiguous(), n) @ gt[h] for h in range(heads)], 1)
-        return None, grad_alpha, grad_x
+        sampled = torch.sparse.sampled_addmm(pattern, g, flat.T, beta=0.0).values()
+        grad_alpha = torch.empty_like(sampled)
+        grad_alpha[forward_heads.take] = sampled
+        grad_x = transposed.matrix(alpha, size) @ g
+        return None, grad_alpha.view_as(alpha).to(ctx.dtypes[0]), grad_x.view(grad.shape).to(ctx.dtypes[1])
 
 
 class _Gather(torch.autograd.Function):
@@ -164,8 +239,8 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
         pattern: _Pattern = ctx.pattern
-        incidence = pattern.incidence(ctx.end, ctx.shape[0], grad.dtype)
-        return None, None, (incidence @ grad.reshape(grad.shape[0], -1)).view(ctx.shape)
+        incidence = pattern.incidence(ctx.end, ctx.shape[0], matrix_dtype(grad.dtype))
+        return None, None, _product(incidence, grad.reshape(grad.shape[0], -1)).view(ctx.shape)
 
 
 def _csr(rows: Tensor, cols: Tensor, values: Tensor, n: int) -> Tensor:
@@ -360,10 +435,18 @@ def _finish_attention(conv: nn.Module, out: Tensor, h: Tensor) -> Tensor:
     return out if conv.bias is None else out + conv.bias
 
 
+def _per_head(att: Tensor) -> Tensor:
+    """An attention vector ``[1, H, C]`` as the ``[H * C, H]`` block-diagonal matrix of its heads: a product
+    with it is ``(x * att).sum(-1)`` for ``x [N, H, C]`` viewed as ``[N, H * C]``."""
+    return torch.block_diag(*att.reshape(att.shape[1], att.shape[2], 1))
+
+
 def _gat(conv: GATConv, h: Tensor, graph: Graph) -> Tensor:
     x = conv.lin(h).view(-1, conv.heads, conv.out_channels)
     pattern = graph.loops()
-    score_src, score_dst = (x * conv.att_src).sum(-1), (x * conv.att_dst).sum(-1)
+    # (x * att).sum(-1) per head, for both ends, as one product with a [H * C, 2H] block-diagonal matrix
+    att = torch.cat([_per_head(conv.att_src), _per_head(conv.att_dst)], 1)
+    score_src, score_dst = (x.reshape(x.shape[0], -1) @ att.to(x.dtype)).chunk(2, dim=1)
     scores = _Gather.apply(pattern, "src", score_src) + _Gather.apply(pattern, "dst", score_dst)
     alpha = F.leaky_relu(scores, conv.negative_slope)
     alpha = softmax(alpha, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
@@ -375,7 +458,8 @@ def _gatv2(conv: GATv2Conv, h: Tensor, graph: Graph) -> Tensor:
     x_r = x_l if conv.share_weights else conv.lin_r(h).view(-1, conv.heads, conv.out_channels)
     pattern = graph.loops()
     scores = F.leaky_relu(_Gather.apply(pattern, "src", x_l) + _Gather.apply(pattern, "dst", x_r), conv.negative_slope)
-    alpha = softmax((scores * conv.att).sum(-1), pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
+    scores = scores.reshape(scores.shape[0], -1) @ _per_head(conv.att).to(scores.dtype)  # (scores * att).sum(-1)
+    alpha = softmax(scores, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
     return _finish_attention(conv, _Attend.apply(pattern, alpha, x_l), h)
 
 
@@ -383,24 +467,32 @@ def _gated(conv: ResGatedGraphConv, h: Tensor, graph: Graph) -> Tensor:
     """``ResGatedGraphConv``: ``out_i = W_s h_i + b + sum_j act(W_k h_i + W_q h_j) * W_v h_j``, its three edge
     gathers summed back by incidence products and its edge sum one more (PyG: accumulating scatters)."""
     pattern = graph.edges()
-    k, q, v = conv.lin_key(h), conv.lin_query(h), conv.lin_value(h)
-    gate = conv.act(_Gather.apply(pattern, "dst", k) + _Gather.apply(pattern, "src", q))
-    out = _Sum.apply(pattern, graph.num_nodes, gate * _Gather.apply(pattern, "src", v))
-    if conv.lin_skip is not None:
-        out = out + conv.lin_skip(h)
+    # The four maps of h in one product, and the query and value gathered to the edges together.
+    has_skip = conv.lin_skip is not None
+    lins = [conv.lin_key, conv.lin_query, conv.lin_value, *([conv.lin_skip] if has_skip else [])]
+    weight = torch.cat([lin.weight for lin in lins])
+    bias = torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.weight.shape[0]) for lin in lins])
+    width = conv.lin_key.weight.shape[0]
+    k, qv, *skip = F.linear(h, weight, bias).split([width, 2 * width, *([width] if has_skip else [])], dim=1)
+    q, v = _Gather.apply(pattern, "src", qv).split(width, dim=1)
+    gate = conv.act(_Gather.apply(pattern, "dst", k) + q)
+    out = _Sum.apply(pattern, graph.num_nodes, gate * v)
+    if skip:
+        out = out + skip[0]
     return out if conv.bias is None else out + conv.bias
 
 
 def convolve(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
     """``conv(h, edge_index)``, by a sparse product when ``conv`` is one of the linear-aggregation layers."""
     if _plain(conv, GCNConv):
-        out = graph.propagate(graph.gcn(h.dtype), conv.lin(h))
+        out = graph.propagate(graph.gcn(matrix_dtype(h.dtype)), conv.lin(h))
         return out if conv.bias is None else out + conv.bias
     if _plain(conv, GINConv):
-        plus = None if conv.eps.requires_grad else graph.adjacency_plus(1 + conv.eps.to(h.dtype))
+        dtype = matrix_dtype(h.dtype)
+        plus = None if conv.eps.requires_grad else graph.adjacency_plus(1 + conv.eps.to(dtype))
         if plus is not None:
             return conv.nn(graph.propagate(plus, h))
-        return conv.nn((1 + conv.eps) * h + graph.propagate(graph.adjacency(h.dtype), h))
+        return conv.nn((1 + conv.eps) * h + graph.propagate(graph.adjacency(dtype), h))
     if _plain(conv, GATConv):
         return _gat(conv, h, graph)
     if _plain(conv, GATv2Conv):
@@ -409,7 +501,7 @@ def convolve(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
         return _gated(conv, h, graph)
     if _plain(conv, GatedGraphConv) and h.shape[-1] == conv.out_channels:
         for weight in conv.weight:
-            h = conv.rnn(graph.propagate(graph.adjacency(h.dtype), h @ weight), h)
+            h = conv.rnn(graph.propagate(graph.adjacency(matrix_dtype(h.dtype)), h @ weight), h)
         return h
     return conv(h, graph.edge_index)
 
@@ -420,7 +512,43 @@ def graph_norm(norm: GraphNorm, x: Tensor, graph: Graph) -> Tensor:
     if n is None:
         return norm(x, graph.batch)
     h = x.view(-1, n, x.shape[-1])
-    out = h - h.mean(1, keepdim=True) * norm.mean_scale
-    # weight / std is one small [graphs, 1, width] factor: one multiply-add over the nodes instead of three passes
-    scale = norm.weight * torch.rsqrt(out.pow(2).mean(1, keepdim=True) + norm.eps)
-    return torch.addcmul(norm.bias, out, scale).view_as(x)
+    return _DenseGraphNorm.apply(h, norm.weight, norm.bias, norm.mean_scale, norm.eps).view_as(x)
+
+
+class _DenseGraphNorm(torch.autograd.Function):
+    r"""GraphNorm over ``h [graphs, nodes, width]`` with its gradient written out, so that a pass over the nodes is
+    made only where one is needed (4 forward, 4 backward; autograd's own takes twice as many) and the node-sized
+    tensors stay in ``h``'s dtype (bf16 under autocast), the per-graph statistics in fp32 (or ``h``'s, if wider):
+
+    .. math::
+        \mu = \operatorname{mean}_n h, \quad o = h - \alpha \mu, \quad r = (\operatorname{mean}_n o^2 +
+        \epsilon)^{-1/2}, \quad y = o \, w r + b.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, weight: Tensor, bias: Tensor, alpha: Tensor, eps: float) -> Tensor:
+        f32 = matrix_dtype(h.dtype)  # fp32 statistics for bf16 states, else the states' own dtype
+        mean = h.mean(1, keepdim=True, dtype=f32)  # [G, 1, C]
+        out = h - (alpha * mean).to(h.dtype)
+        square = torch.square(out).sum(1, keepdim=True, dtype=f32) / h.shape[1]
+        rstd = torch.rsqrt(square + eps)
+        scale = weight * rstd
+        ctx.save_for_backward(out, mean, rstd, weight, alpha)
+        return torch.addcmul(bias.to(h.dtype), out, scale.to(h.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, None]:
+        out, mean, rstd, weight, alpha = ctx.saved_tensors
+        f32, n = matrix_dtype(out.dtype), out.shape[1]
+        grad_sum = grad.sum(1, keepdim=True, dtype=f32)  # B = sum_n dy
+        grad_out_sum = (grad * out).sum(1, keepdim=True, dtype=f32)  # A = sum_n dy * o
+        scale = weight * rstd
+        k = weight * grad_out_sum * rstd.pow(3) / n  # d/do through r: -k o
+        # sum_n of d/do, with sum_n o = n (1 - alpha) mean: what the mean subtraction takes back
+        go_sum = scale * grad_sum - k * (n * (1 - alpha) * mean)
+        grad_h = torch.addcmul((-alpha * go_sum / n).to(grad.dtype), grad, scale.to(grad.dtype))
+        grad_h.addcmul_(out, (-k).to(grad.dtype))
+        grad_weight = (grad_out_sum * rstd).sum((0, 1))
+        grad_bias = grad_sum.sum((0, 1))
+        grad_alpha = -(go_sum * mean).sum((0, 1))
+        return grad_h, grad_weight, grad_bias, grad_alpha, None
