@@ -20,11 +20,16 @@ batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 
   autocast on PyG's gather/scatter layers, the similarity, loss and LAP in fp32, fp32 weights), trained alongside
   the fp32 "ours" from the same initialisation, so the table shows fp32 and bf16 side by side (epoch time, the
   bf16 / fp32 speed-up and both final accuracies);
-- **reference**: a straightforward PyG implementation of the same family: ``torch_geometric.data.Data`` per graph,
-  ``Batch.from_data_list`` per step, G and H embedded in two forward passes, all-ones inputs, a first
+- **reference**: the paper package's model and loop, written here with PyG: ``torch_geometric.data.Data`` per
+  graph, ``Batch.from_data_list`` per step, G and H embedded in two forward passes, all-ones inputs, a first
   ``GCNConv(1, width)`` (``GINConv(Linear)`` for GIN) then three residual blocks of the family's PyG convolution,
-  one GraphNorm over the batch before a linear readout, padded ``bmm`` similarities and cross-entropy, and the
-  LAP (``scipy.optimize.linear_sum_assignment``) per validation pair.
+  two GraphNorms over the whole batch (on the state entering the second layer and before the readout), a
+  linear readout, padded ``bmm`` similarities and cross-entropy, and the LAP
+  (``scipy.optimize.linear_sum_assignment``) per validation pair. Its width is the paper's (Table C.2, about 60k
+  parameters each: GCN 128, GIN 93, GAT 128 and GATv2 96 with 8 heads; for ``ggnn`` the package's "GatedGCN",
+  ``GatedGraphConv`` of 2 steps at width 48); ``gatedgcn`` (``ResGatedGraphConv``, which the package did not
+  have) gets the width at which the reference has gaptui's 60k-parameter budget. ``--reference-width ours``
+  builds it at our width instead (fewer parameters than the paper's).
 
 Epochs alternate (ours, reference, ours, ...) so background load hits both alike. Per model and noise level the
 table gives the min and median seconds of a training epoch of each side (the first epoch is a warm-up and left
@@ -101,6 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="node inputs of ours (the reference always takes all-ones inputs); with --ours-options "
         "norm=whole-batch,input_layer=conv and --features ones, ours has the reference's architecture",
     )
+    parser.add_argument(
+        "--reference-width",
+        choices=("paper", "ours"),
+        default="paper",
+        help="the reference's width: the paper's Table C.2 (default) or ours",
+    )
     parser.add_argument("--compile", action="store_true", help="also time ours through torch.compile")
     parser.add_argument("--precision", action="store_true", help="also time ours in bf16 (precision = bf16)")
     parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
@@ -120,10 +131,25 @@ def parse_options(text: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ reference
 
 
-class Reference(nn.Module):
-    """A plain PyG siamese embedder: first conv from the constant input, 3 residual blocks, one GraphNorm."""
+#: The paper package's width of each model (Table C.2; 8 attention heads), with the steps of its "GatedGCN"
+#: (``GatedGraphConv``, compared with ``ggnn``). ``gatedgcn`` is not in the package: see :func:`reference_width`.
+PAPER_WIDTHS = {"gcn": 128, "gin": 93, "gat": 128, "gatv2": 96, "ggnn": 48}
+PAPER_GGNN_STEPS = 2
+PAPER_HEADS = 8
 
-    def __init__(self, model: str, width: int, heads: int, out_dim: int) -> None:
+
+def reference_width(model: str, budget: int = 60_000) -> int:
+    """The paper's width for ``model``, or the width at which the reference has about ``budget`` parameters."""
+    if model in PAPER_WIDTHS:
+        return PAPER_WIDTHS[model]
+    return min(range(8, 257), key=lambda w: abs(models.count_parameters(Reference(model, w, 1, 64)) - budget))
+
+
+class Reference(nn.Module):
+    """The paper package's siamese embedder in PyG: first conv from the constant input, 3 residual blocks, two
+    GraphNorms over the batch (entering the second layer, and before the readout)."""
+
+    def __init__(self, model: str, width: int, heads: int, out_dim: int, ggnn_steps: int = 1) -> None:
         super().__init__()
 
         def conv() -> nn.Module:
@@ -134,7 +160,7 @@ class Reference(nn.Module):
             if model == "gatedgcn":
                 return ResGatedGraphConv(width, width)
             if model == "ggnn":
-                return GatedGraphConv(width, num_layers=1)
+                return GatedGraphConv(width, num_layers=ggnn_steps)
             if model == "gat":
                 return GATConv(width, width // heads, heads=heads)
             if model == "gatv2":
@@ -143,11 +169,12 @@ class Reference(nn.Module):
 
         self.first = GINConv(nn.Linear(1, width)) if model == "gin" else GCNConv(1, width)
         self.convs = nn.ModuleList(conv() for _ in range(3))
+        self.norm_in = GraphNorm(width)
         self.norm = GraphNorm(width)
         self.out = nn.Linear(width, out_dim)
 
     def forward(self, data: Batch) -> torch.Tensor:
-        h = F.relu(self.first(data.x, data.edge_index))
+        h = self.norm_in(F.relu(self.first(data.x, data.edge_index)))
         for conv in self.convs:
             h = h + F.relu(conv(h, data.edge_index))
         return self.out(self.norm(h))
@@ -225,17 +252,19 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
 
     options = parse_options(args.ours_options)
     ours = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
-    heads = getattr(ours, "heads", 1)
+    if args.reference_width == "paper":
+        width, heads = reference_width(model_name), PAPER_HEADS if model_name in ("gat", "gatv2") else 1
+        ggnn_steps = PAPER_GGNN_STEPS
+    else:
+        width, heads, ggnn_steps = ours.width, getattr(ours, "heads", 1), getattr(ours, "steps", 1)
     torch.manual_seed(args.seed)
-    ref = Reference(model_name, ours.width, heads, 64)
+    ref = Reference(model_name, width, heads, 64, ggnn_steps=ggnn_steps)
     sides: dict[str, tuple[torch.nn.Module, torch.nn.Module, Any, Any, TrainState]] = {}
     compile_seconds = None
     for side in ("ours", *(("compiled",) if args.compile else ()), *(("bf16",) if args.precision else ())):
         torch.manual_seed(args.seed)
         model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
         trained = model
-        if side == "bf16" and getattr(model, "sparse", None):
-            model.sparse = False  # as a bf16 run: the sparse-matrix products have no bf16 kernel on a CPU
         if side == "compiled":
             # A fresh compiler cache per model: one process compiles several models of different widths and
             # layer types, which would otherwise hit dynamo's recompile limit and silently run eagerly.
@@ -278,7 +307,7 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     return {
         "model": model_name,
         "noise": noise,
-        "width": ours.width,
+        "width": (ours.width, width),
         "params": (models.count_parameters(ours), models.count_parameters(ref)),
         "times": times,
         "acc": accuracy,
@@ -344,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
         f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}, "
+        f"reference at {args.reference_width} widths, "
         f"{args.features} inputs; "
         f"allocator {'tuned (engine.memory.tune_allocator)' if tuned else 'glibc defaults'}; "
         f"subnormal floats {'flushed (engine.memory.flush_denormals)' if flushed else 'kept'}; "
@@ -352,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     sides = [side for side in rows[0]["times"] if side != "reference"]
-    head = ["model", "noise", "width", "params ours / ref", "reference s"]
+    head = ["model", "noise", "width ours / ref", "params ours / ref", "reference s"]
     for side in sides:
         head += [f"{side} s", f"{side} speed-up"]
     head += [f"LAP acc {side}" for side in (*sides, "reference")]
@@ -364,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(head))
     for row in rows:
         times, ref = row["times"], statistics.median(row["times"]["reference"])
-        line = [row["model"], f"{row['noise']:g}", str(row["width"]), f"{row['params'][0]:,} / {row['params'][1]:,}"]
+        widths = f"{row['width'][0]} / {row['width'][1]}"
+        line = [row["model"], f"{row['noise']:g}", widths, f"{row['params'][0]:,} / {row['params'][1]:,}"]
         line.append(f"{min(times['reference']):.2f} / {ref:.2f}")
         for side in sides:
             line += [
