@@ -97,6 +97,7 @@ def test_a_bad_option_is_refused_in_the_same_words_by_the_cli_and_the_app(tmp_pa
     assert queued == [] and notices == [("--backend 'cloud': expected local or slurm", "error")]
 
 
+@pytest.mark.slow  # 16 s of worker processes; run with -m slow
 def test_train_runs_one_run_of_a_plug_in_family_from_a_preset(tmp_path: Path, toy: None) -> None:
     preset = _preset(tmp_path, [2])
     ws = tmp_path / "ws"

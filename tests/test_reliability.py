@@ -206,6 +206,7 @@ def test_train_refuses_another_runs_folder(workspace: Path) -> None:
 # ------------------------------------------------------------------------------------------ foreground train
 
 
+@pytest.mark.slow  # 17 s of worker processes; run with -m slow
 def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", "3000", "--workspace", str(workspace)],

@@ -82,6 +82,7 @@ def test_events_files_and_checkpoint(tmp_path: Path) -> None:
     assert code == 0 and stdout == "" and len(read_events(out / "events.jsonl")[0]) == len(events)
 
 
+@pytest.mark.slow  # 14 s of worker processes; run with -m slow
 def test_sigterm_then_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = _spec(tmp_path, epochs=40, dataset={**DATASET, "n_train": 200})
