@@ -243,6 +243,78 @@ class _Gather(torch.autograd.Function):
         return None, None, _product(incidence, grad.reshape(grad.shape[0], -1)).view(ctx.shape)
 
 
+class _PairScores(torch.autograd.Function):
+    """GATv2's scores ``LeakyReLU(x_l[src] + x_r[dst]) @ att`` (``x [N, H * C]``, ``att [H * C, H]`` the
+    block-diagonal matrix of :func:`_per_head`) -> ``[E, H]``, with one ``[E, H * C]`` tensor made and kept:
+    the sum and the activation are computed in place, and the backward writes the activation's gradient in fp32
+    straight away, which both ends' incidence products then read (autograd's own makes three such tensors
+    forward and casts the gradient once per end)."""
+
+    @staticmethod
+    def forward(ctx: Any, pattern: _Pattern, x_l: Tensor, x_r: Tensor, att: Tensor, slope: float) -> Tensor:
+        edges = x_l.index_select(0, pattern.src)
+        edges += x_r.index_select(0, pattern.dst)
+        activated = F.leaky_relu_(edges, slope)
+        ctx.pattern, ctx.slope, ctx.dtypes = pattern, slope, (x_l.dtype, x_r.dtype)
+        ctx.n = x_l.shape[0]
+        ctx.save_for_backward(activated, att)
+        return activated @ att
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor, None]:
+        pattern: _Pattern = ctx.pattern
+        activated, att = ctx.saved_tensors
+        grad = grad.to(activated.dtype)
+        grad_att = (grad.T @ activated).T  # [H, E] @ [E, H * C]: no transposed copy of the [E, H * C] tensor
+        dtype = matrix_dtype(activated.dtype)
+        grad_edges = torch.empty(activated.shape, dtype=dtype, device=activated.device)
+        torch.ops.aten.leaky_relu_backward.grad_input(grad @ att.T, activated, ctx.slope, True, grad_input=grad_edges)
+        n = ctx.n
+        grad_l = pattern.incidence("src", n, dtype) @ grad_edges
+        grad_r = pattern.incidence("dst", n, dtype) @ grad_edges
+        return None, grad_l.to(ctx.dtypes[0]), grad_r.to(ctx.dtypes[1]), grad_att, None
+
+
+class _GatedMessages(torch.autograd.Function):
+    """GatedGCN's aggregation ``out_i = sum over edges j -> i of sigmoid(k_i + q_j) * v_j`` (``k, q, v [N, C]``):
+    the gate is made in place on the gathered keys, the messages are written in fp32 for the incidence product
+    that sums them, and the backward writes its two edge gradients in fp32 for the products that sum them back
+    (autograd's own path keeps five ``[E, C]`` tensors and casts three of them under bf16)."""
+
+    @staticmethod
+    def forward(ctx: Any, pattern: _Pattern, k: Tensor, q: Tensor, v: Tensor) -> Tensor:
+        dtype, n = matrix_dtype(k.dtype), k.shape[0]
+        gate = k.index_select(0, pattern.dst)
+        gate += q.index_select(0, pattern.src)
+        gate.sigmoid_()
+        values = v.index_select(0, pattern.src)
+        messages = torch.empty(gate.shape, dtype=dtype, device=gate.device)
+        torch.mul(gate, values, out=messages)
+        ctx.pattern, ctx.dtypes = pattern, (k.dtype, q.dtype, v.dtype)
+        ctx.save_for_backward(gate, values)
+        with torch.autocast(k.device.type, enabled=False):
+            return (pattern.incidence("dst", n, dtype) @ messages).to(k.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor]:
+        pattern: _Pattern = ctx.pattern
+        gate, values = ctx.saved_tensors
+        n, dtype = grad.shape[0], matrix_dtype(gate.dtype)
+        edge_grad = grad.to(gate.dtype).index_select(0, pattern.dst)
+        grad_values = torch.empty(gate.shape, dtype=dtype, device=gate.device)
+        torch.mul(edge_grad, gate, out=grad_values)
+        grad_logits = torch.empty_like(grad_values)
+        torch.ops.aten.sigmoid_backward.grad_input(edge_grad * values, gate, grad_input=grad_logits)
+        to_src, to_dst = pattern.incidence("src", n, dtype), pattern.incidence("dst", n, dtype)
+        k_dtype, q_dtype, v_dtype = ctx.dtypes
+        return (
+            None,
+            (to_dst @ grad_logits).to(k_dtype),
+            (to_src @ grad_logits).to(q_dtype),
+            (to_src @ grad_values).to(v_dtype),
+        )
+
+
 def _csr(rows: Tensor, cols: Tensor, values: Tensor, n: int) -> Tensor:
     """A CSR ``n x n`` matrix from coordinates (any order; repeated coordinates add up, as messages do)."""
     order = torch.argsort(rows, stable=True)
@@ -457,8 +529,8 @@ def _gatv2(conv: GATv2Conv, h: Tensor, graph: Graph) -> Tensor:
     x_l = conv.lin_l(h).view(-1, conv.heads, conv.out_channels)
     x_r = x_l if conv.share_weights else conv.lin_r(h).view(-1, conv.heads, conv.out_channels)
     pattern = graph.loops()
-    scores = F.leaky_relu(_Gather.apply(pattern, "src", x_l) + _Gather.apply(pattern, "dst", x_r), conv.negative_slope)
-    scores = scores.reshape(scores.shape[0], -1) @ _per_head(conv.att).to(scores.dtype)  # (scores * att).sum(-1)
+    att = _per_head(conv.att)
+    scores = _PairScores.apply(pattern, x_l.flatten(1), x_r.flatten(1), att.to(x_l.dtype), conv.negative_slope)
     alpha = softmax(scores, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
     return _finish_attention(conv, _Attend.apply(pattern, alpha, x_l), h)
 
@@ -473,10 +545,12 @@ def _gated(conv: ResGatedGraphConv, h: Tensor, graph: Graph) -> Tensor:
     weight = torch.cat([lin.weight for lin in lins])
     bias = torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.weight.shape[0]) for lin in lins])
     width = conv.lin_key.weight.shape[0]
-    k, qv, *skip = F.linear(h, weight, bias).split([width, 2 * width, *([width] if has_skip else [])], dim=1)
-    q, v = _Gather.apply(pattern, "src", qv).split(width, dim=1)
-    gate = conv.act(_Gather.apply(pattern, "dst", k) + q)
-    out = _Sum.apply(pattern, graph.num_nodes, gate * v)
+    k, q, v, *skip = F.linear(h, weight, bias).split(width, dim=1)
+    if isinstance(conv.act, nn.Sigmoid):
+        out = _GatedMessages.apply(pattern, k, q, v)
+    else:
+        gate = conv.act(_Gather.apply(pattern, "dst", k) + _Gather.apply(pattern, "src", q))
+        out = _Sum.apply(pattern, graph.num_nodes, gate * _Gather.apply(pattern, "src", v))
     if skip:
         out = out + skip[0]
     return out if conv.bias is None else out + conv.bias
