@@ -165,8 +165,9 @@ def precision_field(section: str) -> Any:
 #: What ``auto`` chooses on hardware with native bf16, per device type, from the measurements recorded in
 #: ``docs/performance.md`` (``benchmarks/bench_precision.py``): True only where bf16 was measured faster per epoch
 #: for every model *and* its accuracy equal to fp32's within the seed spread. A device type not measured is False.
-#: CPU (AVX-512 bf16, 2 cores, 2026-12-01): accuracy equal, but bf16 slower per epoch for 10 of 12 model x noise
-#: cells (0.57-0.96x; GatedGCN alone 1.2x faster): fp32. CUDA: not measured yet: fp32.
+#: CPU (AVX-512 bf16, no AMX, 2 cores, 2026-12-01, bf16 on the sparse path): bf16 faster per epoch for every
+#: model (1.09-1.40x on one thread), but 3 of 12 model x noise cells outside the seed spread (GCN -0.6 and +0.3,
+#: GIN -1.3 points): fp32. CUDA: not measured yet: fp32.
 AUTO_BF16: dict[str, bool] = {"cpu": False, "cuda": False}
 #: Whether ``auto`` lets fp32 matrix products use TF32 on a CUDA device that has it (compute capability >= 8.0),
 #: by the same rule; ``fp32`` set explicitly always means full fp32 products.
