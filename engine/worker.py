@@ -98,25 +98,29 @@ class _Stop:
 
 
 def versions() -> dict[str, str]:
-    """Package versions that decide the numbers, for the reproducibility record."""
+    """Package versions that decide the numbers, for the reproducibility record.
+
+    Read from the installed packages' metadata, not by importing them: importing ``torch_geometric`` pulls in
+    ``torch._dynamo``, seconds of start-up that a worker whose family uses neither would pay at its end."""
+    import importlib
     from importlib.metadata import PackageNotFoundError, version
 
-    import numpy
-    import scipy
-    import torch
-    import torch_geometric
+    def of(distribution: str, module: str) -> str:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:  # not installed as a distribution (a source tree on the path)
+            try:
+                return str(importlib.import_module(module).__version__)
+            except (ImportError, AttributeError):
+                return "unknown"
 
-    try:
-        gaptui_version = version("gaptui")
-    except PackageNotFoundError:
-        gaptui_version = "unknown"
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_geometric": torch_geometric.__version__,
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-        "gaptui": gaptui_version,
+        "torch": of("torch", "torch"),
+        "torch_geometric": of("torch_geometric", "torch_geometric"),
+        "numpy": of("numpy", "numpy"),
+        "scipy": of("scipy", "scipy"),
+        "gaptui": of("gaptui", "gaptui"),
     }
 
 
