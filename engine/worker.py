@@ -105,22 +105,22 @@ def versions() -> dict[str, str]:
     import importlib
     from importlib.metadata import PackageNotFoundError, version
 
-    def of(distribution: str, module: str) -> str:
+    def of(name: str) -> str:
         try:
-            return version(distribution)
+            return version(name)
         except PackageNotFoundError:  # not installed as a distribution (a source tree on the path)
             try:
-                return str(importlib.import_module(module).__version__)
+                return str(importlib.import_module(name).__version__)
             except (ImportError, AttributeError):
                 return "unknown"
 
     return {
         "python": platform.python_version(),
-        "torch": of("torch", "torch"),
-        "torch_geometric": of("torch_geometric", "torch_geometric"),
-        "numpy": of("numpy", "numpy"),
-        "scipy": of("scipy", "scipy"),
-        "gaptui": of("gaptui", "gaptui"),
+        "torch": of("torch"),
+        "torch_geometric": of("torch_geometric"),
+        "numpy": of("numpy"),
+        "scipy": of("scipy"),
+        "gaptui": of("gaptui"),
     }
 
 
