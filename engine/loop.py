@@ -68,16 +68,43 @@ class NonFiniteLoss(RuntimeError):
         self.epoch, self.step = epoch, step
 
 
+#: Learning-rate schedules, each stepped once per optimiser step (see :func:`make_optimiser`).
+SCHEDULES = ("one-cycle", "constant", "cosine")
+
+
 def make_optimiser(
-    model: Any, lr: float, weight_decay: float, total_steps: int, warmup_steps: int
+    model: Any, lr: float, weight_decay: float, total_steps: int, warmup_steps: int, schedule: str = "one-cycle"
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW with a one-cycle schedule stepped once per optimiser step, peaking after ``warmup_steps``."""
+    """AdamW and a learning-rate schedule stepped once per optimiser step.
+
+    ``one-cycle``: PyTorch's one-cycle (cosine up to ``lr`` over ``warmup_steps``, then cosine annealing to
+    ``lr / 1e4`` at ``total_steps``). ``constant``: linear warm-up from 0 over ``warmup_steps``, then ``lr``.
+    ``cosine``: the same warm-up, then half a cosine from ``lr`` to 0 at ``total_steps``. Every schedule has
+    a ``total_steps`` attribute, the count its callers step it up to.
+    """
+    import math
+
     import torch
 
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     total_steps = max(total_steps, 2)
-    pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
+    if schedule == "one-cycle":
+        pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
+        return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
+    warm = max(int(warmup_steps), 0)
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        if schedule == "constant":
+            return 1.0
+        done = min((step - warm) / max(total_steps - warm, 1), 1.0)
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    sched.total_steps = total_steps  # type: ignore[attr-defined]  # as OneCycleLR's, which callers step up to
     return opt, sched
 
 

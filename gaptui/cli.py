@@ -61,15 +61,26 @@ def train_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
     data_seed: Annotated[int, typer.Option("--data-seed", help="Dataset seed.")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Pairs per optimiser step.")] = 100,
+    recipe: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--recipe",
+            help="Training recipe: gaptui, ngab, paper or legacy (docs/fidelity.md) [default: gaptui; with --preset "
+            "or --spec: the run's, and a recipe given here replaces all of its recipe fields].",
+        ),
+    ] = None,
     features: Annotated[
-        str, typer.Option("--features", help="Node inputs: degree, or ones (the paper's constant inputs).")
-    ] = "degree",
+        Optional[str],  # noqa: UP045
+        typer.Option("--features", help="Node inputs: degree, or ones [default: the recipe's]."),
+    ] = None,
     input_layer: Annotated[
-        str, typer.Option("--input-layer", help="linear, or conv (the paper's per-model first layer).")
-    ] = "linear",
+        Optional[str],  # noqa: UP045
+        typer.Option("--input-layer", help="linear, conv (per-model first layer) or gcn [default: the recipe's]."),
+    ] = None,
     norm: Annotated[
-        str, typer.Option("--norm", help="per-graph, or whole-batch (the paper's GraphNorm placement).")
-    ] = "per-graph",
+        Optional[str],  # noqa: UP045
+        typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
+    ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].")] = "auto",
     compile_mode: Annotated[
         str, typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off.")
@@ -135,7 +146,8 @@ def train_cmd(
         flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
         if flags:
             raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
-        spec = with_precision(_chosen_spec(ws, task, preset, where or [], spec_file, overrides or []), precision)
+        spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
+        spec = with_precision(with_recipe(spec, recipe), precision)
     else:
         if task is not None or where or overrides:
             raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
@@ -145,6 +157,7 @@ def train_cmd(
                 f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
                 "or --task NAME with --preset P --where axis=value or --spec FILE"
             )
+        from engine.alignment.recipes import DEFAULT_RECIPE
         from engine.loop import check_precision
         from engine.sources import parse_param_args
         from engine.tasks import DEFAULT_TASK, load_spec
@@ -160,6 +173,7 @@ def train_cmd(
             "model": model,
             "epochs": epochs,
             "batch_size": batch_size,
+            "recipe": recipe or DEFAULT_RECIPE,
             "features": features,
             "input_layer": input_layer,
             "norm": norm,
@@ -187,6 +201,8 @@ def train_cmd(
         print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return
     what = f"{model} on {base} at noise {noise:g}" if not generic else f"{fam.name}: {fam.describe(spec)}"
+    if getattr(spec, "recipe_label", "-") != "-":
+        what += f", recipe {spec.recipe_label}"
     table = Table(title=f"{what} (run {run_id(spec)})")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -195,6 +211,16 @@ def train_cmd(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
+
+
+def with_recipe(spec: Any, recipe: str | None) -> Any:
+    """``spec`` trained by ``recipe`` instead (``gaptui train --recipe``; None: as it is): every field the recipe
+    sets takes the recipe's value. One-line GaptuiError for a family whose runs have no recipe."""
+    if recipe is None:
+        return spec
+    if not hasattr(spec, "with_recipe"):
+        raise GaptuiError(f"--recipe {recipe}: a {spec.task} run has no recipe option")
+    return spec.with_recipe(recipe, where="--recipe")
 
 
 def with_precision(spec: Any, precision: str | None) -> Any:

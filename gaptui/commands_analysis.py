@@ -44,12 +44,27 @@ MetricOpt = Annotated[
 ]
 
 
-def _load(workspace: Path | None) -> tuple[Workspace, list[dict[str, Any]]]:
+FilterOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--filter",
+        help="Only runs whose AXIS is VALUE (repeatable, all must hold), e.g. recipe=gaptui or model=gin.",
+    ),
+]
+
+
+def _load(workspace: Path | None, filters: list[str] | None = None, task: str | None = None):
+    """The workspace and its records, those matching ``filters`` (``axis=value``) when given."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
     from gaptui.history import read_records
 
     ws = Workspace.resolve(workspace)
-    return ws, read_records(ws)
+    records = read_records(ws)
+    if filters:
+        from gaptui.record import RecordFilter, parse_axis_filters
+
+        records = RecordFilter(axes=parse_axis_filters(filters, [task] if task else None)).apply(records)
+    return ws, records
 
 
 def _tables(
@@ -73,6 +88,7 @@ def table_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, md, csv, latex or json.")] = "text",
     reference: ReferenceOpt = None,
     task: TaskOpt = DEFAULT_TASK,
+    filters: FilterOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Rank like Table D.3 (alignment: models x noise) or as another task lays out: median ± std over seeds.
@@ -84,9 +100,9 @@ def table_cmd(
     """
     analysis.check_format(fmt)
     if reference is not None:
-        _table_with_reference(task, dataset, metric, fmt, reference, workspace)
+        _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters)
         return
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, filters, task)
     tables, why_empty = _tables(records, task, dataset, metric)
     if fmt == "json":
         print_json(analysis.tables_json(tables))
@@ -106,12 +122,18 @@ def table_cmd(
 
 
 def _table_with_reference(
-    task: str, dataset: str | None, metric: str | None, fmt: str, name: str, workspace: Path | None
+    task: str,
+    dataset: str | None,
+    metric: str | None,
+    fmt: str,
+    name: str,
+    workspace: Path | None,
+    filters: list[str] | None = None,
 ) -> None:
     from gaptui import reference as ref
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, filters, task)
     analysis.check_task(task)
     chosen = ref.load_reference(name, ws, task)
     ref.check_metric(chosen, metric)

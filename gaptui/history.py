@@ -32,7 +32,7 @@ from tinydb.storages import Storage
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from engine.tasks import DEFAULT_TASK
-from gaptui.record import STATUSES, Record
+from gaptui.record import STATUSES, Record, record_family
 from gaptui.workspace import Workspace
 
 __all__ = ["STATUSES", "Record", "History", "read_records", "upgrade_record"]
@@ -379,13 +379,25 @@ def upgrade_record(record: Mapping[str, Any]) -> Record:
     """A copy of ``record`` in the current schema (schema-1 records were all runs of the default family)."""
     out: Record = dict(record)  # type: ignore[assignment]
     if "axes" in out:
-        return out
+        return _with_declared_axes(out)
     out["task"] = out.get("task") or DEFAULT_TASK
     out["axes"] = {"dataset": out.get("dataset"), "noise": out.get("noise"), "model": out.get("model")}
     out.setdefault("depends", [])
     for key in _V1_FIELDS:
         out.pop(key, None)
-    return out
+    return _with_declared_axes(out)
+
+
+def _with_declared_axes(record: Record) -> Record:
+    """``record`` with the axes its family declared after it was filed (an ``Axis.of_spec``), read from its spec."""
+    fam = record_family(record)
+    spec = record.get("spec")
+    if fam is None or not isinstance(spec, Mapping):
+        return record
+    missing = [a for a in fam.axes if a.of_spec is not None and a.key not in record["axes"]]
+    if missing:
+        record["axes"] = {**record["axes"], **{a.key: a.of_spec(spec) for a in missing}}
+    return record
 
 
 def read_records(ws: Workspace) -> list[Record]:

@@ -109,7 +109,7 @@ def test_new_spec_fields_keep_existing_run_ids_and_enter_the_hash_when_set() -> 
     ("changes", "needle"),
     [
         ({"norm": "whole_batch"}, "norm 'whole_batch' is not one of per-graph, whole-batch (did you mean 'whole-b"),
-        ({"input_layer": "Conv"}, "input_layer 'Conv' is not one of linear, conv (did you mean 'conv'?)"),
+        ({"input_layer": "Conv"}, "input_layer 'Conv' is not one of linear, conv, gcn (did you mean 'conv'?)"),
         ({"features": "one"}, "features 'one' is not one of degree, ones (did you mean 'ones'?)"),
         ({"model_kwargs": {"norm": "whole-batch"}}, "model_kwargs 'norm' duplicates the run option norm"),
         ({"model": "tests.helpers_models:TinyGNN", "norm": "whole-batch"}, "applies to built-in models only"),
@@ -127,18 +127,18 @@ def test_paper_preset_uses_the_paper_options() -> None:
     from gaptui.workspace import Workspace
 
     preset = load_preset("paper")
-    run = preset.run
-    assert (run.features, run.input_layer, run.norm) == ("ones", "conv", "whole-batch")
-    assert (run.epochs, run.batch_size, run.lr, run.warmup_steps, run.clip, run.clip_mode) == (
-        300,
-        100,
+    assert preset.run.recipe == "paper" and (preset.run.epochs, preset.run.batch_size) == (300, 100)
+    first = grid(preset, Workspace.resolve("unused"), limit=2)[-1]
+    assert (first.features, first.input_layer, first.norm, first.activation) == ("ones", "conv", "whole-batch", "relu")
+    assert (first.lr, first.schedule, first.warmup_steps, first.clip, first.clip_mode) == (
         3e-3,
+        "one-cycle",
         30,
         0.1,
         "value",
     )
-    first = grid(preset, Workspace.resolve("unused"), limit=2)[-1]
     assert first.canonical()["norm"] == "whole-batch" and first.dataset_spec().canonical()["n_train"] == 5000
+    assert first.recipe_label == "paper"
 
 
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow

@@ -224,6 +224,22 @@ def test_embeddings_are_permutation_equivariant(pretrained: Path) -> None:
     assert not np.allclose(a, a[rng.permutation(mol.num_nodes)], atol=1e-3)  # the rows do differ
 
 
+def test_the_frozen_model_is_rebuilt_with_every_option_of_its_run(pretrained: Path) -> None:
+    from engine.alignment.spec import RunSpec
+
+    spec = RunSpec.from_file(pretrained / "spec.json")
+    model = load_frozen(pretrained).model
+    # The default recipe's block has the parameters of the former one: built without the run's options, the
+    # checkpoint would load into another function without an error.
+    assert spec.recipe_label == "gaptui" and (spec.block, spec.input_layer) == ("act-norm", "gcn")
+    assert (model.input_layer, model.norm, model.activation, model.block) == (
+        spec.input_layer,
+        spec.norm,
+        spec.activation,
+        spec.block,
+    )
+
+
 def test_gape_embed_cli_matches_the_model_by_hand(pretrained: Path, tmp_path: Path) -> None:
     path = write_csv(tmp_path / "mols.csv")
     out = tmp_path / "pe.npz"

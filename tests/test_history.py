@@ -124,7 +124,9 @@ def test_schema_1_history_is_migrated_in_place_with_a_backup_and_nothing_lost(tm
     # A read-only open upgrades the records in memory and leaves the file alone.
     readonly = {r["id"]: r for r in read_records(ws)}
     assert ws.history.read_bytes() == original and not list(tmp_path.glob("history.v1*"))
-    assert readonly[old["1"]["id"]]["axes"] == {"dataset": "er[n=20]", "noise": 0.04, "model": "gcn"}
+    # (the recipe axis came after schema 1: read from each record's spec, these runs predate recipes)
+    axes = {"dataset": "er[n=20]", "noise": 0.04, "model": "gcn", "recipe": "legacy"}
+    assert readonly[old["1"]["id"]]["axes"] == axes
 
     with History(ws, write=True) as h:
         records = {r["id"]: r for r in h.records()}
@@ -138,7 +140,9 @@ def test_schema_1_history_is_migrated_in_place_with_a_backup_and_nothing_lost(tm
     for doc_id, before in old.items():
         after = data["runs"][doc_id]
         assert after["task"] == "alignment" and after["depends"] == []
-        assert after["axes"] == {"dataset": before["dataset"], "noise": before["noise"], "model": before["model"]}
+        recipe = "-" if before["model"] == "laplacian" else "legacy"  # the baseline is trained by no recipe
+        axes = {"dataset": before["dataset"], "noise": before["noise"], "model": before["model"], "recipe": recipe}
+        assert after["axes"] == axes
         for key in ("dataset", "base", "dataset_params", "noise", "noise_model", "model"):
             assert key not in after
         # every other field kept as it was

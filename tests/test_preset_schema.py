@@ -11,14 +11,17 @@ from gaptui.presets import BUNDLED, grid, load_preset
 from gaptui.workspace import Workspace
 
 #: Per shipped preset: (runs, SHA-256 of its sorted run ids). A change here changes the identity of published runs.
+#: `paper` names the `paper` recipe, whose values are the three options it spelled out before recipes: its ids
+#: are those it always had. `quick` and `smoke` follow the default recipe, so they changed when the default
+#: became `gaptui` (docs/fidelity.md); runs filed before keep their ids and read as recipe `legacy`.
 SHIPPED_RUN_IDS = {
     "gape-smoke": (8, "b8993daac0782aaa1e755244162c659eb55b9a03401e88d5a363e0603e29ca73"),
     "gape": (87, "4161b4c0dab4f006a7afbcea0a8292ae82df17b26b5a18920dc94e3597cfa725"),
     "paper": (2040, "230126afc6462565532a52ccd27c4eaffded1484cdec12454b25c9aa35975502"),
     "properties-smoke": (18, "71c2fe4afe495edac32532f09c6bce21beaacbddc9d3802a57e6ca77edc83fe7"),
     "properties": (2160, "f3954770e406a89382e3bb88409fb1c715230d68e05717d3d2652062f4819c6d"),
-    "quick": (33, "2bce560d6418de51a39f1a9663aa66493affdedc8ec9c0063175590b3d06f268"),
-    "smoke": (4, "464867a150893ac1a407359c593bd8df772322355645ae18030710fbde7f05b9"),
+    "quick": (33, "dfa6af5c9c719909438e1e3ab3a6f66c6c1577232e1fab0c7d597bcc304159bc"),
+    "smoke": (4, "5e3de54513ce9d4d168bf7bbf30462e7565cbba2e5da4eadd54a8c2d5e1a9813"),
 }
 REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.alignment.recipes import DEFAULT_RECIPE, RECIPES
 from engine.errors import GaptuiError
 from engine.loop import precision_field
 from engine.tasks import FormField, form_table, table_values
@@ -22,6 +23,7 @@ RUN_FIELDS = {
     "out_dim": "out_dim",
     "eval_every": "eval_every",
     "precision": "precision",
+    "recipe": "recipe",
     "timeout": "timeout",
     "retries": "retries",
 }
@@ -135,6 +137,16 @@ def fields() -> tuple[FormField, ...]:
         ),
         FormField("out_dim", "out dim", "int", None, placeholder="per dataset", section=section),
         FormField("eval_every", "eval every", "int", None, placeholder="1 (epochs)", section=section),
+        FormField(
+            "recipe",
+            "recipe",
+            "choice",
+            None,
+            "how models are trained (docs/fidelity.md); more [run] options override its fields",
+            choices=tuple(RECIPES),
+            placeholder=DEFAULT_RECIPE,
+            section=section,
+        ),
         precision_field(section),
         FormField("timeout", "timeout (s)", "number", None, placeholder="none", section=section),
         FormField("retries", "retries", "int", None, placeholder="0 (on failure)", section=section),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from engine.alignment.recipes import RECIPE_FIELDS, SCAFFOLD_FIELDS, resolve
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
 from engine.presets import PresetHead, SlurmOptions, parse_head, slurm_table, spec_options, toml_value
@@ -239,18 +240,19 @@ def _check_models(preset: Preset, where: str) -> None:
     from engine.sources import SOURCES
 
     dims = {preset.run.out_dim or SOURCES.get(ds.base).embedding_dim for ds in preset.datasets}
+    given = {k: getattr(preset.run, k) for k in RECIPE_FIELDS}
     for model in preset.models:
         if ":" in model:
             continue  # user models are smoke-tested by the worker, in its own environment
+        values = resolve(preset.run.recipe, model, given, where)
         for out_dim in sorted(dims):
             try:
                 models.build(
                     model,
                     out_dim=out_dim,
                     budget=preset.run.budget,
-                    in_dim=FEATURES[preset.run.features],
-                    input_layer=preset.run.input_layer,
-                    norm=preset.run.norm,
+                    in_dim=FEATURES[values["features"]],
+                    **{k: values[k] for k in SCAFFOLD_FIELDS},
                     **preset.model_options.get(model, {}),
                 )
             except GaptuiError as exc:

@@ -151,7 +151,9 @@ class AlignmentTraining(EpochTask):
         self.epochs = spec.epochs
         self.steps_per_epoch = -(-len(self.train) // spec.batch_size)
         total = spec.epochs * self.steps_per_epoch
-        self.opt, self.sched = make_optimiser(self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps)
+        self.opt, self.sched = make_optimiser(
+            self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps, spec.schedule
+        )
         self.log = run.ctx.log
 
     def compile(self) -> None:

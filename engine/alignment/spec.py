@@ -11,6 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.datasets import DatasetSpec
+from engine.alignment.recipes import (
+    DEFAULT_RECIPE,
+    LEGACY_RECIPE,
+    RECIPE_FIELDS,
+    RECIPES,
+    SCAFFOLD_FIELDS,
+    check_recipe,
+    recipe_label,
+    resolve,
+)
 from engine.errors import GaptuiError, did_you_mean
 from engine.loop import PRECISIONS
 from engine.tasks import TaskSpec, load_spec_file
@@ -21,9 +31,13 @@ CLIP_MODES = ("value", "norm")
 COMPILE_MODES = ("auto", "on", "off")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
-_HASHED_WHEN_SET = {"input_layer": "linear", "norm": "per-graph", "compile": "auto", "precision": "auto"}
+_HASHED_WHEN_SET = {
+    **{k: RECIPES[LEGACY_RECIPE].values[k] for k in ("input_layer", "norm", "activation", "block", "schedule")},
+    "compile": "auto",
+    "precision": "auto",
+}
 #: Spec fields that are model options of the built-in scaffold (see engine.models.base.COMMON_OPTIONS).
-MODEL_FIELDS = ("input_layer", "norm")
+MODEL_FIELDS = SCAFFOLD_FIELDS
 
 
 @dataclass(frozen=True)
@@ -33,12 +47,15 @@ class RunSpec(TaskSpec):
     ``model`` is a registered model name, ``laplacian`` (the training-free baseline) or ``module.path:Factory``.
     ``seed`` seeds training (initialisation, batch order); the dataset has its own seed in ``dataset``.
 
-    Where gaptui departs from the paper's package, the departure is a named field whose other value is the
-    paper's: ``features`` (``degree``: ``(1, log(1 + degree))`` inputs; the paper: ``ones``), ``input_layer``
-    (``linear`` projection; the paper: ``conv``, a per-model first message-passing layer) and ``norm``
-    (``per-graph`` GraphNorm in every block; the paper: ``whole-batch``, two GraphNorms over the whole batch).
-    The schedule fields default to the paper's (300 epochs, batch 100, AdamW with one-cycle to 3e-3 after 30
-    warm-up steps, gradient values clipped at 0.1). ``compile`` (``auto``, ``on``, ``off``) says whether the model
+    ``recipe`` (:mod:`engine.alignment.recipes`: ``gaptui``, the default, ``ngab``, ``paper``, ``legacy``) fills
+    in each training field left ``None``: ``features`` (``degree``: ``(1, log(1 + degree))`` inputs, or
+    ``ones``), the scaffold's ``input_layer`` (``linear``, ``conv``: a per-model first layer, ``gcn``),
+    ``norm`` (``per-graph`` or ``whole-batch``), ``activation`` (``relu``, ``gelu``) and ``block``
+    (``norm-act``, ``act-norm``), and the optimiser's ``lr``, ``schedule`` (``one-cycle``, ``constant``,
+    ``cosine``), ``warmup_steps``, ``weight_decay``, ``clip`` and ``clip_mode``. Once built, a spec holds the
+    values; its hash is of the values, not of the recipe's name (:attr:`recipe_label` reads the name back).
+    ``epochs`` and ``batch_size`` default to the paper's 300 and 100.
+    ``compile`` (``auto``, ``on``, ``off``) says whether the model
     is trained through ``torch.compile`` (same function, other float rounding; see ``engine.alignment.training``).
     ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.loop.resolve_precision`) is the forward pass's
     (bf16: under autocast, on PyG's gather/scatter layers; the similarity, loss and LAP stay fp32).
@@ -48,18 +65,22 @@ class RunSpec(TaskSpec):
     model: str
     task: str = "alignment"
     model_kwargs: dict[str, Any] = field(default_factory=dict)
-    features: str = "degree"
-    input_layer: str = "linear"
-    norm: str = "per-graph"
+    recipe: str = DEFAULT_RECIPE
+    features: str | None = None
+    input_layer: str | None = None
+    norm: str | None = None
+    activation: str | None = None
+    block: str | None = None
     budget: int = 60_000
     out_dim: int | None = None
     epochs: int = 300
     batch_size: int = 100
-    lr: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    clip: float = 0.1
-    clip_mode: str = "value"
+    lr: float | None = None
+    schedule: str | None = None
+    warmup_steps: int | None = None
+    weight_decay: float | None = None
+    clip: float | None = None
+    clip_mode: str | None = None
     compile: str = "auto"
     precision: str = "auto"
     eval_every: int = 1
@@ -73,6 +94,30 @@ class RunSpec(TaskSpec):
         # Registered model names are case-insensitive: canonicalise before hashing so GCN and gcn are one run.
         if isinstance(self.model, str) and ":" not in self.model:
             object.__setattr__(self, "model", self.model.lower())
+        # The recipe fills in what was left unset; a bad recipe name is refused by validate (after parsing).
+        if self.recipe in RECIPES and isinstance(self.model, str):
+            given = {k: getattr(self, k) for k in RECIPE_FIELDS}
+            for key, value in resolve(self.recipe, self.model, given).items():
+                object.__setattr__(self, key, value)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "run spec") -> RunSpec:
+        """A spec from its dict form; one that names no ``recipe`` was written before recipes existed and is
+        read with ``legacy``'s values, so it means (and hashes to) what it did then."""
+        if isinstance(raw, dict) and "recipe" not in raw:
+            raw = {**raw, "recipe": LEGACY_RECIPE}
+        return super().from_dict(raw, where)
+
+    def with_recipe(self, recipe: str, where: str = "run spec") -> RunSpec:
+        """This run trained by ``recipe``: every recipe field takes that recipe's value (``gaptui train --recipe``)."""
+        check_recipe(recipe, where)
+        raw = {**self.to_dict(), **dict.fromkeys(RECIPE_FIELDS), "recipe": recipe}
+        return RunSpec.from_dict(raw, where)
+
+    @property
+    def recipe_label(self) -> str:
+        """The recipe this run's values are (``gaptui``, ``paper+lr=0.001``...; ``-`` for the baseline)."""
+        return recipe_label({k: getattr(self, k) for k in RECIPE_FIELDS}, self.model, self.recipe)
 
     @classmethod
     def from_file(cls, path: Path) -> RunSpec:
@@ -98,6 +143,7 @@ class RunSpec(TaskSpec):
 
         if self.task != "alignment":
             raise GaptuiError(f"{where}: task '{self.task}' is not alignment")
+        check_recipe(self.recipe, where)
         allowed = {"base", "noise", "noise_model", "n_train", "n_val", "seed", "params"}
         extra = set(self.dataset) - allowed
         if extra or "base" not in self.dataset or "noise" not in self.dataset:
@@ -119,12 +165,16 @@ class RunSpec(TaskSpec):
             if getattr(self, key) < 0:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
         from engine.alignment.training import FEATURES
-        from engine.models.base import INPUT_LAYERS, NORMS
+        from engine.loop import SCHEDULES
+        from engine.models.base import ACTIVATIONS, BLOCKS, INPUT_LAYERS, NORMS
 
         for key, choices in (
             ("features", tuple(FEATURES)),
             ("input_layer", INPUT_LAYERS),
             ("norm", NORMS),
+            ("activation", ACTIVATIONS),
+            ("block", BLOCKS),
+            ("schedule", SCHEDULES),
             ("clip_mode", CLIP_MODES),
             ("compile", COMPILE_MODES),
             ("precision", PRECISIONS),
@@ -156,7 +206,12 @@ class RunSpec(TaskSpec):
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
-        out = {k: v for k, v in super().canonical().items() if not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
+        # The recipe's name is not hashed: the values it filled in are, so a run is what it computes.
+        out = {
+            k: v
+            for k, v in super().canonical().items()
+            if k != "recipe" and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])
+        }
         out["dataset"] = self.dataset_spec().canonical()
         return out
 

@@ -285,6 +285,8 @@ COST_FIELDS = (
     "features",
     "input_layer",
     "norm",
+    "activation",
+    "block",
     "budget",
     "out_dim",
     "batch_size",

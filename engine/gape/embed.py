@@ -113,7 +113,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
         raise GaptuiError(f"{ckpt_path} belongs to another run spec than {run_dir / 'spec.json'}")
     with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's stream alone
         model = models.build(
-            spec.model, out_dim=ckpt["out_dim"], budget=spec.budget, in_dim=ckpt["in_dim"], **spec.model_kwargs
+            spec.model, out_dim=ckpt["out_dim"], budget=spec.budget, in_dim=ckpt["in_dim"], **spec.model_options()
         )
     model.load_state_dict(ckpt["model"])
     device = torch.device(device)

@@ -78,13 +78,20 @@ def boolean(value: Any) -> bool:
     return value
 
 
-#: How raw node features enter the model: ``linear`` (ours) projects them with a Linear layer; ``conv`` (the
-#: paper's package) makes the first message-passing layer a per-model convolution from ``in_dim`` to the width.
-INPUT_LAYERS = ("linear", "conv")
+#: How raw node features enter the model: ``linear`` projects them with a Linear layer; ``conv`` (the paper's
+#: package) makes the first message-passing layer a per-model convolution from ``in_dim`` to the width; ``gcn``
+#: (the authors' newer package, ``ngab``) makes it a ``GCNConv`` for every model.
+INPUT_LAYERS = ("linear", "conv", "gcn")
 #: Where GraphNorm sits: ``per-graph`` (ours) normalises every block's update per graph of the batch;
 #: ``whole-batch`` (the paper's package) has two GraphNorms, on the state entering message-passing layer 1
 #: (0-based) and on the state entering the readout, each over all the nodes of the batch at once.
 NORMS = ("per-graph", "whole-batch")
+#: The nonlinearity of every block (and of GIN's MLP, and of the first layer where it has one).
+ACTIVATIONS = ("relu", "gelu")
+#: The order inside a block with ``norm="per-graph"``: ``norm-act`` is ``h + act(GraphNorm(conv(h)))``;
+#: ``act-norm`` (``ngab``) is ``h + GraphNorm(act(conv(h)))``, and a conv first layer is then normalised
+#: (``GraphNorm(first(x))``) instead of activated.
+BLOCKS = ("norm-act", "act-norm")
 
 
 def choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
@@ -105,6 +112,8 @@ COMMON_OPTIONS: dict[str, Option] = {
     "dropout": Option(0.0, probability, "dropout on each block's update before the residual sum"),
     "input_layer": Option("linear", choice(INPUT_LAYERS), "linear projection of the inputs, or conv (paper)"),
     "norm": Option("per-graph", choice(NORMS), "GraphNorm per graph in every block, or whole-batch (paper)"),
+    "activation": Option("relu", choice(ACTIVATIONS), "nonlinearity of the blocks, GIN's MLP and the first layer"),
+    "block": Option("norm-act", choice(BLOCKS), "act(GraphNorm(conv)) or GraphNorm(act(conv)) (ngab) per block"),
     "sparse": Option(True, boolean, "sparse-matrix aggregation where a layer allows it (false: PyG's scatter path)"),
 }
 
@@ -145,6 +154,13 @@ class ResidualGNN(nn.Module):
     the batch they are computed in), on the state entering message-passing layer 1 (0-based) and on the state
     entering the readout.
 
+    Three more options give the block of the authors' newer package (``ngab``): ``activation="gelu"`` (GELU
+    in place of ReLU everywhere, GIN's MLP included), ``block="act-norm"`` (with per-graph norms,
+    :math:`h^{(l+1)} = h^{(l)} + \operatorname{GraphNorm}_b(\operatorname{act}(\operatorname{Conv}(h^{(l)}, A)))`,
+    and a conv first layer normalised instead of activated, :math:`h^{(1)} = \operatorname{GraphNorm}_b(
+    \operatorname{First}(x, A))`) and ``input_layer="gcn"`` (a :class:`~torch_geometric.nn.GCNConv` first
+    layer for every model, GIN included).
+
     Shapes: ``x`` ``[N, in_dim]`` float, ``edge_index`` ``[2, E]`` long (both directions of each edge),
     ``batch`` ``[N]`` long graph ids (``None``: a single graph) -> ``[N, out_dim]``.
 
@@ -171,6 +187,8 @@ class ResidualGNN(nn.Module):
         dropout: float = 0.0,
         input_layer: str = "linear",
         norm: str = "per-graph",
+        activation: str = "relu",
+        block: str = "norm-act",
         sparse: bool = True,
         first: FirstFactory | None = None,
     ) -> None:
@@ -187,14 +205,26 @@ class ResidualGNN(nn.Module):
             raise ValueError(f"{type(self).__name__}: input_layer must be one of {INPUT_LAYERS}, got {input_layer!r}")
         if norm not in NORMS:
             raise ValueError(f"{type(self).__name__}: norm must be one of {NORMS}, got {norm!r}")
+        for key, value, choices in (("activation", activation, ACTIVATIONS), ("block", block, BLOCKS)):
+            if value not in choices:
+                raise ValueError(f"{type(self).__name__}: {key} must be one of {choices}, got {value!r}")
         self.input_layer = input_layer
         self.norm = norm
+        self.activation = activation
+        self.block = block
         self.sparse = sparse
-        conv_input = input_layer == "conv"
-        self.input = (first or default_first)(in_dim, width) if conv_input else nn.Linear(in_dim, width)
+        self.act: Callable[[Tensor], Tensor] = F.gelu if activation == "gelu" else F.relu
+        conv_input = input_layer != "linear"
+        if input_layer == "conv":
+            self.input = (first or default_first)(in_dim, width)
+        else:
+            self.input = default_first(in_dim, width) if conv_input else nn.Linear(in_dim, width)
         blocks = layers - 1 if conv_input else layers
         self.convs = nn.ModuleList(conv(width) for _ in range(blocks))
         per_graph = norm == "per-graph"
+        self.norm_after_act = per_graph and block == "act-norm"
+        # act-norm with a conv first layer: that layer's output is normalised per graph instead of activated
+        self.input_norm = GraphNorm(width) if self.norm_after_act and conv_input else None
         self.norms = nn.ModuleList(GraphNorm(width) for _ in range(blocks if per_graph else 0))
         # whole-batch: index (among the blocks) before which the first GraphNorm applies, then one before readout
         self.batch_norms = nn.ModuleList(GraphNorm(width) for _ in range(0 if per_graph else 2))
@@ -205,6 +235,8 @@ class ResidualGNN(nn.Module):
     def reset_parameters(self) -> None:
         """Re-draw every parameter with its layer's own initialisation."""
         self.input.reset_parameters()
+        if self.input_norm is not None:
+            self.input_norm.reset_parameters()
         for module in (*self.convs, *self.norms, *self.batch_norms):
             module.reset_parameters()  # type: ignore[operator]
         self.output.reset_parameters()
@@ -214,14 +246,24 @@ class ResidualGNN(nn.Module):
         graph = Graph.from_edge_index(edge_index, batch, x.shape[0])
         sparse = self.sparse
         conv_of = convolve if sparse else lambda conv, h, graph: conv(h, graph.edge_index)
-        h = F.relu(conv_of(self.input, x, graph)) if self.input_layer == "conv" else self.input(x)
+        norm_of = graph_norm if sparse else lambda norm, h, graph: norm(h, graph.batch)
+        act = self.act
+        if self.input_layer == "linear":
+            h = self.input(x)
+        elif self.input_norm is not None:
+            h = norm_of(self.input_norm, conv_of(self.input, x, graph), graph)
+        else:
+            h = act(conv_of(self.input, x, graph))
         for i, conv in enumerate(self.convs):
             if self.batch_norms and i == self._norm_before:
                 h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
             update = conv_of(conv, h, graph)
-            if self.norms:
-                update = graph_norm(self.norms[i], update, graph) if sparse else self.norms[i](update, batch)
-            update = F.relu(update)
+            if self.norm_after_act:
+                update = norm_of(self.norms[i], act(update), graph)
+            else:
+                if self.norms:
+                    update = norm_of(self.norms[i], update, graph)
+                update = act(update)
             if self.dropout:
                 update = F.dropout(update, p=self.dropout, training=self.training)
             h = h + update
@@ -240,7 +282,13 @@ class ResidualGNN(nn.Module):
     def extra_repr(self) -> str:
         extra = "".join(
             f", {key}={getattr(self, key)}"
-            for key, default in (("input_layer", "linear"), ("norm", "per-graph"), ("sparse", True))
+            for key, default in (
+                ("input_layer", "linear"),
+                ("norm", "per-graph"),
+                ("activation", "relu"),
+                ("block", "norm-act"),
+                ("sparse", True),
+            )
             if getattr(self, key) != default
         )
         return f"width={self.width}, layers={self.layers}{extra}, params={self.num_parameters}"

@@ -38,6 +38,7 @@ class GIN(ResidualGNN):
     .. math:: c_i = W_2\,\operatorname{ReLU}\Big(W_1\big((1 + \epsilon)\,h_i + \sum_{j \in N(i)} h_j\big)
         + b_1\Big) + b_2
 
+    (GELU in place of ReLU with ``activation="gelu"``.)
     :math:`\epsilon = 0` unless ``train_eps=True`` makes it a learned scalar per block. With
     ``input_layer="conv"`` the first layer is ``GINConv(Linear(in_dim, width))``, as in the paper's package.
     Shapes: ``x [N, in_dim]``, ``edge_index [2, E]``, ``batch [N]`` -> ``[N, out_dim]``.
@@ -49,8 +50,10 @@ class GIN(ResidualGNN):
     }
 
     def __init__(self, *, width: int, train_eps: bool = False, **common: Any) -> None:
+        activation = nn.GELU if common.get("activation") == "gelu" else nn.ReLU
+
         def conv(w: int) -> nn.Module:
-            mlp = nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))
+            mlp = nn.Sequential(nn.Linear(w, w), activation(), nn.Linear(w, w))
             return GINConv(mlp, train_eps=train_eps)
 
         def first(in_dim: int, w: int) -> nn.Module:

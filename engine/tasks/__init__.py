@@ -181,6 +181,8 @@ class Axis:
     numeric: bool = False
     prefix: str = ""
     order: tuple[str, ...] = ()
+    #: The value from a record's spec dict, for records filed before the family declared this axis.
+    of_spec: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
 
     def format(self, value: Any) -> str:
         if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -218,6 +220,9 @@ class TableLayout:
     baselines: tuple[str, ...] = ()
     #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
     statistic: str = "median"
+    #: Axes outside the table's own whose value every run of a cell should share (alignment: the recipe). A
+    #: table says which value its runs have, and marks a cell whose runs differ in one.
+    uniform: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and model, a model or the training-free
 ``laplacian`` baseline). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset
-label x noise x model; tables: one per dataset, models as rows, noise levels as columns, the Laplacian baseline
-never marked. Presets (:mod:`engine.alignment.preset`) expand datasets x noise x models x seeds (see :class:`Preset`).
+label x noise x model x recipe; tables: one per dataset, models as rows, noise levels as columns, the Laplacian
+baseline never marked, a cell whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`)
+expand datasets x noise x models x seeds (see :class:`Preset`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.preset import BASELINE, PAPER_ORDER, Preset, dataset_label, grid, model_label, parse_preset
+from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.tasks import (
@@ -51,8 +53,9 @@ class Alignment(TaskFamily):
         Axis("dataset", "dataset"),
         Axis("noise", "noise", numeric=True, prefix="η="),
         Axis("model", "model", order=(BASELINE, *PAPER_ORDER)),
+        Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
     )
-    table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,))
+    table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,), uniform=("recipe",))
     figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
     reference = "paper"
     import_roles = {"models": "model", "model_options": "model", "base": "base dataset", "dataset": "dataset class"}
@@ -65,7 +68,8 @@ class Alignment(TaskFamily):
 
     def record_axes(self, spec: RunSpec) -> dict[str, Any]:
         ds = spec.dataset_spec().canonical()
-        return {"dataset": dataset_label(ds), "noise": ds["noise"], "model": model_label(spec)}
+        axes = {"dataset": dataset_label(ds), "noise": ds["noise"], "model": model_label(spec)}
+        return {**axes, "recipe": spec.recipe_label}
 
     def is_baseline(self, spec: RunSpec) -> bool:
         return spec.model == BASELINE

@@ -144,6 +144,8 @@ def pretraining_spec(entry: GapeDataset, placement: Placement, precision: str = 
         dataset["n_val"] = p.val
     return RunSpec.from_dict(
         {
+            # The recipe GAPE grids have always pretrained with (gaptui's defaults before recipes): their ids stay.
+            "recipe": "legacy",
             "dataset": dataset,
             "model": p.model,
             "out_dim": p.out_dim,

@@ -16,7 +16,9 @@ Statistics
     A cell is one (group, row, column). Its value is the **median** over seeds of one metric and its spread the
     **sample standard deviation** (``ddof=1``; 0 for a single run). Only ``status == "done"`` records with a finite
     numeric value of the metric count. When one seed was run more than once (a re-run), the run that finished last
-    stands for that seed, so a cell never holds more values than seeds.
+    stands for that seed, so a cell never holds more values than seeds, unless its runs differ in an axis the
+    layout declares ``uniform`` (alignment: the recipe): those are kept apart, and the cell is marked ``‡`` with
+    the values it mixes, so two recipes are never averaged, or one replaced by the other, without a mark.
 
 Units
     Metrics declared with unit ``%`` are shares in [0, 1] and are shown in percent with one decimal, like
@@ -78,6 +80,7 @@ from gaptui.analysis.tables import (
     CELL_FIELDS,
     EMPTY,
     MARKERS,
+    MIXED_MARKER,
     RICH_STYLES,
     SIGNIFICANCE,
     TIED_MARKER,
@@ -104,6 +107,7 @@ __all__ = [
     "RICH_STYLES",
     "RankingTable",
     "SIGNIFICANCE",
+    "MIXED_MARKER",
     "TIED_MARKER",
     "WITHIN_1",
     "WITHIN_1_POINTS",

@@ -18,6 +18,7 @@ from gaptui.analysis.tables import (
     CELL_FIELDS,
     EMPTY,
     MARKERS,
+    MIXED_MARKER,
     RICH_STYLES,
     TIED_MARKER,
     WITHIN_1,
@@ -52,6 +53,15 @@ def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
         parts.insert(
             3, ("", f"{TIED_MARKER} not significantly different from the best (Holm-corrected Welch p ≥ 0.05)")
         )
+    for key, values in table.uniform_values.items():
+        name = table.family.axis(key).name
+        mixed = sorted({v for c in table.cells.values() for v in c.mixed.get(key, ())})
+        if len(values) == 1:
+            parts.insert(-1, ("", f"{name} {values[0]}"))
+        else:
+            parts.insert(-1, ("", f"{name}s {', '.join(values)}"))
+        if mixed:
+            parts.insert(-1, ("", f"{MIXED_MARKER} a cell mixing runs of {name}s {', '.join(mixed)}"))
     return parts
 
 
@@ -151,7 +161,11 @@ def _md_cell(c: Cell | None, metric: Metric) -> str:
     if c is None:
         return EMPTY
     text = c.text(metric)
-    marker = MARKERS[c.mark].replace("*", r"\*") + (f" {TIED_MARKER}" if c.tied else "")
+    marker = (
+        MARKERS[c.mark].replace("*", r"\*")
+        + (f" {TIED_MARKER}" if c.tied else "")
+        + (f" {MIXED_MARKER}" if c.mixed else "")
+    )
     if c.mark == BEST:
         return f"**{text}** {marker}"
     return f"{text} {marker.strip()}" if marker else text
@@ -223,9 +237,9 @@ def _latex_cell(c: Cell | None, metric: Metric) -> str:
     body = f"{format_number(c.median, metric)} $\\pm$ {format_number(c.std, metric)}"
     if c.incomplete:
         body += f" ({c.runs}/{c.planned})"
-    tie = "$^{\\dagger}$" if c.tied else ""
+    tie = ("$^{\\dagger}$" if c.tied else "") + ("$^{\\ddagger}$" if c.mixed else "")
     if c.mark == BEST:
-        return f"\\textbf{{{body}}}$^{{**}}$"
+        return f"\\textbf{{{body}}}$^{{**}}${tie}"
     if c.mark == WITHIN_1:
         return f"\\underline{{{body}}}$^{{*}}${tie}"
     if c.mark == WITHIN_3:

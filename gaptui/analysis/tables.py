@@ -24,12 +24,14 @@ WITHIN_3_POINTS = 3.0
 MARKERS = {BEST: "**", WITHIN_1: "*", WITHIN_3: "+", "": ""}
 #: Suffix of a cell not significantly different from the best (Holm-corrected Welch p >= SIGNIFICANCE).
 TIED_MARKER = "†"
+#: Suffix of a cell whose runs differ in a value that should be one per table (alignment: the recipe).
+MIXED_MARKER = "‡"
 SIGNIFICANCE = 0.05
 RICH_STYLES = {BEST: "bold red", WITHIN_1: "red", WITHIN_3: "blue", "": ""}
 EMPTY = "–"
 _TOLERANCE = 1e-9
 
-CELL_FIELDS = ("median", "std", "runs", "planned", "mark", "tied")
+CELL_FIELDS = ("median", "std", "runs", "planned", "mark", "tied", "mixed")
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Cell:
     seeds: tuple[Any, ...] = ()
     #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05; :mod:`gaptui.statistics`).
     tied: bool = False
+    #: For each of the layout's ``uniform`` axes on which this cell's runs differ, the values they have.
+    mixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -71,6 +75,7 @@ class Cell:
             self.text(metric)
             + (f" {MARKERS[self.mark]}" if self.mark else "")
             + (f" {TIED_MARKER}" if self.tied else "")
+            + (f" {MIXED_MARKER}" if self.mixed else "")
         )
 
 
@@ -88,6 +93,8 @@ class RankingTable:
     derived: bool = False
     layout_override: TableLayout | None = None
     statistic: str = "median ± std over seeds"
+    #: For each of the layout's ``uniform`` axes, the values the table's runs have (sorted; one when uniform).
+    uniform_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def family(self) -> TaskFamily:
@@ -140,13 +147,17 @@ class RankingTable:
     def cell_dict(self, cell: Cell) -> dict[str, Any]:
         """JSON/CSV form of a cell, in the metric's own units."""
         values = {self.family.table.statistic: cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
-        return {**self.coordinates(cell), **values, "mark": cell.mark, "tied": cell.tied}
+        out = {**self.coordinates(cell), **values, "mark": cell.mark, "tied": cell.tied}
+        if self.layout.uniform:  # e.g. "recipe=gaptui|legacy" where the cell's runs differ; "" where they agree
+            out["mixed"] = "; ".join(f"{axis}={'|'.join(v)}" for axis, v in cell.mixed.items())
+        return out
 
     def csv_columns(self) -> tuple[str, ...]:
         layout = self.layout
+        fields = CELL_FIELDS[1:] if layout.uniform else tuple(f for f in CELL_FIELDS[1:] if f != "mixed")
         return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + (
             self.family.table.statistic,
-            *CELL_FIELDS[1:],
+            *fields,
         )
 
 
@@ -189,9 +200,11 @@ def build_tables(
     m = metric if isinstance(metric, Metric) else fam.metric(metric or fam.default_metric)
     row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
     records = list(records)
-    # seed -> (finished, value): the last finished run of a seed wins.
+    # (seed, uniform axis values) -> (finished, value): the last finished run of a seed wins, and runs that differ
+    # in a uniform axis (two recipes) are two values of the cell, which is then marked as mixed.
     per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
     planned: dict[tuple[str, str, Any], int] = {}
+    uniform = layout.uniform
     for rec in records:
         if record_task(rec) != task:
             continue
@@ -215,15 +228,25 @@ def build_tables(
             continue
         finished = str(rec.get("finished") or "")
         seeds = per_seed[key]
-        seed = rec.get("seed")
+        seed = (rec.get("seed"), tuple(_text(axis_value(rec, a)) for a in uniform))
         if seed not in seeds or finished >= seeds[seed][0]:
             seeds[seed] = (finished, value)
 
     grouped: dict[str, dict[tuple[str, Any], tuple[float, ...]]] = defaultdict(dict)
     seeds_of: dict[tuple[str, str, Any], tuple[Any, ...]] = {}
+    mixed_of: dict[tuple[str, str, Any], dict[str, tuple[str, ...]]] = {}
+    table_values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for (label, row, column), seeds in per_seed.items():
         grouped[label][(row, column)] = tuple(v for _, v in seeds.values())
-        seeds_of[(label, row, column)] = tuple(seeds)
+        seeds_of[(label, row, column)] = tuple(seed for seed, _ in seeds)
+        mixed: dict[str, tuple[str, ...]] = {}
+        for i, axis in enumerate(uniform):
+            values = {u[i] for _, u in seeds if u[i] is not None}  # None: a record without the axis
+            if row not in layout.baselines:
+                table_values[label][axis] |= values
+            if len(values) > 1:
+                mixed[axis] = tuple(sorted(values))
+        mixed_of[(label, row, column)] = mixed
 
     tables = []
     for label in sorted(grouped):
@@ -248,13 +271,20 @@ def build_tables(
                 planned=planned.get((label, row, column)),
                 mark=mark,
                 seeds=seeds_of[(label, row, column)],
+                mixed=mixed_of[(label, row, column)],
             )
-        tables.append(_with_ties(RankingTable(task, label, m, rows, columns, cells)))
+        uniform_values = {a: tuple(sorted(v)) for a, v in table_values[label].items() if v}
+        table = RankingTable(task, label, m, rows, columns, cells, uniform_values=uniform_values)
+        tables.append(_with_ties(table))
     done = [r for r in records if record_task(r) == task and r.get("status") == "done"]
     for derived in fam.derived_tables(done, m.key) if done else []:
         if group is None or group == derived.name:
             tables.append(_derived_table(task, derived))
     return tables
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _with_ties(table: RankingTable) -> RankingTable:

@@ -197,16 +197,23 @@ def datasets_sources(as_json: JsonOpt = False, workspace: WorkspaceOpt = None) -
 def models_cmd(
     budget: Annotated[int, typer.Option("--budget", help="Parameter budget.")] = 60_000,
     out_dim: Annotated[int, typer.Option("--out-dim", help="Embedding dimension.")] = 64,
+    recipe: Annotated[
+        str, typer.Option("--recipe", help="Training recipe the models are built for (gaptui, ngab, paper, legacy).")
+    ] = "gaptui",
     as_json: JsonOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """List the registered models with their width and parameter count at a budget."""
+    """List the registered models with their width and parameter count at a budget, as a recipe builds them."""
     from engine import models
+    from engine.alignment.recipes import SCAFFOLD_FIELDS, check_recipe, resolve
     from engine.alignment.training import FEATURES
 
+    check_recipe(recipe, "--recipe")
     rows = []
     for name in models.names():
-        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES["degree"])
+        values = resolve(recipe, name, {})
+        scaffold = {k: values[k] for k in SCAFFOLD_FIELDS}
+        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES[values["features"]], **scaffold)
         rows.append(
             {
                 "name": name,
@@ -219,7 +226,7 @@ def models_cmd(
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"models (budget {budget:,}, embedding {out_dim})")
+    table = Table(title=f"models (budget {budget:,}, embedding {out_dim}, recipe {recipe})")
     for col in ("name", "params", "width", "description"):
         table.add_column(col, justify="right" if col in ("params", "width") else "left")
     for r in rows:
