@@ -157,7 +157,6 @@ def train_cmd(
                 f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
                 "or --task NAME with --preset P --where axis=value or --spec FILE"
             )
-        from engine.alignment.recipes import DEFAULT_RECIPE
         from engine.loop import check_precision
         from engine.sources import parse_param_args
         from engine.tasks import DEFAULT_TASK, load_spec
@@ -173,7 +172,8 @@ def train_cmd(
             "model": model,
             "epochs": epochs,
             "batch_size": batch_size,
-            "recipe": recipe or DEFAULT_RECIPE,
+            # the spec type's own default recipe: a dict without one would be read as written before recipes
+            "recipe": recipe or _field_default(family(DEFAULT_TASK).spec_type, "recipe"),
             "features": features,
             "input_layer": input_layer,
             "norm": norm,
@@ -211,6 +211,13 @@ def train_cmd(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
+
+
+def _field_default(spec_type: type, name: str) -> Any:
+    """The declared default of field ``name`` of a spec dataclass."""
+    import dataclasses
+
+    return next(f.default for f in dataclasses.fields(spec_type) if f.name == name)
 
 
 def with_recipe(spec: Any, recipe: str | None) -> Any:
