@@ -4,6 +4,10 @@ guard that turns filesystem errors into one clear line.
 Every artefact gaptui caches or resumes from (dataset arrays, checkpoints) is written with a fingerprint; a
 reader that finds a mismatch moves the file aside as ``<name>.corrupt-<UTC time>`` (never deletes it) and the
 caller rebuilds or restarts from the last good state.
+
+Every command that writes a group of files into a folder the user names (``--out`` of ``figures``, ``report``,
+``export`` and ``properties export``) does it through :class:`OutputFolder`: all files or none, a manifest of what
+it wrote, and never a user's file replaced without ``--force``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +154,21 @@ def read_user_text(path: Path, expected: str) -> str:
 
 def written_by(folder: Path, manifest: str) -> set[str]:
     """The file names (relative to ``folder``) that its ``manifest`` says the command that owns it wrote."""
-    listed = read_json(Path(folder) / manifest)
-    files = listed.get("files") if isinstance(listed, dict) else None
-    return {str(name) for name in files} if isinstance(files, list) else set()
+    return _listed(read_json(Path(folder) / manifest), "files")
+
+
+def _listed(manifest: Any, key: str) -> set[str]:
+    """The names under ``key`` of a manifest, only those that stay inside its folder (a hand-edited manifest
+    naming ``../x`` or ``/etc/x`` never makes a command replace or remove a file outside it)."""
+    files = manifest.get(key) if isinstance(manifest, dict) else None
+    if not isinstance(files, list):
+        return set()
+    return {str(name) for name in files if isinstance(name, str) and _inside(name)}
+
+
+def _inside(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and "\\" not in name and all(p not in ("", ".", "..") for p in parts)
 
 
 def refuse_foreign(folder: Path, names: list[str], ours: set[str], command: str) -> None:
@@ -161,6 +180,225 @@ def refuse_foreign(folder: Path, names: list[str], ours: set[str], command: str)
             f"{Path(folder) / foreign[0]} exists and was not written by {command}; "
             "choose another --out folder or pass --force to replace it"
         )
+
+
+#: Prefix of the hidden folder a command stages its files in, inside its output folder:
+#: ``.gaptui-stage-<command>-<pid>-<random>`` (the pid tells a rerun whether its writer is still alive).
+STAGE_PREFIX = ".gaptui-stage-"
+
+
+def check_out_folder(folder: Path) -> None:
+    """GaptuiError when ``folder`` (an ``--out`` the user gave) names a file: the commands write into a folder."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise GaptuiError(f"--out {folder} is a file; --out must be a folder (give a folder to write into)")
+
+
+class OutputFolder:
+    """A group of files one command writes into a folder the user names (``--out``), all or none, never replacing a
+    file of the user's, and left either as it was or as the command's own by a kill at any moment.
+
+    ``with OutputFolder(out, manifest, command, force) as dest:`` the body writes each file to ``dest.stage(name)``
+    (``name`` relative to ``out``, ``/``-separated) or anywhere under ``dest.stage_folder(sub)``, all inside a hidden
+    staging folder in ``out`` (:data:`STAGE_PREFIX`). When the body ends:
+
+    1. a file of the same name that ``manifest`` does not list (the user's) is refused, one :class:`GaptuiError`
+       naming it, unless ``force`` (with ``replace_own=False`` every existing file is refused, the command's own
+       too, except those an interrupted run of it left half moved in);
+    2. every staged file is fsynced, then the manifest is rewritten (atomically) to list the files it had and the new
+       ones together: the intent, so that a kill while the files move in leaves only files the manifest claims;
+    3. the files are renamed into place, the command's earlier files it no longer writes are removed (those
+       ``replaces(name)`` says this run stands for; all by default), and the final manifest is written: ``files``
+       and the caller's ``details``.
+
+    A failure in the body (a full disk) removes the staging folder and leaves ``out`` as it was; a filesystem error
+    names the file in ``out`` it was writing, never the staging path. A run first removes staging folders (and
+    manifest temporaries) its command left in ``out`` when killed, those of no live process; ``leftovers`` adds glob
+    patterns of staging folders an earlier version of the command used, removed only where its manifest exists. A
+    file ``manifest`` does not list is never touched.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        manifest: str,
+        command: str,
+        force: bool = False,
+        *,
+        replaces: Callable[[str], bool] | None = None,
+        replace_own: bool = True,
+        leftovers: tuple[str, ...] = (),
+    ) -> None:
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.command = command
+        self.force = force
+        self.replaces = replaces or (lambda name: True)
+        self.replace_own = replace_own
+        self.leftovers = leftovers
+        #: Extra keys of the final manifest (what the files hold), set by the body.
+        self.details: dict[str, Any] = {}
+        #: The names written, in ``out``, once the ``with`` block has ended.
+        self.names: list[str] = []
+        self.staging: Path | None = None
+        self._staged: list[str] = []
+        slug = re.sub(r"[^a-z0-9]+", "-", command.lower().removeprefix("gaptui ")).strip("-") or "files"
+        self.prefix = f"{STAGE_PREFIX}{slug}-"
+
+    # -------------------------------------------------------------------------------------- the manifest
+
+    def _read(self) -> Any:
+        return read_json(self.folder / self.manifest)
+
+    @property
+    def ours(self) -> set[str]:
+        """The names the manifest lists (the command's own files)."""
+        return _listed(self._read(), "files")
+
+    def refuse(self, names: Iterable[str]) -> None:
+        """Refuse (one :class:`GaptuiError`) an ``out`` that is a file, and, unless ``force``, any of ``names`` that
+        exists and may not be replaced. Callable before the ``with`` block, to refuse before any work is done."""
+        check_out_folder(self.folder)
+        if self.force:
+            return
+        names = list(names)
+        if self.replace_own:
+            refuse_foreign(self.folder, names, self.ours, self.command)
+            return
+        pending = _listed(self._read(), "pending")
+        existing = sorted(n for n in names if (self.folder / n).exists() and n not in pending)
+        if existing:
+            raise GaptuiError(
+                f"--out {self.folder}: {self.folder / existing[0]} already exists ({len(existing)} files would be "
+                "overwritten; use --force or another folder)"
+            )
+
+    def _write_manifest(self, content: dict[str, Any]) -> None:
+        atomic_write_text(self.folder / self.manifest, json.dumps(content, indent=2, default=str) + "\n")
+
+    # -------------------------------------------------------------------------------------- staging
+
+    def __enter__(self) -> OutputFolder:
+        check_out_folder(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        patterns = (f"{self.prefix}*", f".{self.manifest}.*.tmp")
+        if (self.folder / self.manifest).is_file():
+            patterns += self.leftovers
+        clean_stale_temps(self.folder, patterns)
+        self.staging = Path(tempfile.mkdtemp(prefix=f"{self.prefix}{os.getpid()}-", dir=self.folder))
+        return self
+
+    def _in_staging(self, name: str) -> Path:
+        if self.staging is None:
+            raise RuntimeError("OutputFolder.stage() outside its with block")
+        if not _inside(name):
+            raise ValueError(f"not a name inside the output folder: {name!r}")
+        return self.staging / name
+
+    def stage(self, name: str) -> Path:
+        """Where to write the file ``name`` (relative to the output folder) while the group is staged."""
+        path = self._in_staging(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._staged.append(name)
+        return path
+
+    def stage_folder(self, name: str) -> Path:
+        """A staged subfolder ``name``: every file written under it moves to ``<out>/<name>/``."""
+        path = self._in_staging(name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            try:
+                self._commit()
+            except OSError as failure:
+                if (named := self._named(failure)) is not None:
+                    raise named from failure
+                raise
+            finally:
+                self._discard()
+            return False
+        self._discard()
+        if isinstance(exc, OSError) and (named := self._named(exc)) is not None:
+            raise named from exc
+        return False
+
+    def _discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _named(self, exc: OSError) -> OSError | None:
+        """``exc`` naming the file in the output folder it concerns (None when it needs no change)."""
+        if exc.errno is None or self.staging is None:
+            return None
+        if exc.filename is None:
+            # write() and fsync() errors name no file: the one last staged is the one being written
+            return OSError(exc.errno, exc.strerror, str(self.folder / self._staged[-1])) if self._staged else None
+        for where, staging in ((exc.filename, self.staging), (os.path.abspath(exc.filename), self.staging.absolute())):
+            try:
+                relative = Path(where).relative_to(staging)
+            except ValueError:
+                continue
+            return OSError(exc.errno, exc.strerror, str(self.folder / relative))
+        return None
+
+    # -------------------------------------------------------------------------------------- commit
+
+    def _collect(self) -> list[str]:
+        """Every file under the staging folder, those staged by name first (in order), then the others sorted."""
+        assert self.staging is not None
+        found = {p.relative_to(self.staging).as_posix() for p in self.staging.rglob("*") if not p.is_dir()}
+        first = [n for n in dict.fromkeys(self._staged) if n in found]
+        return first + sorted(found - set(first))
+
+    def _check_targets(self, names: list[str]) -> None:
+        """A folder where a file goes, or a file where a folder goes, is the user's: never replaced, not even with
+        ``force``."""
+        for name in names:
+            target = self.folder / name
+            for parent in reversed(target.relative_to(self.folder).parents[:-1]):
+                if (self.folder / parent).exists() and not (self.folder / parent).is_dir():
+                    raise GaptuiError(f"{self.folder / parent} is a file, not a folder; choose another --out folder")
+            if target.is_dir() and not target.is_symlink():
+                raise GaptuiError(f"{target} is a folder, not a file; choose another --out folder")
+
+    def _commit(self) -> None:
+        assert self.staging is not None
+        names = self._collect()
+        self.refuse(names)
+        self._check_targets(names)
+        for name in names:
+            try:
+                fd = os.open(self.staging / name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(self.folder / name)) from exc
+        ours = self.ours
+        new = set(names)
+        earlier = sorted(ours - new)
+        stale = [n for n in earlier if self.replaces(n)]
+        # The intent: once a file moves in, the manifest already claims it (and still claims the old ones).
+        self._write_manifest({"files": names + earlier, "pending": names, **self.details})
+        folders = {self.folder}
+        for name in names:
+            target = self.folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.staging / name, target)
+            folders.add(target.parent)
+        for name in stale:
+            target = self.folder / name
+            if target.is_symlink() or target.is_file():
+                target.unlink(missing_ok=True)
+                folders.add(target.parent)
+        for folder in folders:
+            fsync_dir(folder)
+        kept = [n for n in earlier if n not in stale and (self.folder / n).exists()]
+        self._write_manifest({"files": names + kept, **self.details})
+        self.names = names
 
 
 def read_json(path: Path) -> Any:
@@ -264,8 +502,6 @@ def clean_stale_temps(folder: Path, patterns: tuple[str, ...], min_age: float = 
 
     A name holding ``.<pid>.`` or ``-<pid>-`` of a live process is kept (its writer may still be running).
     """
-    import shutil
-
     removed = []
     if not Path(folder).is_dir():
         return removed

@@ -17,7 +17,7 @@ from rich.text import Text
 from engine.errors import GaptuiError
 from engine.tasks import DEFAULT_TASK
 from gaptui import analysis
-from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
 from gaptui.workspace import Workspace
 
 DatasetOpt = Annotated[
@@ -57,9 +57,10 @@ def _load(workspace: Path | None, filters: list[str] | None = None, task: str | 
     """The workspace and its records, those matching ``filters`` (``axis=value``) when given."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
     from gaptui.history import read_records
+    from gaptui.record import usable_records
 
     ws = Workspace.resolve(workspace)
-    records = read_records(ws)
+    records = usable_records(read_records(ws), warn)
     if filters:
         from gaptui.record import RecordFilter, parse_axis_filters
 
@@ -228,18 +229,25 @@ def export_cmd(
     every finished run to an MLflow tracking store."""
     if out is None and mlflow is None:
         raise GaptuiError("gaptui export: give --out DIR (tables and records), --mlflow URI, or both")
+    if out is not None:
+        from engine.files import check_out_folder
+
+        check_out_folder(out)
     ws, records = _load(workspace)
     analysis.check_task(task)
+    # Every option is checked before anything is written or logged: a bad --metric leaves the MLflow store alone.
+    declared = analysis.check_metric(metric, records, task) if out is not None or metric is not None else None
     if mlflow is not None:
         from gaptui.mlflow_export import export_mlflow
 
         summary = export_mlflow(records, mlflow)
+        unreadable = f"; {len(summary.unreadable)} unreadable record(s) left out" if summary.unreadable else ""
         console.print(
-            f"logged {len(summary.logged)} run(s) to {mlflow}; {len(summary.skipped)} already there", highlight=False
+            f"logged {len(summary.logged)} run(s) to {mlflow}; {len(summary.skipped)} already there{unreadable}",
+            highlight=False,
         )
-    if out is None:
+    if out is None or declared is None:
         return
-    declared = analysis.check_metric(metric, records, task)
     written = analysis.export_all(records, out, declared.key, force=force, task=task)
     if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
@@ -285,19 +293,28 @@ def figures_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="png, svg or pdf.")] = "png",
     metric: MetricOpt = None,
     task: TaskOpt = DEFAULT_TASK,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace files of the same name that an earlier figures did not write.")
+    ] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Draw a task's publication figures (matplotlib): the kinds its family declares, sized for a paper."""
+    """Draw a task's publication figures (matplotlib): the kinds its family declares, sized for a paper.
+
+    All or none into the --out folder, listed in its .gaptui-figures.json; a file there that this command did not
+    write is never replaced without --force, and earlier figures of the task and format no longer drawn are removed.
+    """
+    from engine.files import check_out_folder
     from gaptui import figures
 
     if fmt not in figures.FORMATS:
         raise GaptuiError(f"--format {fmt!r}: expected one of {', '.join(figures.FORMATS)}")
+    check_out_folder(out)
     ws, records = _load(workspace)
     analysis.check_task(task)
     if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished {task} runs in {ws.history}; no figures", highlight=False)
         return
-    for path in figures.figure_files(records, out, task, fmt, metric):
+    for path in figures.figure_files(records, out, task, fmt, metric, force=force):
         console.print(f"wrote {path}", highlight=False)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.events import iter_events
-from engine.files import atomic_write_bytes
+from engine.files import OutputFolder, atomic_write_bytes
 from engine.tasks import Figure, family
 from gaptui import analysis
 from gaptui.statistics import rank_test
@@ -35,6 +35,8 @@ DPI = 220
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 LINESTYLES = ("-", "--", "-.", ":")
 #: Colour-blind safe (Okabe-Ito), with distinct lightness so greyscale still separates most rows.
+#: What ``gaptui figures`` wrote into its --out folder (see :class:`engine.files.OutputFolder`).
+MANIFEST = ".gaptui-figures.json"
 COLOURS = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#999999")
 
 
@@ -383,13 +385,47 @@ def figure_files(
     task: str,
     fmt: str = "png",
     metric: str | None = None,
+    force: bool = False,
 ) -> list[Path]:
-    """Draw every figure ``task`` declares into ``out`` and return the files written (sorted).
+    """Draw every figure ``task`` declares into the folder ``out`` (``gaptui figures``); returns the files (sorted).
+
+    All or none, through :class:`engine.files.OutputFolder`: the figures are drawn into a hidden staging folder and
+    moved in under ``.gaptui-figures.json``, which lists what this command wrote. A file of the same name it did not
+    write is refused unless ``force``; its earlier figures of ``task`` in ``fmt`` that it no longer draws are removed
+    (figures of other tasks and formats in the same folder are kept).
+    """
+    check_format(fmt)
+    family(task)
+    analysis.check_metric(metric, records, task)
+    out = Path(out)
+
+    def replaces(name: str) -> bool:
+        return "/" not in name and name.startswith(f"{task}-") and name.endswith(f".{fmt}")
+
+    with OutputFolder(out, MANIFEST, "gaptui figures", force, replaces=replaces) as dest:
+        assert dest.staging is not None
+        draw_figures(records, dest.staging, task, fmt, metric)
+    return sorted(out / name for name in dest.names)
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise GaptuiError(f"unknown figure format '{fmt}'; expected one of: {', '.join(FORMATS)}")
+
+
+def draw_figures(
+    records: Sequence[dict[str, Any]],
+    out: Path,
+    task: str,
+    fmt: str = "png",
+    metric: str | None = None,
+) -> list[Path]:
+    """Draw every figure ``task`` declares into ``out`` and return the files written (sorted); ``out`` is a folder
+    of the caller's (a staging folder: :func:`figure_files`, the report), nothing else is checked or kept there.
 
     Names: ``<task>-<kind>-<table>.<fmt>`` (``<task>-cd.<fmt>`` for the one diagram across tables).
     """
-    if fmt not in FORMATS:
-        raise GaptuiError(f"unknown figure format '{fmt}'; expected one of: {', '.join(FORMATS)}")
+    check_format(fmt)
     fam = family(task)
     declared = analysis.check_metric(metric, records, task)
     tables = analysis.build_tables(records, declared, task=task)

@@ -8,29 +8,30 @@ devices, presets and seeds the runs came from, and the run ids).
 
 The folder is the report's own: ``.gaptui-report.json`` lists what the report wrote, so running it again on a grown
 history replaces those files, removes figures that no longer exist, and refuses to replace any other file of the
-same name unless ``force``. Figures are drawn into a temporary folder first, so a refusal leaves the folder as it
-was.
+same name unless ``force``. Everything is written through :class:`engine.files.OutputFolder`: staged in a hidden
+folder first, so a refusal or a full disk leaves the folder as it was, and moved in under a manifest that already
+claims the files, so a kill at any moment leaves a folder the rerun completes without ``--force``.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import re
-import shutil
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.files import atomic_write_text, refuse_foreign, written_by
+from engine.files import OutputFolder
 from engine.tasks import family
 from gaptui import analysis, figures, statistics
 
 MANIFEST = ".gaptui-report.json"
 FIGURES = "figures"
+#: The staging folders of reports before :class:`engine.files.OutputFolder` (``tempfile.mkdtemp`` names), which a
+#: killed report could leave behind; removed where a report's manifest shows the folder is a report's.
+LEGACY_STAGING = (".report-????????",)
 
 
 def _demote(markdown_text: str) -> str:
@@ -125,7 +126,7 @@ def family_section(
     if plain:
         result = statistics.table_statistics(tables)
         out += ["## Statistics", "", statistics.render_markdown(result).rstrip(), ""]
-    drawn = figures.figure_files(mine, staging, task, fmt)
+    drawn = figures.draw_figures(mine, staging, task, fmt)
     if drawn:
         out += ["## Figures", ""]
         out += [f"![{p.stem}]({FIGURES}/{p.name})" + "\n" for p in drawn]
@@ -162,35 +163,20 @@ def render_html(markdown_text: str, folder: Path) -> str:
 def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, force: bool = False) -> list[Path]:
     """Write ``report.md``, ``report.html`` and ``figures/`` into ``out`` (see the module docstring)."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise GaptuiError(f"report folder {out} exists and is not a folder")
     tasks = [
         t
         for t in analysis.record_tasks(records)
         if any(r.get("status") == "done" for r in analysis.task_records(records, t))
     ]
-    ours = written_by(out, MANIFEST)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
-    try:
+    with OutputFolder(out, MANIFEST, "gaptui report", force, leftovers=LEGACY_STAGING) as dest:
+        drawn = dest.stage_folder(FIGURES)
         lines = ["# gaptui report", "", *_generator(), ""]
         for task in tasks:
-            lines += family_section(task, records, staging, ws)
+            lines += family_section(task, records, drawn, ws)
         if not tasks:
             lines += ["The history holds no finished runs yet.", ""]
         markdown_text = "\n".join(lines).rstrip() + "\n"
-        names = ["report.md", "report.html"] + [f"{FIGURES}/{p.name}" for p in sorted(staging.iterdir())]
-        if not force:
-            refuse_foreign(out, names, ours, "gaptui report")
-        (out / FIGURES).mkdir(exist_ok=True)
-        for path in sorted(staging.iterdir()):
-            path.replace(out / FIGURES / path.name)
-        for stale in ours - set(names):
-            if stale.startswith(f"{FIGURES}/"):
-                (out / stale).unlink(missing_ok=True)
-        atomic_write_text(out / "report.md", markdown_text)
-        atomic_write_text(out / "report.html", render_html(markdown_text, out))
-        atomic_write_text(out / MANIFEST, json.dumps({"files": names}, indent=2) + "\n")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return [out / n for n in names]
+        dest.stage("report.md").write_text(markdown_text, encoding="utf-8")
+        html = render_html(markdown_text, drawn.parent)
+        dest.stage("report.html").write_text(html, encoding="utf-8")
+    return [out / n for n in dest.names]

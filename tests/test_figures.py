@@ -171,8 +171,8 @@ def test_figures_command(tmp_path: Path) -> None:
         history.put_many(gape_history(tmp_path))
     res = run_cli("figures", "--task", "gape", "--out", str(tmp_path / "out"), "--workspace", str(ws.root))
     assert res.returncode == 0, res.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gape-bars-gape.png", "gape-cd.png",
-                                                                     "gape-curves-gape.png"]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".gaptui-figures.json", "gape-bars-gape.png",
+                                                                     "gape-cd.png", "gape-curves-gape.png"]  # fmt: skip
     assert "gape-bars-gape.png" in res.stdout
     res = run_cli("figures", "--format", "gif", "--out", str(tmp_path / "o2"), "--workspace", str(ws.root))
     assert res.returncode == 2 and res.stderr.strip().startswith("error:") and not (tmp_path / "o2").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import staged_files
+from engine.files import OutputFolder
 from engine.pools import process_pool
 from engine.properties.datasets import (
     FAMILIES,
@@ -131,13 +131,45 @@ def export_targets(out: Path, specs: list[PropertyDatasetSpec]) -> dict[Path, Pr
     return targets
 
 
-def export_suite(targets: dict[Path, PropertyDatasetSpec], datasets_dir: Path) -> None:
-    """Write each (already built) dataset of ``targets`` to its CSV file, all or none: a failure half-way (a full
-    disk) leaves no file that would make the rerun ask for ``--force``."""
-    with staged_files() as stage:
+#: What ``gaptui properties export`` wrote into its --out folder (see :class:`engine.files.OutputFolder`).
+EXPORT_MANIFEST = ".gaptui-properties-export.json"
+
+
+def export_folder(out: Path, force: bool = False) -> OutputFolder:
+    """The --out folder of ``gaptui properties export``: a file that exists there is never replaced without
+    ``force``, not even one an earlier export wrote (except those a killed export left half moved in), and no
+    file is ever removed (exports of other properties share the layout)."""
+    return OutputFolder(
+        out, EXPORT_MANIFEST, "gaptui properties export", force, replaces=lambda name: False, replace_own=False
+    )
+
+
+def export_names(out: Path, targets: Iterable[Path]) -> list[str]:
+    """The names of ``targets`` relative to the layout's folder ``out``."""
+    return [Path(path).relative_to(out).as_posix() for path in targets]
+
+
+def export_suite(
+    targets: dict[Path, PropertyDatasetSpec], datasets_dir: Path, out: Path | None = None, force: bool = False
+) -> None:
+    """Write each (already built) dataset of ``targets`` to its CSV file under ``out`` (by default the folder of the
+    layout the targets are in), all or none through :func:`export_folder`: a failure half-way (a full disk) leaves
+    the folder as it was, and a kill leaves only files the rerun may replace."""
+    root = Path(out) if out is not None else _layout_root(targets)
+    folder = export_folder(root, force)
+    names = dict(zip(targets, export_names(root, targets), strict=True))
+    folder.refuse(names.values())
+    with folder as dest:
         for path, spec in targets.items():
             dataset = cached_property_dataset(spec, datasets_dir)
             if dataset is None:  # moved aside or removed since it was built
                 raise GaptuiError(f"property dataset {spec.property} n={spec.n} ({spec.family}) is gone; export again")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_csv(stage(path), dataset.adjacency(), np.asarray(dataset.labels()))
+            write_csv(dest.stage(names[path]), dataset.adjacency(), np.asarray(dataset.labels()))
+
+
+def _layout_root(targets: Iterable[Path]) -> Path:
+    """The folder of a published layout (each (property, family) has a ``<Family>-Train/<property>.csv``)."""
+    roots = {Path(p).parent.parent for p in targets if Path(p).parent.name.endswith("-Train")}
+    if len(roots) != 1:
+        raise ValueError("export_suite: the targets are not one published layout; give out=")
+    return roots.pop()

@@ -171,19 +171,14 @@ def properties_export(
 
     Datasets not yet cached are built first. Existing files are never overwritten without --force.
     """
-    from engine.properties.suite import export_suite, export_targets
+    from engine.properties.suite import export_folder, export_names, export_suite, export_targets
 
     ws = Workspace.resolve(workspace)
     specs = _specs(prop, family, graphs, seed, negatives, sizes)
     targets = export_targets(out, specs)
-    if out.exists() and not out.is_dir():
-        raise GaptuiError(f"--out {out}: exists and is not a folder")
-    existing = sorted(p for p in targets if p.exists())
-    if existing and not force:
-        raise GaptuiError(f"--out {out}: {existing[0]} already exists ({len(existing)} files would be overwritten; "
-                          "use --force or another folder)")  # fmt: skip
+    export_folder(out, force).refuse(export_names(out, targets))  # before any dataset is built
     _build_with_progress(specs, ws.datasets, workers, as_json)
-    export_suite(targets, ws.datasets)
+    export_suite(targets, ws.datasets, out=out, force=force)
     files = sorted(str(p) for p in targets)
     if as_json:
         print_json({"out": str(out), "files": files})
