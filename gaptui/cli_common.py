@@ -27,6 +27,20 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def warn(line: str) -> None:
+    """One ``warning:`` line on stderr (the text printed as it is, never read as markup)."""
+    from rich.markup import escape
+
+    err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def note(line: str) -> None:
+    """One ``note:`` line on stderr."""
+    from rich.markup import escape
+
+    err_console.print(f"[yellow]note:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
 def task_name(value: str | None) -> str | None:
     """``--task``: a family name. An empty one is refused, never read as the default family."""
     if value is not None and not value.strip():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.tasks import Metric, TaskFamily, family
-from gaptui.record import Record, axis_value, record_family, record_task
+from gaptui.record import Record, axis_value, record_family, record_metrics, record_task
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def result_value(record: Record) -> float | None:
     fam = record_family(record)
     if fam is None:
         return None
-    value = (record.get("metrics") or {}).get(result_metric(fam).key)
+    value = record_metrics(record).get(result_metric(fam).key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

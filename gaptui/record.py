@@ -75,15 +75,32 @@ def task_records(records: Iterable[Record], task: str) -> list[Record]:
     return [r for r in records if record_task(r) == task]
 
 
+def record_metrics(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record's final metrics; empty when it has none or they are not a table (a record garbled by hand)."""
+    metrics = record.get("metrics")
+    return metrics if isinstance(metrics, Mapping) else {}
+
+
+def record_axes(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record's axes; empty when it has none or they are not a table."""
+    axes = record.get("axes")
+    return axes if isinstance(axes, Mapping) else {}
+
+
 def axis_value(record: Mapping[str, Any], key: str) -> Any:
     """The value of axis ``key`` of a record (``None`` when the record has no such axis)."""
-    return (record.get("axes") or {}).get(key)
+    return record_axes(record).get(key)
+
+
+#: The seed of a run, chosen like an axis (``--filter seed=0``, ``--where seed=1``) though no family declares it.
+SEED = Axis("seed", "seed", numeric=True)
 
 
 def axis_matches(axis: Axis, value: Any, wanted: str) -> bool:
     """Whether a record's ``value`` of ``axis`` is what a filter asks for: the same number for numeric axes
-    (``noise=0.1`` matches 0.10), else the same text, ignoring case, or a labelled variant of it (``dataset=er``
-    matches ``er[n=50]``, whose base is er)."""
+    (``noise=0.050`` matches 0.05), else the same text, ignoring case (``pe=RWPE`` matches rwpe), or a labelled
+    variant of it (``dataset=er`` matches ``er[n=50]``, whose base is er). The one rule of every command that
+    chooses runs by their axes: ``history --filter``, ``table --filter``, ``train --where``, ``--dataset``."""
     if value is None:
         return False
     if axis.numeric:
@@ -102,6 +119,14 @@ def known_axes(tasks: Sequence[str] | None = None) -> dict[str, Axis]:
     for fam in fams:
         for axis in fam.axes:
             out.setdefault(axis.key, axis)
+    out.setdefault(SEED.key, SEED)
+    return out
+
+
+def run_axes(fam: TaskFamily, axes: Mapping[str, Any], seed: Any) -> dict[str, tuple[Axis, Any]]:
+    """The axes a run is chosen by: its family's, with their values, and its seed."""
+    out = {a.key: (a, axes.get(a.key)) for a in fam.axes}
+    out.setdefault(SEED.key, (SEED, seed))
     return out
 
 
@@ -121,6 +146,11 @@ def parse_axis_filters(items: Iterable[str], tasks: Sequence[str] | None = None,
                 f"{option} '{item}': '{key}' is not an axis of {scope}{did_you_mean(key, list(axes))}; "
                 f"known axes: {', '.join(axes)}"
             )
+        if axes[key].numeric:
+            try:
+                float(value)
+            except ValueError:
+                raise GaptuiError(f"{option} '{item}': {key} takes a number, got '{value}'") from None
         out[key] = value
     return out
 
@@ -148,12 +178,50 @@ class RecordFilter:
         if not self.axes:
             return True
         fam = record_family(record)
-        declared = {a.key: a for a in fam.axes} if fam else {}
-        values = record.get("axes") or {}
-        return all(k in declared and axis_matches(declared[k], values.get(k), v) for k, v in self.axes.items())
+        if fam is None:
+            return False
+        declared = run_axes(fam, record_axes(record), record.get("seed"))
+        return all(k in declared and axis_matches(*declared[k], v) for k, v in self.axes.items())
 
     def apply(self, records: Iterable[Record]) -> list[Record]:
         return [r for r in records if self.matches(r)]
+
+
+def record_problem(record: Mapping[str, Any]) -> str | None:
+    """What makes ``record`` unusable for tables, statistics, figures and exports, or None when nothing does: a
+    family that is not installed, ``axes`` that are not a table of the values its family's tables need, ``metrics``
+    that are not a table, or an unknown status. Such a record is left alone on disk, only left out of views."""
+    fam = record_family(record)
+    if fam is None:
+        return f"its task family '{record_task(record)}' is not installed"
+    if record.get("status") not in STATUSES:
+        return f"its status {record.get('status')!r} is not one of {', '.join(STATUSES)}"
+    axes = record.get("axes")
+    if not isinstance(axes, Mapping):
+        return f"its axes are {type(axes).__name__}, expected a table of {', '.join(a.key for a in fam.axes)}"
+    layout = fam.table
+    needed = [k for k in (layout.group, layout.rows, layout.columns) if k is not None]
+    missing = [k for k in needed if axes.get(k) is None or isinstance(axes.get(k), (dict, list))]
+    if missing:
+        return f"its axes lack {', '.join(missing)} ({fam.name} tables need {', '.join(needed)})"
+    metrics = record.get("metrics")
+    if metrics is not None and not isinstance(metrics, Mapping):
+        return f"its metrics are {type(metrics).__name__}, expected a table of metric: value"
+    return None
+
+
+def usable_records(records: Iterable[Record], warn: Any = None) -> list[Record]:
+    """``records`` less those with a :func:`record_problem`; ``warn(line)`` is called once per record left out,
+    naming its id and what is wrong."""
+    out: list[Record] = []
+    for record in records:
+        problem = record_problem(record)
+        if problem is None:
+            out.append(record)
+        elif warn is not None:
+            name = record.get("id") or record.get("hash") or "without an id"
+            warn(f"history record {name} left out: {problem}")
+    return out
 
 
 def check_statuses(statuses: Iterable[str], option: str = "--status") -> tuple[str, ...]:

@@ -73,14 +73,14 @@ def test_unknown_axes_are_one_line_errors(toy: None) -> None:
     with pytest.raises(GaptuiError) as info:
         parse_axis_filters(["pes=rwpe"], ["gape"])
     assert str(info.value) == (
-        "--filter 'pes=rwpe': 'pes' is not an axis of task gape (did you mean 'pe'?); known axes: dataset, pe"
+        "--filter 'pes=rwpe': 'pes' is not an axis of task gape (did you mean 'pe'?); known axes: dataset, pe, seed"
     )
     with pytest.raises(GaptuiError, match="'rwpe': expected AXIS=VALUE, e.g. dataset=er; known axes: .*pooling"):
         parse_axis_filters(["rwpe"])
 
 
 def test_the_app_filter_takes_axis_words_and_plain_words(toy: None) -> None:
-    assert split_words(["noise=0.1", "seed=0", "gin"]) == (["seed=0", "gin"], {"noise": "0.1"})
+    assert split_words(["noise=0.1", "seed=0", "gin"]) == (["gin"], {"noise": "0.1", "seed": "0"})
     rows = records()
     assert [r["id"][-1] for r in rows if matches(r, ["pe=rwpe"])] == ["3"]
     assert [r["id"][-1] for r in rows if matches(r, ["dataset=er", "failed"])] == ["2"]
@@ -117,7 +117,7 @@ def test_history_command_filters_on_any_axis(tmp_path: Path) -> None:
     res = run_cli("history", "--task", "gape", "--filter", "noise=0.1", "--workspace", str(ws.root), env=TOY)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip().splitlines() == [
-        "error: --filter 'noise=0.1': 'noise' is not an axis of task gape; known axes: dataset, pe"
+        "error: --filter 'noise=0.1': 'noise' is not an axis of task gape; known axes: dataset, pe, seed"
     ]
 
 
@@ -148,3 +148,39 @@ async def test_the_app_history_filter_on_an_axis(tmp_path: Path) -> None:
         await pilot.pause()
         assert screen.table.record_count == 2
         await pilot.press("ctrl+q")
+
+
+def test_every_command_chooses_runs_by_the_same_rule(tmp_path: Path) -> None:
+    """`history --filter`, `train --where` and `--dataset` of tables and statistics: a number as a number
+    (0.050 is 0.05), case ignored (GIN, RWPE), a base dataset name for its parameterised datasets, and seed."""
+    from engine.alignment.spec import RunSpec
+    from gaptui.analysis import build_tables, check_group
+    from gaptui.cli import _select
+
+    chosen = RecordFilter(axes=parse_axis_filters(["noise=0.050", "model=GIN", "dataset=ER", "seed=1"]))
+    runs = [
+        {**record(n, "alignment", {"dataset": "er[n=12]", "noise": noise, "model": model}), "seed": seed}
+        for n, (noise, model, seed) in enumerate(
+            [(0.05, "gin", 0), (0.05, "gin", 1), (0.1, "gin", 1), (0.05, "gcn", 1)], start=1
+        )
+    ]
+    assert [r["id"] for r in chosen.apply(runs)] == [runs[1]["id"]]
+    gape = RecordFilter(axes=parse_axis_filters(["pe=RWPE"], ["gape"])).apply(records())
+    assert [r["axes"]["pe"] for r in gape] == ["rwpe"]
+
+    specs = [
+        RunSpec.from_dict(
+            {"dataset": {"base": "er", "noise": noise, "params": {"n": 12}}, "model": model, "seed": seed}
+        )
+        for noise, model, seed in [(0.05, "gin", 0), (0.05, "gin", 1), (0.1, "gin", 1), (0.05, "gcn", 1)]
+    ]
+    picked = _select(specs, ["noise=0.050", "model=GIN", "dataset=er", "seed=1"], "--preset p")
+    assert (picked.model, picked.seed, picked.dataset["noise"]) == ("gin", 1, 0.05)
+
+    done = [{**r, "metrics": {"val_lap_acc": 0.5}} for r in runs]
+    assert check_group("er", done) == "er" and check_group("ER", done) == "ER"
+    assert [t.group for t in build_tables(done, group="er")] == ["er[n=12]"]
+    with pytest.raises(GaptuiError, match="er\\[n=12\\]"):
+        check_group("ba", done)
+    with pytest.raises(GaptuiError, match="seed takes a number"):
+        parse_axis_filters(["seed=one"])

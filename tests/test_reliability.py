@@ -1004,3 +1004,66 @@ def test_the_worker_trains_a_done_run_again_when_its_model_is_gone(tmp_path: Pat
     events = read_events(out / "events.jsonl")[0]
     assert [e["event"] for e in events].count("start") == 2 and events[-1]["event"] == "done"
     assert (out / "checkpoint.pt").exists() and json.loads((out / "result.json").read_text())["status"] == "done"
+
+
+# ------------------------------------------------------------------------------------ records found in the wild
+
+
+def _garbled_history(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A history of two good alignment runs and four records garbled as a user meets them; returns the workspace
+    and the ids of the garbled ones."""
+    from tests.test_analysis import rec
+
+    good = [rec("gcn", 0.1, 0.6, seed=s) for s in (0, 1)] + [rec("gin", 0.1, 0.7, seed=s) for s in (0, 1)]
+    no_axes = {k: v for k, v in rec("ghostnet", 0.1, 0.9).items() if k != "axes"}
+    listed = {**rec("ghostnet", 0.1, 0.9), "metrics": [0.9]}
+    text = {**rec("ghostnet", 0.1, 0.9), "metrics": "0.9"}
+    alien = {**rec("ghostnet", 0.1, 0.9), "task": "notinstalled"}
+    bad = [no_axes, listed, text, alien]
+    runs = {str(i + 1): {**r, "run_dir": f"runs/{r['id']}"} for i, r in enumerate(good + bad)}
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "history.json").write_text(json.dumps({"meta": {"1": {"schema": 2}}, "runs": runs}))
+    return ws, [r["id"] for r in bad]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["table"],
+        ["table", "--format", "csv"],
+        ["stats"],
+        ["gap"],
+        ["report", "--out", "{tmp}/report"],
+        ["figures", "--out", "{tmp}/figures"],
+        ["export", "--out", "{tmp}/export"],
+    ],
+)
+def test_garbled_records_are_named_once_left_out_and_left_alone(tmp_path: Path, command: list[str]) -> None:
+    ws, bad = _garbled_history(tmp_path)
+    before = (ws / "history.json").read_bytes()
+    result = run_cli(*[c.format(tmp=tmp_path) for c in command], "-w", str(ws))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    for run in bad:
+        assert sum(run in line for line in warnings) == 1, (run, warnings)
+    assert any("not installed" in line for line in warnings)
+    assert any("metrics are list" in line for line in warnings)
+    assert any("axes lack" in line for line in warnings)
+    assert (ws / "history.json").read_bytes() == before
+    if command[0] == "table":
+        # only the good runs' rows; no blank row, no blank column marked best
+        assert "ghostnet" not in result.stdout and "gcn" in result.stdout and "gin" in result.stdout
+    if command[0] == "report":
+        markdown = (tmp_path / "report" / "report.md").read_text()
+        assert "ghostnet" not in markdown and "gin" in markdown
+
+
+def test_history_and_show_list_garbled_records_without_a_traceback(tmp_path: Path) -> None:
+    ws, bad = _garbled_history(tmp_path)
+    listed = run_cli("history", "-w", str(ws), env={"COLUMNS": "300"})
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    for run in bad:
+        shown = run_cli("show", run, "-w", str(ws))
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.errors import GaptuiError, unknown
 from engine.tasks import DEFAULT_TASK, FAMILIES, Metric, TaskFamily, family
-from gaptui.record import Record, axis_value, record_task
+from gaptui.record import Record, axis_matches, axis_value, record_task
 
 FORMATS = ("text", "md", "csv", "latex", "json")
 
@@ -85,9 +85,26 @@ def check_group(group: str, records: Iterable[Record], task: str = DEFAULT_TASK)
     labels = done_groups(records, task)
     if fam.table.group is None:
         raise GaptuiError(f"task '{task}' has a single table: there is no {fam.table.rows} group to choose")
-    if group not in labels:
+    if not any(group_matches(fam, label, group) for label in labels):
         raise unknown(fam.axis(fam.table.group).name, group, labels)
     return group
+
+
+def group_matches(fam: TaskFamily, label: str, group: str) -> bool:
+    """Whether the table group ``label`` is one that ``--dataset group`` chooses: the same label, or as filters
+    match (:func:`gaptui.record.axis_matches`: ``er`` chooses ``er[n=50,degree=6]`` too, case ignored)."""
+    if label == group:
+        return True
+    if fam.table.group is None:
+        return False
+    axis = fam.axis(fam.table.group)
+    value: Any = label
+    if axis.numeric:
+        try:
+            value = float(label)
+        except ValueError:
+            return False
+    return axis_matches(axis, value, group)
 
 
 def numeric_value(value: Any) -> float | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.tasks import DEFAULT_TASK, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
-from gaptui.analysis.lookup import format_number, numeric_value
+from gaptui.analysis.lookup import format_number, group_matches, numeric_value
 from gaptui.record import Record, axis_value, record_task
 
 BEST = "best"
@@ -209,7 +209,7 @@ def build_tables(
         if record_task(rec) != task:
             continue
         label = "" if layout.group is None else str(axis_value(rec, layout.group))
-        if group is not None and label != group:
+        if group is not None and not group_matches(fam, label, group):
             continue
         try:
             key = (

@@ -23,6 +23,7 @@ from engine.errors import GaptuiError
 from engine.files import atomic_write_text
 from engine.tasks import DEFAULT_TASK, family
 from gaptui import analysis, reference
+from gaptui.record import usable_records
 from gaptui.tui.messages import ManagerNotice
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.section import SectionScreen
@@ -137,7 +138,7 @@ class RankingScreen(SectionScreen):
     def rebuild(self) -> None:
         """Recompute every table from the app's records and show the chosen dataset."""
         self._dirty = False
-        records = list(self.gapp.book)
+        records = usable_records(self.gapp.book)  # hand-garbled records are left out, as in `gaptui table`
         tasks = list(dict.fromkeys([*analysis.record_tasks(records), self.task_name]))
         metrics = analysis.known_metrics(records, self.task_name)
         if self.metric not in metrics:
@@ -294,12 +295,13 @@ class RankingScreen(SectionScreen):
             self.notify("no figures to draw: no finished run yet", severity="warning")
             return
         folder = self.gapp.ws.exports / "figures"
-        records, task, metric = list(self.gapp.book), self.task_name, self.metric
+        records, task, metric = usable_records(self.gapp.book), self.task_name, self.metric
 
         def draw() -> None:
             from gaptui.figures import figure_files
 
-            written = figure_files(records, folder, task, "png", metric)
+            # the workspace's own folder: earlier gaptui versions left figures there without a manifest
+            written = figure_files(records, folder, task, "png", metric, force=True)
             self.app.post_message(ManagerNotice(f"wrote {len(written)} {task} figures to {folder}/"))
 
         self.notify(f"drawing the {task} figures into {folder}/ ...")

@@ -18,7 +18,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Log, Static, TabbedContent, TabPane, TextArea
 
 from gaptui.columns import describe, record_family
-from gaptui.record import record_task
+from gaptui.record import record_metrics, record_task
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE, format_duration
 from gaptui.tui.screens.section import SectionScreen
@@ -152,7 +152,7 @@ class RunDetailScreen(SectionScreen):
                 value = f"{value:,}"
             table.add_row(key, escape(str(value)))
         declared = {m.key: m.name for m in fam.metrics} if fam is not None else {}
-        for key, value in (record.get("metrics") or {}).items():
+        for key, value in record_metrics(record).items():
             label = f"{declared[key]} ({key})" if key in declared else key
             table.add_row(escape(label), f"{value:.4f}" if isinstance(value, float) else escape(str(value)))
         if record.get("tags"):

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Log, Static
 
 from engine.tasks import DEFAULT_TASK
 from gaptui.columns import describe, record_family, result_metric, result_value
-from gaptui.record import record_task
+from gaptui.record import record_metrics, record_task
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.messages import SchedulerState
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE
@@ -179,7 +179,7 @@ class RunsScreen(SectionScreen):
         record = self.gapp.book.records[run_hash]
         feed = self.feeds.get(run_hash)
         latest = feed.latest_epoch() if feed else None
-        metrics = record.get("metrics") or {}
+        metrics = record_metrics(record)
         fam = record_family(record)
         if record["status"] == "done":
             live = result_value(record)
