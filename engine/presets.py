@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import check_run_options, seeds_of, unique_values, unknown_keys
-from engine.typed import parse_dataclass
+from engine.typed import parse_dataclass, type_hints
 
 #: The top-level keys of every preset.
 COMMON_KEYS = ("task", "name", "description", "seeds", "run", "slurm")
@@ -203,9 +203,8 @@ def spec_options(spec_type: type, filled: tuple[str, ...], name: str, module: st
     """A frozen dataclass of the run options a preset's ``[run]`` table may set for ``spec_type``: every spec field
     but the ``filled`` ones (what the grid fills in) and the placement fields, with the spec's own types and
     defaults, plus the :class:`RunPolicy` fields. The spec stays the one place those fields are declared."""
-    import typing
 
-    hints = typing.get_type_hints(spec_type)
+    hints = type_hints(spec_type)
     skip = {*filled, *getattr(spec_type, "PLACEMENT", ())}
     kept = [f for f in dataclasses.fields(spec_type) if f.name not in skip and f.init]
     fields = [(f.name, hints[f.name], _same_default(f)) for f in kept]

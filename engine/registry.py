@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
+import sys
 import sysconfig
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,11 +23,20 @@ IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_
 OWN_PACKAGES = ("engine", "gaptui")
 
 
+def find_in_working_folder() -> None:
+    """Let user code in the folder a command runs from be found, as ``python -m`` (the worker) finds it: the
+    current folder is appended to ``sys.path``, after every installed package, so it never shadows one."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+
+
 def import_object(path: str) -> object:
     """Import ``module.path:attr`` (``attr`` may be dotted). Raises GaptuiError with the failing part."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise GaptuiError(f"'{path}' is not an import path: expected 'module.path:ClassOrFactory'")
+    find_in_working_folder()
     try:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:
@@ -128,6 +139,7 @@ def code_origin(path: str) -> CodeOrigin:
     """:class:`CodeOrigin` of ``module.path:Name``: only the top-level name is looked up, since finding a dotted
     name imports (runs) its parent packages."""
     top = path.partition(":")[0].partition(".")[0]
+    find_in_working_folder()
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec

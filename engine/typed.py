@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -13,21 +14,28 @@ import numpy as np
 from engine.errors import GaptuiError, did_you_mean
 
 
-def coerce(value: Any, typ: Any, where: str) -> Any:
-    """Convert a command-line string (or a TOML/JSON value) to the annotated type of a parameter."""
+def coerce(value: Any, typ: Any, where: str, strict: bool = False) -> Any:
+    """Convert a command-line string (or a TOML/JSON value) to the annotated type of a parameter.
+
+    ``strict`` is for typed sources (TOML presets, JSON specs): there a value must already have its type, so a
+    quoted number (``epochs = "3"``) is never read as a number, a float (``pack_seeds = 1e3``, ``1.0``) never as a
+    count, and a number never as text; command-line strings (``strict=False``) are converted."""
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        if value is None or (not strict and isinstance(value, str) and value.lower() in ("none", "null")):
             return None
-        return coerce(value, args[0], where)
+        return coerce(value, args[0], where, strict)
+    if strict and isinstance(value, str) and typ in (bool, int, float):
+        what = {bool: "true or false", int: "an integer", float: "a number"}[typ]
+        raise GaptuiError(f"{where}: expected {what}, got the string '{value}' (write it without quotes)")
     if typ is bool:
         if isinstance(value, bool):
             return value
         text = str(value).lower()
-        if text in ("1", "true", "yes", "on"):
+        if not strict and text in ("1", "true", "yes", "on"):
             return True
-        if text in ("0", "false", "no", "off"):
+        if not strict and text in ("0", "false", "no", "off"):
             return False
         raise GaptuiError(f"{where}: expected true or false, got '{value}'")
     if typ is int:
@@ -35,6 +43,9 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             raise GaptuiError(f"{where}: expected an integer, got '{value}'")
         if isinstance(value, int):
             return value
+        if isinstance(value, float) and strict:
+            hint = f"write {int(value)}" if value.is_integer() and abs(value) < 1e18 else "a count is a whole number"
+            raise GaptuiError(f"{where}: expected an integer, got the float {value!r} ({hint})")
         if isinstance(value, float) and value.is_integer():
             return int(value)
         try:
@@ -51,20 +62,29 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
         if not np.isfinite(out):
             raise GaptuiError(f"{where}: expected a finite number, got '{value}'")
         return out
+    if strict and typ is str and not isinstance(value, str):
+        raise GaptuiError(f"{where}: expected text (a quoted string), got {type(value).__name__} {value!r}")
     return str(value)
 
 
-def parse_dataclass(cls: type, raw: Mapping[str, Any], where: str) -> Any:
-    """Build dataclass ``cls`` from ``raw``: unknown keys get a did-you-mean, values are coerced to field types."""
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a class, once per class (a grid of 2,000 specs asks for it 2,000 times)."""
+    return typing.get_type_hints(cls)
+
+
+def parse_dataclass(cls: type, raw: Mapping[str, Any], where: str, strict: bool = True) -> Any:
+    """Build dataclass ``cls`` from ``raw`` (typed: TOML, JSON; see :func:`coerce`'s ``strict``): unknown keys get a
+    did-you-mean, values are checked against the field types."""
     if not isinstance(raw, Mapping):
         raise GaptuiError(f"{where}: expected a table of keys, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in fields:
             raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, fields)}; known: {', '.join(fields)}")
-        values[key] = coerce_field(value, hints[key], f"{where}: key '{key}' = {value!r}")
+        values[key] = coerce_field(value, hints[key], f"{where}: key '{key}' = {value!r}", strict)
     missing = [
         name
         for name, f in fields.items()
@@ -75,7 +95,7 @@ def parse_dataclass(cls: type, raw: Mapping[str, Any], where: str) -> Any:
     return cls(**values)
 
 
-def coerce_field(value: Any, typ: Any, where: str) -> Any:
+def coerce_field(value: Any, typ: Any, where: str, strict: bool = False) -> Any:
     """:func:`coerce` plus the container types used by specs: dict, list and tuple of scalars."""
     origin = typing.get_origin(typ)
     if origin in (dict, Mapping) or typ is dict:
@@ -87,11 +107,11 @@ def coerce_field(value: Any, typ: Any, where: str) -> Any:
             raise GaptuiError(f"{where}: expected a list, got {type(value).__name__}")
         args = typing.get_args(typ)
         inner = args[0] if args else Any
-        items = [value_item if inner is Any else coerce(value_item, inner, where) for value_item in value]
+        items = [value_item if inner is Any else coerce(value_item, inner, where, strict) for value_item in value]
         return tuple(items) if origin is tuple or typ is tuple else items
     if typ is Any:
         return value
-    return coerce(value, typ, where)
+    return coerce(value, typ, where, strict)
 
 
 def check_device(device: str, where: str) -> None:

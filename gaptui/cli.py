@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, warn
 from gaptui.workspace import ENV_WORKSPACE, Workspace
 
 app = typer.Typer(
@@ -124,7 +124,12 @@ def train_cmd(
         Optional[Path],  # noqa: UP045
         typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace another run's files in the --out folder.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Replace another run's files in the --out folder; start a run estimated over 30 days."
+        ),
+    ] = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -187,9 +192,13 @@ def train_cmd(
         spec = load_spec(raw, where="gaptui train")
     fam = family(spec.task)
     folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
+    from gaptui.estimate import check_duration
+
+    for line in check_duration([spec], 1, f"run {fam.describe(spec)}", force)[1]:
+        err_console.print(escape(line), highlight=False, soft_wrap=True)
     _claim_run_folder(folder, spec, force)
     for line in launch.check_specs([spec]):
-        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        warn(line)
     _check_dependencies_done(ws, spec)
     if as_json:
         launch.prepare_checked([spec])
@@ -259,7 +268,7 @@ def _chosen_spec(
         from gaptui.preset_code import review_preset
         from gaptui.presets import grid
 
-        loaded = review_preset(preset, ws).load()
+        loaded = review_preset(preset, ws).load_noted(note)
         # A grid may hold runs of other families (a GAPE grid's pretraining runs are alignment runs): --task
         # chooses among them, the preset's own family by default.
         name = family(task).name if task is not None else loaded.task
@@ -275,9 +284,12 @@ def _chosen_spec(
         spec = load_spec_file(spec_file.expanduser())
         if task is not None and spec.task != family(task).name:
             raise GaptuiError(f"--spec {spec_file}: a run of task {spec.task}, not {task}")
+        # Where the data lives is the workspace's (-w), not the one the file was written in (a spec.json of a
+        # copied or moved workspace names the old one's folders); --set below may still choose other folders.
+        # Placement is not hashed: the run id stays the file's.
         placement = {"datasets_dir": str(ws.datasets), "data_root": str(ws.raw_data)}
         raw = spec.to_dict()
-        spec = load_spec({**raw, **{k: v for k, v in placement.items() if k in raw and raw[k] is None}})
+        spec = load_spec({**raw, **{k: v for k, v in placement.items() if k in raw}})
     if overrides:
         raw = spec.to_dict()
         for item in overrides:
@@ -294,27 +306,37 @@ def _chosen_spec(
 
 
 def _select(specs: list[Any], where: list[str], what: str) -> Any:
-    """The one spec of ``specs`` whose axes (and seed) match every ``axis=value`` of ``where``."""
+    """The one spec of ``specs`` whose axes (and seed) match every ``axis=value`` of ``where``, as ``history
+    --filter`` matches them (:func:`gaptui.record.axis_matches`: numbers as numbers, text ignoring case, a base
+    dataset name matching its parameterised datasets)."""
     from engine.tasks import family
+    from gaptui.record import axis_matches, run_axes
 
     wanted: dict[str, str] = {}
     for item in where:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        if not sep or not key.strip() or not value.strip():
             raise GaptuiError(f"--where '{item}': expected axis=value (or seed=N)")
         wanted[key.strip()] = value.strip()
 
-    def values(spec: Any) -> dict[str, str]:
+    def axes(spec: Any) -> dict[str, Any]:
         fam = family(spec.task)
-        axes = fam.record_axes(spec)
-        return {a.key: a.format(axes.get(a.key)) for a in fam.axes} | {"seed": str(spec.seed)}
+        return run_axes(fam, fam.record_axes(spec), spec.seed)
+
+    def values(spec: Any) -> dict[str, str]:
+        return {k: axis.format(value) for k, (axis, value) in axes(spec).items()}
 
     if specs:
         known = values(specs[0])
         for key in wanted:
             if key not in known:
                 raise GaptuiError(f"--where {key}=...: not an axis of task {specs[0].task} (axes: {', '.join(known)})")
-    chosen = [s for s in specs if all(values(s)[k] == v for k, v in wanted.items())]
+
+    def matches(spec: Any) -> bool:
+        chosen_by = axes(spec)
+        return all(axis_matches(*chosen_by[k], v) for k, v in wanted.items())
+
+    chosen = [s for s in specs if matches(s)]
     if len(chosen) != 1:
         found = "no run" if not chosen else f"{len(chosen)} runs"
         options = {k: sorted({values(s)[k] for s in (chosen or specs)}) for k in (values(specs[0]) if specs else {})}
@@ -385,7 +407,8 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from engine.worker import ENV_STOP_WITH_PARENT, LOCK
     from gaptui.history import History
-    from gaptui.scheduler import Scheduler, Slot, new_record, pid_alive
+    from gaptui.processes import worker_gone
+    from gaptui.scheduler import Scheduler, Slot, new_record
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -427,12 +450,8 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     h = spec.hash()
     with History(ws, write=True, exclusive=False, purpose="gaptui train") as history:
         record = history.by_hash().get(h)
-        if (
-            record
-            and record["status"] == "running"
-            and record.get("pid")
-            and pid_alive(record["pid"], record["run_dir"])
-        ):
+        # A record left running by a killed train or manager is resumed; one whose worker may be alive is not.
+        if record and record["status"] == "running" and record.get("pid") and not worker_gone(record):
             raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
         from engine.files import FileLock
 

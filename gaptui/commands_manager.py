@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json, task_name
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, task_name, warn
 from gaptui.commands_slurm import (
     AccountOpt,
     ArrayParallelismOpt,
@@ -117,14 +117,10 @@ def run_cmd(
     from gaptui.preset_code import review_preset
 
     ws = Workspace.resolve(workspace)
-    review = review_preset(preset, ws)
     # Before validation imports it: the user code this preset runs (the command was typed, so it runs).
-    for line in review.notes():
-        err_console.print(f"[yellow]note:[/] {escape(line)}", soft_wrap=True)
-    spec_preset = review.load()
-    for note in spec_preset.notes:
-        where = escape(str(spec_preset.path or spec_preset.name))
-        err_console.print(f"[yellow]note:[/] {where}: {escape(note)}", highlight=False, soft_wrap=True)
+    spec_preset = review_preset(preset, ws).load_noted(note)
+    for line in spec_preset.notes:
+        note(f"{spec_preset.path or spec_preset.name}: {line}")
     slurm_settings = None
     if backend == "slurm":
         from gaptui.backends.slurm import parse_slurm_options
@@ -170,10 +166,14 @@ def run_cmd(
     settings = launch.launch_settings(spec_preset, options, ws)
 
     if dry_run:
-        launch_plan = launch.plan_launch(spec_preset, ws, read_records(ws), settings)
+        records = read_records(ws)
+        launch_plan = launch.plan_launch(spec_preset, ws, records, settings)
         _print_plan_notes(launch_plan.plan)
         for line in launch_plan.summary(list_all):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+        over, lines = launch_plan.duration_lines(ws, records, force=True)
+        if over:
+            warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
         if no_estimate:
             return
         if settings.backend == "slurm":
@@ -187,6 +187,9 @@ def run_cmd(
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         return
 
+    # Before anything is recorded: a grid that would run for months is refused (--force insists).
+    records = read_records(ws)
+    duration = launch.plan_launch(spec_preset, ws, records, settings).duration_lines(ws, records, force)[1]
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
         scheduler = launch.make_backend(settings, ws, history)
         reattached, requeued = scheduler.recover()
@@ -198,6 +201,8 @@ def run_cmd(
         launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
         grid_plan = launch_plan.plan
         _print_plan_notes(grid_plan)
+        for line in duration:
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         elsewhere: set[str] = set()
         if settings.backend == "local":
             from gaptui.backends.slurm import in_flight_on_slurm
@@ -258,7 +263,7 @@ def run_cmd(
 def _print_plan_notes(grid_plan: Any) -> None:
     """The plan's warnings and what it runs again, on stderr."""
     for line in grid_plan.warnings:
-        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        warn(line)
     for line in grid_plan.redo_lines():
         err_console.print(escape(line), highlight=False, soft_wrap=True)
 
@@ -541,7 +546,7 @@ def show_cmd(
     from engine.tasks import family
     from gaptui.history import History
     from gaptui.plots import curves_plot
-    from gaptui.record import record_family, record_task
+    from gaptui.record import record_family, record_metrics, record_task
 
     ws = Workspace.resolve(workspace)
     with History(ws) as history:
@@ -554,7 +559,7 @@ def show_cmd(
             record = matches[0]
         else:
             record = history.get(run)
-    events = read_events(Path(record["run_dir"]) / "events.jsonl")[0]
+    events = read_events(Path(record["run_dir"]) / "events.jsonl")[0] if record.get("run_dir") else []
     if as_json:
         print_json({**record, "events": events})
         return
@@ -580,7 +585,7 @@ def show_cmd(
         state = " ".join(str(slurm[k]) for k in ("state", "reason", "node") if slurm.get(k))
         jobs = ", ".join(slurm["jobs"])
         head.add_row("slurm", escape(f"job(s) {jobs}: {state}; resubmitted {slurm.get('retries', 0)}x"))
-    for key, value in (record.get("metrics") or {}).items():
+    for key, value in record_metrics(record).items():
         name = key
         if fam is not None and key in {m.key for m in fam.metrics}:
             name = f"{fam.metric(key).name} ({key})"
@@ -596,7 +601,9 @@ def show_cmd(
         console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
-    console.print(f"spec: {json.dumps(record['spec'], sort_keys=True)}", highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"spec: {json.dumps(record.get('spec'), sort_keys=True)}", highlight=False, soft_wrap=True, markup=False
+    )
 
 
 def tasks_cmd(as_json: JsonOpt = False) -> None:

@@ -68,8 +68,8 @@ ForceOpt = Annotated[
     bool,
     typer.Option(
         "--force",
-        help="Accept a workspace under /tmp (only sensible on a single-node cluster).",
-        rich_help_panel=_SLURM,
+        help="Start a grid estimated at over 30 days; with --backend slurm, accept a workspace under /tmp (only "
+        "sensible on a single-node cluster).",
     ),
 ]
 
@@ -92,10 +92,10 @@ def _live(ws: Workspace, runs: list[str], preset: str | None) -> list[dict[str, 
     if bool(runs) == bool(preset):
         raise GaptuiError("name the runs to cancel (RUN ...) or a preset (--preset NAME), not both")
     if preset:
-        from gaptui.presets import load_preset
+        from gaptui.preset_code import review_preset
 
         try:
-            name = load_preset(preset, ws).name
+            name = review_preset(preset, ws).name  # its name only: nothing the preset names is imported
         except GaptuiError:
             name = preset  # a preset file that is gone still names its runs
         chosen = [r for r in read_records(ws) if r.get("preset") == name]

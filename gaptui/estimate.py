@@ -416,6 +416,52 @@ def estimate_from_cache(
     return None if result.unavailable or result.missing else result
 
 
+#: A run or grid estimated to take longer than this (seconds) is refused unless the user insists (``--force``).
+DURATION_LIMIT = 30 * 86400.0
+#: Seconds one optimiser step takes at the least, on any machine (a graph network's forward, backward and update
+#: in eager PyTorch): the floor of a run's duration that needs no measurement (:meth:`TaskFamily.cost_steps`).
+STEP_FLOOR = 1e-3
+
+
+def duration_floor(specs: Iterable[Any], slots: int) -> tuple[float, int]:
+    """The least wall seconds ``specs`` can take on ``slots`` slots in parallel, and the optimiser steps behind it."""
+    steps = 0
+    for spec in specs:
+        steps += family(spec.task).cost_steps(spec) or 0
+    return steps * STEP_FLOOR / max(1, slots), steps
+
+
+def check_duration(
+    specs: Sequence[Any],
+    slots: int,
+    what: str,
+    force: bool = False,
+    estimate: GridEstimate | None = None,
+    limit: float = DURATION_LIMIT,
+) -> tuple[bool, list[str]]:
+    """Whether ``specs`` take longer than ``limit`` on ``slots`` slots in parallel, and the lines to print before
+    they start: the ``estimate`` when there is one (history, cached calibration), else the floor of their
+    optimiser steps (:func:`duration_floor`, said when it is over a day). Over the limit and without ``force``:
+    one GaptuiError line with the estimate, the limit and ``--force``."""
+    from engine.errors import GaptuiError
+
+    if estimate is not None and estimate.runs and not estimate.missing:
+        wall, said = estimate.plan.wall, f"estimated at about {format_duration(estimate.plan.wall)}"
+    else:
+        wall, steps = duration_floor(specs, slots)
+        said = f"{steps:,} optimiser steps, at least {format_duration(wall)} at {STEP_FLOOR * 1000:g} ms a step"
+        if slots > 1:
+            said += f" on {slots} slots"
+    if wall > limit:
+        line = f"{what}: {said}, over the limit of {format_duration(limit)}"
+        if not force:
+            raise GaptuiError(f"{line}; lower its epochs or steps, or pass --force to start it anyway")
+        return True, [f"{line}; starting it as --force asks"]
+    if estimate is not None and estimate.runs:
+        return False, estimate.lines()[:1]
+    return False, [f"{what}: {said}"] if wall > 86400 else []
+
+
 def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:
     """Seconds of one worker process training ``members`` in turn: their own parts, and the shared part once."""
     return sum(r.seconds[profile] - r.shared[profile] for r in members) + max(r.shared[profile] for r in members)

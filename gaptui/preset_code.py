@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,22 @@ class PresetReview:
         """One line per runnable import path, for ``gaptui run`` (empty when the preset runs no user code)."""
         return [f"{self.path}: this preset runs code from {c.describe()}" for c in self.runnable]
 
+    @property
+    def name(self) -> str:
+        """The preset's name as its runs are recorded (``name``, else the file's stem), read without validating."""
+        named = self.raw.get("name")
+        return named if isinstance(named, str) and named else self.path.stem
+
     def load(self) -> Any:
         """The validated preset, parsed from the bytes that were hashed (this imports the code it names)."""
         return parse_preset(self.raw, self.path)
+
+    def load_noted(self, note: Callable[[str], None]) -> Any:
+        """:meth:`load`, after saying (``note``, one line each) which code it will import: what every command that
+        loads a preset from the command line does first (``run``, ``train --preset``)."""
+        for line in self.notes():
+            note(line)
+        return self.load()
 
 
 def review_preset(name: str, ws: Workspace | None = None) -> PresetReview:

@@ -507,6 +507,52 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         DRY,
         "[run]: pack_seeds = 0: expected a count >= 1 (1: one run per process)",
     ),
+    # a string is never taken where a number goes, a float never as a count, in every family's keys
+    ("quoted number in [run]", lambda t: _preset(t, run='lr = "0.01"'), DRY, "got the string '0.01'"),
+    ("quoted count in [run]", lambda t: _preset(t, run='pack_seeds = "2"'), DRY, "got the string '2'"),
+    ("float count in [run]", lambda t: _preset(t, run="pack_seeds = 1e3"), DRY, "got the float 1000.0 (write 1000)"),
+    (
+        "quoted dataset parameter",
+        lambda t: (
+            _preset(t)
+            and (t / "p.toml").write_text((t / "p.toml").read_text().replace("n = 12", 'n = "12"'))
+            and str(t / "p.toml")
+        ),
+        DRY,
+        "params n='12' (er): expected an integer, got the string '12'",
+    ),
+    ("quoted number in a study", lambda t: _study(t, run='batch_size = "64"'), DRY, "got the string '64'"),
+    (
+        "quoted number in a gape dataset",
+        lambda t: (
+            _gape(t, "m.csv", b"smiles,y\nCCO,1\n", extra="")
+            and (t / "g.toml").write_text(
+                (t / "g.toml").read_text().replace('target = "y"', 'target = "y", val_fraction = "0.2"')
+            )
+            and str(t / "g.toml")
+        ),
+        DRY,
+        "params val_fraction='0.2' (molecules): expected a number, got the string '0.2'",
+    ),
+    # a run or grid that would take months is refused before anything is recorded (--force insists)
+    (
+        "train of billions of epochs",
+        lambda t: "",
+        [*TRAIN, "--epochs", "3000000000", "-w", "{}ws"],
+        "3,000,000,000 optimiser steps, at least 34 d 17 h at 1 ms a step, over the limit of 30 d 0 h",
+    ),
+    (
+        "grid of billions of epochs",
+        lambda t: (
+            _preset(t, models='["gcn", "gin"]')
+            and (t / "p.toml").write_text((t / "p.toml").read_text().replace("epochs = 1", "epochs = 2000000000"))
+            and str(t / "p.toml")
+        ),
+        ["run", "--preset", "{}", "-w", "ws", "--gpus", "none"],
+        "4,000,000,000 optimiser steps, at least 46 d 7 h at 1 ms a step, over the limit of 30 d 0 h; lower its",
+    ),
+    # runs are chosen alike everywhere: numbers as numbers, a base name for its parameterised datasets, case
+    ("--filter seed not a number", lambda t: "", ["history", "--filter", "seed=x", "-w", "{}ws"], "seed takes a"),
 ]
 
 

@@ -138,3 +138,29 @@ def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: P
     # the headless command imports it as before (the user typed it), after saying so
     assert "probe module imported" in lines[1:] and (probe / "imported").exists()
     assert "gaptui_probe_code:Model seed 0" in res.stdout
+
+
+def test_train_names_the_code_first_and_the_console_script_finds_a_module_in_its_folder(tmp_path: Path) -> None:
+    """`gaptui train --preset P` says which code it imports before importing it, as `gaptui run` does; and the
+    installed `gaptui` command (not `python -m`, which puts the folder on sys.path itself) finds a module in the
+    folder it runs from, as the docs say ("run from your project folder")."""
+    import subprocess
+
+    (tmp_path / "gaptui_cwd_model.py").write_text(PROBE)
+    (tmp_path / "p.toml").write_text(alignment_preset("gaptui_cwd_model").split('[[datasets]]\nbase = "pyg"')[0])
+    script = Path(sys.executable).with_name("gaptui")
+    env = {**os.environ, "COLUMNS": "200", "GAPTUI_OFFLINE": "1", "PYTHONPATH": ""}
+    note = (
+        f"note: {tmp_path / 'p.toml'}: this preset runs code from gaptui_cwd_model:Model "
+        f"(model; gaptui_cwd_model from {tmp_path / 'gaptui_cwd_model.py'}, not an installed package)"
+    ).replace(f"{tmp_path / 'p.toml'}", "p.toml")
+    dry = ["run", "--preset", "p.toml", "--dry-run", "--no-estimate", "-w", "ws"]
+    res = subprocess.run([str(script), *dry], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == note and "probe module imported" in res.stderr
+    (tmp_path / "imported").unlink()
+    train = ["train", "--preset", "p.toml", "--where", "model=gaptui_cwd_model:Model", "--where", "seed=7", "-w", "ws"]
+    res = subprocess.run([str(script), *train], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0] == note and lines[1] == "probe module imported" and lines[-1].startswith("error: --preset p.toml")

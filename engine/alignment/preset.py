@@ -136,6 +136,7 @@ def preset_of(head: PresetHead) -> Preset:
     from engine.alignment.datasets import DatasetSpec
     from engine.alignment.noise import check_noise
     from engine.models import MODELS
+    from engine.sources import SOURCES, parse_params
     from engine.typed import parse_dataclass
 
     where, path, raw = head.where, head.path, head.own
@@ -165,6 +166,8 @@ def preset_of(head: PresetHead) -> Preset:
             raise GaptuiError(f"{here}: missing key 'base'")
         ds = parse_dataclass(DatasetEntry, entry, here)
         try:
+            if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)
+                parse_params(SOURCES.get(ds.base), ds.params, "params", strict=True)
             DatasetSpec(ds.base, noise[0], ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
         except GaptuiError as exc:
             raise GaptuiError(f"{here}: {exc}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 from engine.errors import GaptuiError, did_you_mean
 from engine.graphs import Graph, NormalisationReport, simple_graph
 from engine.registry import Registry
-from engine.typed import coerce
+from engine.typed import coerce, type_hints
 
 
 @dataclass
@@ -97,15 +96,18 @@ def data_root(root: str | os.PathLike[str] | None = None) -> Path:
     return Path(root or os.environ.get("GAPTUI_DATA") or "gaptui-data").expanduser().resolve()
 
 
-def parse_params(source: type[Source], raw: Mapping[str, Any], where: str = "--param") -> Any:
-    """Build ``source.Params`` from ``raw`` (strings or typed values). Unknown keys get a did-you-mean."""
+def parse_params(source: type[Source], raw: Mapping[str, Any], where: str = "--param", strict: bool = False) -> Any:
+    """Build ``source.Params`` from ``raw`` (command-line strings, or typed values with ``strict``: a preset's
+    ``params``, where a quoted number is refused, see :func:`engine.typed.coerce`). Unknown keys get a
+    did-you-mean."""
     fields = {f.name: f for f in dataclasses.fields(source.Params)}
-    hints = typing.get_type_hints(source.Params)
+    hints = type_hints(source.Params)
     known: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in raw.items():
         if key in fields:
-            known[key] = coerce(value, hints[key], f"{where} {key}={value} ({source.name})")
+            shown = repr(value) if strict else value
+            known[key] = coerce(value, hints[key], f"{where} {key}={shown} ({source.name})", strict)
         elif source.open_params:
             extra[key] = _json_or_text(value)
         else:

@@ -274,8 +274,12 @@ class TaskSpec:
         return {k: v for k, v in self.to_dict().items() if k not in self.PLACEMENT}
 
     def hash(self) -> str:
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        known = self.__dict__.get("_hash")
+        if known is None:  # specs are frozen: computed once (a grid's planning asks each spec many times)
+            blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+            known = hashlib.sha256(blob.encode()).hexdigest()
+            object.__setattr__(self, "_hash", known)
+        return known
 
     def replace(self, **changes: Any) -> Any:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
@@ -727,6 +731,12 @@ class TaskFamily:
     def cost_units(self, spec: Any) -> float | None:
         """Units of work of a run (its epochs, epochs x graphs...): finished runs of its cell give the seconds per
         unit. None (the default): a run is one whole; its cell's runs give its duration."""
+        return None
+
+    def cost_steps(self, spec: Any) -> int | None:
+        """Optimiser steps a run takes at the least, known from its spec alone (no input built): the floor of its
+        duration that no measurement is needed for (:data:`gaptui.estimate.STEP_FLOOR` seconds a step), so a run of
+        billions of epochs is refused before it starts. None (the default): no floor."""
         return None
 
     def cost_evaluations(self, spec: Any) -> int:

@@ -150,6 +150,12 @@ class Alignment(TaskFamily):
     def cost_units(self, spec: RunSpec) -> float | None:
         return 0 if self.is_baseline(spec) else spec.epochs
 
+    def cost_steps(self, spec: RunSpec) -> int | None:
+        if self.is_baseline(spec):
+            return 0
+        pairs = spec.dataset.get("n_train") or 1  # a real dataset's split is known once it is built: one batch
+        return spec.epochs * -(-int(pairs) // spec.batch_size)
+
     def cost_evaluations(self, spec: RunSpec) -> int:
         from engine.alignment.throughput import run_evaluations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -210,6 +210,18 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
     return preset_of(parse_head(raw, path, "gape", OWN_KEYS, GRID_RUN_KEYS, required=("pes", "datasets")))
 
 
+def strict_params(where: str, base: str, params: Mapping[str, Any]) -> None:
+    """A dataset entry's ``params`` as a preset gives them: typed (a quoted number refused); the checks of the
+    source itself come with the grid."""
+    from engine.gape.data import molecule_source
+    from engine.sources import parse_params
+
+    try:
+        parse_params(molecule_source(base), params, "params", strict=True)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{where}: {exc}") from None
+
+
 def preset_of(head: PresetHead) -> GapePreset:
     """The gape preset on a parsed common part: reads the family's keys (``head.own``) only."""
     where, path, raw = head.where, head.path, head.own
@@ -238,6 +250,7 @@ def preset_of(head: PresetHead) -> GapePreset:
         seed = entry.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected a seed >= 0")
+        strict_params(here, str(entry["base"]), params)
         datasets.append(GapeDataset(str(entry["base"]), dict(params), seed, pretrain, run))
     notes: list[str] = []
     pes = unique_values(pes, str, "pes", notes)
@@ -378,6 +391,9 @@ class Gape(TaskFamily):
 
     def cost_units(self, spec: GapeSpec) -> float | None:
         return float(spec.steps or spec.epochs)
+
+    def cost_steps(self, spec: GapeSpec) -> int | None:
+        return spec.steps or spec.epochs  # at least one batch an epoch
 
     def memory(self, spec: GapeSpec) -> Any:
         """The molecules (as graphs and flat arrays) and one batch through the transformer: attention scores of

@@ -433,6 +433,9 @@ class Properties(TaskFamily):
         train = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
         return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
 
+    def cost_steps(self, spec: PropertySpec) -> int | None:
+        return spec.epochs  # at least one batch an epoch (its split is known once the dataset is built)
+
     def memory(self, spec: PropertySpec) -> Any:
         """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
         published folder is read as it is."""

@@ -304,6 +304,9 @@ class ManagerLoop:
         settings = launch.launch_settings(preset, options, self.ws)
         launch_plan = launch.plan_launch(preset, self.ws, self.history.records(), settings)
         grid_plan = launch_plan.plan
+        # A grid that would run for months is refused here as by `gaptui run` (whose --force insists).
+        for line in launch_plan.duration_lines(self.ws, self.history.records())[1]:
+            self.post(ManagerNotice(line))
         if settings.backend == "slurm":
             target: Scheduler = launch.make_backend(
                 settings, self.ws, self.history, slurm=self.slurm, listener=self._listen
