@@ -4,17 +4,20 @@ The form is built from the chosen family's :class:`~engine.tasks.FormField` decl
 typed; :meth:`FormDraft.preset` parses each field by its kind (:func:`parse_field`), asks the family for the preset
 document (:meth:`~engine.tasks.TaskFamily.preset_from_form`) and validates it exactly as a preset file is
 validated (:func:`gaptui.presets.parse_preset`), so ``grid()``, the saved TOML and the scheduler see no difference
-between a grid composed here and one read from a file. Everything in this module is pure (no widgets, no
-threads) and cheap, except that validating a preset may import the model registry (torch): call it off the UI
-thread.
+between a grid composed here and one read from a file. A grid over :data:`MAX_GRID_RUNS` runs is refused before
+anything of it is listed: its size is counted from the fields (:meth:`FormDraft.grid_bound`; a range of seeds is
+counted arithmetically). Everything in this module is pure (no widgets, no threads) and cheap, except that
+validating a preset may import the model registry (torch): call it off the UI thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,19 +39,106 @@ IN_FLIGHT = ("queued", "running")
 COMMON_KEYS = ("task", "name", "description")
 
 
-def parse_seeds(text: str) -> list[int]:
-    """Seeds typed as ``0``, ``0,1,2`` or a range ``0-9`` (inclusive); duplicates dropped, order kept."""
-    seeds: list[int] = []
+#: The most runs a grid composed or launched in the terminal app may hold. Sizes are counted from the axes (the
+#: product of their lengths, a range of seeds counted arithmetically), so a grid over it is refused before any of
+#: it is built; ``gaptui run`` has no such limit.
+MAX_GRID_RUNS = 100_000
+#: The largest value a ``seeds`` field takes (a signed 64-bit integer, the range of the form's ``int`` fields).
+MAX_SEED = 2**63 - 1
+#: ``0-9`` or ``0..9`` (inclusive).
+SEED_RANGE = re.compile(r"(\d+)\s*(?:-|\.\.)\s*(\d+)")
+
+
+def over_limit(size: int) -> str:
+    """Why a grid of ``size`` runs is refused (the bottom line of the form and a refused Launch say it)."""
+    return f"grid of {size:,} runs is over the limit of {MAX_GRID_RUNS:,}; narrow seeds or axes"
+
+
+def check_grid_size(size: int | None) -> None:
+    """Refuse a grid of more than :data:`MAX_GRID_RUNS` runs (``None``: a size nobody counted, let through)."""
+    if size is not None and size > MAX_GRID_RUNS:
+        raise GaptuiError(over_limit(size))
+
+
+def seed_spans(text: str, what: str = "seeds") -> list[tuple[int, int]]:
+    """The items of a ``seeds`` field (``0``, ``0,1,2``, ``0-9``) as inclusive ``(first, last)`` spans, in the
+    order typed; nothing is expanded. Refuses items that are not integers >= 0 (at most :data:`MAX_SEED`) or ranges
+    of them, and empty ranges such as ``5-2``."""
+    spans = []
     for item in _items(text):
-        match = re.fullmatch(r"(\d+)\s*(?:-|\.\.)\s*(\d+)", item)
+        match = SEED_RANGE.fullmatch(item)
         try:
-            values = range(int(match[1]), int(match[2]) + 1) if match else [int(item)]
+            first, last = (int(match[1]), int(match[2])) if match else (int(item),) * 2
         except ValueError:
-            raise GaptuiError(f"seeds: '{item}' is not an integer or a range like 0-9") from None
-        seeds += [v for v in values if v not in seeds]
-    if not seeds:
-        raise GaptuiError("seeds: give at least one seed, e.g. 0 or 0-9")
-    return seeds
+            raise GaptuiError(f"{what}: '{item}' is not an integer or a range like 0-9") from None
+        if first < 0:
+            raise GaptuiError(f"{what}: {first} is negative; give integers >= 0 or a range like 0-9")
+        if first > last:
+            raise GaptuiError(f"{what}: '{item}' is an empty range ({first} > {last}); did you mean {last}-{first}?")
+        if last > MAX_SEED:
+            raise GaptuiError(f"{what}: {last} is too large (at most {MAX_SEED})")
+        spans.append((first, last))
+    return spans
+
+
+def fresh_parts(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The parts of ``spans`` no earlier span covers, in order: inclusive spans whose values are those of ``spans``
+    with repeats dropped. Keeps the covered values as disjoint intervals, so the cost is in the number of spans,
+    never in the number of values."""
+    starts: list[int] = []  # covered intervals, sorted, disjoint and not adjacent
+    ends: list[int] = []
+    for first, last in spans:
+        lo = bisect.bisect_left(ends, first - 1)  # the first covered interval touching [first, last] ...
+        hi = bisect.bisect_right(starts, last + 1)  # ... and the one after the last
+        pos = first
+        for start, end in zip(starts[lo:hi], ends[lo:hi], strict=True):
+            if start > pos:
+                yield pos, min(start - 1, last)
+            pos = max(pos, end + 1)
+        if pos <= last:
+            yield pos, last
+        merged = (min(first, starts[lo]), max(last, ends[hi - 1])) if hi > lo else (first, last)
+        starts[lo:hi], ends[lo:hi] = [merged[0]], [merged[1]]
+
+
+def count_seeds(text: str, what: str = "seeds") -> int:
+    """How many distinct values a ``seeds`` field holds, counted arithmetically (``0-99999999`` costs nothing)."""
+    return sum(last - first + 1 for first, last in fresh_parts(seed_spans(text, what)))
+
+
+def parse_seeds(text: str, what: str = "seeds") -> list[int]:
+    """Seeds typed as ``0``, ``0,1,2`` or a range ``0-9`` (inclusive); duplicates dropped, order kept.
+
+    Counted before they are listed: more than :data:`MAX_GRID_RUNS` distinct values are refused unlisted."""
+    parts = list(fresh_parts(seed_spans(text, what)))
+    count = sum(last - first + 1 for first, last in parts)
+    if not count:
+        raise GaptuiError(f"{what}: give at least one value, e.g. 0 or 0-9")
+    if count > MAX_GRID_RUNS:
+        raise GaptuiError(f"{what}: {count:,} values, over the limit of {MAX_GRID_RUNS:,} runs in a grid; narrow them")
+    return [value for first, last in parts for value in range(first, last + 1)]
+
+
+def field_count(spec: FormField, raw: Any) -> tuple[int, int]:
+    """``(values, widest range)`` of what a field's widget holds, counted without parsing or expanding it: how many
+    values the field gives its axis of the grid (1 for a field that is no axis) and the most values a ``seeds``
+    field among it holds. Raises :class:`GaptuiError` for a ``seeds`` field that does not parse."""
+    kind = spec.kind
+    if kind == "seeds":
+        count = count_seeds("" if raw is None else str(raw), spec.label)
+        return count, count
+    if kind == "numbers":
+        return len(_items("" if raw is None else str(raw))), 0
+    if kind == "multi":
+        return len(raw or []), 0
+    if kind == "rows":
+        total = widest = 0
+        for row in raw or []:
+            counts = [field_count(sub, (row or {}).get(sub.key)) for sub in spec.fields]
+            total += math.prod(max(1, n) for n, _ in counts)
+            widest = max([widest, *(w for _, w in counts)])
+        return total, widest
+    return 1, 0
 
 
 def parse_int(text: str, what: str, minimum: int = 0) -> int | None:
@@ -154,7 +244,7 @@ def parse_field(spec: FormField, raw: Any) -> Any:
     if kind == "number":
         return parse_number(text, what)
     if kind == "seeds":
-        return parse_seeds(text)
+        return parse_seeds(text, what)
     if kind == "numbers":
         return [parse_number(item, what) for item in _items(text)]
     if kind == "params":
@@ -229,8 +319,20 @@ class FormDraft:
     retry_failed: bool = False
 
     def values(self) -> dict[str, Any]:
-        """The typed values of the family's fields; :class:`GaptuiError` names the field that is wrong."""
+        """The typed values of the family's fields; :class:`GaptuiError` names the field that is wrong, or says the
+        grid is over :data:`MAX_GRID_RUNS` runs when a ``seeds`` field alone holds more values (nothing listed)."""
+        bound, widest = self.grid_bound()
+        if widest > MAX_GRID_RUNS:
+            raise GaptuiError(over_limit(bound))
         return {spec.key: parse_field(spec, self.fields.get(spec.key)) for spec in family(self.task).form_fields()}
+
+    def grid_bound(self) -> tuple[int, int]:
+        """``(runs, widest range)``: the product of the lengths of the fields' axes (an empty axis counted as one
+        value) and the most values one ``seeds`` field holds, both counted from what the widgets hold, so nothing
+        is parsed into lists and no grid is built. The runs are what a family's grid has when its size is the
+        product of its axes (:attr:`preset`'s ``size`` gives the exact count)."""
+        counts = [field_count(spec, self.fields.get(spec.key)) for spec in family(self.task).form_fields()]
+        return math.prod(max(1, n) for n, _ in counts), max((w for _, w in counts), default=0)
 
     def preset_name(self) -> str:
         name = self.name.strip() or "tui"
@@ -261,10 +363,14 @@ class FormDraft:
         return owned | {spec.key for spec in fam.form_fields()}
 
     def preset(self) -> PresetBase:
-        """The validated preset this form describes (as :func:`gaptui.presets.parse_preset` reads a file)."""
+        """The validated preset this form describes (as :func:`gaptui.presets.parse_preset` reads a file); a grid
+        over :data:`MAX_GRID_RUNS` runs is refused (:func:`over_limit`) before it is built."""
         from gaptui.presets import parse_preset
 
-        return parse_preset({**self.document(), "name": self.preset_name()})
+        preset = parse_preset({**self.document(), "name": self.preset_name()})
+        size = getattr(preset, "size", None)  # counted from its axes; PresetBase does not require it
+        check_grid_size(self.grid_bound()[0] if size is None else size)
+        return preset
 
     def slot_config(self) -> SlotConfig:
         """The device-slot fields, parsed like ``gaptui run --gpus/--jobs-per-gpu/--cpu-jobs``."""

@@ -5,6 +5,10 @@ The form is built from the chosen family's :meth:`~engine.tasks.TaskFamily.form_
 :meth:`~engine.tasks.TaskFamily.preset_from_form` and is validated like a preset file, so a form error reads
 like a preset error. A family that declares no fields launches one of its preset files as loaded.
 
+The summary line (grid size, runs in history, estimated time) is computed off the UI thread, a newer edit
+superseding it, and quitting never waits for it. A grid over :data:`~gaptui.tui.planning.MAX_GRID_RUNS` runs is
+refused there and by Launch from its counted size, before any of it is built.
+
 Loading a preset (the preset list, ^o's picker, or the command palette's "Load preset NAME") lists the Python code
 it names (``module.path:Name`` import paths) before importing any; code that is not part of an installed package
 is imported only once the user allowed it for that file (asked once per file content, remembered in the
@@ -14,8 +18,10 @@ workspace: :mod:`gaptui.preset_code`).
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -34,10 +40,13 @@ from gaptui.preset_code import PresetReview, is_trusted, review_preset, trust
 from gaptui.presets import dump_document, parse_preset, preset_entries, preset_names, preset_task
 from gaptui.tui.planning import (
     COMMON_KEYS,
+    MAX_GRID_RUNS,
     FormDraft,
     PlanSummary,
+    check_grid_size,
     default_values,
     form_fields_of,
+    over_limit,
     summarize,
 )
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
@@ -62,6 +71,53 @@ except ModuleNotFoundError:  # Python 3.10
 PLAN_DELAY = 0.3
 #: Kinds laid out as cells of a grid (the others take a full line).
 CELL_KINDS = ("int", "number", "seeds", "numbers", "text", "path", "choice")
+#: Seconds between two looks at whether a computation waited for is still wanted.
+POLL = 0.05
+
+T = TypeVar("T")
+
+
+class OneAtATime:
+    """Runs one computation at a time on a daemon thread; waiting for it ends as soon as ``cancelled()`` says so.
+
+    A thread worker waiting here is never stuck in work nobody wants: superseded (an exclusive worker of its group
+    started after it) or quitting (Textual cancels every worker), it returns None at once, and the computation it
+    leaves ends on its own without holding up the process's exit (the thread is a daemon). The next computation
+    starts once the one left behind ended, so superseded computations never pile up."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def run(self, compute: Callable[[], T], cancelled: Callable[[], bool]) -> T | None:
+        """What ``compute()`` returns (or raises), else None when cancelled before it finished."""
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = compute()
+            except Exception as exc:  # raised again in the waiting worker, which reports it
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name=self.name, daemon=True)
+        while True:
+            with self._lock:
+                busy = self._thread
+                if busy is None or not busy.is_alive():
+                    self._thread = thread
+                    thread.start()
+                    break
+            if cancelled():
+                return None
+            busy.join(POLL)
+        while thread.is_alive():
+            if cancelled():
+                return None
+            thread.join(POLL)
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
 
 
 @dataclass
@@ -157,6 +213,8 @@ class NewExperimentScreen(SectionScreen):
         self.family_preset_sha256 = ""
         #: Choices computed by the fields' registries: (task, field key, sub-field key) -> choices.
         self._choices: dict[tuple[str, str, str], list[Any]] = {}
+        #: Where the grid summary is computed (one at a time; quitting never waits for it).
+        self._summaries = OneAtATime("grid summary")
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -398,23 +456,48 @@ class NewExperimentScreen(SectionScreen):
         self.gapp.run_task(lambda: self._plan(draft, records), name="grid summary", group="plan", exclusive=True)
 
     def _plan(self, draft: FormDraft, records: dict[str, dict[str, Any]]) -> None:
-        from gaptui.launch import plan
+        """The grid summary of ``draft`` (a thread worker, exclusive in its group: a newer edit supersedes it).
 
+        A grid over :data:`~gaptui.tui.planning.MAX_GRID_RUNS` runs is refused from its counted size, before any
+        of it is built; the rest (the preset, the grid, the estimate) is computed by :attr:`_summaries`, which this
+        worker stops waiting for once it is superseded or the app quits."""
         worker = get_current_worker()
+
+        def cancelled() -> bool:
+            return worker.is_cancelled
+
         try:
-            preset = self._chosen_preset(draft)
-            slots = draft.slot_config().slots()
-            known = {h: str(r.get("status")) for h, r in records.items()}
-            # One expansion of the grid for both the counts and the estimate; failed runs count as to run.
-            grid_plan = plan(preset, self.gapp.ws, known, retry_failed=True)
-            summary = summarize(grid_plan.specs, records, len(slots))
-            if summary.to_run and not worker.is_cancelled:
-                summary = self._measured(summary, grid_plan, slots, records)
-            message = PlanComputed(summary)
+            if self._has_form(draft):
+                bound, widest = draft.grid_bound()  # counted, nothing listed: at once whatever was typed
+                if widest > MAX_GRID_RUNS:
+                    raise GaptuiError(over_limit(bound))
+            summary = self._summaries.run(lambda: self._summary(draft, records, cancelled), cancelled)
+            message = None if summary is None else PlanComputed(summary)
         except GaptuiError as exc:
             message = PlanComputed(None, str(exc))
-        if not worker.is_cancelled:
+        if message is not None and not worker.is_cancelled:
             self.post_message(message)
+
+    def _summary(
+        self, draft: FormDraft, records: dict[str, dict[str, Any]], cancelled: Callable[[], bool]
+    ) -> PlanSummary | None:
+        """What :meth:`_plan` shows: the grid's size, its overlap with history and the estimate (None: superseded
+        between two steps)."""
+        from gaptui.launch import plan
+
+        preset = self._chosen_preset(draft)  # refuses a grid over the limit from its size, before it is built
+        slots = draft.slot_config().slots()
+        if cancelled():
+            return None
+        known = {h: str(r.get("status")) for h, r in records.items()}
+        # One expansion of the grid for both the counts and the estimate; failed runs count as to run.
+        grid_plan = plan(preset, self.gapp.ws, known, retry_failed=True)
+        if cancelled():
+            return None
+        summary = summarize(grid_plan.specs, records, len(slots))
+        if summary.to_run and not cancelled():
+            summary = self._measured(summary, grid_plan, slots, records)
+        return None if cancelled() else summary
 
     def _measured(
         self, summary: PlanSummary, grid_plan: Any, slots: list[Any], records: dict[str, dict[str, Any]]
@@ -436,12 +519,18 @@ class NewExperimentScreen(SectionScreen):
         plan.update(message.summary.text() if message.summary else message.error)
 
     def _chosen_preset(self, draft: FormDraft) -> PresetBase:
-        """The grid to launch: the form's, or for a family without a form the loaded preset."""
-        if family(draft.task).form_fields():
+        """The grid to launch: the form's, or for a family without a form the loaded preset; either refused when
+        its size (counted from its axes, the grid never built) is over the limit."""
+        if self._has_form(draft):
             return draft.preset()
         if self.family_preset is None:
             raise GaptuiError(f"choose a preset of task {draft.task} and load it (^o)")
+        check_grid_size(getattr(self.family_preset, "size", None))
         return self.family_preset
+
+    @staticmethod
+    def _has_form(draft: FormDraft) -> bool:
+        return bool(family(draft.task).form_fields())
 
     # -------------------------------------------------------------------------------------- actions
 
