@@ -91,7 +91,10 @@ def make_optimiser(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     total_steps = max(total_steps, 2)
     if schedule == "one-cycle":
-        pct = min(max(warmup_steps / total_steps, 1e-6), 0.999)
+        # One warm-up step makes OneCycleLR's first phase 0 steps long (a division by zero in its first step): a
+        # thousandth of a step more is the same schedule to the precision it is stepped at.
+        warm = warmup_steps + 1e-3 if warmup_steps == 1 else warmup_steps
+        pct = min(max(warm / total_steps, 1e-6), 0.999)
         return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps, pct_start=pct)
     warm = max(int(warmup_steps), 0)
 

@@ -4,7 +4,8 @@ Reads a run spec, looks up its task family (:mod:`engine.tasks`) by the spec's `
 family's loop, which writes into ``RUN_DIR`` what it needs (the shared epoch loop of :mod:`engine.loop` writes
 ``checkpoint.pt``, readable with ``torch.load(..., weights_only=True)``). The worker itself writes ``spec.json``,
 ``events.jsonl`` (schema in :mod:`engine.events`, echoed on stdout), ``log.txt`` and ``result.json`` (status, run
-hash, task, spec, metrics, parameter count, package versions, seconds, plus the family's extra fields).
+hash, task, spec, metrics, parameter count, package versions, seconds, the ``device`` and ``device_name`` the run's
+``start`` event named, plus the family's extra fields).
 
 Packed seeds: ``python -m engine --spec A.json --out RUN_A --spec B.json --out RUN_B ...`` trains several runs in
 one process, in turn epoch by epoch (each with its own random state, initialisation, batch order, optimiser,
@@ -173,6 +174,28 @@ class Run:
         self.stop = stop
         self.shared = {} if shared is None else shared
         self.started = time.perf_counter()
+        #: The device the family's ``start`` event named (None before it): ``result.json`` records it.
+        self.device: str | None = None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """The family's events, written as they come; the ``start`` event's ``device`` is kept for the result."""
+        if event == "start" and fields.get("device"):
+            self.device = str(fields["device"])
+        self.events.emit(event, **fields)
+
+    def device_fields(self) -> dict[str, str]:
+        """``device`` and ``device_name`` of the device the run started on, for every family (one that writes its
+        own keeps them); none for a run that failed before its ``start`` event."""
+        if self.device is None:
+            return {}
+        from engine.loop import device_fields
+
+        try:
+            import torch
+
+            return device_fields(torch.device(self.device))
+        except (RuntimeError, ValueError, AssertionError):  # not a torch device, or one this process cannot name
+            return {"device": self.device}
 
     def log(self, text: str) -> None:
         self.log_fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
@@ -186,6 +209,7 @@ class Run:
             "spec": self.spec.to_dict(),
             "versions": versions(),
             "seconds": round(time.perf_counter() - self.started, 3),
+            **({} if "device_name" in fields else self.device_fields()),
             **fields,
         }
         _atomic_json(self.out / "result.json", record)
@@ -196,7 +220,7 @@ class Run:
 
     def steps(self) -> Generator[None, None, int]:
         """The family's steps (yielding between epochs), ending in the worker's exit status for this run."""
-        ctx = RunContext(self.out, self.events.emit, self.log, self.stop, self.shared)
+        ctx = RunContext(self.out, self.emit, self.log, self.stop, self.shared)
         try:
             outcome = yield from family(self.spec.task).steps(self.spec, ctx)
         except Cancelled as stop:

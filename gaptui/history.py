@@ -5,6 +5,8 @@ One manager (``gaptui run``, the terminal app) holds the workspace lock at a tim
 on the history file alone (``history.lock``), and atomic (temporary file, fsync, rename, fsync of the folder), so
 a SIGKILL at any moment leaves either the old or the new file, never a torn one, and no writer loses another's
 change. A corrupt file (not JSON, not UTF-8, the wrong shape) is reported in one line and kept as it is.
+Read-only opens show a record left ``running`` by a killed ``gaptui train`` or manager as ``interrupted`` once its
+worker is gone (:func:`shown`); the next manager records it so.
 
 A record (schema 2) names its task family (``task``) and holds the run's coordinates in ``axes`` (the keys the
 family declares, e.g. ``dataset``/``noise``/``model`` for alignment), its ``seed``, full ``spec``, the run hashes
@@ -32,10 +34,11 @@ from tinydb.storages import Storage
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from engine.tasks import DEFAULT_TASK
+from gaptui.processes import worker_gone
 from gaptui.record import STATUSES, Record, record_family
 from gaptui.workspace import Workspace
 
-__all__ = ["STATUSES", "Record", "History", "read_records", "upgrade_record"]
+__all__ = ["STATUSES", "Record", "History", "read_records", "shown", "upgrade_record"]
 
 SCHEMA_VERSION = 2
 #: Statuses after which a run is not re-queued by a plain re-run of the same grid.
@@ -270,7 +273,9 @@ class History:
     def _loaded(self, record: Mapping[str, Any]) -> Record:
         """A record as callers use it: ``run_dir`` absolute. Stored relative to the workspace, so a copied or
         moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
-        to the workspace's own folder of that run); in the current schema (:func:`upgrade_record`)."""
+        to the workspace's own folder of that run); in the current schema (:func:`upgrade_record`). Read-only,
+        a ``running`` record whose worker is gone reads ``interrupted`` (:func:`shown`); writers see what is
+        stored, and the next manager's recovery files it."""
         out = upgrade_record(record)
         run_dir = out.get("run_dir")
         if isinstance(run_dir, str) and run_dir:
@@ -280,7 +285,7 @@ class History:
             elif not path.exists() and (self.ws.runs / out["id"]).is_dir():
                 path = self.ws.runs / out["id"]
             out["run_dir"] = str(path)
-        return out
+        return out if self.write else shown(out)
 
     def _stored(self, fields: dict[str, Any]) -> dict[str, Any]:
         run_dir = fields.get("run_dir")
@@ -397,6 +402,15 @@ def _with_declared_axes(record: Record) -> Record:
     missing = [a for a in fam.axes if a.of_spec is not None and a.key not in record["axes"]]
     if missing:
         record["axes"] = {**record["axes"], **{a.key: a.of_spec(spec) for a in missing}}
+    return record
+
+
+def shown(record: Record) -> Record:
+    """``record`` as readers show it: ``interrupted`` when it is stored ``running`` and its local worker is gone
+    (:func:`gaptui.processes.worker_gone`: the ``gaptui train`` or manager that drove it was killed); nothing is
+    written (the next manager records it, :meth:`gaptui.scheduler.Scheduler.recover`)."""
+    if record.get("status") == "running" and worker_gone(record):
+        return {**record, "status": "interrupted"}  # type: ignore[typeddict-item]
     return record
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
 from gaptui.history import now
+from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
 from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
@@ -260,7 +261,7 @@ def _enqueue_prepared(
     specs: list[TaskSpec],
     progress: Progress | None,
     preset: str | None = None,
-    planned_seeds: int | None = None,
+    planned_seeds: PlannedSeeds = None,
 ) -> tuple[list[TaskSpec], dict[str, str]]:
     from engine.memory import check_memory
 
@@ -283,13 +284,30 @@ def launch(
     todo = [s for s in grid_plan.to_run if s.hash() not in busy]
     keep_earlier(scheduler.history, {h: why for h, why in grid_plan.redo.items() if h not in busy})
     preset = grid_plan.preset
-    queued, errors = _enqueue_prepared(scheduler, todo, progress, preset.name, len(preset.seeds))
+    planned = planned_seeds_by_run(grid_plan.specs)  # per table cell, as the grid plans it (a pretraining run: 1)
+    # runs not queued now (done, in flight): the runs queued keep their records as they were until they start, so a
+    # submission that fails puts everything back as it found it
+    going = {s.hash() for s in todo}
+    refresh_planned(scheduler.history, {h: n for h, n in planned.items() if h not in going})
+    queued, errors = _enqueue_prepared(scheduler, todo, progress, preset.name, planned)
     return Launched(queued, errors, len(grid_plan.to_run) - len(todo))
 
 
 #: What a record said about a finished attempt, kept in its ``earlier`` list when the run is done again.
 ATTEMPT_FIELDS = ("status", "started", "finished", "duration", "exit_code", "attempts", "slot", "metrics", "params")
 ATTEMPT_FIELDS += ("repro", "log_tail")
+
+
+def refresh_planned(history: Any, planned: dict[str, int]) -> None:
+    """Records of the grid's runs already in the history take the seeds the grid plans for their cells (records
+    written before a pretraining run planned one, or by a single ``gaptui train``)."""
+    updates = {
+        h: {"planned_seeds": planned[h]}
+        for h, record in history.by_hash().items()
+        if h in planned and record.get("planned_seeds") != planned[h]
+    }
+    if updates:
+        history.update_many(updates)
 
 
 def keep_earlier(history: Any, redo: dict[str, str]) -> None:
@@ -421,6 +439,21 @@ class LaunchPlan:
     @property
     def preset(self) -> PresetBase:
         return self.plan.preset
+
+    def duration_lines(
+        self, ws: Workspace, records: Iterable[dict[str, Any]], force: bool = False
+    ) -> tuple[bool, list[str]]:
+        """Refuse (GaptuiError) the runs left to do when their wall time on the slots is over
+        :data:`gaptui.estimate.DURATION_LIMIT` unless ``force``: the estimate from history and cached calibrations
+        when there is one, else the floor of their optimiser steps; returns whether they are over it and the line
+        to print first (:func:`gaptui.estimate.check_duration`)."""
+        from gaptui.estimate import check_duration, estimate_from_cache
+
+        p, slots = self.plan, self.settings.slots
+        local = self.settings.backend == "local"
+        estimate = estimate_from_cache(p, slots, ws, records, self.settings.pack_seeds) if local else None
+        width = len(slots) if local else max(1, len(p.to_run))  # Slurm: as many at once as it grants
+        return check_duration(p.to_run, width, f"preset {self.preset.name}", force, estimate)
 
     def head(self) -> str:
         """``preset NAME (task T): N runs; done a, failed b, to run c; slots: ...``"""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +13,43 @@ from gaptui.history import now
 from gaptui.runner import run_id
 from gaptui.workspace import Workspace
 
+#: The seeds planned for a run's table cell: one count for every run, or a count per run hash, or unknown.
+PlannedSeeds = int | Mapping[str, int] | None
+
+
+def planned_seeds_by_run(specs: Iterable[TaskSpec]) -> dict[str, int]:
+    """Run hash -> the seeds the grid ``specs`` plans for the run's table cell: how many of its specs share the
+    cell (its family's table group, row and column, and task), counted as its table counts runs (one per seed and
+    value of the layout's ``uniform`` axes). A preset's cell of models plans its seeds; a run the grid holds once
+    per cell (a GAPE grid's pretraining run, a deterministic baseline) plans one."""
+    cells: dict[str, set[str]] = {}
+    cell_of: dict[str, str] = {}
+    for spec in specs:
+        fam = family(spec.task)
+        axes, layout = fam.record_axes(spec), fam.table
+        place = [axes.get(key) if key is not None else None for key in (layout.group, layout.rows, layout.columns)]
+        cell = json.dumps([spec.task, place], sort_keys=True, default=str)
+        run = json.dumps([spec.seed, [axes.get(key) for key in layout.uniform]], sort_keys=True, default=str)
+        cells.setdefault(cell, set()).add(run)
+        cell_of[spec.hash()] = cell
+    return {h: len(cells[cell]) for h, cell in cell_of.items()}
+
 
 def new_record(
     spec: TaskSpec,
     ws: Workspace,
     preset: str | None = None,
-    planned_seeds: int | None = None,
+    planned_seeds: PlannedSeeds = None,
     run_dir: Path | None = None,
 ) -> dict:
-    """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``."""
+    """A ``queued`` history record for ``spec``; its folder is ``run_dir`` or ``<workspace>/runs/<run id>``.
+
+    ``planned_seeds``: the seeds its table cell plans, one count for every run or per run hash
+    (:func:`planned_seeds_by_run`); a baseline plans one."""
     fam = family(spec.task)
     rid = run_id(spec)
+    if isinstance(planned_seeds, Mapping):
+        planned_seeds = planned_seeds.get(spec.hash())
     return {
         "id": rid,
         "hash": spec.hash(),

@@ -12,10 +12,12 @@ exit        recorded status
 other       ``failed`` with the last error event (or stderr line) and the log tail
 ==========  =================================================================================
 
-After a crash of the manager, :meth:`Scheduler.recover` finds records left ``running``: a worker that is still
-alive is re-attached (followed by pid); a dead one that finished meanwhile is filed from what it wrote (``done``
-with its own training time, ``cancelled`` or ``failed``); any other dead one is marked ``interrupted`` and its
-checkpoint makes it resume where it stopped when it is queued again.
+After a crash of the manager (or of a foreground ``gaptui train``), :meth:`Scheduler.recover` finds records left
+``running``: a worker that is still alive is re-attached (followed by pid); one whose worker may still be alive
+without being ours to follow (its folder's ``worker.lock`` held, or started on another host) is left alone; a dead
+one (:func:`gaptui.processes.worker_gone`, the rule readers show ``interrupted`` by) that finished meanwhile is
+filed from what it wrote (``done`` with its own training time, ``cancelled`` or ``failed``); any other dead one is
+marked ``interrupted`` and its checkpoint makes it resume where it stopped when it is queued again.
 
 The per-run timeout counts from the run's own ``start`` event (the family's loop writes it as the run begins),
 not from the spawn of its process: the worker's start-up before it does not count.
@@ -51,8 +53,8 @@ from engine.files import read_json
 from engine.tasks import TaskSpec, family, load_spec
 from gaptui.history import History, now
 from gaptui.packs import group_packs, pack_key
-from gaptui.processes import pid_alive, tail
-from gaptui.run_records import git_commit, new_record
+from gaptui.processes import pid_alive, tail, worker_gone
+from gaptui.run_records import PlannedSeeds, git_commit, new_record
 from gaptui.runner import run_id, signal_group, start_pack, write_spec
 from gaptui.slots import Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
@@ -157,7 +159,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------- queueing
 
-    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None) -> None:
         """Queue specs, dependencies first (a spec already queued or running is not queued twice: one run, one
         worker)."""
         known = self.history.by_hash()
@@ -179,7 +181,7 @@ class Scheduler:
         self.history.put_many(fresh)
 
     def fail(
-        self, specs: list[TaskSpec], error: str, preset: str | None = None, planned_seeds: int | None = None
+        self, specs: list[TaskSpec], error: str, preset: str | None = None, planned_seeds: PlannedSeeds = None
     ) -> None:
         """Record runs as ``failed`` without starting them (their input could not be prepared)."""
         known = self.history.by_hash()
@@ -221,7 +223,8 @@ class Scheduler:
             pid = record.get("pid")
             pack = tuple(packs.get(pid, ())) if pid else ()
             slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
-            if pid and pid_alive(pid, record["run_dir"]):
+            here = record.get("host") in (None, "", self.repro_base["host"])  # a pid of another host is not ours
+            if pid and here and pid_alive(pid, record["run_dir"]):
                 slot = pack_slots.get(pid) or slot or Slot(record.get("slot") or "attached", {})
                 pack_slots[pid] = slot
                 slot.busy = slot.busy or record["hash"]
@@ -229,6 +232,8 @@ class Scheduler:
                 job.started = float(record.get("started_ts") or time.time())
                 self.running[record["hash"]] = job
                 reattached.append(record["id"])
+            elif not worker_gone(record):
+                continue  # its worker holds the folder's lock, or runs on another host: not ours to file
             elif (code := self._code_from_files(Path(record["run_dir"]), record.get("started_ts"))) is not None:
                 job = Job(
                     spec, record["hash"], Path(record["run_dir"]), slot or Slot("recovered", {}), 0, None, pack=pack
@@ -359,6 +364,7 @@ class Scheduler:
                 finished=None,
                 pid=proc.pid,
                 slot=slot.name,
+                host=self.repro_base["host"],
                 attempts=int(by_hash.get(h, {}).get("attempts") or 0) + 1,
                 error=None,
             )

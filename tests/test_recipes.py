@@ -177,6 +177,17 @@ def test_schedules_warm_up_then_hold_or_anneal(schedule: str) -> None:
         assert lrs[-1] < 1e-5
 
 
+@pytest.mark.parametrize(("total", "warmup"), [(1, 1), (2, 1), (3, 1), (100, 1), (2, 2), (5, 0)])
+def test_every_schedule_steps_through_tiny_runs(total: int, warmup: int) -> None:
+    """One warm-up step once made OneCycleLR divide by zero (a 1-epoch, 1-batch run with warmup_steps = 1)."""
+    for schedule in ("one-cycle", "constant", "cosine"):
+        opt, sched = make_optimiser(torch.nn.Linear(2, 2), 1e-3, 0.0, total, warmup, schedule=schedule)
+        for _ in range(sched.total_steps):
+            opt.step()
+            sched.step()
+        assert math.isfinite(opt.param_groups[0]["lr"])
+
+
 def test_constant_without_warm_up_starts_at_the_rate() -> None:
     opt, _ = make_optimiser(torch.nn.Linear(2, 2), 1e-3, 0.08, total_steps=10, warmup_steps=0, schedule="constant")
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3) and opt.param_groups[0]["weight_decay"] == 0.08

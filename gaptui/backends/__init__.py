@@ -10,9 +10,12 @@ Both satisfy :class:`Backend`, the interface the CLI and the terminal app drive.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from gaptui.run_records import PlannedSeeds
 
 BACKENDS = ("local", "slurm")
 
@@ -27,7 +30,7 @@ class Backend(Protocol):
     #: Record fields of runs filed since the backend started, in filing order (each with its ``hash``).
     finished: list[dict[str, Any]]
 
-    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None: ...
+    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None) -> None: ...
 
     def recover(self) -> tuple[list[str], list[str]]:
         """Re-attach runs a previous manager left in flight; returns (re-attached ids, re-queued ids)."""

@@ -58,6 +58,7 @@ from gaptui.backends.slurm_jobs import (
 from gaptui.backends.slurm_node import run_task
 from gaptui.history import History, now
 from gaptui.processes import tail
+from gaptui.run_records import PlannedSeeds
 from gaptui.runner import run_id
 from gaptui.scheduler import GRACE, Job, Listener, Scheduler, Slot
 from gaptui.workspace import Workspace
@@ -160,7 +161,7 @@ class SlurmScheduler(Scheduler):
 
     # ------------------------------------------------------------------------------------------ queueing
 
-    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: int | None = None) -> None:
+    def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None) -> None:
         known = self.history.by_hash()
         busy = set(self.running) | {s.hash() for s in self.queue}
         for spec in specs:  # what each record said before, should the first submission fail
