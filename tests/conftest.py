@@ -57,3 +57,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
         timeout=timeout,
         cwd=cwd or ROOT,
     )
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 64 KiB tmpfs at ``tmp_path/disk`` (a full disk as a user meets it); ``grow(size)`` frees space, as
+    ``mount -o remount,size=...`` does. Skipped where mounting needs a root this run does not have."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+
+    def grow(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+    try:
+        yield disk, grow
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

@@ -590,38 +590,30 @@ def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
 # issue 19, files, messages and size guards
 
 
-def test_an_export_onto_a_full_disk_names_the_file_leaves_nothing_and_reruns(tmp_path: Path) -> None:
+def test_an_export_onto_a_full_disk_names_the_file_leaves_nothing_and_reruns(tmp_path: Path, small_disk) -> None:
     from tests.test_analysis import rec
     from tests.test_bad_inputs import _history_of
 
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        # runs.json of 400 records is about 150 KB: more than the disk holds
-        ws = _history_of(tmp_path, [rec("gcn", 0.1, 0.5, seed) for seed in range(400)])
-        out = disk / "tables"
-        res = run_cli("export", "--out", str(out), "--workspace", ws)
-        assert res.returncode == 2, res.stderr
-        (line,) = res.stderr.strip().splitlines()
-        assert line.startswith(f"error: disk full at {out}/"), line
-        assert sorted(p.name for p in out.iterdir()) == []  # no half of the export, no temporary file
-        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space freed
-        res = run_cli("export", "--out", str(out), "--workspace", ws)
-        assert res.returncode == 0, res.stderr
-        assert sorted(p.name for p in out.iterdir()) == [
-            ".gaptui-export.json",
-            "runs.json",
-            "tables.csv",
-            "tables.md",
-            "tables.tex",
-        ]
-        assert len(json.loads((out / "runs.json").read_text())) == 400
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+    disk, grow = small_disk
+    # runs.json of 400 records is about 150 KB: more than the disk holds
+    ws = _history_of(tmp_path, [rec("gcn", 0.1, 0.5, seed) for seed in range(400)])
+    out = disk / "tables"
+    res = run_cli("export", "--out", str(out), "--workspace", ws)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: disk full at {out}/"), line
+    assert sorted(p.name for p in out.iterdir()) == []  # no half of the export, no temporary file
+    grow("4m")  # space freed
+    res = run_cli("export", "--out", str(out), "--workspace", ws)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".gaptui-export.json",
+        "runs.json",
+        "tables.csv",
+        "tables.md",
+        "tables.tex",
+    ]
+    assert len(json.loads((out / "runs.json").read_text())) == 400
 
 
 def test_a_family_module_that_does_not_import_is_one_warning_and_the_others_still_work(tmp_path: Path) -> None:

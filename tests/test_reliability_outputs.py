@@ -425,30 +425,22 @@ def test_figures_and_export_onto_a_full_disk_leave_the_folder_as_it_was(
     assert "alignment-lines-ws.png" not in _files(figs) and len(json.loads((tables / "runs.json").read_text())) == 16
 
 
-def test_a_cli_report_onto_a_full_tmpfs_is_one_line_and_reruns(tmp_path: Path, plotting: None) -> None:
+def test_a_cli_report_onto_a_full_tmpfs_is_one_line_and_reruns(tmp_path: Path, plotting: None, small_disk) -> None:
     from gaptui import report
     from tests.test_bad_inputs import _history_of
 
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        records = _history(("er", "ws"))
-        ws = _history_of(tmp_path, records)
-        out = disk / "report"
-        res = run_cli("report", "--out", str(out), "--workspace", ws)
-        assert res.returncode == 2, res.stderr
-        (line,) = res.stderr.strip().splitlines()
-        assert line.startswith(f"error: disk full at {out}/"), line
-        assert sorted(p.name for p in out.iterdir()) == []  # no report.md, no figures, no staging folder
-        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)  # space freed
-        report.write_report(records, out)
-        assert sorted(p.name for p in out.iterdir()) == [".gaptui-report.json", "figures", "report.html", "report.md"]
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+    disk, grow = small_disk
+    records = _history(("er", "ws"))
+    ws = _history_of(tmp_path, records)
+    out = disk / "report"
+    res = run_cli("report", "--out", str(out), "--workspace", ws)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: disk full at {out}/"), line
+    assert sorted(p.name for p in out.iterdir()) == []  # no report.md, no figures, no staging folder
+    grow("8m")  # space freed
+    report.write_report(records, out)
+    assert sorted(p.name for p in out.iterdir()) == [".gaptui-report.json", "figures", "report.html", "report.md"]
 
 
 # ------------------------------------------------------------------------------------------ the CLI's lines

@@ -24,29 +24,9 @@ from gaptui.scheduler import Scheduler, Slot, new_record
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT, run_cli
 from tests.test_manager import _preset
-from tests.test_reliability import SPEC, TRAIN
+from tests.test_reliability import SPEC, TRAIN, _alive, _wait_for
 
 EPOCHS = "300"  # about 10 s of epochs: still running when it is killed after its first one
-
-
-def _wait_for(predicate, timeout: float = 180.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout:g} s")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped) is gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _stored(ws: Path) -> list[dict]:
