@@ -7,6 +7,7 @@ line and exit with status 2. Any other exception is a bug.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 
 
@@ -18,8 +19,17 @@ class GaptuiError(Exception):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when nothing is close."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    word = str(word)
+    close = difflib.get_close_matches(word, list(choices), n=5, cutoff=0.5)
+    if not close:
+        return ""
+
+    def closeness(choice: str) -> tuple[float, int]:
+        # difflib's ratio, then (for ties such as gcm: gcn or sgc) the longer common prefix: typos keep the start
+        prefix = len(os.path.commonprefix([word.lower(), choice.lower()]))
+        return difflib.SequenceMatcher(None, word, choice).ratio(), prefix
+
+    return f" (did you mean '{max(close, key=closeness)}'?)"
 
 
 def unknown(kind: str, word: str, choices: Iterable[str]) -> GaptuiError:

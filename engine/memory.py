@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,12 +114,21 @@ def machine_memory() -> int | None:
         return None
 
 
+#: ``model_bytes(graphs, nodes)``: what a model's layers hold beyond the node states in one training step, for a
+#: batch of ``graphs`` graphs of about ``nodes`` nodes (:meth:`engine.models.base.ResidualGNN.batch_bytes`).
+ModelBytes = Callable[[int, float], int]
+
+
 def estimate(
-    canonical: dict[str, Any], batch_size: int | None = None, built: tuple[float, float, int] | None = None
+    canonical: dict[str, Any],
+    batch_size: int | None = None,
+    built: tuple[float, float, int] | None = None,
+    model_bytes: ModelBytes | None = None,
 ) -> MemoryEstimate | None:
     """The estimate for a canonical dataset spec (and a batch of ``batch_size`` pairs); ``built`` (nodes per graph,
     mean degree, pairs) is what a built dataset's statistics say, for sources that cannot tell their graph sizes
-    before loading them (real and user datasets). None when neither tells."""
+    before loading them (real and user datasets). None when neither tells. ``model_bytes`` adds what the model
+    declares per batch (GraphGPS's attention scores, PAN's dense powers) to the batch's estimate."""
     from engine.sources import SOURCES, parse_params
 
     source_cls = SOURCES.get(canonical["base"])
@@ -141,6 +150,8 @@ def estimate(
     if batch_size is not None:
         b = min(batch_size, max(1, pairs))
         batch = int(_SIM_COPIES * 4 * b * nodes * nodes + 2 * b * nodes * 512)
+        if model_bytes is not None:
+            batch += int(model_bytes(2 * b, nodes))  # G and G~ of each pair
     return MemoryEstimate(nodes, degree, pairs, dataset, generation, batch)
 
 
@@ -149,9 +160,10 @@ def pairs_need(
     batch_size: int | None = None,
     what: str = "this run",
     built: tuple[float, float, int] | None = None,
+    model_bytes: ModelBytes | None = None,
 ) -> MemoryNeed | None:
     """The :class:`MemoryNeed` of a pair dataset and its training batch (:func:`estimate`), None when unknown."""
-    est = estimate(canonical, batch_size, built)
+    est = estimate(canonical, batch_size, built, model_bytes)
     if est is None:
         return None
     big = "training batch" if (est.batch_bytes or 0) > est.generation_bytes else "dataset"
@@ -161,13 +173,18 @@ def pairs_need(
         else "lower --train/--val or the graph order (n)"
     )
     detail = f"{est.describe()}; graphs of about {est.nodes:,.0f} nodes x {est.pairs:,} pairs"
-    key = json.dumps([canonical, batch_size], sort_keys=True, default=str)
+    key = json.dumps([canonical, batch_size, est.batch_bytes], sort_keys=True, default=str)
     return MemoryNeed(what, f"pairs of {canonical['base']}", est.peak, detail, hint, key)
 
 
-def check_fits(canonical: dict[str, Any], batch_size: int | None = None, what: str = "this run") -> None:
+def check_fits(
+    canonical: dict[str, Any],
+    batch_size: int | None = None,
+    what: str = "this run",
+    model_bytes: ModelBytes | None = None,
+) -> None:
     """Refuse a plan whose estimate exceeds the machine's memory, in one line naming both."""
-    need = pairs_need(canonical, batch_size, what)
+    need = pairs_need(canonical, batch_size, what, model_bytes=model_bytes)
     if need is not None:
         need.check()
 

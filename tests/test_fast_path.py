@@ -29,6 +29,13 @@ CASES = [(name, {}) for name in models.names()] + [
     (name, {"input_layer": "conv", "norm": "whole-batch"}) for name in ("gcn", "gin", "ggnn", "gat", "gatv2")
 ]
 CASES.append(("ggnn", {"steps": 2}))
+CASES += [("graphgps", {"local": "gatedgcn"}), ("graphgps", {"local": "ggnn"}), ("graphgps", {"norm": "whole-batch"})]
+CASES += [("tagcn", {"hops": 1}), ("sgc", {"hops": 3}), ("pan", {"filter_size": 3})]
+#: bf16 parity is checked at each model's defaults and the paper's settings. Not for SGC with 3 hops: on the ragged
+#: batch's 7-node graph, 12 smoothing products leave nearly equal states whose spread GraphNorm divides by, so bf16's
+#: rounding moves the output by 8% (1.6% at its default 2 hops) and the biases before each norm, zero in exact
+#: arithmetic, get gradients of rounding noise.
+BF16_CASES = [case for case in CASES if case != ("sgc", {"hops": 3})]
 
 
 def equal_size_batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +75,9 @@ def test_fast_path_equals_pyg_layers(name: str, options: dict, batch_of) -> None
         assert float((fast - pyg).abs().max()) <= 1e-4 * scale
 
 
-@pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in CASES])
+@pytest.mark.parametrize(
+    ("name", "options"), BF16_CASES, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in BF16_CASES]
+)
 @pytest.mark.parametrize("batch_of", [equal_size_batch, ragged_batch], ids=["equal", "ragged"])
 def test_fast_path_trains_under_bf16_autocast_close_to_fp32(name: str, options: dict, batch_of) -> None:
     """A ``precision = "bf16"`` run keeps the sparse path: node states in bf16, sparse products in fp32 (no bf16
@@ -206,6 +215,7 @@ def looped_batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 SORT_FREE = [("gcn", {}), ("gin", {}), ("gin", {"train_eps": True}), ("ggnn", {}), ("gat", {}), ("gatv2", {})]
 SORT_FREE += [("sage", {}), ("gatedgcn", {}), ("gin", {"input_layer": "conv", "norm": "whole-batch"})]
+SORT_FREE += [("tagcn", {}), ("sgc", {}), ("pan", {}), ("graphgps", {})]
 
 
 @pytest.mark.parametrize(("name", "options"), SORT_FREE, ids=[f"{n}-{'-'.join(map(str, o))}" for n, o in SORT_FREE])
@@ -296,7 +306,7 @@ def test_similarity_flags_edges_only_for_models_that_read_them(tmp_path: Path) -
     assert not models.build("gcn", width=8, in_dim=2, sparse=False).reads_edge_index
 
 
-@pytest.mark.parametrize("name", ["gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2"])
+@pytest.mark.parametrize("name", ["gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2", "tagcn", "sgc", "pan", "graphgps"])
 def test_flagged_path_is_permutation_equivariant(name: str) -> None:
     """Relabelling the nodes (and sorting the relabelled edges again, as the flags require) relabels the output."""
     edge_index, batch = undirected_batch()

@@ -69,7 +69,20 @@ def default_models() -> dict[str, nn.Module]:
 
 
 def test_all_requested_models_registered() -> None:
-    assert set(ALL) == {"gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2", "sage", "pna"}
+    assert set(ALL) == {
+        "gcn",
+        "gin",
+        "gatedgcn",
+        "ggnn",
+        "gat",
+        "gatv2",
+        "sage",
+        "pna",
+        "tagcn",
+        "sgc",
+        "pan",
+        "graphgps",
+    }
     assert all(isinstance(MODELS.get(name), type) for name in ALL)
 
 

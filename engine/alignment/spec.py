@@ -6,6 +6,7 @@ fields, dict form) come from :class:`engine.tasks.TaskSpec`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,7 +203,20 @@ class RunSpec(TaskSpec):
         from engine.memory import check_fits
 
         if self.model != "laplacian":
-            check_fits(self.dataset_spec().canonical(), self.batch_size, what=f"{self.model} on {self.dataset['base']}")
+            what = f"{self.model} on {self.dataset['base']}"
+            check_fits(self.dataset_spec().canonical(), self.batch_size, what, self.model_bytes())
+
+    def model_bytes(self) -> Callable[[int, float], int] | None:
+        """What the built-in model declares a training batch needs beyond the node states
+        (:meth:`engine.models.base.ResidualGNN.batch_bytes`), as ``(graphs, nodes) -> bytes``; None for the
+        baseline and a user's import-path model."""
+        from engine.models import MODELS
+
+        if self.model == "laplacian" or ":" in self.model or self.model not in MODELS:
+            return None
+        cls = MODELS.get(self.model)
+        options = cls.resolve_options(self.model_options())
+        return lambda graphs, nodes: cls.batch_bytes(options, graphs, nodes)
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""

@@ -24,7 +24,7 @@ from torch import nn
 from engine.errors import GaptuiError
 
 # Importing the model modules registers the built-ins (order = order of names()).
-from engine.models import convs, gat, pna  # noqa: F401
+from engine.models import convs, gat, pna, powers, transformer  # noqa: F401
 from engine.models.base import MODELS, Option, ResidualGNN, bad_value, count_parameters, positive_int
 from engine.models.budget import TOLERANCE, choose
 from engine.models.pna import degree_histogram

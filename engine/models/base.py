@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, GraphNorm
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.models.sparse import Graph, convolve, graph_norm
+from engine.models.sparse import Graph, GraphLayer, convolve, graph_norm
 from engine.registry import Registry
 
 #: Conv factory: given the block width, return one message-passing layer mapping ``[N, width] -> [N, width]``.
@@ -175,6 +175,9 @@ class ResidualGNN(nn.Module):
     OPTIONS: ClassVar[dict[str, Option]] = {}
     #: Why widths must be a multiple of :meth:`width_multiple` (for error messages).
     why_multiple: ClassVar[str] = ""
+    #: The conv factory builds whole layers, with their own residuals and norms (GraphGPS): the scaffold then
+    #: adds no norm, activation, dropout or residual sum around them, ``h <- layer(h)``.
+    layer_is_block: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -221,13 +224,13 @@ class ResidualGNN(nn.Module):
             self.input = default_first(in_dim, width) if conv_input else nn.Linear(in_dim, width)
         blocks = layers - 1 if conv_input else layers
         self.convs = nn.ModuleList(conv(width) for _ in range(blocks))
-        per_graph = norm == "per-graph"
-        self.norm_after_act = per_graph and block == "act-norm"
+        per_graph = norm == "per-graph" and not self.layer_is_block
+        self.norm_after_act = norm == "per-graph" and block == "act-norm"
         # act-norm with a conv first layer: that layer's output is normalised per graph instead of activated
         self.input_norm = GraphNorm(width) if self.norm_after_act and conv_input else None
         self.norms = nn.ModuleList(GraphNorm(width) for _ in range(blocks if per_graph else 0))
         # whole-batch: index (among the blocks) before which the first GraphNorm applies, then one before readout
-        self.batch_norms = nn.ModuleList(GraphNorm(width) for _ in range(0 if per_graph else 2))
+        self.batch_norms = nn.ModuleList(GraphNorm(width) for _ in range(0 if per_graph or self.layer_is_block else 2))
         self._norm_before = 0 if conv_input else 1
         self.output = nn.Linear(width, out_dim)
         self.num_parameters = count_parameters(self)
@@ -245,7 +248,7 @@ class ResidualGNN(nn.Module):
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
         graph = Graph.from_edge_index(edge_index, batch, x.shape[0])
         sparse = self.sparse
-        conv_of = convolve if sparse else lambda conv, h, graph: conv(h, graph.edge_index)
+        conv_of = convolve if sparse else _pyg_conv
         norm_of = graph_norm if sparse else lambda norm, h, graph: norm(h, graph.batch)
         act = self.act
         if self.input_layer == "linear":
@@ -255,6 +258,9 @@ class ResidualGNN(nn.Module):
         else:
             h = act(conv_of(self.input, x, graph))
         for i, conv in enumerate(self.convs):
+            if self.layer_is_block:
+                h = self.run_block(i, h, graph)
+                continue
             if self.batch_norms and i == self._norm_before:
                 h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
             update = conv_of(conv, h, graph)
@@ -272,6 +278,10 @@ class ResidualGNN(nn.Module):
                 h = self.batch_norms[0](h)
             h = self.batch_norms[1](h)
         return self.output(h)
+
+    def run_block(self, i: int, h: Tensor, graph: Graph) -> Tensor:
+        """Block ``i`` of a model whose layers are whole blocks (:attr:`layer_is_block`)."""
+        raise NotImplementedError(f"{type(self).__name__} sets layer_is_block but has no run_block")
 
     @property
     def reads_edge_index(self) -> bool:
@@ -334,6 +344,14 @@ class ResidualGNN(nn.Module):
         return 1
 
     @classmethod
+    def batch_bytes(cls, options: Mapping[str, Any], graphs: int, nodes: float) -> int:
+        """Bytes a training step needs beyond the node states, for ``graphs`` graphs of about ``nodes`` nodes
+        (``options`` resolved): a layer that holds a dense ``nodes x nodes`` matrix per graph says so here, so a
+        grid that cannot fit is refused before it starts (:func:`engine.memory.pairs_need`). Node-sized tensors
+        are in the estimate's per-node allowance already; the default is 0."""
+        return 0
+
+    @classmethod
     def budget_variants(cls, options: Mapping[str, Any], explicit: set[str]) -> Iterator[dict[str, Any]]:
         """Option sets the budget search may try, most preferred first; ``explicit`` are the user's keys.
 
@@ -341,6 +359,13 @@ class ResidualGNN(nn.Module):
         no width at the preferred count lands within the budget tolerance.
         """
         yield dict(options)
+
+
+def _pyg_conv(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
+    """PyG's own path (``sparse=False``): ``conv(h, edge_index)``; a layer that reads the whole graph gets it."""
+    if isinstance(conv, GraphLayer):
+        return conv(h, graph, fast=False)
+    return conv(h, graph.edge_index)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -8,6 +8,9 @@ layers whose aggregation is a fixed linear map of the node states (``GCNConv``, 
     GCNConv:          c = Â (h W) + b,              Â = D^-1/2 (A + I) D^-1/2,  D = in-degree + 1
     GINConv:          c = MLP((1 + eps) h + A h)
     GatedGraphConv:   m = A (h W_s),  h = GRU(m, h)  for each step s
+    TAGConv:          c = sum_{k=0..K} (Ã^k h) W_k + b,  Ã = D^-1/2 A D^-1/2 (no self-loops, D = in-degree)
+    SGConv:           c = (Â^K h) W + b
+    GINEConv:         c = MLP((1 + eps) h + A ReLU(h + e))  for one edge embedding e shared by every edge
 
 with ``A[i, j] = 1`` for each edge ``j -> i``. :class:`Graph` builds ``A`` (and ``Â`` when asked) once per forward
 pass as CSR matrices, shared by every layer, together with their transposes, which the backward pass multiplies
@@ -44,6 +47,7 @@ a block matrix of the pattern per head (:class:`_Heads`), so no per-head slice i
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +61,11 @@ from torch_geometric.nn import (
     GATv2Conv,
     GCNConv,
     GINConv,
+    GINEConv,
     GraphNorm,
     ResGatedGraphConv,
+    SGConv,
+    TAGConv,
 )
 from torch_geometric.utils import softmax
 
@@ -379,6 +386,34 @@ class Graph:
             self._cache["with_loops"] = (rows, cols, crow, loop_pos)
         return self._cache["with_loops"]
 
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per pass under ``key`` (structure that every layer of the pass shares)."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def slots(self) -> tuple[Tensor, Tensor, Tensor, int]:
+        """``(graph, slot, mask, n)`` for a dense ``[graphs, n, ...]`` layout padded to the largest graph: each node's
+        graph and place in it (in node order, whatever the order of ``batch``), the ``[graphs, n]`` mask of real
+        nodes and ``n``. ``dense[graph, slot] = h`` lays node states out; ``dense[graph, slot]`` reads them back."""
+
+        def build() -> tuple[Tensor, Tensor, Tensor, int]:
+            device = self.edge_index.device
+            batch = (
+                self.batch if self.batch is not None else torch.zeros(self.num_nodes, dtype=torch.long, device=device)
+            )
+            counts = torch.bincount(batch)
+            order = torch.argsort(batch, stable=True)
+            starts = torch.cumsum(counts, 0) - counts
+            slot = torch.empty_like(batch)
+            slot[order] = torch.arange(batch.shape[0], device=device) - starts[batch[order]]
+            n = int(counts.max()) if counts.numel() else 0
+            mask = torch.zeros(counts.shape[0], n, dtype=torch.bool, device=device)
+            mask[batch, slot] = True
+            return batch, slot, mask, n
+
+        return self.cached("slots", build)
+
     def _pair(self, key: str, values: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
         if key not in self._cache:
             n = self.num_nodes
@@ -432,6 +467,23 @@ class Graph:
             dinv = deg.pow(-0.5)
             return self._pair("gcn", dinv[src] * dinv[dst], dst, src)
         return self._cache["gcn"]
+
+    def sym(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``Ã = D^-1/2 A D^-1/2`` without self-loops (``D`` the in-degree; isolated nodes get 0), as PyG's
+        ``gcn_norm(add_self_loops=False)`` builds it for ``TAGConv``."""
+        if "sym" not in self._cache:
+            src, dst = self.edge_index
+            deg = torch.bincount(dst, minlength=self.num_nodes).to(dtype)
+            dinv = deg.pow(-0.5).masked_fill_(deg == 0, 0.0)
+            values = dinv[src] * dinv[dst]
+            if self.undirected_sorted:  # symmetric, rows are the sources: the edge list is its CSR already
+                matrix = torch.sparse_csr_tensor(
+                    _crow(src, self.num_nodes), dst, values, (self.num_nodes,) * 2, check_invariants=False
+                )
+                self._cache["sym"] = (matrix, matrix)
+            else:
+                return self._pair("sym", values, dst, src)
+        return self._cache["sym"]
 
     def loops(self) -> _Pattern:
         """The edges with every self-loop replaced by one per node (as the attention layers add them), by target."""
@@ -534,6 +586,12 @@ def _plain(conv: nn.Module, kind: type) -> bool:
         return conv.normalize and conv.add_self_loops and not conv.improved and not conv.cached
     if kind is ResGatedGraphConv:
         return conv.edge_dim is None
+    if kind is TAGConv:
+        return conv.normalize
+    if kind is SGConv:
+        return conv.add_self_loops and not conv.cached
+    if kind is GINEConv:
+        return conv.lin is None
     if kind in (GATConv, GATv2Conv):
         shared = kind is GATv2Conv or conv.lin is not None
         return shared and conv.concat and conv.add_self_loops and conv.edge_dim is None and not conv.dropout
@@ -596,8 +654,23 @@ def _gated(conv: ResGatedGraphConv, h: Tensor, graph: Graph) -> Tensor:
     return out if conv.bias is None else out + conv.bias
 
 
-def convolve(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
-    """``conv(h, edge_index)``, by a sparse product when ``conv`` is one of the linear-aggregation layers."""
+def _tag(conv: TAGConv, h: Tensor, graph: Graph) -> Tensor:
+    """``TAGConv``: the ``K + 1`` hops ``Ã^k h`` side by side, through all ``K + 1`` weights in one product."""
+    matrices = graph.sym(matrix_dtype(h.dtype))
+    hops = [h]
+    for _ in range(conv.K):
+        hops.append(graph.propagate(matrices, hops[-1]))
+    weight = torch.cat([lin.weight for lin in conv.lins], dim=1)  # [out, (K + 1) * in]
+    out = F.linear(torch.cat(hops, dim=-1), weight)
+    return out if conv.bias is None else out + conv.bias
+
+
+def convolve(conv: nn.Module, h: Tensor, graph: Graph, edge_attr: Tensor | None = None) -> Tensor:
+    """``conv(h, edge_index)``, by a sparse product when ``conv`` is one of the linear-aggregation layers.
+
+    ``edge_attr`` is for ``GINEConv`` only: one ``[width]`` embedding shared by every edge (graphs without edge
+    features), which makes its message ``ReLU(h_j + e)`` a function of the source alone, so ``A`` aggregates it.
+    """
     if _plain(conv, GCNConv):
         out = graph.propagate(graph.gcn(matrix_dtype(h.dtype)), conv.lin(h))
         return out if conv.bias is None else out + conv.bias
@@ -617,7 +690,32 @@ def convolve(conv: nn.Module, h: Tensor, graph: Graph) -> Tensor:
         for weight in conv.weight:
             h = conv.rnn(graph.propagate(graph.adjacency(matrix_dtype(h.dtype)), h @ weight), h)
         return h
+    if _plain(conv, TAGConv):
+        return _tag(conv, h, graph)
+    if _plain(conv, SGConv):
+        matrices = graph.gcn(matrix_dtype(h.dtype))
+        for _ in range(conv.K):
+            h = graph.propagate(matrices, h)
+        return conv.lin(h)
+    if _plain(conv, GINEConv) and edge_attr is not None and edge_attr.dim() == 1:
+        messages = graph.propagate(graph.adjacency(matrix_dtype(h.dtype)), F.relu(h + edge_attr.to(h.dtype)))
+        return conv.nn((1 + conv.eps) * h + messages)
+    if isinstance(conv, GraphLayer):
+        return conv(h, graph, fast=True)
+    if edge_attr is not None:
+        if edge_attr.dim() == 1:
+            edge_attr = edge_attr.expand(graph.edge_index.shape[1], -1)
+        return conv(h, graph.edge_index, edge_attr)
     return conv(h, graph.edge_index)
+
+
+class GraphLayer(nn.Module):
+    """A layer that reads the whole :class:`Graph` of a pass (its batch vector, its cached matrices), not only
+    ``edge_index``: called as ``layer(h, graph, fast=...)``, with ``fast=False`` for the model's ``sparse=False``
+    (PyG's own operations) and ``fast=True`` on the fast path."""
+
+    def forward(self, h: Tensor, graph: Graph, fast: bool = True) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 
 def graph_norm(norm: GraphNorm, x: Tensor, graph: Graph) -> Tensor:
