@@ -71,7 +71,11 @@ def train_cmd(
     ] = None,
     features: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--features", help="Node inputs: degree, or ones [default: the recipe's]."),
+        typer.Option(
+            "--features",
+            help="Node inputs: degree or ones, and/or positional rwpe:K, lap:K joined by + (degree+rwpe:16) "
+            "[default: the recipe's].",
+        ),
     ] = None,
     input_layer: Annotated[
         Optional[str],  # noqa: UP045

@@ -110,7 +110,7 @@ def test_new_spec_fields_keep_existing_run_ids_and_enter_the_hash_when_set() -> 
     [
         ({"norm": "whole_batch"}, "norm 'whole_batch' is not one of per-graph, whole-batch (did you mean 'whole-b"),
         ({"input_layer": "Conv"}, "input_layer 'Conv' is not one of linear, conv, gcn (did you mean 'conv'?)"),
-        ({"features": "one"}, "features 'one' is not one of degree, ones (did you mean 'ones'?)"),
+        ({"features": "one"}, "features 'one': unknown kind 'one' (did you mean 'ones'?); expected degree, ones"),
         ({"model_kwargs": {"norm": "whole-batch"}}, "model_kwargs 'norm' duplicates the run option norm"),
         ({"model": "tests.helpers_models:TinyGNN", "norm": "whole-batch"}, "applies to built-in models only"),
         ({"nrom": "whole-batch"}, "unknown key 'nrom' (did you mean 'norm'?)"),

@@ -239,7 +239,7 @@ def _dataset_key(entry: DatasetEntry) -> str:
 
 def _check_models(preset: Preset, where: str) -> None:
     from engine import models
-    from engine.alignment.training import FEATURES
+    from engine.alignment.features import feature_dim
     from engine.sources import SOURCES
 
     dims = {preset.run.out_dim or SOURCES.get(ds.base).embedding_dim for ds in preset.datasets}
@@ -254,7 +254,7 @@ def _check_models(preset: Preset, where: str) -> None:
                     model,
                     out_dim=out_dim,
                     budget=preset.run.budget,
-                    in_dim=FEATURES[values["features"]],
+                    in_dim=feature_dim(values["features"], where),
                     **{k: values[k] for k in SCAFFOLD_FIELDS},
                     **preset.model_options.get(model, {}),
                 )

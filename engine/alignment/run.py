@@ -53,12 +53,18 @@ class AlignmentRun:
         return dataset
 
     def pairs(self, dataset: Any, split: str, device: Any) -> Any:
-        """The split's tensors on ``device``, built once per worker process (read-only during training)."""
+        """The split's tensors on ``device`` with the positional inputs of the run's ``features`` (read from the
+        dataset's cache or computed and cached there), built once per worker process (read-only during training)."""
+        from engine.alignment.features import dataset_positional, parse_features
         from engine.alignment.training import PairTensors
 
-        key = f"alignment-pairs:{dataset.id}:{split}:{device}"
+        features = parse_features(self.spec.features)
+        positional = "+".join(p.text for p in features.positional)
+        key = f"alignment-pairs:{dataset.id}:{split}:{device}:{positional}"
         if key not in self.ctx.shared:
-            self.ctx.shared[key] = PairTensors(dataset.split(split), device)
+            pairs = dataset.split(split)
+            arrays = dataset_positional(dataset, split, pairs, features, self.ctx.log)
+            self.ctx.shared[key] = PairTensors(pairs, device, positional=arrays)
         return self.ctx.shared[key]
 
     def out_dim(self, dataset: Any) -> int:
@@ -134,14 +140,18 @@ class AlignmentTraining(EpochTask):
 
     def __init__(self, run: AlignmentRun, dataset: Any, device: Any, evaluator: Any) -> None:
         from engine import models
-        from engine.alignment.training import FEATURES
+        from engine.alignment.features import feature_dim
         from engine.loop import make_optimiser
 
         spec = self.spec = run.spec
         self.dataset, self.device, self.evaluator = dataset, device, evaluator
         self.out_dim = run.out_dim(dataset)
         self.model = models.build(
-            spec.model, out_dim=self.out_dim, budget=spec.budget, in_dim=FEATURES[spec.features], **spec.model_options()
+            spec.model,
+            out_dim=self.out_dim,
+            budget=spec.budget,
+            in_dim=feature_dim(spec.features),
+            **spec.model_options(),
         ).to(device)
         self.trained = self.model
         self.params = models.count_parameters(self.model)
@@ -211,13 +221,13 @@ class AlignmentTraining(EpochTask):
 
     def checkpoint_fields(self) -> dict[str, Any]:
         # What a GAPE run reads to rebuild the trained model (engine.gape.embed).
-        from engine.alignment.training import FEATURES
+        from engine.alignment.features import feature_dim
 
         return {
             "model_name": self.spec.model,
             "width": self.width,
             "params": self.params,
-            "in_dim": FEATURES[self.spec.features],
+            "in_dim": feature_dim(self.spec.features),
             "out_dim": self.out_dim,
             "features": self.spec.features,
         }

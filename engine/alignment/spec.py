@@ -50,9 +50,10 @@ class RunSpec(TaskSpec):
 
     ``recipe`` (:mod:`engine.alignment.recipes`: ``gaptui``, the default, ``ngab``, ``paper``, ``legacy``) fills
     in each training field left ``None``: ``features`` (``degree``: ``(1, log(1 + degree))`` inputs, or
-    ``ones``), the scaffold's ``input_layer`` (``linear``, ``conv``: a per-model first layer, ``gcn``),
-    ``norm`` (``per-graph`` or ``whole-batch``), ``activation`` (``relu``, ``gelu``) and ``block``
-    (``norm-act``, ``act-norm``), and the optimiser's ``lr``, ``schedule`` (``one-cycle``, ``constant``,
+    ``ones``; positional parts ``rwpe:K`` and ``lap:K`` may follow, e.g. ``degree+rwpe:16``:
+    :mod:`engine.alignment.features`), the scaffold's ``input_layer`` (``linear``, ``conv``: a per-model first
+    layer, ``gcn``), ``norm`` (``per-graph`` or ``whole-batch``), ``activation`` (``relu``, ``gelu``) and
+    ``block`` (``norm-act``, ``act-norm``), and the optimiser's ``lr``, ``schedule`` (``one-cycle``, ``constant``,
     ``cosine``), ``warmup_steps``, ``weight_decay``, ``clip`` and ``clip_mode``. Once built, a spec holds the
     values; its hash is of the values, not of the recipe's name (:attr:`recipe_label` reads the name back).
     ``epochs`` and ``batch_size`` default to the paper's 300 and 100.
@@ -100,6 +101,10 @@ class RunSpec(TaskSpec):
             given = {k: getattr(self, k) for k in RECIPE_FIELDS}
             for key, value in resolve(self.recipe, self.model, given).items():
                 object.__setattr__(self, key, value)
+        # One spelling per input: ``RWPE:16+degree`` is ``degree+rwpe:16`` (a bad value is refused by validate).
+        from engine.alignment.features import canonical_features
+
+        object.__setattr__(self, "features", canonical_features(self.features))
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "run spec") -> RunSpec:
@@ -165,12 +170,12 @@ class RunSpec(TaskSpec):
         for key in ("weight_decay", "clip", "seed"):
             if getattr(self, key) < 0:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
-        from engine.alignment.training import FEATURES
+        from engine.alignment.features import parse_features
         from engine.loop import SCHEDULES
         from engine.models.base import ACTIVATIONS, BLOCKS, INPUT_LAYERS, NORMS
 
+        parse_features(self.features, where)
         for key, choices in (
-            ("features", tuple(FEATURES)),
             ("input_layer", INPUT_LAYERS),
             ("norm", NORMS),
             ("activation", ACTIVATIONS),

@@ -145,7 +145,8 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
 
 def _measure_training(key: CostKey, device_name: str, seconds: float) -> Throughput:
     from engine import models
-    from engine.alignment.training import FEATURES, PairTensors, compile_model, evaluate, train_epoch
+    from engine.alignment.features import feature_dim
+    from engine.alignment.training import PairTensors, compile_model, evaluate, train_epoch
     from engine.evaluation import LapEvaluator
     from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, resolve_device, seed_everything
 
@@ -153,10 +154,10 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
     seed_everything(0)
     t0 = time.perf_counter()
     model = models.build(
-        key.model, out_dim=key.out_dim, budget=key.budget, in_dim=FEATURES[key.features], **key.model_options
+        key.model, out_dim=key.out_dim, budget=key.budget, in_dim=feature_dim(key.features), **key.model_options
     ).to(device)
     build_s = time.perf_counter() - t0
-    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size), device)
+    data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size), device, key.features)
     opt, sched = make_optimiser(model, 3e-3, 0.01, total_steps=1 << 20, warmup_steps=30)
     state = TrainState()
     trained, compile_s = model, 0.0
@@ -191,7 +192,7 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
     # per step. As many batches as fit in a third of the budget, at most CHECK_EVERY (always that many on a GPU).
     per_call = CHECK_EVERY if device.type == "cuda" else max(1, min(CHECK_EVERY, int(seconds / 3 / warm)))
     if per_call > 1:
-        data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size * per_call), device)
+        data = PairTensors(synthetic_pairs(key.nodes, key.degree, key.batch_size * per_call), device, key.features)
         epoch()  # the new shapes' warm-up
         _sync(device)
     # The median epoch: on a shared machine a burst of someone else's work lands in a few epochs, not in the runs.

@@ -21,6 +21,15 @@ from torch import nn
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_dense_batch
 
+from engine.alignment.features import FEATURES as FEATURES  # re-exported: the base kinds and their widths
+from engine.alignment.features import (
+    Features,
+    PairPositional,
+    model_inputs,
+    pair_positional,
+    parse_features,
+    sign_flips,
+)
 from engine.evaluation import AlignmentScores, LapEvaluator
 from engine.loop import TrainState, autocast, epoch_order, run_batches
 from engine.pairs import PairSplit
@@ -34,7 +43,8 @@ class SiameseBatch:
 
     ``edge_index`` holds G's edges (nodes ``0 .. N-1``) and H's edges (nodes ``N .. 2N-1``); ``batch`` maps the
     ``2N`` nodes to graphs ``0 .. 2B-1`` (G of pair b is graph b, H is graph ``B + b``); ``target`` is
-    ``[B, Nmax]`` with ``perm`` per pair and :data:`IGNORE` in padding.
+    ``[B, Nmax]`` with ``perm`` per pair and :data:`IGNORE` in padding. ``positional`` is the positional block of
+    the run's ``features`` ``[2N, P]`` (G's nodes, then H's, each computed from its own graph), None without one.
     """
 
     edge_index: torch.Tensor
@@ -44,6 +54,7 @@ class SiameseBatch:
     #: Every graph's edges hold both directions of each edge, sorted by (source, target) (checked once per split
     #: by :class:`PairTensors`), so the whole ``edge_index`` is sorted by source and undirected.
     undirected_sorted: bool = False
+    positional: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -81,9 +92,20 @@ def undirected_sorted(edge_index: np.ndarray, edge_ptr: np.ndarray, node_ptr: np
 
 
 class PairTensors:
-    """A :class:`PairSplit` moved to a device once, from which siamese batches are gathered without copies."""
+    """A :class:`PairSplit` moved to a device once, from which siamese batches are gathered without copies.
 
-    def __init__(self, split: PairSplit, device: torch.device | str = "cpu") -> None:
+    ``features`` with positional parts (:mod:`engine.alignment.features`): their arrays for the G side and the H
+    side, ``positional`` (cached with the dataset, see ``dataset_positional``) or computed now, move to the device
+    with the split and are sliced into each batch.
+    """
+
+    def __init__(
+        self,
+        split: PairSplit,
+        device: torch.device | str = "cpu",
+        features: Features | str | None = None,
+        positional: PairPositional | None = None,
+    ) -> None:
         def t(a: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
 
@@ -97,6 +119,15 @@ class PairTensors:
             undirected_sorted(edges, ptr, split.node_ptr)
             for edges, ptr in ((split.edge_index_g, split.edge_ptr_g), (split.edge_index_h, split.edge_ptr_h))
         )
+        if positional is None and features is not None:
+            positional = pair_positional(split, features)
+        self.pos_g = self.pos_h = None
+        if positional is not None:
+            rows = int(np.sum(split.num_nodes))
+            if positional.g.shape[0] != rows or positional.h.shape != positional.g.shape:
+                raise ValueError(f"positional inputs of {positional.g.shape} / {positional.h.shape}: not {rows} rows")
+            self.pos_g = torch.as_tensor(positional.g, dtype=torch.float32, device=device)
+            self.pos_h = torch.as_tensor(positional.h, dtype=torch.float32, device=device)
 
     def __len__(self) -> int:
         return int(self.num_nodes.shape[0])
@@ -116,12 +147,16 @@ class PairTensors:
         local = torch.arange(total, device=self.device) - offsets[pair_of_node]
         target = torch.full((size, int(n.max())), IGNORE, dtype=torch.long, device=self.device)
         target[pair_of_node, local] = self.perm[nodes]
+        positional = None
+        if self.pos_g is not None and self.pos_h is not None:
+            positional = torch.cat([self.pos_g[nodes], self.pos_h[nodes]])
         return SiameseBatch(
             edge_index=torch.cat([eg, eh], dim=1),
             batch=torch.cat([pair_of_node, pair_of_node + size]),
             num_nodes=n,
             target=target,
             undirected_sorted=self.undirected_sorted,
+            positional=positional,
         )
 
     def batches(self, batch_size: int, order: torch.Tensor | None = None, start: int = 0) -> Iterator[SiameseBatch]:
@@ -130,30 +165,28 @@ class PairTensors:
             yield self.gather(order[lo : lo + batch_size])
 
 
-FEATURES = {"degree": 2, "ones": 1}
+def node_features(
+    kind: Features | str, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Input features computed from structure alone (:mod:`engine.alignment.features`): ``[N, 1]`` ones or
+    ``[N, 2]`` ``(1, log(1 + degree))``, then the positional parts of ``kind`` computed now from each graph of
+    ``batch`` (None: one graph), no sign flips."""
+    return model_inputs(kind, edge_index, num_nodes, batch=batch)
 
 
-def node_features(kind: str, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """Input features computed from structure alone: ``[N, 1]`` ones, or ``[N, 2]`` ``(1, log(1 + degree))``.
-
-    Why degree is the default: with identical inputs, every aggregator that averages (attention softmax, mean)
-    returns identical outputs, so GAT, GATv2 and SAGE could never tell two nodes apart; the degree is the first
-    colour of 1-WL and costs nothing. ``ones`` keeps the paper's literal setting for ablations.
-    """
-    ones = torch.ones(num_nodes, 1, device=edge_index.device)
-    if kind == "ones":
-        return ones
-    degree = torch.bincount(edge_index[0], minlength=num_nodes).to(ones.dtype)
-    return torch.cat([ones, torch.log1p(degree)[:, None]], dim=1)
-
-
-def similarity(model: nn.Module, batch: SiameseBatch, features: str = "degree") -> tuple[torch.Tensor, torch.Tensor]:
+def similarity(
+    model: nn.Module, batch: SiameseBatch, features: Features | str = "degree", flips: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Embed both graphs of every pair in one pass; returns ``S [B, Nmax, Nmax]`` and the node mask ``[B, Nmax]``.
 
-    Padded columns of ``S`` are ``-inf`` so that they take no probability mass in the row softmax.
+    The input is the base part of ``features`` from the batch's edges, then the batch's positional block (computed
+    now from each graph when the batch has none), times ``flips`` ``[2B, P]`` (one row per graph: G of pair b is
+    row b, H row B + b) when given. Padded columns of ``S`` are ``-inf`` so that they take no probability mass in
+    the row softmax.
     """
     nodes = int(batch.batch.shape[0])
-    x = node_features(features, batch.edge_index, nodes)
+    node_flips = None if flips is None else flips.to(batch.batch.device)[batch.batch]
+    x = model_inputs(features, batch.edge_index, nodes, batch.positional, node_flips, batch.batch)
     edge_index = batch.edge_index
     if batch.undirected_sorted and getattr(model, "reads_edge_index", False):
         # A model that says it reads PyG's EdgeIndex flags builds its sparse matrices without sorting.
@@ -182,10 +215,10 @@ def evaluate(
     data: PairTensors,
     batch_size: int,
     evaluator: LapEvaluator,
-    features: str = "degree",
+    features: Features | str = "degree",
 ) -> tuple[AlignmentScores, float]:
-    """Validation metrics and loss. Similarities go to the LAP thread pool batch by batch, so the LAPs of one
-    batch are solved while the model computes the next."""
+    """Validation metrics and loss (stored eigenvector signs: no flips). Similarities go to the LAP thread pool
+    batch by batch, so the LAPs of one batch are solved while the model computes the next."""
     was_training = model.training
     model.eval()
     loss_sum, nodes = 0.0, 0
@@ -231,11 +264,15 @@ def train_epoch(
     seed: int,
     clip: float,
     clip_mode: str,
-    features: str = "degree",
+    features: Features | str = "degree",
     should_stop: Callable[[], bool] = lambda: False,
     precision: str = "fp32",
 ) -> bool:
     """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``.
+
+    ``features`` with a ``lap`` part: each step flips the sign of every eigenvector of every graph (G and H
+    apart) at random, drawn from (``seed``, epoch, step) alone (:func:`engine.alignment.features.sign_flips`), so
+    a resumed run flips exactly as the uninterrupted one.
 
     ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.loop.autocast`);
     the similarity and the loss stay fp32, and so do the weights and the optimiser state.
@@ -244,11 +281,13 @@ def train_epoch(
     non-finite loss raises :class:`engine.loop.NonFiniteLoss` naming the step that made it.
     """
     model.train()
+    features = parse_features(features)
     order = epoch_order(seed, state.epoch + 1, len(data))
 
     def step(batch: SiameseBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        flips = sign_flips(features, 2 * batch.size, seed, state.epoch + 1, state.step, data.device)
         with autocast(precision, data.device):
-            sim, mask = similarity(model, batch, features)
+            sim, mask = similarity(model, batch, features, flips)
         loss = alignment_loss(sim, batch.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -299,7 +338,7 @@ def wants_compile(mode: str, device: torch.device, steps: int, model: str = "", 
     return mode == "on"
 
 
-def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -> nn.Module:
+def compile_model(model: nn.Module, features: Features | str, log: Callable[[str], None]) -> nn.Module:
     """``torch.compile(model)``, compiled now on a tiny batch; the eager model when compiling fails (no C++
     compiler, an unsupported layer), with one log line saying why.
 
@@ -332,7 +371,8 @@ def compile_model(model: nn.Module, features: str, log: Callable[[str], None]) -
     t0 = time.perf_counter()
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            compiled(node_features(features, edge_index, int(sizes.sum())), edge_index, batch).sum().backward()
+            x = node_features(features, edge_index, int(sizes.sum()), batch)
+            compiled(x, edge_index, batch).sum().backward()
     except Exception as exc:  # noqa: BLE001 - any compiler failure means: train eagerly, and say so
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         log(f"torch.compile failed ({type(exc).__name__}: {first[:200]}); training without it")

@@ -56,11 +56,15 @@ class FrozenEmbedder:
 
         ``num_nodes [G]``; ``edge_index [2, E]`` local node ids per graph, both directions of each edge; graph
         ``g``'s edges are columns ``edge_ptr[g]:edge_ptr[g + 1]``. Rows follow the graphs in order.
+
+        The model's inputs are those it trained on (the run's ``features``): positional parts (``rwpe:K``,
+        ``lap:K``) are computed for each graph from its own edges, eigenvector signs as stored (no flips).
         """
-        from engine.alignment.training import node_features
+        from engine.alignment.features import model_inputs, positional_encoding
 
         num_nodes = np.asarray(num_nodes, dtype=np.int64)
         node_ptr = np.concatenate([[0], np.cumsum(num_nodes)]).astype(np.int64)
+        pos = torch.as_tensor(positional_encoding(self.features, num_nodes, edge_index, edge_ptr), device=self.device)
         out = np.zeros((int(node_ptr[-1]), self.out_dim), dtype=np.float32)
         g = 0
         while g < num_nodes.size:
@@ -72,7 +76,7 @@ class FrozenEmbedder:
             shift = np.repeat(node_ptr[g:stop] - lo, np.diff(edge_ptr[g : stop + 1]))
             ei = torch.as_tensor(edge_index[:, e_lo:e_hi] + shift, device=self.device)
             batch = torch.as_tensor(np.repeat(np.arange(stop - g), num_nodes[g:stop]), device=self.device)
-            x = node_features(self.features, ei, hi - lo)
+            x = model_inputs(self.features, ei, hi - lo, pos[lo:hi])
             out[lo:hi] = self.model(x, ei, batch).float().cpu().numpy()
             g = stop
         return out
@@ -111,6 +115,11 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     ckpt = read_checkpoint(ckpt_path)
     if ckpt.get("run") != spec.hash():
         raise GaptuiError(f"{ckpt_path} belongs to another run spec than {run_dir / 'spec.json'}")
+    from engine.alignment.features import feature_dim
+
+    features = str(ckpt["features"])
+    if feature_dim(features, f"{ckpt_path}") != int(ckpt["in_dim"]):
+        raise GaptuiError(f"{ckpt_path}: features '{features}' give {feature_dim(features)} inputs, not its in_dim")
     with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's stream alone
         model = models.build(
             spec.model, out_dim=ckpt["out_dim"], budget=spec.budget, in_dim=ckpt["in_dim"], **spec.model_options()
@@ -118,7 +127,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     model.load_state_dict(ckpt["model"])
     device = torch.device(device)
     model.to(device).eval().requires_grad_(False)
-    return FrozenEmbedder(spec.hash(), run_dir, model, str(ckpt["features"]), int(ckpt["out_dim"]), device)
+    return FrozenEmbedder(spec.hash(), run_dir, model, features, int(ckpt["out_dim"]), device)
 
 
 def write_embeddings(

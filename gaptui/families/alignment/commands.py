@@ -205,15 +205,15 @@ def models_cmd(
 ) -> None:
     """List the registered models with their width and parameter count at a budget, as a recipe builds them."""
     from engine import models
+    from engine.alignment.features import feature_dim
     from engine.alignment.recipes import SCAFFOLD_FIELDS, check_recipe, resolve
-    from engine.alignment.training import FEATURES
 
     check_recipe(recipe, "--recipe")
     rows = []
     for name in models.names():
         values = resolve(recipe, name, {})
         scaffold = {k: values[k] for k in SCAFFOLD_FIELDS}
-        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=FEATURES[values["features"]], **scaffold)
+        model = models.build(name, out_dim=out_dim, budget=budget, in_dim=feature_dim(values["features"]), **scaffold)
         rows.append(
             {
                 "name": name,
