@@ -6,6 +6,7 @@ Run from the repository root (one core, lowest priority; a few minutes per model
     python benchmarks/bench_epoch.py --models gcn,gin --train 500 --epochs 10 --noise 0.12   # quicker
     python benchmarks/bench_epoch.py --profile gin          # torch.profiler table of a few of our steps
     python benchmarks/bench_epoch.py --precision --models gin --train 300 --epochs 4   # fp32 vs bf16
+    python benchmarks/bench_epoch.py --versus pyg --precision --models tagcn,sgc,pan,graphgps --epochs 6
 
 Both sides train on the same cached alignment dataset (ER(--n, --degree) at each --noise, --train / --val pairs,
 batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 warm-up steps, value clipping
@@ -30,6 +31,12 @@ batch --batch-size), with the same optimiser (AdamW, one-cycle to 3e-3 after 30 
   ``GatedGraphConv`` of 2 steps at width 48); ``gatedgcn`` (``ResGatedGraphConv``, which the package did not
   have) gets the width at which the reference has gaptui's 60k-parameter budget. ``--reference-width ours``
   builds it at our width instead (fewer parameters than the paper's).
+
+With ``--versus pyg`` the reference is instead the same model at the same width and initialisation built with
+``sparse=False`` (PyG's own layers: ``GPSConv``'s ``to_dense_batch`` and ``nn.MultiheadAttention``, ``TAGConv``'s and
+``SGConv``'s message passing; for PAN, PyG's ``PANConv`` formula on sparse matrices of the whole batch, as
+``torch_sparse`` is not installed), trained by the same loop, so the ratio is that of the layers alone; with
+``--precision`` both also train in bf16 ("pyg bf16"), and bf16's ratio is against it.
 
 Epochs alternate (ours, reference, ours, ...) so background load hits both alike. Per model and noise level the
 table gives the min and median seconds of a training epoch of each side (the first epoch is a warm-up and left
@@ -116,6 +123,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", action="store_true", help="also time ours in bf16 (precision = bf16)")
     parser.add_argument("--datasets", type=Path, default=Path("bench-epoch-datasets"))
     parser.add_argument("--profile", metavar="MODEL", help="profile a few of our training steps and stop")
+    parser.add_argument(
+        "--versus",
+        choices=("paper", "pyg"),
+        default="paper",
+        help="the reference: the paper package's loop (default) or the same model with PyG's layers (sparse=false)",
+    )
     return parser.parse_args(argv)
 
 
@@ -247,23 +260,31 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     spec = DatasetSpec("er", noise, n_train=args.train, n_val=args.val, params={"n": args.n, "degree": args.degree})
     dataset, _ = build_dataset(spec, args.datasets)
     train, val = PairTensors(dataset.split("train")), PairTensors(dataset.split("val"))
-    ref_train, ref_val = graphs(dataset.split("train")), graphs(dataset.split("val"))
     steps = args.epochs * -(-len(train) // args.batch_size)
+    paper = args.versus == "paper"
 
     options = parse_options(args.ours_options)
     ours = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
-    if args.reference_width == "paper":
-        width, heads = reference_width(model_name), PAPER_HEADS if model_name in ("gat", "gatv2") else 1
-        ggnn_steps = PAPER_GGNN_STEPS
-    else:
-        width, heads, ggnn_steps = ours.width, getattr(ours, "heads", 1), getattr(ours, "steps", 1)
-    torch.manual_seed(args.seed)
-    ref = Reference(model_name, width, heads, 64, ggnn_steps=ggnn_steps)
+    if paper:
+        ref_train, ref_val = graphs(dataset.split("train")), graphs(dataset.split("val"))
+        if args.reference_width == "paper":
+            width, heads = reference_width(model_name), PAPER_HEADS if model_name in ("gat", "gatv2") else 1
+            ggnn_steps = PAPER_GGNN_STEPS
+        else:
+            width, heads, ggnn_steps = ours.width, getattr(ours, "heads", 1), getattr(ours, "steps", 1)
+        torch.manual_seed(args.seed)
+        ref = Reference(model_name, width, heads, 64, ggnn_steps=ggnn_steps)
     sides: dict[str, tuple[torch.nn.Module, torch.nn.Module, Any, Any, TrainState]] = {}
     compile_seconds = None
-    for side in ("ours", *(("compiled",) if args.compile else ()), *(("bf16",) if args.precision else ())):
+    names = ["ours", *(("compiled",) if args.compile else ()), *(("bf16",) if args.precision else ())]
+    if args.versus == "pyg":
+        names += ["pyg", *(("pyg bf16",) if args.precision else ())]
+    for side in names:
         torch.manual_seed(args.seed)
-        model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **options)
+        side_options = {**options, "width": ours.width, "sparse": False} if side.startswith("pyg") else options
+        if side.startswith("pyg") and hasattr(ours, "heads"):
+            side_options["heads"] = ours.heads
+        model = models.build(model_name, out_dim=64, budget=60_000, in_dim=FEATURES[args.features], **side_options)
         trained = model
         if side == "compiled":
             # A fresh compiler cache per model: one process compiles several models of different widths and
@@ -273,8 +294,9 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
             trained = compile_model(model, args.features, lambda line: None)
             compile_seconds = time.perf_counter() - t0
         sides[side] = (model, trained, *make_optimiser(model, LR, WEIGHT_DECAY, steps, WARMUP), TrainState())
-    ref_opt, ref_sched = make_optimiser(ref, LR, WEIGHT_DECAY, steps, WARMUP)
-    times: dict[str, list[float]] = {side: [] for side in (*sides, "reference")}
+    if paper:
+        ref_opt, ref_sched = make_optimiser(ref, LR, WEIGHT_DECAY, steps, WARMUP)
+    times: dict[str, list[float]] = {side: [] for side in (*sides, *(("reference",) if paper else ()))}
     for epoch in range(1, args.epochs + 1):
         for side, (_, trained, opt, sched, state) in sides.items():
             t0 = time.perf_counter()
@@ -289,12 +311,14 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
                 clip=CLIP,
                 clip_mode="value",
                 features=args.features,
-                precision="bf16" if side == "bf16" else "fp32",
+                precision="bf16" if side.endswith("bf16") else "fp32",
             )
             state.epoch += 1
             state.batch_in_epoch = 0
             if epoch > 1 or args.epochs == 1:
                 times[side].append(time.perf_counter() - t0)
+        if not paper:
+            continue
         t0 = time.perf_counter()
         reference_epoch(ref, ref_opt, ref_sched, ref_train, args.batch_size, args.seed, epoch)
         if epoch > 1 or args.epochs == 1:
@@ -303,7 +327,10 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
         side: evaluate(model, val, args.batch_size, evaluator, args.features)[0].lap_acc
         for side, (model, *_) in sides.items()
     }
-    accuracy["reference"] = reference_accuracy(ref, ref_val, args.batch_size)
+    if paper:
+        accuracy["reference"] = reference_accuracy(ref, ref_val, args.batch_size)
+    else:
+        width, ref = ours.width, sides["pyg"][0]
     return {
         "model": model_name,
         "noise": noise,
@@ -315,13 +342,22 @@ def compare(args: argparse.Namespace, model_name: str, noise: float, evaluator: 
     }
 
 
+def baseline_of(side: str, times: dict[str, list[float]]) -> str | None:
+    """The side ``side`` is measured against: the paper's loop, or PyG's layers in the same precision."""
+    if "reference" in times:
+        return None if side == "reference" else "reference"
+    if side.startswith("pyg"):
+        return None
+    return "pyg bf16" if side == "bf16" and "pyg bf16" in times else "pyg"
+
+
 def cells(row: dict[str, Any]) -> list[str]:
     """One progress line's parts: each side's median epoch, its speed-up, and the accuracies."""
-    ref = statistics.median(row["times"]["reference"])
     out = []
     for side, values in row["times"].items():
-        median = statistics.median(values)
-        out.append(f"{side} {median:6.2f} s" + (f" ({ref / median:4.2f}x)" if side != "reference" else ""))
+        median, base = statistics.median(values), baseline_of(side, row["times"])
+        ref = statistics.median(row["times"][base]) if base else None
+        out.append(f"{side} {median:6.2f} s" + (f" ({ref / median:4.2f}x)" if ref else ""))
     out.append("LAP acc " + " / ".join(f"{100 * acc:5.1f}" for acc in row["acc"].values()))
     return out
 
@@ -373,19 +409,21 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"ER({args.n}, {args.degree:g}), {args.train} / {args.val} pairs, batch {args.batch_size}, {args.epochs} "
         f"epochs, {args.threads} thread(s), seed {args.seed}; options {args.ours_options or 'defaults'}, "
-        f"reference at {args.reference_width} widths, "
-        f"{args.features} inputs; "
+        + (f"reference at {args.reference_width} widths, " if args.versus == "paper" else "versus PyG's layers, ")
+        + f"{args.features} inputs; "
         f"allocator {'tuned (engine.memory.tune_allocator)' if tuned else 'glibc defaults'}; "
         f"subnormal floats {'flushed (engine.memory.flush_denormals)' if flushed else 'kept'}; "
         f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end. Epoch seconds: min / median; "
         "speed-up: reference median / ours median; LAP accuracy after the last epoch, in percent."
     )
     print()
-    sides = [side for side in rows[0]["times"] if side != "reference"]
-    head = ["model", "noise", "width ours / ref", "params ours / ref", "reference s"]
+    every = list(rows[0]["times"])
+    sides = [side for side in every if baseline_of(side, rows[0]["times"])]
+    bases = [side for side in every if side not in sides]
+    head = ["model", "noise", "width ours / ref", "params ours / ref", *(f"{side} s" for side in bases)]
     for side in sides:
         head += [f"{side} s", f"{side} speed-up"]
-    head += [f"LAP acc {side}" for side in (*sides, "reference")]
+    head += [f"LAP acc {side}" for side in every]
     if args.compile:
         head.append("compile s")
     if args.precision:
@@ -393,16 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
-        times, ref = row["times"], statistics.median(row["times"]["reference"])
+        times = row["times"]
         widths = f"{row['width'][0]} / {row['width'][1]}"
         line = [row["model"], f"{row['noise']:g}", widths, f"{row['params'][0]:,} / {row['params'][1]:,}"]
-        line.append(f"{min(times['reference']):.2f} / {ref:.2f}")
+        line += [f"{min(times[side]):.2f} / {statistics.median(times[side]):.2f}" for side in bases]
         for side in sides:
+            ref = statistics.median(times[baseline_of(side, times)])  # type: ignore[index]
             line += [
                 f"{min(times[side]):.2f} / {statistics.median(times[side]):.2f}",
                 f"{ref / statistics.median(times[side]):.2f}x",
             ]
-        line += [f"{100 * row['acc'][side]:.1f}" for side in (*sides, "reference")]
+        line += [f"{100 * row['acc'][side]:.1f}" for side in every]
         if args.compile:
             line.append(f"{row['compile_seconds']:.1f}")
         if args.precision:

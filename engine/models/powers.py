@@ -80,7 +80,8 @@ class PANConv(GraphLayer):
     (itself included): the stored entries of PyG's sparse :math:`M`, whatever the weights. PyG's layer builds
     :math:`M` with ``torch_sparse`` (not installed with gaptui); here the powers :math:`A^k` are dense
     ``[graphs, n, n]`` blocks (graphs padded to the largest of the batch), computed once per forward pass and
-    shared by every layer, so a layer costs one weighted sum of the blocks and one batched product.
+    shared by every layer, so a layer costs one weighted sum of the blocks and one batched product. With the
+    model's ``sparse=False`` it computes PyG's way instead, on sparse matrices of the whole batch built per layer.
     """
 
     def __init__(self, in_channels: int, out_channels: int, filter_size: int) -> None:
@@ -96,6 +97,8 @@ class PANConv(GraphLayer):
             self.weight.fill_(0.5)
 
     def forward(self, h: Tensor, graph: Graph, fast: bool = True) -> Tensor:
+        if not fast:
+            return self.lin(self._sparse_formula(h, graph.edge_index))
         dtype = torch.float64 if h.dtype == torch.float64 else torch.float32  # fp32 under bf16 autocast too
         key = ("pan", self.filter_size, dtype)
         powers = graph.cached(key, lambda: normalised_powers(graph, self.filter_size, dtype))
@@ -109,6 +112,24 @@ class PANConv(GraphLayer):
         out = torch.bmm(matrix.to(dense.dtype), dense)
         out = out.view(-1, h.shape[-1]) if graph.graph_size is not None else out[index, slot]
         return self.lin(out)
+
+    def _sparse_formula(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        """``sparse=False``: :math:`\bar M h` as PyG's layer computes it, on sparse matrices of the whole batch
+        (torch's COO products in place of ``torch_sparse``'s): the powers are built anew in every layer."""
+        n = h.shape[0]
+        dtype = torch.float64 if h.dtype == torch.float64 else torch.float32
+        ones = torch.ones(edge_index.shape[1], dtype=dtype, device=h.device)
+        adj = torch.sparse_coo_tensor(edge_index.flip(0), ones, (n, n)).coalesce()
+        loops = torch.arange(n, device=h.device).repeat(2, 1)
+        power = torch.sparse_coo_tensor(loops, torch.ones(n, dtype=dtype, device=h.device), (n, n)).coalesce()
+        total = power * self.weight[0].to(dtype)
+        for i in range(1, self.filter_size + 1):
+            power = torch.sparse.mm(power, adj).coalesce()
+            total = (total + power * torch.prod(self.weight[: i + 1]).to(dtype)).coalesce()
+        rows, cols = total.indices()
+        dinv = torch.bincount(rows, minlength=n).to(dtype).rsqrt()  # stored entries per row, >= 1
+        matrix = torch.sparse_coo_tensor(total.indices(), dinv[rows] * total.values() * dinv[cols], (n, n))
+        return torch.sparse.mm(matrix, h.to(dtype)).to(h.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, filter_size={self.filter_size}"
