@@ -265,3 +265,93 @@ def test_unit_graph_helpers_cover_a_single_graph() -> None:
         x = torch.randn(10, 2)
         out = model.eval()(x, edge_index)
         assert torch.allclose(out, model(x, edge_index, torch.zeros(10, dtype=torch.long)), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------- presets
+
+
+def test_zoo_presets_plan_every_model_and_graphgps_with_three_inputs() -> None:
+    from engine.tasks import FAMILIES
+    from gaptui.presets import grid, load_preset
+    from gaptui.workspace import Workspace
+
+    family = FAMILIES.get("alignment")
+    for name, sizes in (("zoo", (5000, 500)), ("zoo-smoke", (40, 10)), ("zoo-cpu", (1000, 200))):
+        preset = load_preset(name)
+        specs = grid(preset, Workspace(Path("/tmp/unused")))
+        rows = {family.record_axes(s)["model"] for s in specs}
+        assert rows == {*models.names(), "graphgps+rwpe:16", "graphgps+lap:8", "laplacian"}, name
+        assert {family.record_axes(s)["recipe"] for s in specs if s.model != "laplacian"} == {"gaptui"}
+        features = {family.record_axes(s)["model"]: s.features for s in specs if s.model == "graphgps"}
+        assert features == {
+            "graphgps": "degree",
+            "graphgps+rwpe:16": "degree+rwpe:16",
+            "graphgps+lap:8": "degree+lap:8",
+        }
+        assert (specs[0].dataset["n_train"], specs[0].dataset["n_val"]) == sizes
+    zoo = load_preset("zoo")
+    assert zoo.noise == (0.04, 0.08, 0.12, 0.15) and zoo.seeds == (0, 1, 2) and zoo.size == 14 * 4 * 3 + 4
+
+
+def _preset_text(models_line: str, extra: str = "") -> str:
+    return (
+        f'description = "t"\nnoise = [0.1]\nmodels = {models_line}\nseeds = [0]\n'
+        f"[run]\nepochs = 1\nbudget = 10000\nout_dim = 16\n{extra}\n"
+        '[[datasets]]\nbase = "er"\nparams = { n = 16, degree = 4 }\ntrain = 20\nval = 5\n'
+    )
+
+
+def test_a_model_entry_adds_positional_inputs_to_the_run_features_and_its_options_apply() -> None:
+    import tomllib
+
+    from engine.alignment.preset import dump_preset
+    from gaptui.presets import grid, parse_preset
+    from gaptui.workspace import Workspace
+
+    text = _preset_text('["GraphGPS+LAP:4", "graphgps"]', 'recipe = "ngab"')
+    preset = parse_preset(tomllib.loads(text + '[model_options]\ngraphgps = { local = "ggnn" }\n'))
+    assert preset.models == ("graphgps+lap:4", "graphgps")
+    specs = grid(preset, Workspace(Path("/tmp/unused")))
+    ggnn = {"local": "ggnn"}
+    assert [(s.features, s.model_kwargs) for s in specs] == [("ones+lap:4", ggnn), ("ones", ggnn)]
+    again = parse_preset(tomllib.loads(dump_preset(preset)))
+    assert dataclasses_equal(again, preset)
+
+
+def dataclasses_equal(a: Any, b: Any) -> bool:
+    import dataclasses
+
+    return dataclasses.replace(a, path=None) == dataclasses.replace(b, path=None)
+
+
+@pytest.mark.parametrize(
+    ("models_line", "extra", "needle"),
+    [
+        ('["graphgps+degree"]', "", "'degree' is a base input, set by [run] features or the recipe"),
+        ('["graphgps+rwpe:x"]', "", "features 'rwpe:x': K 'x' of 'rwpe' is not a whole number"),
+        ('["graphgps+rwpe:16"]', 'features = "degree+rwpe:8"', "'rwpe' appears twice"),
+        ('["graphgps+wpe:4"]', "", "unknown kind 'wpe' (did you mean 'rwpe'?)"),
+    ],
+)
+def test_bad_model_entries_are_one_error_line_naming_file_and_entry(
+    tmp_path: Path, models_line: str, extra: str, needle: str
+) -> None:
+    from tests.conftest import run_cli
+
+    path = tmp_path / "bad.toml"
+    path.write_text(_preset_text(models_line, extra))
+    result = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "-w", str(tmp_path / "ws"))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(path) in lines[0] and needle in lines[0], result.stderr
+
+
+def test_train_with_positional_features_files_the_row_a_preset_entry_does() -> None:
+    from engine.tasks import FAMILIES
+
+    family = FAMILIES.get("alignment")
+    dataset = {"base": "er", "noise": 0.1, "params": {"n": 16, "degree": 4}}
+    axes = family.record_axes(RunSpec(dataset=dataset, model="graphgps", features="rwpe:16+degree"))
+    assert (axes["model"], axes["recipe"]) == ("graphgps+rwpe:16", "gaptui")
+    axes = family.record_axes(RunSpec(dataset=dataset, model="ggnn", model_kwargs={"steps": 2}, features="ones"))
+    assert (axes["model"], axes["recipe"]) == ("ggnn[steps=2]", "ngab")  # gaptui on ones is ngab

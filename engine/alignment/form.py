@@ -60,10 +60,14 @@ def _bases() -> list[str]:
     return SOURCES.names()
 
 
+#: Model entries with positional inputs that the form offers beside the plain models (the zoo preset's).
+POSITIONAL_ENTRIES = ("graphgps+rwpe:16", "graphgps+lap:8")
+
+
 def _models() -> list[str]:
     from engine.models import names
 
-    return [*names(), BASELINE]
+    return [*names(), *POSITIONAL_ENTRIES, BASELINE]
 
 
 def _noise_models() -> list[str]:

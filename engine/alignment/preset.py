@@ -17,15 +17,56 @@ from engine.tasks import Placement, PresetBase, list_of, unique_values, unknown_
 BASELINE = "laplacian"
 #: Row order of Table D.3; models not listed follow alphabetically.
 PAPER_ORDER = ("gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2")
+#: Row order of ranking tables: the paper's models, the other message-passing ones, then the graph transformer (a
+#: model's positional-input rows, ``graphgps+rwpe:16``, and models not listed follow alphabetically).
+ROW_ORDER = (*PAPER_ORDER, "sage", "pna", "tagcn", "sgc", "pan", "graphgps")
 
 
 def model_label(spec: RunSpec) -> str:
-    """``model`` plus its model options, e.g. ``ggnn[steps=2]``: the row of ranking tables, so that two option
-    sets of one model are two rows rather than one cell."""
-    if not spec.model_kwargs:
-        return spec.model
-    text = ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items()))
-    return f"{spec.model}[{text}]"
+    """``model`` plus its model options and positional inputs, e.g. ``ggnn[steps=2]`` or ``graphgps+rwpe:16``: the
+    row of ranking tables, so that two option sets (or two positional encodings) of one model are two rows rather
+    than one cell. The base inputs (``degree``, ``ones``) are the recipe's, named by the recipe axis."""
+    label = spec.model
+    if spec.model_kwargs:
+        label += "[" + ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items())) + "]"
+    positional = positional_text(spec.features)
+    return f"{label}+{positional}" if positional else label
+
+
+def positional_text(features: Any) -> str:
+    """The positional parts of a ``features`` value (``rwpe:16`` of ``degree+rwpe:16``), ``""`` for none."""
+    if not isinstance(features, str):
+        return ""
+    return "+".join(part for part in features.split("+") if ":" in part)
+
+
+def model_entry(entry: str, where: str) -> tuple[str, str]:
+    """A preset's ``models`` entry split into the model and its positional inputs: ``graphgps+rwpe:16`` is
+    ``("graphgps", "rwpe:16")``, ``gcn`` is ``("gcn", "")``. What follows the first ``+`` must be positional
+    parts (``rwpe:K``, ``lap:K``); the base inputs come from the run's ``features`` or the recipe."""
+    model, plus, rest = entry.partition("+")
+    if not plus:
+        return entry, ""
+    from engine.alignment.features import parse_features
+
+    parsed = parse_features(rest, f"{where}: key 'models' value '{entry}'")
+    if parsed.base is not None:
+        raise GaptuiError(
+            f"{where}: key 'models' value '{entry}': '{parsed.base}' is a base input, set by [run] features or the "
+            f"recipe; a model entry adds positional inputs only, e.g. '{model}+rwpe:16'"
+        )
+    return model, "+".join(part.text for part in parsed.positional)
+
+
+def entry_features(preset: Preset, model: str, positional: str, where: str) -> str | None:
+    """The ``features`` of the runs of a model entry: the run's (or the recipe's) with ``positional`` added;
+    None (the recipe decides) for an entry without positional inputs."""
+    if not positional:
+        return None
+    from engine.alignment.features import parse_features
+
+    base = resolve(preset.run.recipe, model, {k: getattr(preset.run, k) for k in RECIPE_FIELDS}, where)["features"]
+    return parse_features(f"{base}+{positional}", f"{where}: key 'models' value '{model}+{positional}'").text
 
 
 def dataset_label(canonical: dict[str, Any]) -> str:
@@ -143,8 +184,12 @@ def preset_of(head: PresetHead) -> Preset:
     noise = list_of(where, "noise", raw["noise"], (int, float), "noise levels in [0, 1)")
     for eta in noise:
         check_noise(eta, where=f"{where}: key 'noise' value")
-    models = list_of(where, "models", raw["models"], str, "model names")
-    for model in models:
+    entries = list_of(where, "models", raw["models"], str, "model names")
+    models = []
+    for entry in entries:
+        model, positional = model_entry(entry, where)
+        model = _canonical_model(model)
+        models.append(f"{model}+{positional}" if positional else model)
         if ":" in model:
             # A user model: import it once here, so a typo fails the plan rather than every run of the grid.
             try:
@@ -157,9 +202,9 @@ def preset_of(head: PresetHead) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
+    tables = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
-    for i, entry in enumerate(entries):
+    for i, entry in enumerate(tables):
         here = f"{where}: datasets[{i}]"
         unknown_keys(here, entry, DATASET_KEYS)
         if "base" not in entry:
@@ -174,7 +219,7 @@ def preset_of(head: PresetHead) -> Preset:
         datasets.append(ds)
     notes: list[str] = []
     noise = unique_values(noise, float, "noise", notes)
-    models = unique_values([_canonical_model(m) for m in models], str, "models", notes)
+    models = unique_values(models, str, "models", notes)
     notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(datasets, _dataset_key, "datasets", notes)
     model_options = _model_options(where, raw.get("model_options", {}), models)
@@ -211,10 +256,11 @@ def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[st
     if not isinstance(raw, dict):
         raise GaptuiError(f"{here} = {raw!r}: expected a table of model name = {{ option = value }}")
     out: dict[str, dict[str, Any]] = {}
+    plain = {model_entry(m, where)[0] for m in models}
     for name, options in raw.items():
         model = _canonical_model(name)
-        if model == BASELINE or model not in models:
-            trained = [m for m in models if m != BASELINE]
+        if model == BASELINE or model not in plain:
+            trained = sorted({m for m in plain if m != BASELINE})
             raise GaptuiError(
                 f"{here}: key '{name}' is not one of the preset's models{did_you_mean(model, trained)}; "
                 f"models: {', '.join(trained)}"
@@ -244,10 +290,12 @@ def _check_models(preset: Preset, where: str) -> None:
 
     dims = {preset.run.out_dim or SOURCES.get(ds.base).embedding_dim for ds in preset.datasets}
     given = {k: getattr(preset.run, k) for k in RECIPE_FIELDS}
-    for model in preset.models:
+    for entry in preset.models:
+        model, positional = model_entry(entry, where)
         if ":" in model:
             continue  # user models are smoke-tested by the worker, in its own environment
         values = resolve(preset.run.recipe, model, given, where)
+        values["features"] = entry_features(preset, model, positional, where) or values["features"]
         for out_dim in sorted(dims):
             try:
                 models.build(
@@ -260,7 +308,7 @@ def _check_models(preset: Preset, where: str) -> None:
                 )
             except GaptuiError as exc:
                 key = "[model_options]" if model in preset.model_options else "key 'models'"
-                raise GaptuiError(f"{where}: {key} value '{model}': {exc}") from None
+                raise GaptuiError(f"{where}: {key} value '{entry}': {exc}") from None
 
 
 def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
@@ -277,10 +325,7 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
             for eta in preset.noise:
                 dataset = entry.dataset_dict(eta)
                 cell = [{"model": BASELINE}] if preset.laplacian and seed_index == 0 else []
-                cell += [
-                    {"model": model, "model_kwargs": preset.model_options.get(model, {}), "seed": seed}
-                    for model in preset.models
-                ]
+                cell += [_entry_fields(preset, entry, seed, where) for entry in preset.models]
                 for extra in cell:
                     spec = RunSpec.from_dict({**common, "dataset": dataset, **extra}, where)
                     if spec.hash() not in seen:
@@ -289,6 +334,14 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                 if limit is not None and len(specs) >= limit:
                     return specs
     return specs
+
+
+def _entry_fields(preset: Preset, entry: str, seed: int, where: str) -> dict[str, Any]:
+    """The spec fields of one ``models`` entry (a model, or a model with positional inputs) for one seed."""
+    model, positional = model_entry(entry, where)
+    fields = {"model": model, "model_kwargs": preset.model_options.get(model, {}), "seed": seed}
+    features = entry_features(preset, model, positional, where)
+    return {**fields, "features": features} if features else fields
 
 
 def dump_preset(preset: Preset) -> str:

@@ -146,6 +146,8 @@ def recipe_label(values: Mapping[str, Any], model: str, named: str | None = None
     if model in UNTRAINED:
         return "-"
     full = {k: values.get(k, _LEGACY[k]) for k in RECIPE_FIELDS}
+    # Positional inputs (rwpe:K, lap:K) belong to the model's row (graphgps+rwpe:16), not to the recipe.
+    full["features"] = base_features(full["features"])
     user_model = ":" in model
     candidates = [named] if named in RECIPES else []
     candidates += [n for n in RECIPES if n != named]
@@ -162,6 +164,15 @@ def recipe_label(values: Mapping[str, Any], model: str, named: str | None = None
     assert best is not None
     _, name, differ = best
     return name + "".join(f"+{k}={full[k]}" for k in differ)
+
+
+def base_features(features: Any) -> Any:
+    """``features`` without its positional parts (``degree`` of ``degree+rwpe:16``); a value with no base part
+    (``rwpe:16`` alone) is kept whole, so that a recipe label still says it differs."""
+    if not isinstance(features, str) or ":" not in features:
+        return features
+    base = [part for part in features.split("+") if ":" not in part]
+    return base[0] if len(base) == 1 else features
 
 
 def spec_recipe_label(raw: Mapping[str, Any]) -> str:

@@ -116,6 +116,10 @@ class PANConv(GraphLayer):
     def _sparse_formula(self, h: Tensor, edge_index: Tensor) -> Tensor:
         """``sparse=False``: :math:`\bar M h` as PyG's layer computes it, on sparse matrices of the whole batch
         (torch's COO products in place of ``torch_sparse``'s): the powers are built anew in every layer."""
+        with torch.autocast(h.device.type, enabled=False):  # sparse products in fp32 (or fp64), as on the fast path
+            return self._sparse_product(h, edge_index)
+
+    def _sparse_product(self, h: Tensor, edge_index: Tensor) -> Tensor:
         n = h.shape[0]
         dtype = torch.float64 if h.dtype == torch.float64 else torch.float32
         ones = torch.ones(edge_index.shape[1], dtype=dtype, device=h.device)

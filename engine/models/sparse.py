@@ -46,6 +46,7 @@ a block matrix of the pattern per head (:class:`_Heads`), so no per-head slice i
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -532,8 +533,9 @@ class Graph:
 
     def dense_blocks(self, matrix: Tensor, dtype: torch.dtype) -> Tensor | None:
         """``matrix`` as its ``[graphs, n, n]`` diagonal blocks in ``dtype`` (built once per pass), when the states
-        are 16-bit floats (bf16 autocast), the graphs all have ``n <= DENSE_MAX_NODES`` nodes in order and no
-        entry leaves its graph; None otherwise.
+        are 16-bit floats (bf16 autocast), the graphs all have ``n <= DENSE_MAX_NODES`` nodes in order, no
+        entry leaves its graph and the device has bf16 units (a GPU, or a CPU with ``amx_bf16``/``avx512_bf16``:
+        :func:`engine.loop.cpu_has_bf16`); None otherwise.
 
         The sparse products have no bf16 kernel on a CPU: each would cast the states to fp32 and back, two
         passes over them, around a product bound by memory. A batched dense product of the blocks runs on the
@@ -544,6 +546,8 @@ class Graph:
         n = self.graph_size
         if dtype not in (torch.bfloat16, torch.float16) or n is None or not 0 < n <= DENSE_MAX_NODES:
             return None
+        if matrix.device.type == "cpu" and not _cpu_bf16():
+            return None  # no bf16 units: the dense product would be emulated, slower than the cast sparse one
         key = ("dense", id(matrix), dtype)
         if key not in self._cache:
             crow, col, values = matrix.crow_indices(), matrix.col_indices(), matrix.values()
@@ -571,6 +575,13 @@ class Graph:
                     expected = torch.arange(graphs, device=batch.device).repeat_interleave(n)
                     self._size = n if torch.equal(batch, expected) else None
         return self._size  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_bf16() -> bool:
+    from engine.loop import cpu_has_bf16
+
+    return cpu_has_bf16()
 
 
 #: Graphs of at most this many nodes (all of one size, in order) are aggregated by dense products of their

@@ -14,7 +14,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from engine.alignment.preset import BASELINE, PAPER_ORDER, Preset, dataset_label, grid, model_label, parse_preset
+from engine.alignment.preset import BASELINE, ROW_ORDER, Preset, dataset_label, grid, model_label, parse_preset
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
@@ -52,7 +52,7 @@ class Alignment(TaskFamily):
     axes = (
         Axis("dataset", "dataset"),
         Axis("noise", "noise", numeric=True, prefix="η="),
-        Axis("model", "model", order=(BASELINE, *PAPER_ORDER)),
+        Axis("model", "model", order=(BASELINE, *ROW_ORDER)),
         Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
     )
     table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,), uniform=("recipe",))
