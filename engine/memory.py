@@ -124,11 +124,13 @@ def estimate(
     batch_size: int | None = None,
     built: tuple[float, float, int] | None = None,
     model_bytes: ModelBytes | None = None,
+    node_bytes: int = 0,
 ) -> MemoryEstimate | None:
     """The estimate for a canonical dataset spec (and a batch of ``batch_size`` pairs); ``built`` (nodes per graph,
     mean degree, pairs) is what a built dataset's statistics say, for sources that cannot tell their graph sizes
     before loading them (real and user datasets). None when neither tells. ``model_bytes`` adds what the model
-    declares per batch (GraphGPS's attention scores, PAN's dense powers) to the batch's estimate."""
+    declares per batch (GraphGPS's attention scores, PAN's dense powers) to the batch's estimate; ``node_bytes``
+    what the run keeps per node of a pair beside the dataset (positional inputs of G and G~)."""
     from engine.sources import SOURCES, parse_params
 
     source_cls = SOURCES.get(canonical["base"])
@@ -143,7 +145,7 @@ def estimate(
     # per pair: G and H edge lists (both directions, 2 rows), their pointers, the permutation and the order
     noisy_degree = degree * (1 + canonical["noise"])
     per_pair = (2 * 2 * nodes * (degree + noisy_degree) / 2 + nodes + 4) * _INT
-    dataset = int(pairs * per_pair)
+    dataset = int(pairs * (per_pair + nodes * node_bytes))
     # sources that draw a whole n x n matrix per graph, and the pair table of dense Bernoulli draws
     generation = int(max(_BUILD_OVERHEAD * dataset / 2, 12 * nodes * nodes if dense else 0))
     batch = None
@@ -161,9 +163,10 @@ def pairs_need(
     what: str = "this run",
     built: tuple[float, float, int] | None = None,
     model_bytes: ModelBytes | None = None,
+    node_bytes: int = 0,
 ) -> MemoryNeed | None:
     """The :class:`MemoryNeed` of a pair dataset and its training batch (:func:`estimate`), None when unknown."""
-    est = estimate(canonical, batch_size, built, model_bytes)
+    est = estimate(canonical, batch_size, built, model_bytes, node_bytes)
     if est is None:
         return None
     big = "training batch" if (est.batch_bytes or 0) > est.generation_bytes else "dataset"
@@ -182,9 +185,10 @@ def check_fits(
     batch_size: int | None = None,
     what: str = "this run",
     model_bytes: ModelBytes | None = None,
+    node_bytes: int = 0,
 ) -> None:
     """Refuse a plan whose estimate exceeds the machine's memory, in one line naming both."""
-    need = pairs_need(canonical, batch_size, what, model_bytes=model_bytes)
+    need = pairs_need(canonical, batch_size, what, model_bytes=model_bytes, node_bytes=node_bytes)
     if need is not None:
         need.check()
 

@@ -355,3 +355,15 @@ def test_train_with_positional_features_files_the_row_a_preset_entry_does() -> N
     assert (axes["model"], axes["recipe"]) == ("graphgps+rwpe:16", "gaptui")
     axes = family.record_axes(RunSpec(dataset=dataset, model="ggnn", model_kwargs={"steps": 2}, features="ones"))
     assert (axes["model"], axes["recipe"]) == ("ggnn[steps=2]", "ngab")  # gaptui on ones is ngab
+
+
+def test_positional_inputs_count_in_the_dataset_memory() -> None:
+    from engine.memory import estimate
+
+    dataset = {"base": "er", "noise": 0.1, "n_train": 1000, "n_val": 100, "params": {"n": 100, "degree": 8}}
+    plain = RunSpec(dataset=dataset, model="gcn")
+    pe = RunSpec(dataset=dataset, model="gcn", features="degree+rwpe:16+lap:8")
+    assert (plain.node_bytes(), pe.node_bytes()) == (0, 2 * 4 * 24)
+    canonical = plain.dataset_spec().canonical()
+    a, b = estimate(canonical, 100), estimate(canonical, 100, node_bytes=pe.node_bytes())
+    assert b.dataset_bytes - a.dataset_bytes == 1100 * 100 * 2 * 4 * 24

@@ -209,7 +209,16 @@ class RunSpec(TaskSpec):
 
         if self.model != "laplacian":
             what = f"{self.model} on {self.dataset['base']}"
-            check_fits(self.dataset_spec().canonical(), self.batch_size, what, self.model_bytes())
+            check_fits(self.dataset_spec().canonical(), self.batch_size, what, self.model_bytes(), self.node_bytes())
+
+    def node_bytes(self) -> int:
+        """Bytes a run keeps per node of a pair beside the dataset: its positional inputs, fp32, of G and G~."""
+        from engine.alignment.features import parse_features
+
+        try:
+            return 2 * 4 * parse_features(self.features).positional_dim
+        except GaptuiError:
+            return 0  # validate names the bad value
 
     def model_bytes(self) -> Callable[[int, float], int] | None:
         """What the built-in model declares a training batch needs beyond the node states

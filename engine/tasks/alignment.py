@@ -195,7 +195,7 @@ class Alignment(TaskFamily):
                 built = None
         noise = f"noise {canonical['noise']:g}"
         what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
-        return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes())
+        return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
 
     # -------------------------------------------------------------------------------- reference tables, optimal lines
 
