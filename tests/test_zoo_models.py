@@ -276,7 +276,7 @@ def test_zoo_presets_plan_every_model_and_graphgps_with_three_inputs() -> None:
     from gaptui.workspace import Workspace
 
     family = FAMILIES.get("alignment")
-    for name, sizes in (("zoo", (5000, 500)), ("zoo-smoke", (40, 10)), ("zoo-cpu", (1000, 200))):
+    for name, sizes in (("zoo", (5000, 500)), ("zoo-smoke", (40, 10)), ("zoo-cpu", (500, 100))):
         preset = load_preset(name)
         specs = grid(preset, Workspace(Path("/tmp/unused")))
         rows = {family.record_axes(s)["model"] for s in specs}
