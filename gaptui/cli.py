@@ -146,56 +146,112 @@ def train_cmd(
     checkpoint, and the same command resumes it.
     """
     from engine.tasks import family
-    from gaptui import launch
     from gaptui.runner import run_id
 
     ws = Workspace.resolve(workspace)
     generic = preset is not None or spec_file is not None
     if generic:
-        flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
-        if flags:
-            raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
-        spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
-        spec = with_precision(with_recipe(spec, recipe), precision)
+        spec = _generic_spec(ws, base, noise, model, task, preset, where, spec_file, overrides, recipe, precision)
     else:
-        if task is not None or where or overrides:
-            raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
-        missing = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is None]
-        if missing:
-            raise GaptuiError(
-                f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
-                "or --task NAME with --preset P --where axis=value or --spec FILE"
-            )
-        from engine.loop import check_precision
-        from engine.sources import parse_param_args
-        from engine.tasks import DEFAULT_TASK, load_spec
-
-        dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
-        for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
-            if value is not None:
-                dataset[key] = value
-        # The default family's run (alignment), as these flags have always described it.
-        raw = {
-            "task": DEFAULT_TASK,
-            "dataset": dataset,
-            "model": model,
-            "epochs": epochs,
-            "batch_size": batch_size,
-            # the spec type's own default recipe: a dict without one would be read as written before recipes
-            "recipe": recipe or _field_default(family(DEFAULT_TASK).spec_type, "recipe"),
-            "features": features,
-            "input_layer": input_layer,
-            "norm": norm,
-            "compile": compile_mode,
-            "precision": check_precision(precision or "auto", "--precision"),
-            "seed": seed,
-            "device": device,
-            "datasets_dir": str(ws.datasets),
-            "data_root": str(ws.raw_data),
-        }
-        spec = load_spec(raw, where="gaptui train")
+        spec = _alignment_spec(
+            ws, task, where, overrides, base, noise, model, epochs, train, val, seed, data_seed, batch_size, recipe,
+            features, input_layer, norm, device, compile_mode, precision, noise_model, param,
+        )  # fmt: skip
     fam = family(spec.task)
     folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
+    _check_train_run(ws, spec, fam, folder, force)
+    _prepare_inputs(spec, fam, as_json)
+    result = _run_foreground(spec, folder, ws, show_progress=not as_json)
+    _print_train_result(spec, fam, result, folder, as_json, generic, model, base, noise)
+
+
+def _generic_spec(
+    ws: Workspace,
+    base: str | None,
+    noise: float | None,
+    model: str | None,
+    task: str | None,
+    preset: str | None,
+    where: list[str] | None,
+    spec_file: Path | None,
+    overrides: list[str] | None,
+    recipe: str | None,
+    precision: str | None,
+) -> Any:
+    """The run of ``--preset``/``--spec`` with --recipe and --precision applied; the alignment flags are refused."""
+    flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
+    if flags:
+        raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
+    spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
+    return with_precision(with_recipe(spec, recipe), precision)
+
+
+def _alignment_spec(
+    ws: Workspace,
+    task: str | None,
+    where: list[str] | None,
+    overrides: list[str] | None,
+    base: str | None,
+    noise: float | None,
+    model: str | None,
+    epochs: int,
+    train: int | None,
+    val: int | None,
+    seed: int,
+    data_seed: int,
+    batch_size: int,
+    recipe: str | None,
+    features: str | None,
+    input_layer: str | None,
+    norm: str | None,
+    device: str,
+    compile_mode: str,
+    precision: str | None,
+    noise_model: str | None,
+    param: list[str] | None,
+) -> Any:
+    """The alignment run the --base, --noise and --model flags describe; --task, --where and --set are refused."""
+    if task is not None or where or overrides:
+        raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
+    missing = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is None]
+    if missing:
+        raise GaptuiError(
+            f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
+            "or --task NAME with --preset P --where axis=value or --spec FILE"
+        )
+    from engine.loop import check_precision
+    from engine.sources import parse_param_args
+    from engine.tasks import DEFAULT_TASK, family, load_spec
+
+    dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
+    for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
+        if value is not None:
+            dataset[key] = value
+    # The default family's run (alignment), as these flags have always described it.
+    raw = {
+        "task": DEFAULT_TASK,
+        "dataset": dataset,
+        "model": model,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        # the spec type's own default recipe: a dict without one would be read as written before recipes
+        "recipe": recipe or _field_default(family(DEFAULT_TASK).spec_type, "recipe"),
+        "features": features,
+        "input_layer": input_layer,
+        "norm": norm,
+        "compile": compile_mode,
+        "precision": check_precision(precision or "auto", "--precision"),
+        "seed": seed,
+        "device": device,
+        "datasets_dir": str(ws.datasets),
+        "data_root": str(ws.raw_data),
+    }
+    return load_spec(raw, where="gaptui train")
+
+
+def _check_train_run(ws: Workspace, spec: Any, fam: Any, folder: Path, force: bool) -> None:
+    """Check the run before it starts: its estimated duration, its folder, its files and its dependencies."""
+    from gaptui import launch
     from gaptui.estimate import check_duration
 
     for line in check_duration([spec], 1, f"run {fam.describe(spec)}", force)[1]:
@@ -204,12 +260,33 @@ def train_cmd(
     for line in launch.check_specs([spec]):
         warn(line)
     _check_dependencies_done(ws, spec)
+
+
+def _prepare_inputs(spec: Any, fam: Any, as_json: bool) -> None:
+    """Build the run's inputs (``launch.prepare_checked``), under a status line unless --json."""
+    from gaptui import launch
+
     if as_json:
         launch.prepare_checked([spec])
     else:
         with err_console.status(f"preparing the inputs of {escape(fam.describe(spec))} ..."):
             launch.prepare_checked([spec])
-    result = _run_foreground(spec, folder, ws, show_progress=not as_json)
+
+
+def _print_train_result(
+    spec: Any,
+    fam: Any,
+    result: dict[str, Any],
+    folder: Path,
+    as_json: bool,
+    generic: bool,
+    model: str | None,
+    base: str | None,
+    noise: float | None,
+) -> None:
+    """Print the run's final metrics: one JSON document, or a table and the run folder."""
+    from gaptui.runner import run_id
+
     if as_json:
         print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return

@@ -113,7 +113,6 @@ def run_cmd(
 
     With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
     from gaptui import launch
-    from gaptui.history import History, read_records
     from gaptui.preset_code import review_preset
 
     ws = Workspace.resolve(workspace)
@@ -123,35 +122,14 @@ def run_cmd(
         note(f"{spec_preset.path or spec_preset.name}: {line}")
     slurm_settings = None
     if backend == "slurm":
-        from gaptui.backends.slurm import parse_slurm_options
-        from gaptui.presets import slurm_options as preset_slurm
-
-        slurm_settings = preset_slurm(spec_preset).merged(
-            partition=partition,
-            account=account,
-            qos=qos,
-            time=time_min,
-            gpus_per_run=gpus_per_run,
-            cpus_per_run=cpus_per_run,
-            mem_per_run=mem_per_run,
-            array_parallelism=array_parallelism,
-            max_retries=max_retries,
-            options=parse_slurm_options(slurm or []),
-        )
+        slurm_settings = _slurm_settings(
+            spec_preset, slurm, partition, account, qos, time_min, gpus_per_run, cpus_per_run, mem_per_run,
+            array_parallelism, max_retries,
+        )  # fmt: skip
     elif backend == "local" and detach:
         raise GaptuiError("--detach needs --backend slurm (local workers stop with the manager)")
-    if (recalibrate or no_estimate) and not dry_run:
-        raise GaptuiError("--recalibrate and --no-estimate go with --dry-run")
-    if list_all and not dry_run:
-        raise GaptuiError("--list goes with --dry-run (a run prints its progress instead)")
-    if recalibrate and no_estimate:
-        raise GaptuiError("--recalibrate measures for the estimate that --no-estimate skips: give one of them")
-    cores = len(os.sched_getaffinity(0))
-    if cpu_jobs is not None and cpu_jobs > cores:
-        err_console.print(
-            f"[yellow]warning:[/] --cpu-jobs {cpu_jobs} is more than the {cores} cores of this machine; runs will "
-            "compete for them and each will be slower"
-        )
+    _check_dry_run_flags(dry_run, recalibrate, no_estimate, list_all)
+    _warn_cpu_jobs(cpu_jobs)
     options = launch.LaunchOptions(
         gpus=launch.parse_gpus(gpus),
         jobs_per_gpu=jobs_per_gpu,
@@ -166,86 +144,195 @@ def run_cmd(
     settings = launch.launch_settings(spec_preset, options, ws)
 
     if dry_run:
-        records = read_records(ws)
-        launch_plan = launch.plan_launch(spec_preset, ws, records, settings)
-        _print_plan_notes(launch_plan.plan)
-        for line in launch_plan.summary(list_all):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
-        over, lines = launch_plan.duration_lines(ws, records, force=True)
-        if over:
-            warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
-        if no_estimate:
-            return
-        if settings.backend == "slurm":
-            console.print(
-                "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
-                "cluster's nodes)",
-                highlight=False,
-            )
-            return
-        for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        _dry_run(ws, spec_preset, settings, list_all, recalibrate, no_estimate)
         return
+    _run_grid(ws, spec_preset, settings, retry_failed, detach, force)
+
+
+def _slurm_settings(
+    spec_preset: Any,
+    slurm: list[str] | None,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    time_min: int | None,
+    gpus_per_run: int | None,
+    cpus_per_run: int | None,
+    mem_per_run: float | None,
+    array_parallelism: int | None,
+    max_retries: int | None,
+) -> Any:
+    """The Slurm settings of ``--backend slurm``: the preset's, with the command line's options over them."""
+    from gaptui.backends.slurm import parse_slurm_options
+    from gaptui.presets import slurm_options as preset_slurm
+
+    return preset_slurm(spec_preset).merged(
+        partition=partition,
+        account=account,
+        qos=qos,
+        time=time_min,
+        gpus_per_run=gpus_per_run,
+        cpus_per_run=cpus_per_run,
+        mem_per_run=mem_per_run,
+        array_parallelism=array_parallelism,
+        max_retries=max_retries,
+        options=parse_slurm_options(slurm or []),
+    )
+
+
+def _check_dry_run_flags(dry_run: bool, recalibrate: bool, no_estimate: bool, list_all: bool) -> None:
+    """Refuse --recalibrate, --no-estimate and --list without --dry-run, and --recalibrate with --no-estimate."""
+    if (recalibrate or no_estimate) and not dry_run:
+        raise GaptuiError("--recalibrate and --no-estimate go with --dry-run")
+    if list_all and not dry_run:
+        raise GaptuiError("--list goes with --dry-run (a run prints its progress instead)")
+    if recalibrate and no_estimate:
+        raise GaptuiError("--recalibrate measures for the estimate that --no-estimate skips: give one of them")
+
+
+def _warn_cpu_jobs(cpu_jobs: int | None) -> None:
+    """Warn when --cpu-jobs asks for more concurrent runs than this machine has cores."""
+    cores = len(os.sched_getaffinity(0))
+    if cpu_jobs is not None and cpu_jobs > cores:
+        err_console.print(
+            f"[yellow]warning:[/] --cpu-jobs {cpu_jobs} is more than the {cores} cores of this machine; runs will "
+            "compete for them and each will be slower"
+        )
+
+
+def _dry_run(
+    ws: Workspace, spec_preset: Any, settings: Any, list_all: bool, recalibrate: bool, no_estimate: bool
+) -> None:
+    """``--dry-run``: print the plan, its start order and (unless --no-estimate) its estimated duration."""
+    from gaptui import launch
+    from gaptui.history import read_records
+
+    records = read_records(ws)
+    launch_plan = launch.plan_launch(spec_preset, ws, records, settings)
+    _print_plan_notes(launch_plan.plan)
+    for line in launch_plan.summary(list_all):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    over, lines = launch_plan.duration_lines(ws, records, force=True)
+    if over:
+        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
+    if no_estimate:
+        return
+    if settings.backend == "slurm":
+        console.print(
+            "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
+            "cluster's nodes)",
+            highlight=False,
+        )
+        return
+    for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool, detach: bool, force: bool) -> None:
+    """Start the grid's runs and follow them to the end (or leave them to Slurm with --detach); exit 1 on failures."""
+    from gaptui import launch
+    from gaptui.history import History, read_records
 
     # Before anything is recorded: a grid that would run for months is refused (--force insists).
     records = read_records(ws)
     duration = launch.plan_launch(spec_preset, ws, records, settings).duration_lines(ws, records, force)[1]
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
         scheduler = launch.make_backend(settings, ws, history)
-        reattached, requeued = scheduler.recover()
-        if reattached or requeued:
-            err_console.print(
-                f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
-                "run(s) (queued again; they resume from their checkpoints)"
-            )
+        _recover_runs(scheduler)
         launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
         grid_plan = launch_plan.plan
         _print_plan_notes(grid_plan)
         for line in duration:
             err_console.print(escape(line), highlight=False, soft_wrap=True)
-        elsewhere: set[str] = set()
-        if settings.backend == "local":
-            from gaptui.backends.slurm import in_flight_on_slurm
-
-            elsewhere = in_flight_on_slurm(history.records()) & {s.hash() for s in grid_plan.to_run}
-            if elsewhere:
-                err_console.print(
-                    f"{len(elsewhere)} run(s) of this grid are in flight on Slurm and are left to it; re-attach "
-                    f"with `gaptui run --preset {spec_preset.name} --backend slurm`",
-                    highlight=False,
-                )
-        with err_console.status("preparing inputs ...") as status:
-
-            def progress(done: int, total: int, label: str) -> None:
-                status.update(f"inputs {done}/{total}: {escape(label)} ready")
-
-            launched = launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+        elsewhere = _in_flight_elsewhere(settings, history, grid_plan, spec_preset.name)
+        launched = _start_runs(launch_plan, scheduler, elsewhere)
         if settings.backend == "slurm":
             scheduler.step()  # submits what is ready: a submission that fails is said before anything else
-        for run_hash, error in launched.failed.items():
-            err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
-        where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
-        err_console.print(
-            f"preset {spec_preset.name}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
-            f"{len(grid_plan.failed)} failed before"
-            f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-            f"{len(launched.queued) + len(scheduler.running) + len(elsewhere)} to run on {where}",
-            highlight=False,
-        )
+        _print_launched(launched, scheduler, settings, spec_preset.name, grid_plan, elsewhere, retry_failed)
         hashes = {s.hash() for s in grid_plan.specs}
         if detach:
-            scheduler.step()  # submits everything queued
-            left = scheduler.detach()
-            err_console.print(
-                f"detached: {len(left)} run(s) queued or running on Slurm; follow them with `gaptui slurm status`, "
-                f"re-attach with `gaptui run --preset {spec_preset.name} --backend slurm`",
-                highlight=False,
-            )
+            _detach(scheduler, spec_preset.name)
             return
         _drive(scheduler, history, hashes, spec_preset.name)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, grid_plan.specs, spec_preset.task)
+    _exit_if_failed(failed, skipped_failed)
+
+
+def _recover_runs(scheduler: Any) -> None:
+    """Re-attach to the runs still running and queue the interrupted ones again, saying how many."""
+    reattached, requeued = scheduler.recover()
+    if reattached or requeued:
+        err_console.print(
+            f"found {len(reattached)} run(s) still running (re-attached) and {len(requeued)} interrupted "
+            "run(s) (queued again; they resume from their checkpoints)"
+        )
+
+
+def _in_flight_elsewhere(settings: Any, history: Any, grid_plan: Any, preset: str) -> set[str]:
+    """The hashes of the grid's runs in flight on Slurm, which a local run leaves to it (said on stderr)."""
+    elsewhere: set[str] = set()
+    if settings.backend == "local":
+        from gaptui.backends.slurm import in_flight_on_slurm
+
+        elsewhere = in_flight_on_slurm(history.records()) & {s.hash() for s in grid_plan.to_run}
+        if elsewhere:
+            err_console.print(
+                f"{len(elsewhere)} run(s) of this grid are in flight on Slurm and are left to it; re-attach "
+                f"with `gaptui run --preset {preset} --backend slurm`",
+                highlight=False,
+            )
+    return elsewhere
+
+
+def _start_runs(launch_plan: Any, scheduler: Any, elsewhere: set[str]) -> Any:
+    """Prepare the runs' inputs under a status line and queue them (``launch.start``)."""
+    from gaptui import launch
+
+    with err_console.status("preparing inputs ...") as status:
+
+        def progress(done: int, total: int, label: str) -> None:
+            status.update(f"inputs {done}/{total}: {escape(label)} ready")
+
+        return launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+
+
+def _print_launched(
+    launched: Any,
+    scheduler: Any,
+    settings: Any,
+    preset: str,
+    grid_plan: Any,
+    elsewhere: set[str],
+    retry_failed: bool,
+) -> None:
+    """The runs that failed before starting, then the grid's counts: done, failed before, to run and where."""
+    for run_hash, error in launched.failed.items():
+        err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
+    where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
+    err_console.print(
+        f"preset {preset}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
+        f"{len(grid_plan.failed)} failed before"
+        f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
+        f"{len(launched.queued) + len(scheduler.running) + len(elsewhere)} to run on {where}",
+        highlight=False,
+    )
+
+
+def _detach(scheduler: Any, preset: str) -> None:
+    """``--detach``: submit everything queued and leave the runs to Slurm."""
+    scheduler.step()  # submits everything queued
+    left = scheduler.detach()
+    err_console.print(
+        f"detached: {len(left)} run(s) queued or running on Slurm; follow them with `gaptui slurm status`, "
+        f"re-attach with `gaptui run --preset {preset} --backend slurm`",
+        highlight=False,
+    )
+
+
+def _exit_if_failed(failed: list[Any], skipped_failed: list[str]) -> None:
+    """Exit 1 when runs of the grid failed, were blocked, or stay failed (skipped without --retry-failed)."""
     if failed:
         err_console.print(
             f"[red]{len(failed)} run(s) failed or blocked[/]; see `gaptui history --status failed --status blocked` "

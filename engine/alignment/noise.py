@@ -315,6 +315,212 @@ def _empty_split() -> tuple[PairSplit, NoiseStats]:
     return PairSplit(none, index, ptr, index.copy(), ptr.copy(), none.copy()), NoiseStats(0, 0, 0, 0, 0)
 
 
+@dataclass(frozen=True)
+class _Draws:
+    """The changes :func:`correlate` draws first, for all graphs: they decide the output sizes."""
+
+    #: Removed edges, ascending indices into the graphs' concatenated edges; ``removed_ptr [P + 1]`` per graph.
+    removed: np.ndarray
+    removed_ptr: np.ndarray
+    #: ``[P]`` edges each graph adds as a uniform subset of its non-edges (:func:`_uniform_subsets`).
+    want: np.ndarray
+    #: Graph with more than ``_CHUNK_SLOTS`` pairs -> ranks of the non-edges it adds.
+    big_ranks: dict[int, np.ndarray]
+    #: Edges added by coins (:func:`_coin_hits`): ``(graph, slot)``, ``coin_ptr [P + 1]`` per graph.
+    coin_graph: np.ndarray
+    coin_slot: np.ndarray
+    coin_ptr: np.ndarray
+    #: ``[sum(n)]`` one uniform permutation per graph (:func:`_uniform_permutations`).
+    perm: np.ndarray
+    #: ``[P]`` edges each graph adds, however drawn.
+    added: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Graphs ``c0 .. c1 - 1`` assembled together, on chunk-global node ids."""
+
+    c0: int
+    c1: int
+    nc: np.ndarray
+    mc: np.ndarray
+    cnode_ptr: np.ndarray
+    cslot_ptr: np.ndarray
+    size: int
+    node_type: type
+    #: The graphs' edges, concatenated (graph-local ids).
+    edges: np.ndarray
+    #: ``[size]`` the chunk-global id of the first node of each node's graph, and each node's id in its graph.
+    node_offset: np.ndarray
+    local: np.ndarray
+
+
+def _draw_changes(
+    model: str,
+    n: np.ndarray,
+    edge_list: list[np.ndarray],
+    node_ptr: np.ndarray,
+    edge_ptr: np.ndarray,
+    free: np.ndarray,
+    big: np.ndarray,
+    p_remove: np.ndarray,
+    p_add: np.ndarray,
+    rng: np.random.Generator,
+) -> _Draws:
+    """Draw the removals, the added-edge counts and coins, and the permutations of all graphs, in this order."""
+    count = n.size
+    dense = ~big & (p_add > 0.5)
+    subset = ~big & ~dense & (p_add > 0)
+    removed = (
+        bernoulli_hits(int(edge_ptr[-1]), float(p_remove[0]), rng)
+        if model == "add_remove"
+        else np.empty(0, dtype=np.int64)
+    )
+    want = np.zeros(count, dtype=np.int64)
+    want[subset] = rng.binomial(free[subset], p_add[subset])
+    big_ids = np.flatnonzero(big & (p_add > 0))
+    big_ranks = {int(i): bernoulli_hits(int(free[i]), float(p_add[i]), rng) for i in big_ids}
+    coin_graph, coin_slot = _coin_hits(np.flatnonzero(dense), p_add, n, edge_list, rng)
+    perm = _uniform_permutations(n, node_ptr, rng)
+
+    removed_ptr = np.searchsorted(removed, edge_ptr)
+    coin_ptr = np.searchsorted(coin_graph, np.arange(count + 1))
+    added = want + np.diff(coin_ptr)
+    added[big_ids] = [big_ranks[int(i)].size for i in big_ids]
+    return _Draws(removed, removed_ptr, want, big_ranks, coin_graph, coin_slot, coin_ptr, perm, added)
+
+
+def _chunk_scratch(chunks: list[tuple[int, int]], slots: np.ndarray, big: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks' table of taken pairs, and the scratch of _uniform_subsets, reused chunk after chunk."""
+    table_size = max(int(slots[c0:c1].sum()) if not big[c0] else 0 for c0, c1 in chunks)
+    taken = np.zeros(table_size, dtype=bool)
+    owner = np.empty(table_size, dtype=np.int32 if table_size < np.iinfo(np.int32).max else np.int64)
+    return taken, owner
+
+
+def _pair_table(
+    n: np.ndarray, slots: np.ndarray, added: np.ndarray, big: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Slot -> (u, v) table when all graphs have one order (and the table is small next to the work), else None."""
+    if n.min() == n.max() and slots[0] <= max(int(added.sum()), 1 << 10) and not big[0]:
+        return np.triu_indices(int(n[0]), 1)
+    return None
+
+
+def _chunk_of(
+    c0: int, c1: int, n: np.ndarray, m: np.ndarray, node_ptr: np.ndarray, slots: np.ndarray, edge_list: list[np.ndarray]
+) -> _Chunk:
+    """Lay out graphs ``c0 .. c1 - 1`` as one chunk; ValueError for an edge (u, v) with u >= v."""
+    nc, mc = n[c0:c1], m[c0:c1]
+    cnode_ptr = node_ptr[c0 : c1 + 1] - node_ptr[c0]
+    cslot_ptr = _offsets(slots[c0:c1])
+    size = int(cnode_ptr[-1])
+    node_type = np.int32 if size < np.iinfo(np.int32).max else np.int64
+    edges = np.concatenate(edge_list[c0:c1]) if c1 - c0 > 1 else edge_list[c0]
+
+    if (edges[:, 0] >= edges[:, 1]).any():
+        raise ValueError("correlate expects simple graphs with edges (u, v), u < v")
+    node_offset = np.repeat(cnode_ptr[:-1], nc)
+    local = np.arange(size, dtype=np.int64) - node_offset
+    return _Chunk(c0, c1, nc, mc, cnode_ptr, cslot_ptr, size, node_type, edges, node_offset, local)
+
+
+def _chunk_g_edges(chunk: _Chunk, draws: _Draws, edge_ptr: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The chunk's edges sorted by slot, ``(eu, ev, gu, gv, gslot, drop)``, ``drop`` the positions of the removed."""
+    nc, cnode_ptr, local = chunk.nc, chunk.cnode_ptr, chunk.local
+    # Chunk-global ids of the edges' ends: int64 for gathers (which convert narrower indices first), the
+    # narrow node type for the bucket passes. Each edge's slot in the chunk is row_base[u] + v.
+    row_base = np.repeat(chunk.cslot_ptr[:-1] - cnode_ptr[:-1], nc) + local * (np.repeat(nc, nc) - 1)
+    row_base -= local * (local + 1) // 2 + 1
+    edge_offset = np.repeat(cnode_ptr[:-1], chunk.mc)
+    eu, ev = chunk.edges[:, 0] + edge_offset, chunk.edges[:, 1] + edge_offset
+    gu, gv = eu.astype(chunk.node_type), ev.astype(chunk.node_type)
+    gslot = row_base[eu] + ev
+    drop = draws.removed[draws.removed_ptr[chunk.c0] : draws.removed_ptr[chunk.c1]] - edge_ptr[chunk.c0]
+    if gslot.size > 1 and (gslot[1:] <= gslot[:-1]).any():
+        # Graph.edges should already be sorted: sort if not (what follows relies on it), refuse duplicates.
+        order = np.argsort(gslot, kind="stable")
+        eu, ev, gu, gv, gslot = eu[order], ev[order], gu[order], gv[order], gslot[order]
+        if (gslot[1:] == gslot[:-1]).any():
+            raise ValueError("correlate expects simple graphs: a graph lists an edge twice")
+        dropped = np.zeros(gslot.size, dtype=bool)
+        dropped[drop] = True
+        drop = np.flatnonzero(dropped[order])
+    return eu, ev, gu, gv, gslot, drop
+
+
+def _chunk_added_edges(
+    chunk: _Chunk,
+    gslot: np.ndarray,
+    draws: _Draws,
+    big: np.ndarray,
+    free: np.ndarray,
+    taken: np.ndarray,
+    owner: np.ndarray,
+    pairs: tuple[np.ndarray, np.ndarray] | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's added edges as chunk-global ``(u, v)``: by rank, uniform subset and coins, as drawn."""
+    c0, c1, cslot_ptr = chunk.c0, chunk.c1, chunk.cslot_ptr
+    # Added edges, as (chunk graph, chunk slot).
+    if big[c0]:
+        # Non-edge rank -> slot: skip the edges before it, those with slot - (edges before it) <= rank.
+        rank = draws.big_ranks.get(c0, np.empty(0, dtype=np.int64))
+        ag = np.zeros(rank.size, dtype=np.int64)
+        aslot = rank + np.searchsorted(gslot - np.arange(gslot.size), rank, side="right")
+    else:
+        table = taken[: int(cslot_ptr[-1])]
+        table[gslot] = True
+        ag, aslot = _uniform_subsets(draws.want[c0:c1], free[c0:c1], cslot_ptr, table, owner, rng)
+        table[:] = False
+    coin_ptr = draws.coin_ptr
+    if coin_ptr[c1] > coin_ptr[c0]:
+        cg = draws.coin_graph[coin_ptr[c0] : coin_ptr[c1]] - c0
+        ag = np.concatenate([ag, cg])
+        aslot = np.concatenate([aslot, cslot_ptr[cg] + draws.coin_slot[coin_ptr[c0] : coin_ptr[c1]]])
+    au, av = _slot_pairs(aslot - cslot_ptr[ag], chunk.nc[ag], pairs)
+    au += chunk.cnode_ptr[ag]
+    av += chunk.cnode_ptr[ag]
+    return au, av
+
+
+def _write_h_chunk(
+    out: np.ndarray,
+    chunk: _Chunk,
+    to_h: np.ndarray,
+    eu: np.ndarray,
+    ev: np.ndarray,
+    au: np.ndarray,
+    av: np.ndarray,
+    drop: np.ndarray,
+    local: np.ndarray,
+) -> np.ndarray:
+    """Write the chunk's H into ``out`` (local ids); returns whether each of its graphs H is connected."""
+    size, node_type, cnode_ptr, nc = chunk.size, chunk.node_type, chunk.cnode_ptr, chunk.nc
+    # H: kept and added edges relabelled by perm, oriented lo < hi; removed ones go to the dropped bucket.
+    kept = eu.size
+    hi = np.empty(kept + au.size, dtype=node_type)
+    lo = np.empty(kept + au.size, dtype=node_type)
+    x, y = to_h[eu], to_h[ev]
+    np.maximum(x, y, out=hi[:kept])
+    np.minimum(x, y, out=lo[:kept])
+    x, y = to_h[au], to_h[av]
+    np.maximum(x, y, out=hi[kept:])
+    np.minimum(x, y, out=lo[kept:])
+    hi[drop] = size
+    lo, hi = _upper_rows(lo, hi, size)
+    # Both directions as for G, plus the root of connected_from_root (node `size`, sorted last).
+    firsts = cnode_ptr[:-1][nc > 0].astype(node_type)
+    h_indptr, h_targets = stable_group(
+        np.concatenate([hi, lo, np.full(firsts.size, size, dtype=node_type)]),
+        np.concatenate([lo, hi, firsts]),
+        size + 1,
+    )
+    entries = 2 * lo.size
+    _write_local(out, h_indptr[: size + 1], h_targets[:entries], cnode_ptr, local)
+    return connected_from_root(nc, h_indptr, h_targets)
+
+
 def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Generator) -> tuple[PairSplit, NoiseStats]:
     """Build one alignment pair per base graph: noise, then a uniform random relabelling of the noised graph.
 
@@ -343,125 +549,36 @@ def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Genera
     slots = n * (n - 1) // 2
     free = slots - m
     big = slots > _CHUNK_SLOTS
-    dense = ~big & (p_add > 0.5)
-    subset = ~big & ~dense & (p_add > 0)
 
     # What decides the output sizes is drawn first, for all graphs.
-    removed = (
-        bernoulli_hits(int(edge_ptr[-1]), float(p_remove[0]), rng)
-        if model == "add_remove"
-        else np.empty(0, dtype=np.int64)
-    )
-    want = np.zeros(count, dtype=np.int64)
-    want[subset] = rng.binomial(free[subset], p_add[subset])
-    big_ids = np.flatnonzero(big & (p_add > 0))
-    big_ranks = {int(i): bernoulli_hits(int(free[i]), float(p_add[i]), rng) for i in big_ids}
-    coin_graph, coin_slot = _coin_hits(np.flatnonzero(dense), p_add, n, edge_list, rng)
-    perm = _uniform_permutations(n, node_ptr, rng)
-
-    removed_ptr = np.searchsorted(removed, edge_ptr)
-    coin_ptr = np.searchsorted(coin_graph, np.arange(count + 1))
-    added = want + np.diff(coin_ptr)
-    added[big_ids] = [big_ranks[int(i)].size for i in big_ids]
-    g_ptr, h_ptr = 2 * edge_ptr, 2 * _offsets(m - np.diff(removed_ptr) + added)
+    draws = _draw_changes(model, n, edge_list, node_ptr, edge_ptr, free, big, p_remove, p_add, rng)
+    g_ptr, h_ptr = 2 * edge_ptr, 2 * _offsets(m - np.diff(draws.removed_ptr) + draws.added)
     g_index = np.empty((2, int(g_ptr[-1])), dtype=np.int64)
     h_index = np.empty((2, int(h_ptr[-1])), dtype=np.int64)
     connected = np.empty(count, dtype=bool)
 
     chunks = _chunks(n + m, np.where(big, 0, slots), big)
-    # The chunks' table of taken pairs, and the scratch of _uniform_subsets, reused chunk after chunk.
-    table_size = max(int(slots[c0:c1].sum()) if not big[c0] else 0 for c0, c1 in chunks)
-    taken = np.zeros(table_size, dtype=bool)
-    owner = np.empty(table_size, dtype=np.int32 if table_size < np.iinfo(np.int32).max else np.int64)
-    # Slot -> (u, v) by table lookup when all graphs have one order (and the table is small next to the work).
-    pairs = None
-    if n.min() == n.max() and slots[0] <= max(int(added.sum()), 1 << 10) and not big[0]:
-        pairs = np.triu_indices(int(n[0]), 1)
+    taken, owner = _chunk_scratch(chunks, slots, big)
+    pairs = _pair_table(n, slots, draws.added, big)
 
     for c0, c1 in chunks:
-        nc, mc = n[c0:c1], m[c0:c1]
-        cnode_ptr = node_ptr[c0 : c1 + 1] - node_ptr[c0]
-        cslot_ptr = _offsets(slots[c0:c1])
-        size = int(cnode_ptr[-1])
-        node_type = np.int32 if size < np.iinfo(np.int32).max else np.int64
-        edges = np.concatenate(edge_list[c0:c1]) if c1 - c0 > 1 else edge_list[c0]
+        chunk = _chunk_of(c0, c1, n, m, node_ptr, slots, edge_list)
+        eu, ev, gu, gv, gslot, drop = _chunk_g_edges(chunk, draws, edge_ptr)
+        au, av = _chunk_added_edges(chunk, gslot, draws, big, free, taken, owner, pairs, rng)
+        local = chunk.local.astype(chunk.node_type)
 
-        if (edges[:, 0] >= edges[:, 1]).any():
-            raise ValueError("correlate expects simple graphs with edges (u, v), u < v")
-        # Chunk-global ids of the edges' ends: int64 for gathers (which convert narrower indices first), the
-        # narrow node type for the bucket passes. Each edge's slot in the chunk is row_base[u] + v.
-        node_offset = np.repeat(cnode_ptr[:-1], nc)
-        local = np.arange(size, dtype=np.int64) - node_offset
-        row_base = np.repeat(cslot_ptr[:-1] - cnode_ptr[:-1], nc) + local * (np.repeat(nc, nc) - 1)
-        row_base -= local * (local + 1) // 2 + 1
-        edge_offset = np.repeat(cnode_ptr[:-1], mc)
-        eu, ev = edges[:, 0] + edge_offset, edges[:, 1] + edge_offset
-        gu, gv = eu.astype(node_type), ev.astype(node_type)
-        gslot = row_base[eu] + ev
-        drop = removed[removed_ptr[c0] : removed_ptr[c1]] - edge_ptr[c0]
-        if gslot.size > 1 and (gslot[1:] <= gslot[:-1]).any():
-            # Graph.edges should already be sorted: sort if not (what follows relies on it), refuse duplicates.
-            order = np.argsort(gslot, kind="stable")
-            eu, ev, gu, gv, gslot = eu[order], ev[order], gu[order], gv[order], gslot[order]
-            if (gslot[1:] == gslot[:-1]).any():
-                raise ValueError("correlate expects simple graphs: a graph lists an edge twice")
-            dropped = np.zeros(gslot.size, dtype=bool)
-            dropped[drop] = True
-            drop = np.flatnonzero(dropped[order])
+        g_indptr, g_targets = _both_directions(gu, gv, chunk.size)
+        _write_local(g_index[:, g_ptr[c0] : g_ptr[c1]], g_indptr, g_targets, chunk.cnode_ptr, local)
 
-        # Added edges, as (chunk graph, chunk slot).
-        if big[c0]:
-            # Non-edge rank -> slot: skip the edges before it, those with slot - (edges before it) <= rank.
-            rank = big_ranks.get(c0, np.empty(0, dtype=np.int64))
-            ag = np.zeros(rank.size, dtype=np.int64)
-            aslot = rank + np.searchsorted(gslot - np.arange(gslot.size), rank, side="right")
-        else:
-            table = taken[: int(cslot_ptr[-1])]
-            table[gslot] = True
-            ag, aslot = _uniform_subsets(want[c0:c1], free[c0:c1], cslot_ptr, table, owner, rng)
-            table[:] = False
-        if coin_ptr[c1] > coin_ptr[c0]:
-            cg = coin_graph[coin_ptr[c0] : coin_ptr[c1]] - c0
-            ag = np.concatenate([ag, cg])
-            aslot = np.concatenate([aslot, cslot_ptr[cg] + coin_slot[coin_ptr[c0] : coin_ptr[c1]]])
-        au, av = _slot_pairs(aslot - cslot_ptr[ag], nc[ag], pairs)
-        au += cnode_ptr[ag]
-        av += cnode_ptr[ag]
-        local = local.astype(node_type)
+        to_h = (draws.perm[node_ptr[c0] : node_ptr[c1]] + chunk.node_offset).astype(chunk.node_type)
+        connected[c0:c1] = _write_h_chunk(h_index[:, h_ptr[c0] : h_ptr[c1]], chunk, to_h, eu, ev, au, av, drop, local)
 
-        g_indptr, g_targets = _both_directions(gu, gv, size)
-        _write_local(g_index[:, g_ptr[c0] : g_ptr[c1]], g_indptr, g_targets, cnode_ptr, local)
-
-        # H: kept and added edges relabelled by perm, oriented lo < hi; removed ones go to the dropped bucket.
-        to_h = (perm[node_ptr[c0] : node_ptr[c1]] + node_offset).astype(node_type)
-        kept = gu.size
-        hi = np.empty(kept + au.size, dtype=node_type)
-        lo = np.empty(kept + au.size, dtype=node_type)
-        x, y = to_h[eu], to_h[ev]
-        np.maximum(x, y, out=hi[:kept])
-        np.minimum(x, y, out=lo[:kept])
-        x, y = to_h[au], to_h[av]
-        np.maximum(x, y, out=hi[kept:])
-        np.minimum(x, y, out=lo[kept:])
-        hi[drop] = size
-        lo, hi = _upper_rows(lo, hi, size)
-        # Both directions as for G, plus the root of connected_from_root (node `size`, sorted last).
-        firsts = cnode_ptr[:-1][nc > 0].astype(node_type)
-        h_indptr, h_targets = stable_group(
-            np.concatenate([hi, lo, np.full(firsts.size, size, dtype=node_type)]),
-            np.concatenate([lo, hi, firsts]),
-            size + 1,
-        )
-        entries = 2 * lo.size
-        _write_local(h_index[:, h_ptr[c0] : h_ptr[c1]], h_indptr[: size + 1], h_targets[:entries], cnode_ptr, local)
-        connected[c0:c1] = connected_from_root(nc, h_indptr, h_targets)
-
-    split = PairSplit(n, g_index, g_ptr, h_index, h_ptr, perm)
+    split = PairSplit(n, g_index, g_ptr, h_index, h_ptr, draws.perm)
     stats = NoiseStats(
         pairs=count,
         edges=int(edge_ptr[-1]),
-        removed=int(removed.size),
-        added=int(added.sum()),
+        removed=int(draws.removed.size),
+        added=int(draws.added.sum()),
         disconnected_h=int((~connected).sum()),
         capped=int(capped_graphs(eta, n, m).sum()),
     )
