@@ -333,17 +333,26 @@ def dataclasses_equal(a: Any, b: Any) -> bool:
         ('["graphgps+wpe:4"]', "", "unknown kind 'wpe' (did you mean 'rwpe'?)"),
     ],
 )
-def test_bad_model_entries_are_one_error_line_naming_file_and_entry(
-    tmp_path: Path, models_line: str, extra: str, needle: str
-) -> None:
+def test_bad_model_entries_are_one_error_naming_the_entry(models_line: str, extra: str, needle: str) -> None:
+    import tomllib
+
+    from gaptui.presets import parse_preset
+
+    with pytest.raises(GaptuiError) as error:
+        parse_preset(tomllib.loads(_preset_text(models_line, extra)))
+    assert "key 'models' value 'graphgps+" in str(error.value) and needle in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_bad_model_entry_exits_2_with_one_line_naming_the_file(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
     path = tmp_path / "bad.toml"
-    path.write_text(_preset_text(models_line, extra))
+    path.write_text(_preset_text('["graphgps+lap:0"]'))
     result = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "-w", str(tmp_path / "ws"))
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and str(path) in lines[0] and needle in lines[0], result.stderr
+    assert len(lines) == 1 and str(path) in lines[0] and "K = 0 of 'lap' is not in 1..64" in lines[0], result.stderr
 
 
 def test_train_with_positional_features_files_the_row_a_preset_entry_does() -> None:

@@ -21,7 +21,26 @@ from engine.models.base import Option, ResidualGNN, positive_int, register
 DEFAULT_HEADS = 8
 
 
-class _MultiHead(ResidualGNN):
+class HeadsSplitWidth:
+    """Mixin of models whose width is split over ``heads`` attention heads: widths are multiples of the head count,
+    and the budget search may lower an unpinned head count (one at a time, to stay as close to the default as the
+    budget lets) when no width at the default lands within tolerance."""
+
+    @classmethod
+    def width_multiple(cls, options: Mapping[str, Any]) -> int:
+        return int(options["heads"])
+
+    @classmethod
+    def budget_variants(cls, options: Mapping[str, Any], explicit: set[str]) -> Iterator[dict[str, Any]]:
+        if "heads" in explicit:
+            yield dict(options)
+            return
+        # Fewer heads = finer width steps; go down one at a time so we stay as close to the default as we can.
+        for heads in range(int(options["heads"]), 0, -1):
+            yield {**options, "heads": heads}
+
+
+class _MultiHead(HeadsSplitWidth, ResidualGNN):
     """Shared logic of the attention models: ``heads`` option, width divisibility, head-count fallback."""
 
     OPTIONS: ClassVar[dict[str, Option]] = {
@@ -37,19 +56,6 @@ class _MultiHead(ResidualGNN):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, heads={self.heads}"
-
-    @classmethod
-    def width_multiple(cls, options: Mapping[str, Any]) -> int:
-        return int(options["heads"])
-
-    @classmethod
-    def budget_variants(cls, options: Mapping[str, Any], explicit: set[str]) -> Iterator[dict[str, Any]]:
-        if "heads" in explicit:
-            yield dict(options)
-            return
-        # Fewer heads = finer width steps; go down one at a time so we stay as close to 8 as the budget lets.
-        for heads in range(int(options["heads"]), 0, -1):
-            yield {**options, "heads": heads}
 
 
 @register("gat", "GAT (Velickovic et al. 2018): multi-head attention over neighbours (8 heads by default)")

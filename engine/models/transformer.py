@@ -13,7 +13,7 @@ padding is masked out of the keys.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GatedGraphConv, GINEConv, GPSConv, ResGatedGraphConv
 
 from engine.models.base import Option, ResidualGNN, choice, positive_int, probability, register
+from engine.models.gat import HeadsSplitWidth
 from engine.models.sparse import Graph, GraphLayer, convolve, graph_norm
 
 #: The local message-passing layers a GPS layer may use.
@@ -134,7 +135,7 @@ def attend(attn: nn.MultiheadAttention, h: Tensor, graph: Graph) -> Tensor:
 
 
 @register("graphgps", "GraphGPS (Rampasek et al. 2022): local MPNN (gine) + global attention per graph (4 heads)")
-class GraphGPS(ResidualGNN):
+class GraphGPS(HeadsSplitWidth, ResidualGNN):
     r"""GraphGPS: ``layers`` GPS layers (:class:`GPSLayer`), each a local message-passing layer and multi-head
     self-attention over the nodes of each graph, summed, then an MLP, with residuals and norms as in
     Rampasek et al. (their Eq. 2-4)::
@@ -197,18 +198,6 @@ class GraphGPS(ResidualGNN):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, local={self.local}, heads={self.heads}"
-
-    @classmethod
-    def width_multiple(cls, options: Mapping[str, Any]) -> int:
-        return int(options["heads"])
-
-    @classmethod
-    def budget_variants(cls, options: Mapping[str, Any], explicit: set[str]) -> Iterator[dict[str, Any]]:
-        if "heads" in explicit:
-            yield dict(options)
-            return
-        for heads in range(int(options["heads"]), 0, -1):  # finer width steps, as close to the default as it can
-            yield {**options, "heads": heads}
 
     @classmethod
     def batch_bytes(cls, options: Mapping[str, Any], graphs: int, nodes: float) -> int:
