@@ -258,8 +258,8 @@ class ResidualGNN(nn.Module):
         else:
             h = act(conv_of(self.input, x, graph))
         for i, conv in enumerate(self.convs):
-            if self.layer_is_block:
-                h = self.run_block(i, h, graph)
+            if self.layer_is_block:  # a GraphLayer holding its own residuals and norms
+                h = conv_of(conv, h, graph)
                 continue
             if self.batch_norms and i == self._norm_before:
                 h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
@@ -278,10 +278,6 @@ class ResidualGNN(nn.Module):
                 h = self.batch_norms[0](h)
             h = self.batch_norms[1](h)
         return self.output(h)
-
-    def run_block(self, i: int, h: Tensor, graph: Graph) -> Tensor:
-        """Block ``i`` of a model whose layers are whole blocks (:attr:`layer_is_block`)."""
-        raise NotImplementedError(f"{type(self).__name__} sets layer_is_block but has no run_block")
 
     @property
     def reads_edge_index(self) -> bool:

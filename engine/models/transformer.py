@@ -193,9 +193,6 @@ class GraphGPS(HeadsSplitWidth, ResidualGNN):
         super().__init__(layer, width=width, **common)
         self.local, self.heads, self.attn_dropout = local, heads, attn_dropout
 
-    def run_block(self, i: int, h: Tensor, graph: Graph) -> Tensor:
-        return self.convs[i](h, graph, fast=self.sparse)
-
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, local={self.local}, heads={self.heads}"
 
