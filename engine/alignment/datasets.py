@@ -14,6 +14,7 @@ moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built again.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.alignment.noise import check_noise, check_noise_model, correlate
+from engine.alignment.noise import check_noise, check_noise_model, correlate, relabel
 from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.files import staged_files
@@ -150,15 +151,20 @@ def build_dataset(
         canonical["n_train"], canonical["n_val"], seeded_rng(canonical["seed"], base_key), data_root(raw_root)
     )
     noise_rng = seeded_rng(canonical["seed"], canonical)
-    kept, left_out = _with_signal(splits)
+    kept, partners, left_out = _with_signal(splits)
     _check_trainable({name: {"pairs": len(kept[name]), "left_out": left_out[name]} for name in SPLITS}, ident)
 
     def write(tmp: Path) -> dict[str, Any]:
         stats: dict[str, Any] = {}
         for name in SPLITS:
-            pairs, noise_stats = correlate(kept[name], canonical["noise_model"], canonical["noise"], noise_rng)
+            if partners is None:
+                pairs, noise_stats = correlate(kept[name], canonical["noise_model"], canonical["noise"], noise_rng)
+            else:  # prepared pairs: labelled with their noise, relabelled only
+                pairs, noise_stats = relabel(kept[name], partners[name], noise_rng)
             pairs.save(tmp / name)
             stats[name] = {**noise_stats.to_dict(pairs), "left_out": left_out[name]}
+            if splits.files:
+                stats[name]["source_files"] = {k: v for k, v in splits.files.items() if k.startswith(f"{name}-")}
         return {
             "id": ident,
             "spec": canonical,
@@ -180,17 +186,24 @@ def open_verified(path: Path) -> Dataset | None:
     return None if meta is None else Dataset(meta["id"], Path(path), meta)
 
 
-def _with_signal(splits: BaseSplits) -> tuple[dict[str, list[Graph]], dict[str, int]]:
-    """The graphs of each split that carry alignment signal, and per split how many were left out (here and by
-    the source before it drew its sample). Leaving none out keeps the graph lists, hence the datasets, as they were.
+def _with_signal(
+    splits: BaseSplits,
+) -> tuple[dict[str, list[Graph]], dict[str, list[Graph]] | None, dict[str, int]]:
+    """The graphs of each split that carry alignment signal, their prepared partners (None: the source prepares
+    none), and per split how many were left out (here and by the source before it drew its sample). Leaving none
+    out keeps the graph lists, hence the datasets, as they were.
     """
     kept: dict[str, list[Graph]] = {}
+    partners: dict[str, list[Graph]] | None = None if splits.partners is None else {}
     left_out: dict[str, int] = {}
     for name in SPLITS:
         graphs = getattr(splits, name)
-        kept[name] = [g for g in graphs if has_alignment_signal(g)]
+        keep = [i for i, g in enumerate(graphs) if has_alignment_signal(g)]
+        kept[name] = [graphs[i] for i in keep]
+        if partners is not None:
+            partners[name] = [splits.partners[name][i] for i in keep]
         left_out[name] = splits.left_out.get(name, 0) + len(graphs) - len(kept[name])
-    return kept, left_out
+    return kept, partners, left_out
 
 
 def _check_trainable(stats: dict[str, Any], ident: str) -> None:
@@ -262,6 +275,30 @@ def find_dataset(datasets_dir: Path, ident: str) -> Dataset:
         known = [d.id for d in list_datasets(datasets_dir)]
         raise GaptuiError(f"no dataset '{ident}' in {datasets_dir}{did_you_mean(ident, known)}")
     raise GaptuiError(f"dataset id '{ident}' is ambiguous: {', '.join(d.id for d in matches)}")
+
+
+#: The formats ``gaptui datasets export`` writes.
+EXPORT_FORMATS = ("npz", "safetensors")
+
+
+def export_dataset(dataset: Dataset, out: Path, fmt: str = "npz", force: bool = False) -> Path:
+    """Write ``dataset`` to ``out`` in ``fmt``: one ``.npz`` file, or a folder in the authors' safetensors layout
+    (:func:`engine.sources.pairs.write_layout`, with ``gaptui-dataset.json`` beside it naming where it came from)."""
+    if fmt == "npz":
+        return export_npz(dataset, out, force)
+    if fmt != "safetensors":
+        from engine.errors import unknown
+
+        raise unknown("export format (--format)", fmt, EXPORT_FORMATS)
+    from engine.files import atomic_write_text
+    from engine.sources.pairs import write_layout
+
+    if Path(out).suffix == ".npz":
+        raise GaptuiError(f"--out {out}: --format safetensors writes a folder of six files; give a folder name")
+    folder = write_layout(Path(out), {split: dataset.split(split) for split in SPLITS}, force=force)
+    provenance = {"id": dataset.id, "spec": dataset.spec, "stats": dataset.stats, "truth": "identity"}
+    atomic_write_text(folder / "gaptui-dataset.json", json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    return folder
 
 
 def export_npz(dataset: Dataset, out: Path, force: bool = False) -> Path:

@@ -583,3 +583,39 @@ def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Genera
         capped=int(capped_graphs(eta, n, m).sum()),
     )
     return split, stats
+
+
+def relabel(graphs: list[Graph], partners: list[Graph], rng: np.random.Generator) -> tuple[PairSplit, NoiseStats]:
+    """Alignment pairs of prepared graphs: ``partners[p]`` (node ``i`` of it being node ``i`` of ``graphs[p]``)
+    relabelled by a uniform random permutation per pair, as :func:`correlate` relabels the graphs it noises.
+
+    Nothing is noised: the returned :class:`NoiseStats` measure the changes the partners already carry (edges of G
+    missing from G~ and edges of G~ absent from G, under the identity correspondence).
+    """
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import connected_components
+
+    if not graphs:
+        return _empty_split()
+    g_parts, h_parts, perms = [], [], []
+    removed = added = disconnected = 0
+    for graph, partner in zip(graphs, partners, strict=True):
+        size = graph.num_nodes
+        perm = rng.permutation(size).astype(np.int64)
+        g_keys = graph.edges[:, 0] * size + graph.edges[:, 1]
+        h_keys = partner.edges[:, 0] * size + partner.edges[:, 1]
+        removed += int(np.setdiff1d(g_keys, h_keys, assume_unique=True).size)
+        added += int(np.setdiff1d(h_keys, g_keys, assume_unique=True).size)
+        u, v = partner.edges.T
+        adj = coo_array((np.ones(u.size), (u, v)), shape=(size, size))
+        disconnected += int(connected_components(adj, directed=False, return_labels=False) > 1)
+        g_parts.append(graph.edge_index())
+        h_parts.append(Graph(size, np.sort(perm[partner.edges], axis=1)).edge_index())
+        perms.append(perm)
+    n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+    g_ptr = _offsets(np.array([p.shape[1] for p in g_parts], dtype=np.int64))
+    h_ptr = _offsets(np.array([p.shape[1] for p in h_parts], dtype=np.int64))
+    g_index, h_index = np.concatenate(g_parts, axis=1), np.concatenate(h_parts, axis=1)
+    split = PairSplit(n, g_index, g_ptr, h_index, h_ptr, np.concatenate(perms))
+    edges = int(sum(g.num_edges for g in graphs))
+    return split, NoiseStats(pairs=len(graphs), edges=edges, removed=removed, added=added, disconnected_h=disconnected)

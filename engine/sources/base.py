@@ -28,6 +28,11 @@ class BaseSplits:
     #: Per split, the graphs without alignment signal (:func:`has_alignment_signal`) the source already left
     #: out before drawing its sample; the dataset builder adds those it leaves out itself.
     left_out: dict[str, int] = field(default_factory=dict)
+    #: Prepared pairs (the ``pairs`` source): per split the corrupted copy of each base graph, node ``i`` of one
+    #: being node ``i`` of the other. The dataset builder then relabels them instead of noising the base graphs.
+    partners: dict[str, list[Graph]] | None = None
+    #: ``{file name: SHA-256}`` of the files the graphs were read from, recorded in the dataset's statistics.
+    files: dict[str, str] = field(default_factory=dict)
 
 
 def has_alignment_signal(graph: Graph) -> bool:

@@ -47,6 +47,14 @@ def _stats_table(dataset: Any) -> Table:
     return table
 
 
+def _print_stats(dataset: Any) -> None:
+    """The statistics table, then for prepared pairs the SHA-256 of each file they were read from."""
+    console.print(_stats_table(dataset))
+    files = {k: v for s in dataset.stats.values() for k, v in (s.get("source_files") or {}).items()}
+    for name, digest in sorted(files.items()):
+        console.print(f"  read from {name}  sha256 {digest}", highlight=False)
+
+
 @datasets_app.command("build")
 def datasets_build(
     base: Annotated[str, typer.Argument(help="Base dataset name (see `gaptui datasets sources`).")],
@@ -82,7 +90,7 @@ def datasets_build(
     if as_json:
         print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **_dataset_record(dataset)})
         return
-    console.print(_stats_table(dataset))
+    _print_stats(dataset)
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
     console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {dataset.path}", highlight=False)
 
@@ -142,22 +150,33 @@ def datasets_stats(
     if as_json:
         print_json({"id": dataset.id, "path": str(dataset.path), **_dataset_record(dataset)})
         return
-    console.print(_stats_table(dataset))
+    _print_stats(dataset)
 
 
 @datasets_app.command("export")
 def datasets_export(
     ident: Annotated[str, typer.Argument(metavar="ID", help="Dataset id (or a unique prefix).")],
-    out: Annotated[Path, typer.Option("--out", help="Output .npz file.")],
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
+    out: Annotated[Path, typer.Option("--out", help="Output .npz file, or folder for --format safetensors.")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="npz (one file, gaptui's arrays) or safetensors (the authors' six-file layout, truth = identity).",
+        ),
+    ] = "npz",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing export.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Export a dataset as one .npz (format in the README)."""
-    from engine.alignment.datasets import export_npz, find_dataset, intact
+    """Export a dataset as one .npz, or as a folder in the safetensors layout of ngmb / ngab (docs/alignment.md)."""
+    from engine.alignment.datasets import EXPORT_FORMATS, export_dataset, find_dataset, intact
 
+    if fmt not in EXPORT_FORMATS:
+        from engine.errors import unknown
+
+        raise unknown("export format (--format)", fmt, EXPORT_FORMATS)
     ws = Workspace.resolve(workspace)
     dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
-    path = export_npz(dataset, out, force=force)
+    path = export_dataset(dataset, out, fmt, force=force)
     console.print(f"wrote {path}", highlight=False)
 
 
