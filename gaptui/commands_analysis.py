@@ -223,16 +223,42 @@ def export_cmd(
             "once: runs already logged are skipped.",
         ),
     ] = None,
+    wandb: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--wandb",
+            help="Also log every finished run of every task to this Weights & Biases project, once (offline into "
+            "--wandb-dir when there is no API key).",
+        ),
+    ] = None,
+    entity: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--entity", help="With --wandb: the W&B team or user owning the project."),
+    ] = None,
+    wandb_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--wandb-dir", help="With --wandb: folder of W&B's run files [default: <workspace>/exports/wandb]."
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Export one task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder, and/or log
-    every finished run to an MLflow tracking store."""
-    if out is None and mlflow is None:
-        raise GaptuiError("gaptui export: give --out DIR (tables and records), --mlflow URI, or both")
+    every finished run to an MLflow tracking store and / or a Weights & Biases project."""
+    if wandb is None and (entity is not None or wandb_dir is not None):
+        raise GaptuiError("gaptui export: --entity and --wandb-dir go with --wandb PROJECT")
+    if out is None and mlflow is None and wandb is None:
+        raise GaptuiError(
+            "gaptui export: give --out DIR (tables and records), --mlflow URI, --wandb PROJECT, or several"
+        )
     if out is not None:
         from engine.files import check_out_folder
 
         check_out_folder(out)
+    if wandb is not None:
+        from gaptui.wandb_export import check_project
+
+        check_project(wandb)
     ws, records = _load(workspace)
     analysis.check_task(task)
     # Every option is checked before anything is written or logged: a bad --metric leaves the MLflow store alone.
@@ -246,6 +272,8 @@ def export_cmd(
             f"logged {len(summary.logged)} run(s) to {mlflow}; {len(summary.skipped)} already there{unreadable}",
             highlight=False,
         )
+    if wandb is not None:
+        _export_wandb(records, wandb, entity, wandb_dir or ws.exports / "wandb")
     if out is None or declared is None:
         return
     written = analysis.export_all(records, out, declared.key, force=force, task=task)
@@ -253,6 +281,21 @@ def export_cmd(
         err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
     for path in written:
         console.print(f"wrote {path}", highlight=False)
+
+
+def _export_wandb(records: list[dict[str, Any]], project: str, entity: str | None, folder: Path) -> None:
+    from gaptui.wandb_export import export_wandb
+
+    summary = export_wandb(records, project, entity, folder)
+    unreadable = f"; {len(summary.unreadable)} unreadable record(s) left out" if summary.unreadable else ""
+    where = f"W&B project {summary.project}"
+    if summary.offline:
+        runs = summary.folder / "wandb"
+        where += f" offline in {runs} (no API key; upload them with `wandb sync {runs}/offline-run-*`)"
+    console.print(
+        f"logged {len(summary.logged)} run(s) to {where}; {len(summary.skipped)} already there{unreadable}",
+        highlight=False,
+    )
 
 
 def stats_cmd(

@@ -20,7 +20,6 @@ MLflow's ``MLFLOW_HTTP_REQUEST_*`` variables).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.events import iter_events
 from gaptui import analysis
+from gaptui.tracking import epoch_metrics, finished_records
 
 #: MLflow's limits: a param value's length and entries per ``log_batch`` call.
 MAX_PARAM = 500
@@ -74,21 +73,6 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     elif prefix:
         text = "" if value is None else str(value)
         yield prefix, text[:MAX_PARAM]
-
-
-def epoch_metrics(run_dir: Path) -> list[tuple[str, float, int, int]]:
-    """``(key, value, timestamp ms, epoch)`` for every numeric field of the ``epoch`` and ``eval`` events."""
-    out = []
-    for event in iter_events(Path(run_dir) / "events.jsonl"):
-        epoch = event.get("epoch")
-        if event.get("event") not in ("epoch", "eval") or not isinstance(epoch, int) or isinstance(epoch, bool):
-            continue
-        stamp = analysis.numeric_value(event.get("t")) or 0.0
-        for key, value in event.items():
-            if key in ("v", "t", "epoch", "step", "event", "run") or (number := analysis.numeric_value(value)) is None:
-                continue
-            out.append((str(key), number, int(1000 * stamp), epoch))
-    return out
 
 
 @contextmanager
@@ -199,21 +183,6 @@ def _connect(uri: str) -> Any:
     return client
 
 
-def _readable(record: Mapping[str, Any]) -> bool:
-    """Whether the export can read ``record`` (the history's loader warns about malformed ones; here: skipped)."""
-    try:
-        analysis.record_task(record)
-    except GaptuiError:
-        return False
-    run_hash = record.get("hash")
-    return (
-        isinstance(run_hash, str)
-        and re.fullmatch(r"[\w.-]+", run_hash) is not None
-        and all(isinstance(record.get(key) or {}, Mapping) for key in ("metrics", "spec", "axes"))
-        and isinstance(record.get("run_dir") or "", (str, os.PathLike))
-    )
-
-
 def _complete(client: Any, run: Any, artefact: bool) -> bool:
     """Whether ``run`` of the store is a whole export: done tag, FINISHED, and ``result.json`` when there is one."""
     if run.data.tags.get(DONE_TAG) != "done" or run.info.status != "FINISHED":
@@ -223,14 +192,7 @@ def _complete(client: Any, run: Any, artefact: bool) -> bool:
 
 def export_mlflow(records: Sequence[dict[str, Any]], uri: str, task: str | None = None) -> MlflowSummary:
     """Log every finished run of ``records`` (of ``task`` only, when given) to the tracking store at ``uri``."""
-    done, unreadable = [], []
-    for record in records:
-        if not isinstance(record, Mapping) or record.get("status") != "done":
-            continue
-        if not _readable(record):
-            unreadable.append(str(record.get("id")))
-        elif task is None or analysis.record_task(record) == task:
-            done.append(record)
+    done, unreadable = finished_records(records, task)
     logged, skipped = [], []
     with _environ({"MLFLOW_ALLOW_FILE_STORE": "true"}):  # a local folder, as the user asked
         client = _connect(uri)

@@ -107,4 +107,6 @@ def test_export_to_mlflow_logs_every_finished_run_once(tmp_path: Path, monkeypat
 def test_export_needs_a_destination(tmp_path: Path) -> None:
     res = run_cli("export", "--workspace", str(tmp_path / "ws"))
     assert res.returncode == 2
-    assert res.stderr.strip() == "error: gaptui export: give --out DIR (tables and records), --mlflow URI, or both"
+    assert res.stderr.strip() == (
+        "error: gaptui export: give --out DIR (tables and records), --mlflow URI, --wandb PROJECT, or several"
+    )
