@@ -160,7 +160,9 @@ def parse_head(
     where = str(path) if path else "preset"
     if "slurm" in raw and not slurm:
         raise GaptuiError(f"{where}: key 'slurm': the {task} family does not run on Slurm")
-    unknown_keys(where, raw, (*COMMON_KEYS[:4], *keys, "run", *(("slurm",) if slurm else ())))
+    unknown_keys(where, raw, (*COMMON_KEYS[:4], *keys, "run", "tune", *(("slurm",) if slurm else ())))
+    if "tune" in raw and not isinstance(raw["tune"], Mapping):
+        raise GaptuiError(f"{where}: key 'tune' = {raw['tune']!r}: expected a table, [tune] (read by `gaptui tune`)")
     for key in (*required, "seeds"):
         if key not in raw:
             raise GaptuiError(f"{where}: missing key '{key}'")

@@ -576,9 +576,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_slurm, families
+    from gaptui import commands_analysis, commands_manager, commands_slurm, commands_tune, families
 
     commands_manager.register(app)
+    commands_tune.register(app)
     commands_analysis.register(app)
     families.register_commands(app)
     commands_slurm.register(app)

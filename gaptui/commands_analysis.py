@@ -44,6 +44,10 @@ MetricOpt = Annotated[
 ]
 
 
+TunedOpt = Annotated[
+    bool,
+    typer.Option("--tuned", help="Also show the rows `gaptui tune --final` re-ran, as '<row> (tuned)'."),
+]
 FilterOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
@@ -53,8 +57,15 @@ FilterOpt = Annotated[
 ]
 
 
-def _load(workspace: Path | None, filters: list[str] | None = None, task: str | None = None):
-    """The workspace and its records, those matching ``filters`` (``axis=value``) when given."""
+def _load(
+    workspace: Path | None,
+    filters: list[str] | None = None,
+    task: str | None = None,
+    tuned: bool | None = False,
+):
+    """The workspace and its records, those matching ``filters`` (``axis=value``) when given; as ranking tables see
+    them (:func:`gaptui.tuning.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned`` is
+    None (every run, for the trackers)."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
     from gaptui.history import read_records
     from gaptui.record import usable_records
@@ -65,6 +76,10 @@ def _load(workspace: Path | None, filters: list[str] | None = None, task: str | 
         from gaptui.record import RecordFilter, parse_axis_filters
 
         records = RecordFilter(axes=parse_axis_filters(filters, [task] if task else None)).apply(records)
+    if tuned is not None:
+        from gaptui.tuning import table_view
+
+        records = table_view(records, tuned)
     return ws, records
 
 
@@ -90,6 +105,7 @@ def table_cmd(
     reference: ReferenceOpt = None,
     task: TaskOpt = DEFAULT_TASK,
     filters: FilterOpt = None,
+    tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Rank like Table D.3 (alignment: models x noise) or as another task lays out: median ± std over seeds.
@@ -101,9 +117,9 @@ def table_cmd(
     """
     analysis.check_format(fmt)
     if reference is not None:
-        _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters)
+        _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters, tuned)
         return
-    ws, records = _load(workspace, filters, task)
+    ws, records = _load(workspace, filters, task, tuned=tuned)
     tables, why_empty = _tables(records, task, dataset, metric)
     if fmt == "json":
         print_json(analysis.tables_json(tables))
@@ -130,11 +146,12 @@ def _table_with_reference(
     name: str,
     workspace: Path | None,
     filters: list[str] | None = None,
+    tuned: bool = False,
 ) -> None:
     from gaptui import reference as ref
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
-    ws, records = _load(workspace, filters, task)
+    ws, records = _load(workspace, filters, task, tuned=tuned)
     analysis.check_task(task)
     chosen = ref.load_reference(name, ws, task)
     ref.check_metric(chosen, metric)
@@ -177,11 +194,12 @@ def gap_cmd(
     dataset: DatasetOpt = None,
     metric: MetricOpt = None,
     task: TaskOpt = DEFAULT_TASK,
+    tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the gap to the worst trained row per column (alignment: per noise level) and the optimal column."""
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, tuned=tuned)
     tables, why_empty = _tables(records, task, dataset, metric)
     gaps = [analysis.gap_analysis(t) for t in tables]
     if as_json:
@@ -259,7 +277,7 @@ def export_cmd(
         from gaptui.wandb_export import check_project
 
         check_project(wandb)
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, tuned=None)  # the trackers get every run, trials included
     analysis.check_task(task)
     # Every option is checked before anything is written or logged: a bad --metric leaves the MLflow store alone.
     declared = analysis.check_metric(metric, records, task) if out is not None or metric is not None else None
@@ -276,6 +294,9 @@ def export_cmd(
         _export_wandb(records, wandb, entity, wandb_dir or ws.exports / "wandb")
     if out is None or declared is None:
         return
+    from gaptui.tuning import table_view
+
+    records = table_view(records)
     written = analysis.export_all(records, out, declared.key, force=force, task=task)
     if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
@@ -304,6 +325,7 @@ def stats_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, json, md or latex.")] = "text",
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the critical difference.")] = 0.05,
     task: TaskOpt = DEFAULT_TASK,
+    tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Test which rows of a task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
@@ -313,7 +335,7 @@ def stats_cmd(
     analysis.check_format(fmt, ("text", "json", "md", "latex"))
     if not 0.0 < alpha < 1.0:
         raise GaptuiError(f"--alpha {alpha:g}: expected a level between 0 and 1, e.g. 0.05")
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, tuned=tuned)
     tables, why_empty = _tables(records, task, dataset, metric)
     if not any(not t.derived for t in tables):
         message = why_empty or f"no {task} ranking tables"
@@ -339,6 +361,7 @@ def figures_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier figures did not write.")
     ] = False,
+    tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Draw a task's publication figures (matplotlib): the kinds its family declares, sized for a paper.
@@ -352,7 +375,7 @@ def figures_cmd(
     if fmt not in figures.FORMATS:
         raise GaptuiError(f"--format {fmt!r}: expected one of {', '.join(figures.FORMATS)}")
     check_out_folder(out)
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, tuned=tuned)
     analysis.check_task(task)
     if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished {task} runs in {ws.history}; no figures", highlight=False)
@@ -366,13 +389,14 @@ def report_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier report did not write.")
     ] = False,
+    tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Write the whole study as one Markdown file and the same as self-contained HTML: per family its tables with
     significance marks, statistics, figures, reference comparison and reproducibility record."""
     from gaptui import report
 
-    ws, records = _load(workspace)
+    ws, records = _load(workspace, tuned=tuned)
     for path in report.write_report(records, out, ws, force=force):
         console.print(f"wrote {path}", highlight=False)
 

@@ -275,6 +275,12 @@ def _enqueue_prepared(
     return good, errors
 
 
+def enqueue_prepared(scheduler: Scheduler, specs: list[TaskSpec], preset: str | None = None) -> dict[str, str]:
+    """Build the inputs of ``specs`` and queue them (runs given one by one, such as ``gaptui tune``'s trials); a
+    run whose input could not be built is recorded ``failed`` with the reason. Returns those reasons by hash."""
+    return _enqueue_prepared(scheduler, specs, None, preset)[1]
+
+
 def launch(
     scheduler: Scheduler, grid_plan: Plan, progress: Progress | None = None, leave: Iterable[str] = ()
 ) -> Launched:

@@ -595,6 +595,19 @@ class Figure:
     label: str = ""
 
 
+@dataclass(frozen=True)
+class Tunable:
+    """A spec value ``gaptui tune`` may search: ``field`` is its place in the spec's dict form (``lr``, or
+    ``model_kwargs.layers`` for a nested one), ``kind`` ``float`` or ``int``, and ``space`` the search space used
+    when a preset's ``[tune]`` names the key without one (``{"log": [a, b]}``, ``{"range": [a, b]}`` or a list of
+    choices)."""
+
+    field: str
+    kind: str
+    space: Any
+    help: str = ""
+
+
 class TaskFamily:
     """Base class of task families: subclass, fill in the class attributes and hooks, register an instance."""
 
@@ -611,6 +624,9 @@ class TaskFamily:
     reference: ClassVar[str] = ""
     #: What ``gaptui figures`` and ``gaptui report`` draw for this family.
     figures: ClassVar[tuple[Figure, ...]] = (Figure("lines"), Figure("curves"), Figure("cd"))
+    #: The spec values ``gaptui tune`` may search, by the key a preset's ``[tune]`` names them with; a family
+    #: that declares none cannot be tuned.
+    tunable: ClassVar[Mapping[str, Tunable]] = {}
 
     # -------------------------------------------------------------------------------- metadata look-ups
 

@@ -30,6 +30,7 @@ from engine.tasks import (
     RunContext,
     TableLayout,
     TaskFamily,
+    Tunable,
     run_steps,
 )
 
@@ -56,6 +57,12 @@ class Alignment(TaskFamily):
         Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
     )
     table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,), uniform=("recipe",))
+    tunable = {
+        "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
+        "weight_decay": Tunable("weight_decay", "float", {"log": [1e-6, 1e-2]}, "AdamW weight decay"),
+        "layers": Tunable("model_kwargs.layers", "int", [3, 4, 5], "message-passing layers (width follows the budget)"),
+        "dropout": Tunable("model_kwargs.dropout", "float", {"range": [0.0, 0.3]}, "dropout on each block's update"),
+    }
     figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
     reference = "paper"
     import_roles = {"models": "model", "model_options": "model", "base": "base dataset", "dataset": "dataset class"}

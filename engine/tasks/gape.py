@@ -34,6 +34,7 @@ from engine.tasks import (
     RunContext,
     TableLayout,
     TaskFamily,
+    Tunable,
     list_of,
     run_steps,
     unique_values,
@@ -299,6 +300,11 @@ class Gape(TaskFamily):
     default_metric = "val_mae"
     axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
     table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
+    tunable = {
+        "lr": Tunable("lr", "float", {"log": [1e-4, 2e-3]}, "the transformer's AdamW learning rate"),
+        "layers": Tunable("layers", "int", [4, 8, 12], "transformer layers (width follows the budget)"),
+        "heads": Tunable("heads", "int", [4, 8], "attention heads"),
+    }
     figures = (Figure("bars"), Figure("curves"), Figure("cd"))
     import_roles = {"model": "pretraining model", "base": "base dataset", "dataset": "dataset class"}
 

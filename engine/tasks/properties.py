@@ -39,6 +39,7 @@ from engine.tasks import (
     TableLayout,
     TaskFamily,
     TaskSpec,
+    Tunable,
     list_of,
     run_steps,
     unique_values,
@@ -300,6 +301,10 @@ class Properties(TaskFamily):
         Axis("property", "property", order=PROPERTY_NAMES),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
+    tunable = {
+        "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
+        "hidden": Tunable("hidden", "int", [32, 64, 128], "the backbone's hidden width"),
+    }
     figures = (
         Figure("heatmap"),
         Figure("bars", derived=True),

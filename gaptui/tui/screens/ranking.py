@@ -29,6 +29,7 @@ from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.gap_plot import GapPlot
 from gaptui.tui.widgets.ranking_grid import RankingGrid
+from gaptui.tuning import table_view
 
 #: Seconds between checks whether finished runs changed the tables (rebuilt only when they did).
 REFRESH_SECONDS = 1.0
@@ -138,7 +139,8 @@ class RankingScreen(SectionScreen):
     def rebuild(self) -> None:
         """Recompute every table from the app's records and show the chosen dataset."""
         self._dirty = False
-        records = usable_records(self.gapp.book)  # hand-garbled records are left out, as in `gaptui table`
+        # hand-garbled records and tuning trials are left out, as in `gaptui table`
+        records = table_view(usable_records(self.gapp.book))
         tasks = list(dict.fromkeys([*analysis.record_tasks(records), self.task_name]))
         metrics = analysis.known_metrics(records, self.task_name)
         if self.metric not in metrics:
@@ -295,7 +297,7 @@ class RankingScreen(SectionScreen):
             self.notify("no figures to draw: no finished run yet", severity="warning")
             return
         folder = self.gapp.ws.exports / "figures"
-        records, task, metric = usable_records(self.gapp.book), self.task_name, self.metric
+        records, task, metric = table_view(usable_records(self.gapp.book)), self.task_name, self.metric
 
         def draw() -> None:
             from gaptui.figures import figure_files

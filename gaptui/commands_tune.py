@@ -1,0 +1,215 @@
+"""``gaptui tune --preset P``: an equal-budget search per row of the preset's table, then ``--final`` re-runs (see
+:mod:`gaptui.tuning` and docs/tuning.md)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from engine.errors import GaptuiError
+from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.workspace import Workspace
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune_cmd)
+
+
+def _say(line: str) -> None:
+    err_console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def tune_cmd(
+    preset: Annotated[str, typer.Option("--preset", help="Preset name or TOML file with a [tune] table.")],
+    study: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--study", help="Study name [default: [tune] study, else the preset's name]."),
+    ] = None,
+    final: Annotated[
+        bool, typer.Option("--final", help="Re-run each row's best values on every cell with all the preset's seeds.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show trials per row, the estimated duration and memory; run nothing.")
+    ] = False,
+    status: Annotated[bool, typer.Option("--status", help="Show the study as stored; run nothing.")] = False,
+    gpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
+    ] = None,
+    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")] = 1,
+    cpu_jobs: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--cpu-jobs", help="Concurrent CPU runs [default: half the cores when there is no GPU]."),
+    ] = None,
+    pack_seeds: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--pack-seeds", help="Seeds of one trial trained in one worker [default: the preset's]."),
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="local or slurm (as `gaptui run`).")] = "local",
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune every row of a preset's table with the same number of trials (Optuna, a SQLite study per preset),
+    resumable: the same command after a crash completes the study; then --final re-runs the best values."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise GaptuiError("gaptui tune needs Optuna: pip install 'gaptui[tune]'") from None
+    from gaptui import launch, tuning
+
+    ws = Workspace.resolve(workspace)
+    loaded, settings = tuning.load_tune(preset, ws, study)
+    options = launch.LaunchOptions(
+        gpus=launch.parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu, cpu_jobs=cpu_jobs, backend=backend,
+        pack_seeds=pack_seeds,
+    )  # fmt: skip
+    run_settings = launch.launch_settings(loaded, options, ws)
+    if dry_run:
+        _dry_run(settings, run_settings, final, ws, as_json)
+        return
+    if status:
+        _report(ws, settings, as_json)
+        return
+    from gaptui.history import History
+
+    with History(ws, write=True, purpose=f"gaptui tune --preset {loaded.name}") as history:
+        scheduler = launch.make_backend(run_settings, ws, history)
+        reattached, requeued = scheduler.recover()
+        if reattached or requeued:
+            _say(f"found {len(reattached)} run(s) still running and {len(requeued)} interrupted (resumed)")
+        with _stopping(scheduler):
+            if final:
+                _final(ws, settings, scheduler, history)
+            else:
+                capacity = len(run_settings.slots) * max(1, run_settings.pack_seeds) if backend == "local" else 64
+                search = tuning.Search(ws, settings, scheduler, history, capacity, _say)
+                taken = search.resume()
+                if taken:
+                    _say(f"study {settings.study}: took up {taken} trial(s) left running by an earlier manager")
+                search.run()
+    _report(ws, settings, as_json)
+
+
+class _stopping:
+    """Ctrl-C or SIGTERM: workers checkpoint and stop; the same command resumes the study."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def __enter__(self) -> None:
+        def on_term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        self.previous = signal.signal(signal.SIGTERM, on_term)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        signal.signal(signal.SIGTERM, self.previous)
+        if kind is KeyboardInterrupt:
+            _say("stopping: asking workers to checkpoint and exit ...")
+            self.scheduler.stop_all()
+            _say("stopped; run the same command again to resume the study")
+            raise typer.Exit(130)
+        return False
+
+
+def _final(ws: Workspace, settings: Any, scheduler: Any, history: Any) -> None:
+    from gaptui import launch, tuning
+
+    pairs = tuning.final_specs(ws, settings)
+    if not pairs:
+        raise GaptuiError(f"study {settings.study}: no trial is complete yet; run `gaptui tune` without --final first")
+    specs = tuning.dependency_closure([s for _, spec_list in pairs for s in spec_list], settings.grid_specs)
+    known = history.by_hash()
+    todo = [s for s in specs if known.get(s.hash(), {}).get("status") != "done"]
+    if todo:
+        launch.enqueue_prepared(scheduler, todo, f"tune:{settings.study}")
+    tuning.tag_final(history, settings, pairs)
+    _say(f"study {settings.study}: {len(specs)} final run(s), {len(specs) - len(todo)} already done")
+    while scheduler.pending():
+        scheduler.step()
+        time.sleep(0.25)
+    tuning.tag_final(history, settings, pairs)
+    failed = [h for h in (s.hash() for s in specs) if history.by_hash().get(h, {}).get("status") != "done"]
+    if failed:
+        raise GaptuiError(f"study {settings.study}: {len(failed)} final run(s) did not finish; see `gaptui history`")
+
+
+def _report(ws: Workspace, settings: Any, as_json: bool) -> None:
+    from gaptui import tuning
+    from gaptui.history import read_records
+
+    rows = tuning.results(ws, settings)
+    change = tuning.ranking_change(read_records(ws), settings)
+    if as_json:
+        print_json({**tuning.json_summary(settings, rows), "kendall_tau": change})
+        return
+    for line in tuning.summary_lines(settings, rows):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    axis = settings.family.axis(settings.family.table.columns).name
+    for item in change:
+        tau = "undefined (ties)" if item["tau"] is None else f"{item['tau']:.2f}"
+        where = f"{item['group']} " if item["group"] else ""
+        console.print(
+            escape(
+                f"  {where}{axis} {item['column']}: Kendall tau default vs tuned ranking {tau} "
+                f"({len(item['rows'])} rows)"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(f"storage: {tuning.study_path(ws, settings.study)}", highlight=False, soft_wrap=True)
+
+
+def _dry_run(settings: Any, run_settings: Any, final: bool, ws: Workspace, as_json: bool) -> None:
+    from engine.memory import check_memory, peaks_by_kind
+    from gaptui.estimate import check_duration
+
+    # One trial's runs per row at the first value of every searched key stand for all its trials.
+    specs = []
+    for row in settings.rows:
+        first = {d.key: d.values[0] for d in settings.space[row.key]}
+        one = settings.final_specs(row, first) if final else settings.trial_specs(row, first)
+        specs += one * (1 if final else settings.trials)
+    needs = check_memory(specs)
+    width = len(run_settings.slots) if run_settings.backend == "local" else max(1, len(specs))
+    from gaptui.estimate import duration_floor
+
+    _over, lines = check_duration(specs, width, f"study {settings.study}", True)
+    floor, steps = duration_floor(specs, width)
+    lines = [*lines, f"estimated duration: at least {floor:.0f} s ({steps:,} optimiser steps on {width} slot(s))"]
+    trials_per_row = {row.key: 0 if final else settings.trials for row in settings.rows}
+    if as_json:
+        print_json(
+            {
+                "study": settings.study,
+                "trials_per_row": trials_per_row,
+                "runs": len(specs),
+                "space": {k: [d.text() for d in v] for k, v in settings.space.items()},
+                "estimate": lines,
+            }
+        )
+        return
+    what = "final runs" if final else f"{settings.trials} trial(s) per row, {len(settings.seeds)} run(s) per trial"
+    console.print(
+        escape(
+            f"study {settings.study} ({settings.task}): {len(settings.rows)} row(s), {what}, at "
+            f"{settings.family.axis(settings.family.table.columns).name} {settings.at}; {len(specs)} run(s)"
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    for row in settings.rows:
+        console.print(
+            escape(f"  {row.key}: {trials_per_row[row.key]} trials; ")
+            + escape("; ".join(d.text() for d in settings.space[row.key])),
+            highlight=False,
+            soft_wrap=True,
+        )
+    for line in lines:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    for kind, need in peaks_by_kind(needs).items():
+        console.print(f"memory peak of {kind}: {need.line().removeprefix('memory: ')}", highlight=False)

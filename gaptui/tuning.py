@@ -1,0 +1,792 @@
+"""``gaptui tune``: the same hyperparameter search for every row of a family's table, resumable, on Optuna.
+
+A preset's ``[tune]`` table (docs/tuning.md) asks for ``trials`` trials per row of its family's table (a model, a
+pooling, a PE) at one column ``at`` (for alignment a noise level) on the ``seeds`` it names, searching the keys its
+``space`` names among those the family declares (:attr:`engine.tasks.TaskFamily.tunable`). Every row gets the same
+number of trials of the same epochs, and every trial keeps the preset's parameter budget (the width follows it), so
+a ranking of tuned rows compares equal budgets.
+
+A trial is an ordinary run: the preset's spec of that row and cell with the sampled values set, so its run id,
+folder, events, record and resume are those of any run, and it goes through the same scheduler and slots as
+``gaptui run``. Its record carries ``tune = {"study", "row", "trials"}`` and the tag ``study=NAME``; tables leave
+trial runs out. The value of a trial is its metric averaged over its seeds.
+
+The search is Optuna's, one study per row in one SQLite file per study (``<workspace>/tune/<study>.db``, which
+``optuna-dashboard`` opens). What makes it resumable: a trial is asked (its values stored at once) before its runs
+are queued, and told only once they all ended; a manager killed in between leaves the trial ``RUNNING`` in the
+database, and the next ``gaptui tune`` takes it up again with the same values, so the runs are the same runs
+(resumed from their checkpoints, or read back when they finished meanwhile) and no trial is counted twice.
+
+``--final`` re-runs each row's best values on every cell of the preset with all its seeds; those runs carry
+``tune.final`` and show in ``gaptui table --tuned`` as rows ``<row> (tuned)`` beside the default ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GaptuiError, did_you_mean
+from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spec
+from gaptui.workspace import Workspace
+
+SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("none",)
+BUDGETS = ("trials",)
+TUNE_KEYS = ("trials", "metric", "at", "space", "rows", "sampler", "seed", "pruner", "budget", "seeds", "study")
+#: Suffix of a tuned row in ``gaptui table --tuned``.
+TUNED = " (tuned)"
+
+
+# ---------------------------------------------------------------------------------------------------- the space
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched key: ``log`` or ``range`` between two bounds, or ``choice`` among values."""
+
+    key: str
+    tunable: Tunable
+    kind: str
+    values: tuple[Any, ...]
+
+    def distribution(self) -> Any:
+        import optuna.distributions as d
+
+        if self.kind == "choice":
+            return d.CategoricalDistribution(list(self.values))
+        low, high = self.values
+        if self.tunable.kind == "int":
+            return d.IntDistribution(int(low), int(high), log=self.kind == "log")
+        return d.FloatDistribution(float(low), float(high), log=self.kind == "log")
+
+    def text(self) -> str:
+        if self.kind == "choice":
+            return f"{self.key} in {list(self.values)}"
+        return f"{self.key} {self.kind} [{self.values[0]:g}, {self.values[1]:g}]"
+
+    def state(self) -> list[Any]:
+        return [self.key, self.kind, list(self.values)]
+
+
+def parse_dimension(key: str, tunable: Tunable, raw: Any, where: str) -> Dimension:
+    """``{log = [a, b]}``, ``{range = [a, b]}`` or a list of choices, checked against the key's kind."""
+    here = f"{where}: key '{key}'"
+    number = (int,) if tunable.kind == "int" else (int, float)
+
+    def is_number(v: Any) -> bool:
+        return isinstance(v, number) and not isinstance(v, bool) and math.isfinite(float(v))
+
+    if isinstance(raw, list):
+        if not raw:
+            raise GaptuiError(f"{here} = []: expected at least one value to choose from")
+        if not all(is_number(v) for v in raw):
+            raise GaptuiError(f"{here} = {raw!r}: expected {tunable.kind} values")
+        if len(set(raw)) != len(raw):
+            raise GaptuiError(f"{here} = {raw!r}: a value is listed twice")
+        return Dimension(key, tunable, "choice", tuple(raw))
+    if isinstance(raw, Mapping) and len(raw) == 1 and next(iter(raw)) in ("log", "range"):
+        kind, bounds = next(iter(raw.items()))
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(is_number(v) for v in bounds)):
+            raise GaptuiError(f"{here}: {kind} = {bounds!r}: expected two {tunable.kind} bounds [low, high]")
+        low, high = bounds
+        if not low < high:
+            raise GaptuiError(f"{here}: {kind} = {bounds!r}: empty or inverted range; expected low < high")
+        if kind == "log" and low <= 0:
+            raise GaptuiError(f"{here}: log = {bounds!r}: a log range needs bounds > 0")
+        return Dimension(key, tunable, kind, (low, high))
+    raise GaptuiError(
+        f"{here} = {raw!r}: expected {{ log = [low, high] }}, {{ range = [low, high] }} or a list of values"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the family's table: its label, and its spec per (column value, seed) of the preset."""
+
+    key: str
+    label: str
+    group: str
+    specs: dict[tuple[str, int], TaskSpec]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    study: str
+    task: str
+    trials: int
+    metric: Metric
+    at: str
+    sampler: str
+    seed: int
+    pruner: str
+    budget: str
+    seeds: tuple[int, ...]
+    space: dict[str, tuple[Dimension, ...]]
+    rows: tuple[Row, ...]
+    columns: tuple[str, ...]
+    grid_specs: tuple[TaskSpec, ...] = field(repr=False, default=())
+    where: str = ""
+
+    @property
+    def family(self) -> TaskFamily:
+        return family(self.task)
+
+    def fingerprint(self, row: Row) -> dict[str, Any]:
+        """What a study of ``row`` was asked with: refused later when it changed (``trials`` may grow)."""
+        return {
+            "metric": self.metric.key,
+            "at": self.at,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "seeds": list(self.seeds),
+            "space": [d.state() for d in self.space[row.key]],
+            "budget": self.budget,
+            "pruner": self.pruner,
+        }
+
+    def trial_specs(self, row: Row, params: Mapping[str, Any]) -> list[TaskSpec]:
+        """The runs of one trial: the row's spec at ``at`` for each tuned seed, with ``params`` set."""
+        return [apply_params(row.specs[(self.at, seed)], params, self) for seed in self.seeds]
+
+    def final_specs(self, row: Row, params: Mapping[str, Any]) -> list[TaskSpec]:
+        """The final runs of a row: its best values on every cell of the preset with all its seeds."""
+        return [apply_params(spec, params, self) for spec in row.specs.values()]
+
+
+def apply_params(spec: TaskSpec, params: Mapping[str, Any], settings: TuneSettings) -> TaskSpec:
+    raw = spec.to_dict()
+    tunable = settings.family.tunable
+    for key, value in params.items():
+        *parents, leaf = tunable[key].field.split(".")
+        node = raw
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return load_spec(raw, where=f"{settings.where}: [tune]")  # type: ignore[no-any-return]
+
+
+def _column_label(fam: TaskFamily, value: Any) -> str:
+    return fam.axis(fam.table.columns).format(value)
+
+
+def tune_rows(fam: TaskFamily, specs: Iterable[TaskSpec]) -> tuple[list[Row], list[str]]:
+    """The preset's rows (baselines left out: they train nothing) and its column labels in grid order."""
+    layout = fam.table
+    rows: dict[str, Row] = {}
+    columns: dict[str, None] = {}
+    for spec in specs:
+        if spec.task != fam.name or fam.is_baseline(spec):
+            continue
+        axes = fam.record_axes(spec)
+        group = "" if layout.group is None else fam.axis(layout.group).format(axes.get(layout.group))
+        label = fam.axis(layout.rows).format(axes.get(layout.rows))
+        key = f"{group} / {label}" if group else label
+        column = _column_label(fam, axes.get(layout.columns))
+        columns[column] = None
+        row = rows.setdefault(key, Row(key, label, group, {}))
+        row.specs[(column, int(spec.seed))] = spec  # type: ignore[attr-defined]
+    return list(rows.values()), list(columns)
+
+
+def parse_tune(
+    raw: Mapping[str, Any], preset: Any, ws: Workspace, where: str, study: str | None = None
+) -> TuneSettings:
+    """The checked ``[tune]`` table of ``preset``: one ``error:`` line naming the file and key, before any trial."""
+    from gaptui.presets import grid
+
+    here = f"{where}: [tune]"
+    if not isinstance(raw, Mapping) or not raw:
+        raise GaptuiError(f"{where}: no [tune] table; add one, e.g. [tune] with trials = 8 (docs/tuning.md)")
+    for key in raw:
+        if key not in TUNE_KEYS:
+            raise GaptuiError(
+                f"{here}: unknown key '{key}'{did_you_mean(key, TUNE_KEYS)}; known: {', '.join(TUNE_KEYS)}"
+            )
+    fam = family(preset.task)
+    if not fam.tunable:
+        raise GaptuiError(f"{here}: the {fam.name} family declares no tunable keys")
+    trials = raw.get("trials")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise GaptuiError(f"{here}: key 'trials' = {trials!r}: expected a count of trials per row >= 1")
+    metric_key = raw.get("metric", fam.default_metric)
+    if not isinstance(metric_key, str) or metric_key not in {m.key for m in fam.metrics}:
+        known = [m.key for m in fam.metrics]
+        raise GaptuiError(
+            f"{here}: key 'metric' = {metric_key!r}: not a metric of {fam.name}{did_you_mean(str(metric_key), known)}; "
+            f"known: {', '.join(known)}"
+        )
+    choice = {}
+    for key, choices, default in (
+        ("sampler", SAMPLERS, "tpe"),
+        ("pruner", PRUNERS, "none"),
+        ("budget", BUDGETS, "trials"),
+    ):
+        value = raw.get(key, default)
+        if value not in choices:
+            raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected one of {', '.join(choices)}")
+        choice[key] = value
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected the sampler's seed, an integer >= 0")
+    seeds = raw.get("seeds", [preset.seeds[0]])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise GaptuiError(f"{here}: key 'seeds' = {seeds!r}: expected a list of the preset's seeds, e.g. [0]")
+    missing = [s for s in seeds if s not in preset.seeds]
+    if missing:
+        raise GaptuiError(
+            f"{here}: key 'seeds': seed {missing[0]} is not a seed of the preset ({', '.join(map(str, preset.seeds))})"
+        )
+    specs = grid(preset, ws)
+    rows, columns = tune_rows(fam, specs)
+    if not rows:
+        raise GaptuiError(f"{where}: the preset has no {fam.name} run to tune")
+    at = _at(raw, fam, columns, here)
+    shared = _space(raw.get("space", {}), fam, f"{here} space")
+    per_row_raw = raw.get("rows", {})
+    if not isinstance(per_row_raw, Mapping):
+        raise GaptuiError(f"{here}: key 'rows' = {per_row_raw!r}: expected tables of per-row spaces, [tune.rows.gin]")
+    labels = {r.label for r in rows} | {r.key for r in rows}
+    for name in per_row_raw:
+        if name not in labels:
+            raise GaptuiError(
+                f"{here}: rows: '{name}' is not a row of the preset{did_you_mean(name, sorted(labels))}; "
+                f"rows: {', '.join(sorted(r.label for r in rows))}"
+            )
+    space: dict[str, tuple[Dimension, ...]] = {}
+    for row in rows:
+        own = {**_space(per_row_raw.get(row.label, {}), fam, f"{here} rows.{row.label}"),
+               **_space(per_row_raw.get(row.key, {}), fam, f"{here} rows.{row.key}")}  # fmt: skip
+        dims = {**shared, **own}
+        if not dims:
+            raise GaptuiError(
+                f"{here}: no space for row {row.key}: give [tune.space] with keys among {', '.join(fam.tunable)}"
+            )
+        space[row.key] = tuple(dims[k] for k in sorted(dims))
+    if choice["sampler"] == "grid":
+        for row in rows:
+            ranged = [d.key for d in space[row.key] if d.kind != "choice"]
+            if ranged:
+                raise GaptuiError(f"{here}: sampler = 'grid' needs lists of values; '{ranged[0]}' is a range")
+    name = study or raw.get("study") or preset.name
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise GaptuiError(f"{here}: key 'study' = {name!r}: expected a name of letters, digits, '-', '_' or '.'")
+    settings = TuneSettings(
+        study=name,
+        task=fam.name,
+        trials=trials,
+        metric=fam.metric(metric_key),
+        at=at,
+        sampler=choice["sampler"],
+        seed=seed,
+        pruner=choice["pruner"],
+        budget=choice["budget"],
+        seeds=tuple(seeds),
+        space=space,
+        rows=tuple(rows),
+        columns=tuple(columns),
+        grid_specs=tuple(specs),
+        where=where,
+    )
+    for row in rows:  # every bound of the space must give a valid run of every row
+        for dim in space[row.key]:
+            for value in dim.values if dim.kind == "choice" else dim.values:
+                settings.trial_specs(row, {dim.key: value})
+    return settings
+
+
+def _at(raw: Mapping[str, Any], fam: TaskFamily, columns: list[str], here: str) -> str:
+    axis = fam.axis(fam.table.columns)
+    if "at" not in raw:
+        ordered = sorted(columns, key=lambda c: axis.sort_key(c)) if axis.numeric else columns
+        return ordered[len(ordered) // 2]
+    label = _column_label(fam, raw["at"])
+    if label not in columns:
+        raise GaptuiError(
+            f"{here}: key 'at' = {raw['at']!r}: the preset has no {axis.name} {label}; its values: {', '.join(columns)}"
+        )
+    return label
+
+
+def _space(raw: Any, fam: TaskFamily, where: str) -> dict[str, Dimension]:
+    if not isinstance(raw, Mapping):
+        raise GaptuiError(f"{where} = {raw!r}: expected a table of keys, e.g. lr = {{ log = [1e-4, 1e-2] }}")
+    out = {}
+    for key, value in raw.items():
+        if key not in fam.tunable:
+            raise GaptuiError(
+                f"{where}: '{key}' is not a tunable key of {fam.name}{did_you_mean(key, fam.tunable)}; "
+                f"tunable: {', '.join(fam.tunable)}"
+            )
+        tunable = fam.tunable[key]
+        out[key] = parse_dimension(key, tunable, tunable.space if value == "default" else value, where)
+    return out
+
+
+def load_tune(preset_name: str, ws: Workspace, study: str | None = None) -> tuple[Any, TuneSettings]:
+    """The preset and its checked ``[tune]`` settings."""
+    from gaptui.preset_code import review_preset
+
+    review = review_preset(preset_name, ws)
+    preset = review.load()
+    return preset, parse_tune(review.raw.get("tune", {}), preset, ws, str(review.path), study)
+
+
+# ---------------------------------------------------------------------------------------------------- storage
+
+
+def study_path(ws: Workspace, name: str) -> Path:
+    return ws.root / "tune" / f"{name}.db"
+
+
+def storage(ws: Workspace, name: str) -> Any:
+    """The study's Optuna RDB storage: a SQLite file several slots may ask and tell through at once."""
+    import optuna
+
+    path = study_path(ws, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+def study_name(settings: TuneSettings, row: Row) -> str:
+    return f"{settings.study}:{row.key}"
+
+
+def sampler_of(settings: TuneSettings, row: Row, asked: int = 0) -> Any:
+    """The row's sampler, seeded by the study's seed, the row and how many trials the study already asked: a
+    manager started again after a crash draws new values instead of repeating the first ones."""
+    import optuna
+
+    seed = int(hashlib.sha256(f"{settings.seed}:{row.key}:{asked}".encode()).hexdigest()[:8], 16)
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if settings.sampler == "grid":
+        return optuna.samplers.GridSampler({d.key: list(d.values) for d in settings.space[row.key]}, seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_studies(ws: Workspace, settings: TuneSettings, *, create: bool = True) -> dict[str, Any]:
+    """One Optuna study per row, created or loaded; a study asked with other settings is refused."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = storage(ws, settings.study)
+    direction = "maximize" if settings.metric.higher_is_better else "minimize"
+    studies = {}
+    for row in settings.rows:
+        name = study_name(settings, row)
+        study = optuna.create_study(
+            storage=store, study_name=name, direction=direction, sampler=sampler_of(settings, row), load_if_exists=True
+        )
+        asked = settings.fingerprint(row)
+        before = study.user_attrs.get("gaptui")
+        if before is None:
+            study.set_user_attr("gaptui", {**asked, "trials": settings.trials})
+        else:
+            changed = [k for k in asked if before.get(k) != asked[k]]
+            if before.get("trials", 0) > settings.trials:
+                changed.append(f"trials lowered from {before['trials']} to {settings.trials}")
+            if changed:
+                raise GaptuiError(
+                    f"{settings.where}: [tune] changed since study '{settings.study}' began ({', '.join(changed)}); "
+                    f"keep the settings, or start a new study with --study NAME ({study_path(ws, settings.study)})"
+                )
+            if before.get("trials") != settings.trials:
+                study.set_user_attr("gaptui", {**asked, "trials": settings.trials})
+        study.sampler = sampler_of(settings, row, len(study.get_trials(deepcopy=False)))
+        studies[row.key] = study
+    return studies
+
+
+# ---------------------------------------------------------------------------------------------------- the search
+
+
+@dataclass
+class Pending:
+    row: Row
+    trial: Any
+    specs: list[TaskSpec]
+
+
+@dataclass
+class StudyProgress:
+    """Per row: trials complete, pruned, failed, running; the best value and the best-so-far curve."""
+
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def trial_counts(study: Any) -> dict[str, int]:
+    import optuna
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    return {
+        "complete": states.count(optuna.trial.TrialState.COMPLETE),
+        "pruned": states.count(optuna.trial.TrialState.PRUNED),
+        "failed": states.count(optuna.trial.TrialState.FAIL),
+        "running": states.count(optuna.trial.TrialState.RUNNING),
+    }
+
+
+def finished_count(study: Any) -> int:
+    counts = trial_counts(study)
+    return counts["complete"] + counts["pruned"] + counts["failed"]
+
+
+def dependency_closure(specs: Iterable[TaskSpec], grid_specs: Iterable[TaskSpec]) -> list[TaskSpec]:
+    """``specs`` preceded by the grid's runs they depend on (a GAPE run's pretraining), dependencies first."""
+    by_hash = {s.hash(): s for s in grid_specs}
+    out: dict[str, TaskSpec] = {}
+
+    def add(spec: TaskSpec) -> None:
+        for dep in family(spec.task).dependencies(spec):
+            if dep in by_hash and dep not in out:
+                add(by_hash[dep])
+        out.setdefault(spec.hash(), spec)
+
+    for spec in specs:
+        add(spec)
+    return list(out.values())
+
+
+class Search:
+    """Ask, queue, follow and tell: the study loop over a scheduler (local slots or Slurm)."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        settings: TuneSettings,
+        scheduler: Any,
+        history: Any,
+        capacity: int,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.ws, self.settings, self.scheduler, self.history = ws, settings, scheduler, history
+        self.capacity = max(1, capacity)
+        self.say = say
+        self.studies = open_studies(ws, settings)
+        self.pending: dict[tuple[str, int], Pending] = {}
+        self.told = 0
+
+    # ------------------------------------------------------------------ queueing
+
+    def _queue(self, specs: list[TaskSpec]) -> None:
+        from gaptui.launch import enqueue_prepared
+
+        known = self.history.by_hash()
+        busy = set(self.scheduler.running) | {s.hash() for s in self.scheduler.queue}
+        ended = ("done", "failed", "blocked")  # a trial run that ended is told, not run again
+        todo = [s for s in dependency_closure(specs, self.settings.grid_specs)
+                if s.hash() not in busy and known.get(s.hash(), {}).get("status") not in ended]  # fmt: skip
+        if todo:
+            enqueue_prepared(self.scheduler, todo, f"tune:{self.settings.study}")
+
+    def _tag(self, pending: Pending) -> None:
+        """Each run of a trial names the study, the row and the trial (a run shared by two trials: both)."""
+        records = self.history.by_hash()
+        updates = {}
+        for spec in pending.specs:
+            record = records.get(spec.hash())
+            if record is None:
+                continue
+            tune = dict(record.get("tune") or {})
+            trials = sorted({*tune.get("trials", []), pending.trial.number})
+            tune.update({"study": self.settings.study, "row": pending.row.key, "trials": trials})
+            tags = sorted({*(record.get("tags") or []), f"study={self.settings.study}"})
+            updates[spec.hash()] = {"tune": tune, "tags": tags}
+        if updates:
+            self.history.update_many(updates)
+
+    def resume(self) -> int:
+        """Take up the trials a killed manager left ``RUNNING``, with their stored values."""
+        import optuna
+
+        taken = 0
+        for row in self.settings.rows:
+            study = self.studies[row.key]
+            for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                if (row.key, trial.number) in self.pending:
+                    continue
+                pending = Pending(row, trial, self.settings.trial_specs(row, trial.params))
+                self.pending[(row.key, trial.number)] = pending
+                self._queue(pending.specs)
+                self._tag(pending)
+                taken += 1
+        return taken
+
+    def fill(self) -> None:
+        """Ask new trials for rows short of ``trials`` while fewer than ``capacity`` trials are in flight."""
+        dims = self.settings.space
+        while len(self.pending) < self.capacity:
+            short = [r for r in self.settings.rows
+                     if finished_count(self.studies[r.key]) + self._in_flight(r) < self.settings.trials]  # fmt: skip
+            if not short:
+                return
+            row = min(short, key=lambda r: finished_count(self.studies[r.key]) + self._in_flight(r))
+            study = self.studies[row.key]
+            trial = study.ask({d.key: d.distribution() for d in dims[row.key]})
+            trial.set_user_attr("row", row.key)
+            pending = Pending(row, trial, self.settings.trial_specs(row, trial.params))
+            trial.set_user_attr("runs", [s.hash() for s in pending.specs])
+            self.pending[(row.key, trial.number)] = pending
+            self._queue(pending.specs)
+            self._tag(pending)
+
+    def _in_flight(self, row: Row) -> int:
+        return sum(1 for key in self.pending if key[0] == row.key)
+
+    # ------------------------------------------------------------------ telling
+
+    def collect(self) -> None:
+        """Tell every trial whose runs all ended: the mean metric of its runs, or FAIL when one failed."""
+        import optuna
+
+        records = self.history.by_hash()
+        for key, pending in list(self.pending.items()):
+            status = [records.get(s.hash(), {}).get("status") for s in pending.specs]
+            if any(s in ("failed", "blocked") for s in status) and all(s not in ("queued", "running") for s in status):
+                self.studies[pending.row.key].tell(pending.trial.number, state=optuna.trial.TrialState.FAIL)
+                self.say(f"{pending.row.key}: trial {pending.trial.number} failed")
+            elif all(s == "done" for s in status):
+                values = [records[s.hash()].get("metrics", {}).get(self.settings.metric.key) for s in pending.specs]
+                numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
+                study = self.studies[pending.row.key]
+                if len(numbers) < len(values):
+                    study.tell(pending.trial.number, state=optuna.trial.TrialState.FAIL)
+                    self.say(f"{pending.row.key}: trial {pending.trial.number}: no {self.settings.metric.key}")
+                else:
+                    study.tell(pending.trial.number, sum(numbers) / len(numbers))
+                    self.say(
+                        f"{pending.row.key}: trial {pending.trial.number} {self.settings.metric.key} "
+                        f"{sum(numbers) / len(numbers):.4f} ({_params_text(pending.trial.params)})"
+                    )
+            else:
+                continue
+            self.told += 1
+            del self.pending[key]
+
+    def done(self) -> bool:
+        return not self.pending and all(finished_count(s) >= self.settings.trials for s in self.studies.values())
+
+    def run(self, poll: float = 0.25) -> None:
+        self.resume()
+        while True:
+            self.collect()
+            self.fill()
+            if self.done():
+                return
+            if not self.scheduler.pending() and self.pending:
+                self.collect()
+                if self.pending and not self.scheduler.pending():
+                    raise GaptuiError(
+                        "tune: trials wait for runs that are neither queued nor running; "
+                        + ", ".join(f"{p.row.key} trial {p.trial.number}" for p in self.pending.values())
+                    )
+                continue
+            self.scheduler.step()
+            time.sleep(poll)
+
+
+def _params_text(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: Row
+    complete: int
+    pruned: int
+    failed: int
+    running: int
+    best_value: float | None
+    best_params: dict[str, Any]
+    best_trial: int | None
+    curve: list[float]
+
+
+def results(ws: Workspace, settings: TuneSettings) -> list[RowResult]:
+    """Per row, read back from the study's storage: trial counts, the best trial and the best-so-far curve."""
+    import optuna
+
+    out = []
+    store = storage(ws, settings.study)
+    for row in settings.rows:
+        try:
+            study = optuna.load_study(study_name=study_name(settings, row), storage=store)
+        except KeyError:
+            out.append(RowResult(row, 0, 0, 0, 0, None, {}, None, []))
+            continue
+        counts = trial_counts(study)
+        complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+        curve: list[float] = []
+        for t in sorted(complete, key=lambda t: t.number):
+            value = float(t.value)
+            better = max if settings.metric.higher_is_better else min
+            curve.append(value if not curve else better(curve[-1], value))
+        best = study.best_trial if complete else None
+        out.append(
+            RowResult(
+                row,
+                counts["complete"],
+                counts["pruned"],
+                counts["failed"],
+                counts["running"],
+                None if best is None else float(best.value),
+                {} if best is None else dict(best.params),
+                None if best is None else best.number,
+                curve,
+            )
+        )
+    return out
+
+
+def final_specs(ws: Workspace, settings: TuneSettings) -> list[tuple[RowResult, list[TaskSpec]]]:
+    """Per row with a best trial: the runs of its best values on every cell with every seed."""
+    return [(r, settings.final_specs(r.row, r.best_params)) for r in results(ws, settings) if r.best_trial is not None]
+
+
+def tag_final(history: Any, settings: TuneSettings, pairs: list[tuple[RowResult, list[TaskSpec]]]) -> None:
+    records = history.by_hash()
+    updates = {}
+    for result, specs in pairs:
+        for spec in specs:
+            record = records.get(spec.hash())
+            if record is None:
+                continue
+            tune = {**(record.get("tune") or {}), "study": settings.study, "row": result.row.key, "final": True}
+            tune["label"] = result.row.label
+            tune["params"] = result.best_params
+            tags = sorted({*(record.get("tags") or []), f"study={settings.study}"})
+            updates[spec.hash()] = {"tune": tune, "tags": tags}
+    if updates:
+        history.update_many(updates)
+
+
+def summary_lines(settings: TuneSettings, rows: list[RowResult]) -> list[str]:
+    metric = settings.metric
+    lines = [
+        f"study {settings.study} ({settings.task}): {settings.trials} trial(s) per row at "
+        f"{settings.family.axis(settings.family.table.columns).name} {settings.at}, seeds "
+        f"{', '.join(map(str, settings.seeds))}; {metric.key} ({metric.direction} is better); "
+        f"sampler {settings.sampler}"
+    ]
+    for r in rows:
+        space = "; ".join(d.text() for d in settings.space[r.row.key])
+        best = "no trial done" if r.best_value is None else (
+            f"best {metric.key} {r.best_value:.4f} (trial {r.best_trial}: {_params_text(r.best_params)})"
+        )  # fmt: skip
+        lines.append(
+            f"  {r.row.key}: {r.complete + r.pruned + r.failed}/{settings.trials} trials "
+            f"({r.pruned} pruned, {r.failed} failed); {best}; space {space}"
+        )
+    return lines
+
+
+def json_summary(settings: TuneSettings, rows: list[RowResult]) -> dict[str, Any]:
+    return {
+        "study": settings.study,
+        "task": settings.task,
+        "trials": settings.trials,
+        "metric": settings.metric.key,
+        "at": settings.at,
+        "seeds": list(settings.seeds),
+        "rows": [
+            {
+                "row": r.row.key,
+                "complete": r.complete,
+                "pruned": r.pruned,
+                "failed": r.failed,
+                "running": r.running,
+                "best_value": r.best_value,
+                "best_params": r.best_params,
+                "best_trial": r.best_trial,
+                "best_so_far": r.curve,
+                "space": [d.text() for d in settings.space[r.row.key]],
+            }
+            for r in rows
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+
+
+def table_view(records: Iterable[dict[str, Any]], tuned: bool = False) -> list[dict[str, Any]]:
+    """Records as ranking tables see them: trial runs left out; final runs of a study left out too, or with
+    ``tuned`` shown as rows ``<row> (tuned)`` beside the default ones."""
+    out = []
+    for record in records:
+        tune = record.get("tune") if isinstance(record, dict) else None
+        if not tune:
+            out.append(record)
+            continue
+        if not (tuned and isinstance(tune, dict) and tune.get("final")):
+            continue
+        try:
+            rows_key = family(str(record.get("task") or "")).table.rows
+        except GaptuiError:
+            continue
+        axes = dict(record.get("axes") or {})
+        axes[rows_key] = f"{tune.get('label') or axes.get(rows_key)}{TUNED}"
+        out.append({**record, "axes": axes})
+    return out
+
+
+def dump(settings: TuneSettings, rows: list[RowResult]) -> str:
+    return json.dumps(json_summary(settings, rows), indent=2, sort_keys=True)
+
+
+def ranking_change(records: Iterable[dict[str, Any]], settings: TuneSettings) -> list[dict[str, Any]]:
+    """Per table and column: Kendall's tau between the rows ranked by their default runs and by their tuned
+    (final) runs, on the rows that have both (the centre over seeds is the family's statistic)."""
+    from statistics import mean, median
+
+    from scipy.stats import kendalltau
+
+    fam = settings.family
+    layout = fam.table
+    centre = median if layout.statistic == "median" else mean
+    key = settings.metric.key
+    values: dict[tuple[str, str, str, bool], list[float]] = {}
+    for record in records:
+        if record.get("task") != fam.name or record.get("status") != "done":
+            continue
+        tune = record.get("tune") or {}
+        if tune and not (tune.get("final") and tune.get("study") == settings.study):
+            continue
+        axes = record.get("axes") or {}
+        value = (record.get("metrics") or {}).get(key)
+        if not isinstance(value, (int, float)):
+            continue
+        group = "" if layout.group is None else fam.axis(layout.group).format(axes.get(layout.group))
+        row = str(tune.get("label")) if tune else fam.axis(layout.rows).format(axes.get(layout.rows))
+        column = _column_label(fam, axes.get(layout.columns))
+        values.setdefault((group, column, row, bool(tune)), []).append(float(value))
+    out = []
+    for group, column in sorted({(g, c) for g, c, _, _ in values}):
+        rows = sorted({r for g, c, r, t in values if (g, c) == (group, column) and t}
+                      & {r for g, c, r, t in values if (g, c) == (group, column) and not t})  # fmt: skip
+        if len(rows) < 2:
+            continue
+        default = [centre(values[(group, column, r, False)]) for r in rows]
+        tuned = [centre(values[(group, column, r, True)]) for r in rows]
+        tau = kendalltau(default, tuned).statistic
+        out.append({"group": group, "column": column, "rows": rows, "tau": None if tau != tau else float(tau)})
+    return out
