@@ -21,6 +21,16 @@ WorkspaceOpt = Annotated[
     typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help=r"Workspace folder \[default: ./gaptui-runs]."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+#: The local slots of a command that starts runs (``gaptui run``, ``gaptui tune``).
+GpusOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--gpus", help=r"GPU indices, e.g. 0,1; 'none' for CPU only \[default: all visible]."),
+]
+JobsPerGpuOpt = Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")]
+CpuJobsOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--cpu-jobs", help=r"Concurrent CPU runs \[default: half the cores when there is no GPU]."),
+]
 
 
 def print_json(obj: Any) -> None:

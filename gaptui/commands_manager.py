@@ -19,7 +19,19 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, task_name, warn
+from gaptui.cli_common import (
+    CpuJobsOpt,
+    GpusOpt,
+    JobsPerGpuOpt,
+    JsonOpt,
+    WorkspaceOpt,
+    console,
+    err_console,
+    note,
+    print_json,
+    task_name,
+    warn,
+)
 from gaptui.commands_slurm import (
     AccountOpt,
     ArrayParallelismOpt,
@@ -62,15 +74,9 @@ def run_cmd(
     no_estimate: Annotated[
         bool, typer.Option("--no-estimate", help="With --dry-run: skip the duration estimate (and its calibration).")
     ] = False,
-    gpus: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
-    ] = None,
-    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")] = 1,
-    cpu_jobs: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--cpu-jobs", help="Concurrent CPU runs [default: half the cores when there is no GPU]."),
-    ] = None,
+    gpus: GpusOpt = None,
+    jobs_per_gpu: JobsPerGpuOpt = 1,
+    cpu_jobs: CpuJobsOpt = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run failed runs again.")] = False,
     timeout: Annotated[
         Optional[float],  # noqa: UP045

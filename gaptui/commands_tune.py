@@ -11,7 +11,16 @@ import typer
 from rich.markup import escape
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli_common import (
+    CpuJobsOpt,
+    GpusOpt,
+    JobsPerGpuOpt,
+    JsonOpt,
+    WorkspaceOpt,
+    console,
+    err_console,
+    print_json,
+)
 from gaptui.workspace import Workspace
 
 
@@ -36,15 +45,9 @@ def tune_cmd(
         bool, typer.Option("--dry-run", help="Show trials per row, the estimated duration and memory; run nothing.")
     ] = False,
     status: Annotated[bool, typer.Option("--status", help="Show the study as stored; run nothing.")] = False,
-    gpus: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
-    ] = None,
-    jobs_per_gpu: Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")] = 1,
-    cpu_jobs: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--cpu-jobs", help="Concurrent CPU runs [default: half the cores when there is no GPU]."),
-    ] = None,
+    gpus: GpusOpt = None,
+    jobs_per_gpu: JobsPerGpuOpt = 1,
+    cpu_jobs: CpuJobsOpt = None,
     pack_seeds: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option("--pack-seeds", help="Seeds of one trial trained in one worker [default: the preset's]."),

@@ -174,6 +174,11 @@ def _key(key: str) -> str:
     return key if BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
 
+def toml_literal(value: Any) -> str:
+    """A TOML literal of any value a preset holds: a scalar, a list, or an inline table ``{ key = value }``."""
+    return _toml(value)
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, dict):
         inner = ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items() if v is not None)

@@ -18,6 +18,9 @@ from typing import Any, Required, TypedDict
 from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import FAMILIES, Axis, TaskFamily, family, task_of
 
+#: The filter key choosing the runs of one ``gaptui tune`` study (``study=NAME``), beside the declared axes.
+STUDY_KEY = "study"
+
 #: Statuses a record can have, in the order a run goes through them.
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "blocked")
 
@@ -55,6 +58,9 @@ class Record(TypedDict, total=False):
     repro: dict[str, Any]
     tags: list[str]
     note: str
+    #: A run of a ``gaptui tune`` study: ``{"study", "row", "trials"}``, plus ``final`` for its final runs and
+    #: ``pruned`` for the runs of a pruned trial (:mod:`gaptui.tuning`).
+    tune: dict[str, Any]
 
 
 def record_task(record: Mapping[str, Any]) -> str:
@@ -140,6 +146,9 @@ def parse_axis_filters(items: Iterable[str], tasks: Sequence[str] | None = None,
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
             raise GaptuiError(f"{option} '{item}': expected AXIS=VALUE, e.g. dataset=er; known axes: {', '.join(axes)}")
+        if key == STUDY_KEY:  # not an axis: the runs of a `gaptui tune` study (its trials and final runs)
+            out[key] = value
+            continue
         if key not in axes:
             scope = f"task {', '.join(tasks)}" if tasks else "any task"
             raise GaptuiError(
@@ -177,11 +186,18 @@ class RecordFilter:
             return False
         if not self.axes:
             return True
+        axes = dict(self.axes)
+        if STUDY_KEY in axes:
+            tune = record.get("tune")
+            if not isinstance(tune, Mapping) or str(tune.get("study")).lower() != axes.pop(STUDY_KEY).lower():
+                return False
+            if not axes:
+                return True
         fam = record_family(record)
         if fam is None:
             return False
         declared = run_axes(fam, record_axes(record), record.get("seed"))
-        return all(k in declared and axis_matches(*declared[k], v) for k, v in self.axes.items())
+        return all(k in declared and axis_matches(*declared[k], v) for k, v in axes.items())
 
     def apply(self, records: Iterable[Record]) -> list[Record]:
         return [r for r in records if self.matches(r)]
@@ -242,7 +258,7 @@ def split_words(words: Iterable[str]) -> tuple[list[str], dict[str, str]]:
     filters: dict[str, str] = {}
     for word in words:
         key, sep, value = word.partition("=")
-        if sep and value and key in axes:
+        if sep and value and (key in axes or key == STUDY_KEY):
             filters[key] = value
         else:
             plain.append(word)

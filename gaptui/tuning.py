@@ -23,8 +23,8 @@ database, and the next ``gaptui tune`` takes it up again with the same values, s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,9 +37,12 @@ from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spe
 from gaptui.workspace import Workspace
 
 SAMPLERS = ("tpe", "random", "grid")
-PRUNERS = ("none",)
-BUDGETS = ("trials",)
-TUNE_KEYS = ("trials", "metric", "at", "space", "rows", "sampler", "seed", "pruner", "budget", "seeds", "study")
+PRUNERS = ("none", "median")
+BUDGETS = ("trials", "seconds")
+TUNE_KEYS = (
+    "trials", "metric", "at", "space", "rows", "sampler", "seed", "pruner", "prune_startup", "prune_warmup",
+    "budget", "seconds", "seeds", "study",
+)  # fmt: skip
 #: Suffix of a tuned row in ``gaptui table --tuned``.
 TUNED = " (tuned)"
 
@@ -136,6 +139,11 @@ class TuneSettings:
     columns: tuple[str, ...]
     grid_specs: tuple[TaskSpec, ...] = field(repr=False, default=())
     where: str = ""
+    #: ``budget = "seconds"``: the training seconds each row may spend (``trials`` is then an upper bound).
+    seconds: float | None = None
+    #: Median pruner: trials per row before any is pruned, and epochs of a trial before it may be.
+    prune_startup: int = 5
+    prune_warmup: int = 0
 
     @property
     def family(self) -> TaskFamily:
@@ -151,7 +159,9 @@ class TuneSettings:
             "seeds": list(self.seeds),
             "space": [d.state() for d in self.space[row.key]],
             "budget": self.budget,
+            "seconds": self.seconds,
             "pruner": self.pruner,
+            "prune": [self.prune_startup, self.prune_warmup] if self.pruner != "none" else None,
         }
 
     def trial_specs(self, row: Row, params: Mapping[str, Any]) -> list[TaskSpec]:
@@ -237,6 +247,22 @@ def parse_tune(
         if value not in choices:
             raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected one of {', '.join(choices)}")
         choice[key] = value
+    counts = {}
+    for key, default in (("prune_startup", 5), ("prune_warmup", 0)):
+        value = raw.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected a count >= 0")
+        if key in raw and choice["pruner"] == "none":
+            raise GaptuiError(f"{here}: key '{key}' goes with pruner = \"median\"")
+        counts[key] = value
+    seconds = raw.get("seconds")
+    if choice["budget"] == "seconds":
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+            raise GaptuiError(
+                f"{here}: key 'seconds' = {seconds!r}: budget = \"seconds\" needs the training seconds per row, > 0"
+            )
+    elif seconds is not None:
+        raise GaptuiError(f"{here}: key 'seconds' goes with budget = \"seconds\"")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected the sampler's seed, an integer >= 0")
@@ -283,6 +309,11 @@ def parse_tune(
             ranged = [d.key for d in space[row.key] if d.kind != "choice"]
             if ranged:
                 raise GaptuiError(f"{here}: sampler = 'grid' needs lists of values; '{ranged[0]}' is a range")
+            size = math.prod(len(d.values) for d in space[row.key])
+            if trials > size:
+                raise GaptuiError(
+                    f"{here}: key 'trials' = {trials}: sampler = 'grid' has {size} combination(s) for row {row.key}"
+                )
     name = study or raw.get("study") or preset.name
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise GaptuiError(f"{here}: key 'study' = {name!r}: expected a name of letters, digits, '-', '_' or '.'")
@@ -302,6 +333,9 @@ def parse_tune(
         columns=tuple(columns),
         grid_specs=tuple(specs),
         where=where,
+        seconds=None if seconds is None else float(seconds),
+        prune_startup=counts["prune_startup"],
+        prune_warmup=counts["prune_warmup"],
     )
     for row in rows:  # every bound of the space must give a valid run of every row
         for dim in space[row.key]:
@@ -380,7 +414,17 @@ def sampler_of(settings: TuneSettings, row: Row, asked: int = 0) -> Any:
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def open_studies(ws: Workspace, settings: TuneSettings, *, create: bool = True) -> dict[str, Any]:
+def pruner_of(settings: TuneSettings) -> Any:
+    import optuna
+
+    if settings.pruner == "median":
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=settings.prune_startup, n_warmup_steps=settings.prune_warmup
+        )
+    return optuna.pruners.NopPruner()
+
+
+def open_studies(ws: Workspace, settings: TuneSettings) -> dict[str, Any]:
     """One Optuna study per row, created or loaded; a study asked with other settings is refused."""
     import optuna
 
@@ -391,7 +435,12 @@ def open_studies(ws: Workspace, settings: TuneSettings, *, create: bool = True) 
     for row in settings.rows:
         name = study_name(settings, row)
         study = optuna.create_study(
-            storage=store, study_name=name, direction=direction, sampler=sampler_of(settings, row), load_if_exists=True
+            storage=store,
+            study_name=name,
+            direction=direction,
+            sampler=sampler_of(settings, row),
+            pruner=pruner_of(settings),
+            load_if_exists=True,
         )
         asked = settings.fingerprint(row)
         before = study.user_attrs.get("gaptui")
@@ -421,13 +470,9 @@ class Pending:
     row: Row
     trial: Any
     specs: list[TaskSpec]
-
-
-@dataclass
-class StudyProgress:
-    """Per row: trials complete, pruned, failed, running; the best value and the best-so-far curve."""
-
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Median pruner: per run, the metric of each epoch its eval events gave; the epochs reported already.
+    curves: dict[str, dict[int, float]] = field(default_factory=dict)
+    reported: set[int] = field(default_factory=set)
 
 
 def trial_counts(study: Any) -> dict[str, int]:
@@ -480,7 +525,6 @@ class Search:
         self.say = say
         self.studies = open_studies(ws, settings)
         self.pending: dict[tuple[str, int], Pending] = {}
-        self.told = 0
 
     # ------------------------------------------------------------------ queueing
 
@@ -506,6 +550,7 @@ class Search:
             tune = dict(record.get("tune") or {})
             trials = sorted({*tune.get("trials", []), pending.trial.number})
             tune.update({"study": self.settings.study, "row": pending.row.key, "trials": trials})
+            tune.update({"of": self.settings.trials, "metric": self.settings.metric.key})
             tags = sorted({*(record.get("tags") or []), f"study={self.settings.study}"})
             updates[spec.hash()] = {"tune": tune, "tags": tags}
         if updates:
@@ -533,7 +578,8 @@ class Search:
         dims = self.settings.space
         while len(self.pending) < self.capacity:
             short = [r for r in self.settings.rows
-                     if finished_count(self.studies[r.key]) + self._in_flight(r) < self.settings.trials]  # fmt: skip
+                     if finished_count(self.studies[r.key]) + self._in_flight(r) < self.settings.trials
+                     and not self._spent(r)]  # fmt: skip
             if not short:
                 return
             row = min(short, key=lambda r: finished_count(self.studies[r.key]) + self._in_flight(r))
@@ -549,6 +595,70 @@ class Search:
     def _in_flight(self, row: Row) -> int:
         return sum(1 for key in self.pending if key[0] == row.key)
 
+    def _spent(self, row: Row) -> bool:
+        """``budget = "seconds"``: whether the row's trials (ended and in flight) trained its seconds already."""
+        if self.settings.seconds is None:
+            return False
+        return row_seconds(self.ws, self.history.by_hash(), self.studies[row.key]) >= self.settings.seconds
+
+    # ------------------------------------------------------------------ pruning
+
+    def _run_file(self, record: Mapping[str, Any]) -> Path:
+        folder = Path(record["run_dir"])
+        return (folder if folder.is_absolute() else self.ws.root / folder) / "events.jsonl"
+
+    def prune(self) -> None:
+        """Median pruner: report each trial's metric per epoch (the mean over its seeds, once every seed reported
+        that epoch) and stop the trials Optuna prunes: their runs are cancelled, the trial told ``PRUNED``."""
+        if self.settings.pruner == "none":
+            return
+        import optuna
+
+        from engine.events import iter_events
+
+        records = self.history.by_hash()
+        key = self.settings.metric.key
+        for pkey, pending in list(self.pending.items()):
+            for spec in pending.specs:
+                record = records.get(spec.hash())
+                if record is None or record.get("status") != "running" or not record.get("run_dir"):
+                    continue
+                curve = pending.curves.setdefault(spec.hash(), {})
+                for event in iter_events(self._run_file(record)):
+                    value = event.get("epoch"), event.get(key)
+                    if (
+                        event.get("event") == "eval"
+                        and isinstance(value[0], int)
+                        and isinstance(value[1], (int, float))
+                    ):
+                        curve[value[0]] = float(value[1])
+            if len(pending.curves) < len(pending.specs):
+                continue
+            common = set.intersection(*(set(c) for c in pending.curves.values())) - pending.reported
+            study = self.studies[pending.row.key]
+            trial = optuna.trial.Trial(study, pending.trial._trial_id)
+            for epoch in sorted(common):
+                trial.report(sum(c[epoch] for c in pending.curves.values()) / len(pending.specs), epoch)
+                pending.reported.add(epoch)
+                if trial.should_prune():
+                    for spec in pending.specs:
+                        self.scheduler.cancel(spec.hash())
+                    self._mark_pruned(pending)
+                    _tell(study, pending.trial.number, state=optuna.trial.TrialState.PRUNED)
+                    self.say(f"{pending.row.key}: trial {pending.trial.number} pruned at epoch {epoch}")
+                    del self.pending[pkey]
+                    break
+
+    def _mark_pruned(self, pending: Pending) -> None:
+        records = self.history.by_hash()
+        updates = {}
+        for spec in pending.specs:
+            record = records.get(spec.hash())
+            if record is not None:
+                updates[spec.hash()] = {"tune": {**(record.get("tune") or {}), "pruned": True}}
+        if updates:
+            self.history.update_many(updates)
+
     # ------------------------------------------------------------------ telling
 
     def collect(self) -> None:
@@ -558,34 +668,38 @@ class Search:
         records = self.history.by_hash()
         for key, pending in list(self.pending.items()):
             status = [records.get(s.hash(), {}).get("status") for s in pending.specs]
-            if any(s in ("failed", "blocked") for s in status) and all(s not in ("queued", "running") for s in status):
-                self.studies[pending.row.key].tell(pending.trial.number, state=optuna.trial.TrialState.FAIL)
+            ended_badly = any(s in ("failed", "blocked", "cancelled") for s in status)
+            if ended_badly and all(s not in ("queued", "running") for s in status):
+                _tell(self.studies[pending.row.key], pending.trial.number, state=optuna.trial.TrialState.FAIL)
                 self.say(f"{pending.row.key}: trial {pending.trial.number} failed")
             elif all(s == "done" for s in status):
                 values = [records[s.hash()].get("metrics", {}).get(self.settings.metric.key) for s in pending.specs]
                 numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
                 study = self.studies[pending.row.key]
                 if len(numbers) < len(values):
-                    study.tell(pending.trial.number, state=optuna.trial.TrialState.FAIL)
+                    _tell(study, pending.trial.number, state=optuna.trial.TrialState.FAIL)
                     self.say(f"{pending.row.key}: trial {pending.trial.number}: no {self.settings.metric.key}")
                 else:
-                    study.tell(pending.trial.number, sum(numbers) / len(numbers))
+                    _tell(study, pending.trial.number, sum(numbers) / len(numbers))
                     self.say(
                         f"{pending.row.key}: trial {pending.trial.number} {self.settings.metric.key} "
                         f"{sum(numbers) / len(numbers):.4f} ({_params_text(pending.trial.params)})"
                     )
             else:
                 continue
-            self.told += 1
             del self.pending[key]
 
     def done(self) -> bool:
-        return not self.pending and all(finished_count(s) >= self.settings.trials for s in self.studies.values())
+        """No trial in flight, and every row has its trials (or, by seconds, spent its seconds)."""
+        return not self.pending and all(
+            finished_count(self.studies[r.key]) >= self.settings.trials or self._spent(r) for r in self.settings.rows
+        )
 
     def run(self, poll: float = 0.25) -> None:
         self.resume()
         while True:
             self.collect()
+            self.prune()
             self.fill()
             if self.done():
                 return
@@ -599,6 +713,37 @@ class Search:
                 continue
             self.scheduler.step()
             time.sleep(poll)
+
+
+def _tell(study: Any, number: int, value: float | None = None, state: Any = None) -> None:
+    """``study.tell``; Optuna's grid sampler calls ``Study.stop`` once its grid is done, which only an ``optimize``
+    loop accepts: the trial is stored all the same, so that error is not one here."""
+    try:
+        study.tell(number, value, state=state)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
+def run_seconds(ws: Workspace, record: Mapping[str, Any]) -> float:
+    """The training seconds of one run: the sum of its ``epoch`` events' ``seconds``."""
+    from engine.events import iter_events
+
+    if not record.get("run_dir"):
+        return 0.0
+    folder = Path(record["run_dir"])
+    path = (folder if folder.is_absolute() else ws.root / folder) / "events.jsonl"
+    total = 0.0
+    for event in iter_events(path):
+        if event.get("event") == "epoch" and isinstance(event.get("seconds"), (int, float)):
+            total += float(event["seconds"])
+    return total
+
+
+def row_seconds(ws: Workspace, records: Mapping[str, Mapping[str, Any]], study: Any) -> float:
+    """The training seconds a row's trials spent, over every run of every trial it asked."""
+    runs = {h for t in study.get_trials(deepcopy=False) for h in t.user_attrs.get("runs", [])}
+    return sum(run_seconds(ws, records[h]) for h in runs if h in records)
 
 
 def _params_text(params: Mapping[str, Any]) -> str:
@@ -619,14 +764,18 @@ class RowResult:
     best_params: dict[str, Any]
     best_trial: int | None
     curve: list[float]
+    seconds: float = 0.0
 
 
 def results(ws: Workspace, settings: TuneSettings) -> list[RowResult]:
     """Per row, read back from the study's storage: trial counts, the best trial and the best-so-far curve."""
     import optuna
 
+    from gaptui.history import read_records
+
     out = []
     store = storage(ws, settings.study)
+    records = {r["hash"]: r for r in read_records(ws) if isinstance(r, dict) and "hash" in r}
     for row in settings.rows:
         try:
             study = optuna.load_study(study_name=study_name(settings, row), storage=store)
@@ -652,6 +801,7 @@ def results(ws: Workspace, settings: TuneSettings) -> list[RowResult]:
                 {} if best is None else dict(best.params),
                 None if best is None else best.number,
                 curve,
+                row_seconds(ws, records, study),
             )
         )
     return out
@@ -692,9 +842,10 @@ def summary_lines(settings: TuneSettings, rows: list[RowResult]) -> list[str]:
         best = "no trial done" if r.best_value is None else (
             f"best {metric.key} {r.best_value:.4f} (trial {r.best_trial}: {_params_text(r.best_params)})"
         )  # fmt: skip
+        spent = f", {r.seconds:.1f} s of training" + (f" of {settings.seconds:g}" if settings.seconds else "")
         lines.append(
             f"  {r.row.key}: {r.complete + r.pruned + r.failed}/{settings.trials} trials "
-            f"({r.pruned} pruned, {r.failed} failed); {best}; space {space}"
+            f"({r.pruned} pruned, {r.failed} failed{spent}); {best}; space {space}"
         )
     return lines
 
@@ -718,6 +869,7 @@ def json_summary(settings: TuneSettings, rows: list[RowResult]) -> dict[str, Any
                 "best_params": r.best_params,
                 "best_trial": r.best_trial,
                 "best_so_far": r.curve,
+                "training_seconds": r.seconds,
                 "space": [d.text() for d in settings.space[r.row.key]],
             }
             for r in rows
@@ -749,8 +901,107 @@ def table_view(records: Iterable[dict[str, Any]], tuned: bool = False) -> list[d
     return out
 
 
-def dump(settings: TuneSettings, rows: list[RowResult]) -> str:
-    return json.dumps(json_summary(settings, rows), indent=2, sort_keys=True)
+# ---------------------------------------------------------------------------------------------------- the form
+
+
+def space_text(space: Mapping[str, Any]) -> str:
+    """A ``[tune.space]`` table as the one line the New-experiment form shows: ``lr = { log = [...] }, ...``."""
+    from gaptui.presets import toml_literal
+
+    return ", ".join(f"{key} = {toml_literal(value)}" for key, value in space.items())
+
+
+def parse_space_text(text: str, where: str = "tune space") -> dict[str, Any]:
+    """The inverse of :func:`space_text`: ``key = value`` pairs separated by commas, TOML values."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    if not text.strip():
+        return {}
+    try:
+        return dict(tomllib.loads(f"space = {{ {text} }}")["space"])
+    except tomllib.TOMLDecodeError as exc:
+        raise GaptuiError(
+            f"{where} '{text}': expected key = value pairs separated by commas, e.g. "
+            f"lr = {{ log = [1e-4, 1e-2] }}, layers = [3, 4, 5] ({exc})"
+        ) from None
+
+
+def tune_table(base: Mapping[str, Any] | None, trials: str, space: str) -> dict[str, Any] | None:
+    """The ``[tune]`` table a form's two tune fields give (None: both blank, no tuning), the other keys of the
+    loaded preset's table (``at``, ``sampler``...) kept."""
+    if not trials.strip() and not space.strip():
+        return None
+    text = trials.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise GaptuiError(f"tune trials '{trials}': expected a count of trials per row >= 1")
+    table = {k: v for k, v in dict(base or {}).items() if k not in ("trials", "space")}
+    return {"trials": int(text), **table, "space": parse_space_text(space)}
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """A row of a study as the history tells it (the terminal app's Runs): trials ended of those asked for, the
+    best trial value so far after each ended trial (in trial order), and the metric."""
+
+    study: str
+    row: str
+    ended: int
+    total: int | None
+    running: int
+    metric: str
+    best: list[float]
+
+
+def study_rows(records: Iterable[Mapping[str, Any]]) -> list[StudyRow]:
+    """Every study row of the history's trial runs: a trial has ended when its runs all did (done: its value is
+    their mean metric; failed, cancelled, blocked: no value); it is running while one of them is queued or running."""
+    trials: dict[tuple[str, str], dict[int, list[Mapping[str, Any]]]] = {}
+    about: dict[tuple[str, str], tuple[int | None, str, str]] = {}
+    for record in records:
+        tune = record.get("tune")
+        if not isinstance(tune, Mapping) or not tune.get("trials"):
+            continue
+        key = (str(tune.get("study")), str(tune.get("row")))
+        about[key] = (tune.get("of"), str(tune.get("metric") or ""), str(record.get("task") or ""))
+        for number in tune["trials"]:
+            trials.setdefault(key, {}).setdefault(int(number), []).append(record)
+    out = []
+    for key in sorted(trials):
+        total, metric, task = about[key]
+        higher = True
+        with contextlib.suppress(GaptuiError):
+            higher = family(task).metric(metric).higher_is_better
+        ended = running = 0
+        best: list[float] = []
+        for number in sorted(trials[key]):
+            runs = trials[key][number]
+            statuses = [r.get("status") for r in runs]
+            if any(s in ("queued", "running", "interrupted") for s in statuses):
+                running += 1
+                continue
+            ended += 1
+            values = [(r.get("metrics") or {}).get(metric) for r in runs]
+            if statuses and all(s == "done" for s in statuses) and all(isinstance(v, (int, float)) for v in values):
+                value = sum(values) / len(values)
+                best.append(value if not best else (max if higher else min)(best[-1], value))
+        out.append(StudyRow(key[0], key[1], ended, total, running, metric, best))
+    return out
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """``values`` (the last ``width``) as one line of block characters, lowest to highest."""
+    values = values[-width:]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = high - low
+    return "".join(SPARKS[0 if span == 0 else round((v - low) / span * (len(SPARKS) - 1))] for v in values)
 
 
 def ranking_change(records: Iterable[dict[str, Any]], settings: TuneSettings) -> list[dict[str, Any]]:

@@ -81,6 +81,10 @@ def test_a_study_gives_each_row_its_trials_then_the_final_rows_join_the_table(tm
         assert row["best_trial"] == study.best_trial.number and row["complete"] == 2
     records = json.loads(run_cli("history", "-w", str(ws), "--json", "--limit", "0").stdout)
     assert len(records) == 4 and all("study=study" in r["tags"] for r in records)
+    chosen = run_cli("history", "-w", str(ws), "--json", "--limit", "0", "--filter", "study=study")
+    assert len(json.loads(chosen.stdout)) == 4
+    other = run_cli("history", "-w", str(ws), "--json", "--limit", "0", "--filter", "study=other")
+    assert json.loads(other.stdout) == []
     empty = run_cli("table", "-w", str(ws), "--format", "json")
     assert json.loads(empty.stdout) == []  # trials are not rows of the default tables
 
@@ -99,23 +103,21 @@ def test_a_manager_killed_mid_study_is_finished_by_the_same_command(tmp_path: Pa
     manager = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:  # wait for one told trial and one in flight, then kill
-            if (ws / "tune" / "study.db").exists():
-                try:
-                    trials = next(iter(_studies(ws).values())).trials
-                except (StopIteration, Exception):  # noqa: BLE001 - the database is being created
-                    trials = []
-                states = {t.state for t in trials}
-                if optuna.trial.TrialState.COMPLETE in states and optuna.trial.TrialState.RUNNING in states:
-                    break
+        while time.monotonic() < deadline:  # one trial's run finished and the next one's started: kill then
+            runs = list((ws / "runs").glob("*")) if (ws / "runs").is_dir() else []
+            if len(runs) >= 2 and any((r / "result.json").exists() for r in runs):
+                break
             if manager.poll() is not None:
                 pytest.fail("the study finished before it could be interrupted")
-            time.sleep(0.2)
+            time.sleep(0.1)
         manager.send_signal(signal.SIGKILL)
         manager.wait(30)
     finally:
         if manager.poll() is None:
             manager.kill()
+    (study,) = _studies(ws).values()  # read once the manager is gone
+    left = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(left) == 1 and len(study.trials) == 2  # trial 0 told, trial 1 asked and in flight
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "took up 1 trial(s) left running" in again.stderr
@@ -141,7 +143,14 @@ BAD = {
         r"sampler = 'grid' needs lists of values; 'lr' is a range",
     ),
     "no space": ("trials = 2", r"no space for row"),
+    "grid too small": (
+        'trials = 3\nsampler = "grid"\n[tune.space]\nlayers = [2, 3]',
+        r"has 2 combination\(s\) for row",
+    ),
     "bad seed": ("trials = 2\nseeds = [7]\n[tune.space]\nlayers = [2]", r"seed 7 is not a seed of the preset"),
+    "seconds without a budget": ("trials = 2\nseconds = 60\n[tune.space]\nlayers = [2]", r"'seconds' goes with budget"),
+    "budget without seconds": ('trials = 2\nbudget = "seconds"\n[tune.space]\nlayers = [2]', r"needs the training"),
+    "startup without pruner": ("trials = 2\nprune_startup = 1\n[tune.space]\nlayers = [2]", r"goes with pruner"),
 }
 
 
@@ -177,3 +186,98 @@ def test_a_changed_study_is_refused_unless_renamed(tmp_path: Path) -> None:
         open_studies(ws, load_tune(str(preset), ws)[1])
     res = run_cli("run", "--preset", str(preset), "--dry-run", "--no-estimate", "-w", str(tmp_path / "ws"))
     assert res.returncode == 0, res.stderr  # a preset with [tune] still runs as a grid
+
+
+class _FakeHistory:
+    def __init__(self, records: dict) -> None:
+        self.records = records
+
+    def by_hash(self) -> dict:
+        return self.records
+
+    def update_many(self, updates: dict) -> None:
+        for run_hash, fields in updates.items():
+            self.records[run_hash].update(fields)
+
+
+class _FakeScheduler:
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+        self.running: dict = {}
+        self.queue: list = []
+
+    def cancel(self, run_hash: str) -> bool:
+        self.cancelled.append(run_hash)
+        return True
+
+
+def test_the_median_pruner_stops_a_trial_below_the_median_and_records_it_pruned(tmp_path: Path) -> None:
+    from gaptui.tuning import Pending, Search, load_tune
+    from gaptui.workspace import Workspace
+
+    ws = Workspace.resolve(tmp_path / "ws")
+    preset = _preset(tmp_path, models='["gcn"]', trials=3)
+    preset.write_text(preset.read_text().replace("seed = 3\n", 'seed = 3\npruner = "median"\nprune_startup = 1\n'))
+    settings = load_tune(str(preset), ws)[1]
+    (row,) = settings.rows
+    scheduler, history = _FakeScheduler(), _FakeHistory({})
+    search = Search(ws, settings, scheduler, history, capacity=1)
+    study = search.studies[row.key]
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"layers": 2, "lr": 1e-3},
+            distributions={d.key: d.distribution() for d in settings.space[row.key]},
+            value=0.9,
+            intermediate_values={1: 0.5, 2: 0.7, 3: 0.9},
+        )
+    )
+    trial = study.ask({d.key: d.distribution() for d in settings.space[row.key]})
+    pending = Pending(row, trial, settings.trial_specs(row, trial.params))
+    (spec,) = pending.specs
+    run_dir = ws.root / "runs" / "r0"
+    run_dir.mkdir(parents=True)
+    events = [{"v": 1, "event": "eval", "epoch": e, "val_lap_acc": v} for e, v in ((1, 0.55), (2, 0.3))]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    history.records[spec.hash()] = {"hash": spec.hash(), "status": "running", "run_dir": "runs/r0", "tune": {}}
+    search.pending[(row.key, trial.number)] = pending
+    search.prune()
+    assert scheduler.cancelled == [spec.hash()] and not search.pending  # above the median at 1, below it at 2
+    assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
+    assert study.trials[-1].intermediate_values == {1: 0.55, 2: 0.3}
+    assert history.records[spec.hash()]["tune"]["pruned"] is True
+
+
+def test_a_seconds_budget_stops_asking_once_a_row_trained_its_seconds(tmp_path: Path) -> None:
+    preset, ws = _preset(tmp_path, models='["gcn"]', trials=20), tmp_path / "ws"
+    preset.write_text(preset.read_text().replace("seed = 3\n", 'seed = 3\nbudget = "seconds"\nseconds = 0.001\n'))
+    ran = run_cli("tune", "--preset", str(preset), "--cpu-jobs", "1", "--json", "-w", str(ws))
+    assert ran.returncode == 0, ran.stderr
+    (row,) = json.loads(ran.stdout)["rows"]
+    assert row["complete"] == 1 and row["training_seconds"] > 0.001  # one trial spent the row's seconds
+
+
+def test_a_grid_study_tells_its_last_grid_point_without_error(tmp_path: Path) -> None:
+    from gaptui.tuning import Search, load_tune
+    from gaptui.workspace import Workspace
+
+    ws = Workspace.resolve(tmp_path / "ws")
+    preset = _preset(tmp_path, models='["gcn"]', trials=2)
+    preset.write_text(
+        preset.read_text()
+        .replace('sampler = "random"', 'sampler = "grid"')
+        .replace("lr = { log = [1e-4, 1e-2] }\n", "")
+    )
+    settings = load_tune(str(preset), ws)[1]
+    (row,) = settings.rows
+    history = _FakeHistory({})
+    search = Search(ws, settings, _FakeScheduler(), history, capacity=2)
+    search._queue = lambda specs: None  # no scheduler here: the runs are filed below as done
+    search.fill()
+    assert len(search.pending) == 2
+    for value, pending in zip((0.4, 0.6), search.pending.values(), strict=True):
+        for spec in pending.specs:
+            history.records[spec.hash()] = {"hash": spec.hash(), "status": "done", "metrics": {"val_lap_acc": value}}
+    search.collect()  # the second tell completes the grid: Optuna's Study.stop must not escape
+    study = search.studies[row.key]
+    assert sorted(t.params["layers"] for t in study.trials) == [2, 3] and search.done()
+    assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}

@@ -317,6 +317,9 @@ class FormDraft:
     cpu_jobs: str = ""
     backend: str = "local"
     retry_failed: bool = False
+    #: The tune section (families that declare tunable keys): trials per row and the space, one line of TOML.
+    tune_trials: str = ""
+    tune_space: str = ""
 
     def values(self) -> dict[str, Any]:
         """The typed values of the family's fields; :class:`GaptuiError` names the field that is wrong, or says the
@@ -350,7 +353,15 @@ class FormDraft:
             doc["name"] = self.preset_name()
         if self.description.strip() or "description" in self.base:
             doc["description"] = self.description.strip()
-        return {**doc, **body, **kept}
+        out = {**doc, **body, **kept}
+        if fam.tunable:  # the tune section owns [tune]: blank fields drop it
+            from gaptui.tuning import tune_table
+
+            out.pop("tune", None)
+            tune = tune_table(self.base.get("tune"), self.tune_trials, self.tune_space)
+            if tune is not None:
+                out["tune"] = tune
+        return out
 
     def _owned(self) -> set[str]:
         """The keys of :attr:`base` the form shows (a form left blank drops them rather than keeping them)."""

@@ -61,6 +61,7 @@ from gaptui.tui.widgets.form_fields import (
     read_widget,
     set_choice_options,
 )
+from gaptui.tuning import space_text
 
 try:
     import tomllib
@@ -165,6 +166,9 @@ SLOT_FIELDS = (
 )
 
 
+TUNE_SPACE_HINT = "lr = { log = [1e-4, 1e-2] }, layers = [3, 4, 5]"
+
+
 class NewExperimentScreen(SectionScreen):
     """The form; its summary line updates as you type: grid size, runs already in history, estimated time."""
 
@@ -183,6 +187,8 @@ class NewExperimentScreen(SectionScreen):
     NewExperimentScreen .line Input { width: 1fr; }
     NewExperimentScreen .line Button { margin-left: 1; }
     NewExperimentScreen #name { max-width: 24; }
+    NewExperimentScreen #tune-form { height: auto; }
+    NewExperimentScreen #tune-trials { max-width: 12; }
     NewExperimentScreen #family-form { height: auto; }
     NewExperimentScreen .choices { height: auto; }
     NewExperimentScreen .choices > Vertical { width: 1fr; height: auto; }
@@ -237,6 +243,13 @@ class NewExperimentScreen(SectionScreen):
                 yield Label(" description")
                 yield Input(placeholder="what this grid is for", id="description", compact=True)
             yield Vertical(id="family-form")
+            with Vertical(id="tune-form"):
+                yield Static("Tuning (gaptui tune --preset NAME, once saved)", classes="section-title")
+                with Horizontal(classes="line"):
+                    yield Label("trials per row")
+                    yield Input(placeholder="blank: no [tune]", id="tune-trials", type="integer", compact=True)
+                    yield Label(" space")
+                    yield Input(placeholder=TUNE_SPACE_HINT, id="tune-space", compact=True)
             yield Static("Device slots", classes="section-title")
             with Grid(classes="fields"):
                 for input_id, label, attr, kind, hint in SLOT_FIELDS:
@@ -294,6 +307,7 @@ class NewExperimentScreen(SectionScreen):
         family without fields, a note on the preset to launch."""
         fam = family(self.task_name)
         self.fields = fam.form_fields()
+        self.query_one("#tune-form").display = bool(self.fields and fam.tunable)
         self.refresh_bindings()  # ^n adds a row only to a form with rows
         container = self.query_one("#family-form", Vertical)
         await container.remove_children()
@@ -412,6 +426,8 @@ class NewExperimentScreen(SectionScreen):
             fields={spec.key: read_widget(spec, self._field(spec)) for spec in self.fields},
             base=dict(self.base),
             retry_failed=self.query_one("#retry-failed", Checkbox).value,
+            tune_trials=text("tune-trials"),
+            tune_space=text("tune-space"),
             **{attr: text(input_id) for input_id, _, attr, _, _ in SLOT_FIELDS},
         )
 
@@ -431,6 +447,10 @@ class NewExperimentScreen(SectionScreen):
         await self._show_family(values)
         self.query_one("#name", Input).value = name
         self.query_one("#description", Input).value = str(raw.get("description", ""))
+        tune = raw.get("tune") if isinstance(raw.get("tune"), dict) else {}
+        self.query_one("#tune-trials", Input).value = str(tune.get("trials", ""))
+        space = tune.get("space")
+        self.query_one("#tune-space", Input).value = space_text(space) if isinstance(space, dict) else ""
         self._schedule_plan()
 
     # -------------------------------------------------------------------------------------- the summary line

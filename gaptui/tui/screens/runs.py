@@ -62,6 +62,7 @@ class RunsScreen(SectionScreen):
     ]
     DEFAULT_CSS = """
     RunsScreen #runs-state { height: 1; padding: 0 1; color: $text-muted; }
+    RunsScreen #runs-studies { height: auto; max-height: 8; padding: 0 1; }
     RunsScreen #runs-table { height: 2fr; min-height: 5; }
     RunsScreen #runs-curves { height: 3fr; min-height: 8; }
     RunsScreen #runs-log { height: 1fr; min-height: 3; border-top: solid $primary; }
@@ -79,9 +80,11 @@ class RunsScreen(SectionScreen):
         self._dirty_rows: set[str] = set()
         self._curves_dirty = True
         self._plotted: tuple[str, ...] = ()
+        self._studies_dirty = True
 
     def compose_body(self) -> ComposeResult:
         yield Static("no run queued or running", id="runs-state", markup=False)
+        yield Static("", id="runs-studies", markup=False)
         yield RecordTable(runs_columns(DEFAULT_TASK), id="runs-table")
         yield CurvesPanel(id="runs-curves")
         yield Log(id="runs-log", max_lines=500)
@@ -121,6 +124,8 @@ class RunsScreen(SectionScreen):
                 self.shown.add(run_hash)
             if run_hash in self.shown:
                 self._dirty_rows.add(run_hash)
+            if record.get("tune"):
+                self._studies_dirty = True
         if self.ready:
             self._follow_foreign(hashes)
             self._sync_columns()
@@ -200,7 +205,25 @@ class RunsScreen(SectionScreen):
             table.upsert(self._row(run_hash))
         self._dirty_rows.clear()
 
+    def _draw_studies(self) -> None:
+        """One line per row of each `gaptui tune` study in the history: trials ended of those asked for, the best
+        value so far and its curve over the trials."""
+        from gaptui.tuning import sparkline, study_rows
+
+        self._studies_dirty = False
+        lines = []
+        for row in study_rows(self.gapp.book):
+            total = "" if row.total is None else f"/{row.total}"
+            running = f", {row.running} running" if row.running else ""
+            best = f" · best {row.metric} {row.best[-1]:.4f} {sparkline(row.best)}" if row.best else ""
+            lines.append(f"study {row.study} · {row.row}: {row.ended}{total} trials{running}{best}")
+        panel = self.query_one("#runs-studies", Static)
+        panel.display = bool(lines)
+        panel.update("\n".join(lines))
+
     def _redraw(self) -> None:
+        if self._studies_dirty:
+            self._draw_studies()
         if self._dirty_rows:
             self._update_rows()
         if self._curves_dirty and self.is_current:
