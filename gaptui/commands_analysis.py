@@ -396,8 +396,8 @@ def report_cmd(
     significance marks, statistics, figures, reference comparison and reproducibility record."""
     from gaptui import report
 
-    ws, records = _load(workspace, tuned=tuned)
-    for path in report.write_report(records, out, ws, force=force):
+    ws, records = _load(workspace, tuned=None)
+    for path in report.write_report(records, out, ws, force=force, tuned=tuned):
         console.print(f"wrote {path}", highlight=False)
 
 

@@ -146,7 +146,7 @@ def _report(ws: Workspace, settings: Any, as_json: bool) -> None:
     from gaptui.history import read_records
 
     rows = tuning.results(ws, settings)
-    change = tuning.ranking_change(read_records(ws), settings)
+    change = tuning.ranking_change(read_records(ws), settings.task, settings.metric.key, settings.study)
     if as_json:
         print_json({**tuning.json_summary(settings, rows), "kendall_tau": change})
         return

@@ -112,15 +112,26 @@ def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) 
 
 
 def family_section(
-    task: str, records: Sequence[dict[str, Any]], staging: Path, ws: Any = None, fmt: str = "png"
+    task: str,
+    records: Sequence[dict[str, Any]],
+    staging: Path,
+    ws: Any = None,
+    fmt: str = "png",
+    tuned: bool = False,
 ) -> list[str]:
-    """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``."""
+    """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``. Tables,
+    statistics and figures leave out the runs of ``gaptui tune`` trials (its final runs shown with ``tuned``); a
+    "Tuning" part summarises the family's studies."""
+    from gaptui.tuning import report_lines, table_view
+
     fam = family(task)
+    tuning_lines = report_lines(records, task)
+    records = table_view(records, tuned)
     mine = analysis.task_records(records, task)
     tables = analysis.build_tables(mine, task=task)
     out = [f"# {task}: {fam.title}", ""]
     if not tables:
-        return [*out, "No finished runs report the family's metric yet.", ""]
+        return [*out, "No finished runs report the family's metric yet.", "", *tuning_lines]
     out += ["## Ranking tables", "", _demote(analysis.render_markdown(tables)).rstrip(), ""]
     plain = [t for t in tables if not t.derived]
     if plain:
@@ -132,6 +143,7 @@ def family_section(
         out += [f"![{p.stem}]({FIGURES}/{p.name})" + "\n" for p in drawn]
     if ref := _reference_section(task, tables, ws):
         out += ["## Reference", "", *ref, ""]
+    out += tuning_lines
     out += ["## Reproducibility", "", *_repro_section(mine), ""]
     return out
 
@@ -160,7 +172,9 @@ def render_html(markdown_text: str, folder: Path) -> str:
         f"</head><body>\n{body}\n</body></html>\n"  # fmt: skip
 
 
-def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, force: bool = False) -> list[Path]:
+def write_report(
+    records: Sequence[dict[str, Any]], out: Path, ws: Any = None, force: bool = False, tuned: bool = False
+) -> list[Path]:
     """Write ``report.md``, ``report.html`` and ``figures/`` into ``out`` (see the module docstring)."""
     out = Path(out)
     tasks = [
@@ -172,7 +186,7 @@ def write_report(records: Sequence[dict[str, Any]], out: Path, ws: Any = None, f
         drawn = dest.stage_folder(FIGURES)
         lines = ["# gaptui report", "", *_generator(), ""]
         for task in tasks:
-            lines += family_section(task, records, drawn, ws)
+            lines += family_section(task, records, drawn, ws, tuned=tuned)
         if not tasks:
             lines += ["The history holds no finished runs yet.", ""]
         markdown_text = "\n".join(lines).rstrip() + "\n"

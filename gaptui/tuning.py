@@ -551,6 +551,8 @@ class Search:
             trials = sorted({*tune.get("trials", []), pending.trial.number})
             tune.update({"study": self.settings.study, "row": pending.row.key, "trials": trials})
             tune.update({"of": self.settings.trials, "metric": self.settings.metric.key})
+            tune.update({"space": [d.text() for d in self.settings.space[pending.row.key]]})
+            tune.update({"params": dict(pending.trial.params)})
             tags = sorted({*(record.get("tags") or []), f"study={self.settings.study}"})
             updates[spec.hash()] = {"tune": tune, "tags": tags}
         if updates:
@@ -965,7 +967,12 @@ def study_rows(records: Iterable[Mapping[str, Any]]) -> list[StudyRow]:
         if not isinstance(tune, Mapping) or not tune.get("trials"):
             continue
         key = (str(tune.get("study")), str(tune.get("row")))
-        about[key] = (tune.get("of"), str(tune.get("metric") or ""), str(record.get("task") or ""))
+        task = str(record.get("task") or "")
+        metric = tune.get("metric")
+        if not metric:  # runs tagged before the metric was recorded: the family's default one
+            with contextlib.suppress(GaptuiError):
+                metric = family(task).default_metric
+        about[key] = (tune.get("of"), str(metric or ""), task)
         for number in tune["trials"]:
             trials.setdefault(key, {}).setdefault(int(number), []).append(record)
     out = []
@@ -1004,23 +1011,22 @@ def sparkline(values: list[float], width: int = 24) -> str:
     return "".join(SPARKS[0 if span == 0 else round((v - low) / span * (len(SPARKS) - 1))] for v in values)
 
 
-def ranking_change(records: Iterable[dict[str, Any]], settings: TuneSettings) -> list[dict[str, Any]]:
-    """Per table and column: Kendall's tau between the rows ranked by their default runs and by their tuned
-    (final) runs, on the rows that have both (the centre over seeds is the family's statistic)."""
+def ranking_change(records: Iterable[Mapping[str, Any]], task: str, key: str, study: str) -> list[dict[str, Any]]:
+    """Per table and column: Kendall's tau between the rows ranked by their default runs and by the final runs of
+    ``study`` (metric ``key``), on the rows that have both (the centre over seeds is the family's statistic)."""
     from statistics import mean, median
 
     from scipy.stats import kendalltau
 
-    fam = settings.family
+    fam = family(task)
     layout = fam.table
     centre = median if layout.statistic == "median" else mean
-    key = settings.metric.key
     values: dict[tuple[str, str, str, bool], list[float]] = {}
     for record in records:
         if record.get("task") != fam.name or record.get("status") != "done":
             continue
         tune = record.get("tune") or {}
-        if tune and not (tune.get("final") and tune.get("study") == settings.study):
+        if tune and not (tune.get("final") and tune.get("study") == study):
             continue
         axes = record.get("axes") or {}
         value = (record.get("metrics") or {}).get(key)
@@ -1041,3 +1047,76 @@ def ranking_change(records: Iterable[dict[str, Any]], settings: TuneSettings) ->
         tau = kendalltau(default, tuned).statistic
         out.append({"group": group, "column": column, "rows": rows, "tau": None if tau != tau else float(tau)})
     return out
+
+
+def report_lines(records: Iterable[Mapping[str, Any]], task: str) -> list[str]:
+    """The report's "Tuning" part for ``task``: per study and row, the search space, trials run, pruned and failed,
+    the best values and the best trial's metric, then per column Kendall's tau between the default and the tuned
+    ranking; read from the records alone (empty when the history holds no study of ``task``)."""
+    records = [r for r in records if r.get("task") == task]
+    rows = study_rows(records)
+    if not rows:
+        return []
+    about: dict[tuple[str, str], dict[str, Any]] = {}
+    pruned: dict[tuple[str, str], set[int]] = {}
+    trial_runs: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for record in records:
+        tune = record.get("tune")
+        if not isinstance(tune, Mapping) or not tune.get("trials"):
+            continue
+        key = (str(tune.get("study")), str(tune.get("row")))
+        about.setdefault(key, {}).update({k: tune[k] for k in ("space", "metric") if k in tune})
+        for number in tune["trials"]:
+            trial_runs.setdefault((*key, int(number)), []).append(record)
+            if tune.get("pruned"):
+                pruned.setdefault(key, set()).add(int(number))
+    lines = ["## Tuning", ""]
+    lines += [
+        "| study | row | trials | pruned | failed | space | best values | best |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | ---: |",
+    ]
+    studies: dict[str, str] = {}
+    for row in rows:
+        key = (row.study, row.row)
+        info = about.get(key, {})
+        metric = str(info.get("metric") or row.metric)
+        studies[row.study] = metric
+        higher = True
+        with contextlib.suppress(GaptuiError):
+            higher = family(task).metric(metric).higher_is_better
+        best_value, best_params = None, {}
+        failed = 0
+        for (study, name, _number), runs in sorted(trial_runs.items()):
+            if (study, name) != key or any(r.get("status") in ("queued", "running") for r in runs):
+                continue
+            values = [(r.get("metrics") or {}).get(metric) for r in runs]
+            if _number in pruned.get(key, set()):
+                continue
+            if not all(
+                r.get("status") == "done" and isinstance(v, (int, float)) for r, v in zip(runs, values, strict=True)
+            ):
+                failed += 1
+                continue
+            value = sum(values) / len(values)
+            if best_value is None or (value > best_value if higher else value < best_value):
+                best_value, best_params = value, dict((runs[0].get("tune") or {}).get("params") or {})
+        total = "" if row.total is None else f"/{row.total}"
+        best = "" if best_value is None else f"{best_value:.4f}"
+        lines.append(
+            f"| {row.study} | {row.row} | {row.ended}{total} | {len(pruned.get(key, set()))} | {failed} | "
+            f"{'; '.join(info.get('space') or [])} | {_params_text(best_params)} | {best} |"
+        )
+    lines.append("")
+    axis = family(task).axis(family(task).table.columns).name
+    for study, metric in studies.items():
+        change = ranking_change(records, task, metric, study)
+        if not change:
+            lines += [f"Study `{study}`: no final runs beside default runs yet (`gaptui tune --final`).", ""]
+            continue
+        lines += [f"Study `{study}`, Kendall's tau between the default and the tuned ranking:", ""]
+        for item in change:
+            tau = "undefined (ties)" if item["tau"] is None else f"{item['tau']:.2f}"
+            where = f"{item['group']}, " if item["group"] else ""
+            lines.append(f"- {where}{axis} {item['column']}: {tau} over {len(item['rows'])} rows")
+        lines.append("")
+    return lines

@@ -94,6 +94,14 @@ def test_a_study_gives_each_row_its_trials_then_the_final_rows_join_the_table(tm
     (table,) = tuned
     assert table["rows"] == ["gcn (tuned)", "gin (tuned)"]  # no default run yet: only the tuned rows
     assert len(table["cells"]) == 4 and all(cell["runs"] == 2 for cell in table["cells"])  # every cell, every seed
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    made = run_cli("report", "--out", str(out), "--tuned", "-w", str(ws))
+    assert made.returncode == 0, made.stderr
+    text = (out / "report.md").read_text()
+    assert "## Tuning" in text and "| study | er[degree=4,n=20] / gcn | 2/2 | 0 | 0 | layers in [2, 3]; lr log" in text
+    best = reported["er[degree=4,n=20] / gcn"]
+    assert f"| {best['best_value']:.4f} |" in text and "gcn (tuned)" in text
 
 
 def test_a_manager_killed_mid_study_is_finished_by_the_same_command(tmp_path: Path) -> None:
@@ -281,3 +289,31 @@ def test_a_grid_study_tells_its_last_grid_point_without_error(tmp_path: Path) ->
     study = search.studies[row.key]
     assert sorted(t.params["layers"] for t in study.trials) == [2, 3] and search.done()
     assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}
+
+
+@pytest.mark.parametrize(
+    ("preset", "space", "rows", "column"),
+    [
+        ("properties-smoke", "lr = { log = [1e-4, 1e-2] }\nhidden = [16, 32]", {"mean", "sopool_bimap"}, "symmetric"),
+        ("gape-smoke", "lr = { log = [1e-4, 2e-3] }\nheads = [1, 2]", {"none", "lap", "rwpe", "gape"}, None),
+    ],
+)
+def test_every_family_tunes_its_own_rows_from_its_declared_keys(
+    tmp_path: Path, preset: str, space: str, rows: set[str], column: str | None
+) -> None:
+    from gaptui.presets import find_preset
+    from gaptui.tuning import load_tune
+    from gaptui.workspace import Workspace
+
+    path = tmp_path / f"{preset}.toml"
+    path.write_text(find_preset(preset).read_text() + f"\n[tune]\ntrials = 2\n[tune.space]\n{space}\n")
+    settings = load_tune(str(path), Workspace.resolve(tmp_path / "ws"))[1]
+    assert rows <= {row.label for row in settings.rows}
+    if column is not None:
+        assert settings.at == column  # the middle column of the preset
+    row = settings.rows[0]
+    first = {d.key: d.values[-1] for d in settings.space[row.key]}
+    (spec,) = settings.trial_specs(row, first)
+    raw = spec.to_dict()
+    for key, value in first.items():
+        assert raw[key] == value  # the sampled values are the trial's spec fields
