@@ -237,7 +237,43 @@ def parse_tune(
             f"{here}: key 'metric' = {metric_key!r}: not a metric of {fam.name}{did_you_mean(str(metric_key), known)}; "
             f"known: {', '.join(known)}"
         )
-    choice = {}
+    options = _search_options(raw, here)
+    seeds = _tune_seeds(raw, preset, here)
+    specs = grid(preset, ws)
+    rows, columns = tune_rows(fam, specs)
+    if not rows:
+        raise GaptuiError(f"{where}: the preset has no {fam.name} run to tune")
+    at = _at(raw, fam, columns, here)
+    space = _row_spaces(raw, fam, rows, here)
+    if options["sampler"] == "grid":
+        _check_grid(space, rows, trials, here)
+    name = study or raw.get("study") or preset.name
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise GaptuiError(f"{here}: key 'study' = {name!r}: expected a name of letters, digits, '-', '_' or '.'")
+    settings = TuneSettings(
+        study=name,
+        task=fam.name,
+        trials=trials,
+        metric=fam.metric(metric_key),
+        at=at,
+        seeds=seeds,
+        space=space,
+        rows=tuple(rows),
+        columns=tuple(columns),
+        grid_specs=tuple(specs),
+        where=where,
+        **options,
+    )
+    for row in rows:  # every bound of the space must give a valid run of every row
+        for dim in space[row.key]:
+            for value in dim.values:
+                settings.trial_specs(row, {dim.key: value})
+    return settings
+
+
+def _search_options(raw: Mapping[str, Any], here: str) -> dict[str, Any]:
+    """``sampler``, ``seed``, ``pruner`` (with ``prune_startup`` / ``prune_warmup``), ``budget`` (with ``seconds``)."""
+    out: dict[str, Any] = {}
     for key, choices, default in (
         ("sampler", SAMPLERS, "tpe"),
         ("pruner", PRUNERS, "none"),
@@ -246,26 +282,28 @@ def parse_tune(
         value = raw.get(key, default)
         if value not in choices:
             raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected one of {', '.join(choices)}")
-        choice[key] = value
-    counts = {}
-    for key, default in (("prune_startup", 5), ("prune_warmup", 0)):
+        out[key] = value
+    for key, default in (("prune_startup", 5), ("prune_warmup", 0), ("seed", 0)):
         value = raw.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected a count >= 0")
-        if key in raw and choice["pruner"] == "none":
+            what = "the sampler's seed, an integer >= 0" if key == "seed" else "a count >= 0"
+            raise GaptuiError(f"{here}: key '{key}' = {value!r}: expected {what}")
+        if key in raw and key != "seed" and out["pruner"] == "none":
             raise GaptuiError(f"{here}: key '{key}' goes with pruner = \"median\"")
-        counts[key] = value
+        out[key] = value
     seconds = raw.get("seconds")
-    if choice["budget"] == "seconds":
+    if out["budget"] == "seconds":
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
             raise GaptuiError(
                 f"{here}: key 'seconds' = {seconds!r}: budget = \"seconds\" needs the training seconds per row, > 0"
             )
     elif seconds is not None:
         raise GaptuiError(f"{here}: key 'seconds' goes with budget = \"seconds\"")
-    seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise GaptuiError(f"{here}: key 'seed' = {seed!r}: expected the sampler's seed, an integer >= 0")
+    out["seconds"] = None if seconds is None else float(seconds)
+    return out
+
+
+def _tune_seeds(raw: Mapping[str, Any], preset: Any, here: str) -> tuple[int, ...]:
     seeds = raw.get("seeds", [preset.seeds[0]])
     if (
         not isinstance(seeds, list)
@@ -278,11 +316,13 @@ def parse_tune(
         raise GaptuiError(
             f"{here}: key 'seeds': seed {missing[0]} is not a seed of the preset ({', '.join(map(str, preset.seeds))})"
         )
-    specs = grid(preset, ws)
-    rows, columns = tune_rows(fam, specs)
-    if not rows:
-        raise GaptuiError(f"{where}: the preset has no {fam.name} run to tune")
-    at = _at(raw, fam, columns, here)
+    return tuple(seeds)
+
+
+def _row_spaces(
+    raw: Mapping[str, Any], fam: TaskFamily, rows: list[Row], here: str
+) -> dict[str, tuple[Dimension, ...]]:
+    """Each row's space: ``[tune.space]`` with ``[tune.rows.<row>]`` merged over it (by label or full row key)."""
     shared = _space(raw.get("space", {}), fam, f"{here} space")
     per_row_raw = raw.get("rows", {})
     if not isinstance(per_row_raw, Mapping):
@@ -304,44 +344,20 @@ def parse_tune(
                 f"{here}: no space for row {row.key}: give [tune.space] with keys among {', '.join(fam.tunable)}"
             )
         space[row.key] = tuple(dims[k] for k in sorted(dims))
-    if choice["sampler"] == "grid":
-        for row in rows:
-            ranged = [d.key for d in space[row.key] if d.kind != "choice"]
-            if ranged:
-                raise GaptuiError(f"{here}: sampler = 'grid' needs lists of values; '{ranged[0]}' is a range")
-            size = math.prod(len(d.values) for d in space[row.key])
-            if trials > size:
-                raise GaptuiError(
-                    f"{here}: key 'trials' = {trials}: sampler = 'grid' has {size} combination(s) for row {row.key}"
-                )
-    name = study or raw.get("study") or preset.name
-    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise GaptuiError(f"{here}: key 'study' = {name!r}: expected a name of letters, digits, '-', '_' or '.'")
-    settings = TuneSettings(
-        study=name,
-        task=fam.name,
-        trials=trials,
-        metric=fam.metric(metric_key),
-        at=at,
-        sampler=choice["sampler"],
-        seed=seed,
-        pruner=choice["pruner"],
-        budget=choice["budget"],
-        seeds=tuple(seeds),
-        space=space,
-        rows=tuple(rows),
-        columns=tuple(columns),
-        grid_specs=tuple(specs),
-        where=where,
-        seconds=None if seconds is None else float(seconds),
-        prune_startup=counts["prune_startup"],
-        prune_warmup=counts["prune_warmup"],
-    )
-    for row in rows:  # every bound of the space must give a valid run of every row
-        for dim in space[row.key]:
-            for value in dim.values if dim.kind == "choice" else dim.values:
-                settings.trial_specs(row, {dim.key: value})
-    return settings
+    return space
+
+
+def _check_grid(space: Mapping[str, tuple[Dimension, ...]], rows: list[Row], trials: int, here: str) -> None:
+    """``sampler = "grid"``: lists of values only, and no more trials than a row's grid holds."""
+    for row in rows:
+        ranged = [d.key for d in space[row.key] if d.kind != "choice"]
+        if ranged:
+            raise GaptuiError(f"{here}: sampler = 'grid' needs lists of values; '{ranged[0]}' is a range")
+        size = math.prod(len(d.values) for d in space[row.key])
+        if trials > size:
+            raise GaptuiError(
+                f"{here}: key 'trials' = {trials}: sampler = 'grid' has {size} combination(s) for row {row.key}"
+            )
 
 
 def _at(raw: Mapping[str, Any], fam: TaskFamily, columns: list[str], here: str) -> str:
