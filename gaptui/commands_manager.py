@@ -244,7 +244,7 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
     duration = launch.plan_launch(spec_preset, ws, records, settings).duration_lines(ws, records, force)[1]
     with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
         scheduler = launch.make_backend(settings, ws, history)
-        _recover_runs(scheduler)
+        recover_runs(scheduler)
         launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
         grid_plan = launch_plan.plan
         _print_plan_notes(grid_plan)
@@ -266,7 +266,7 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
     _exit_if_failed(failed, skipped_failed)
 
 
-def _recover_runs(scheduler: Any) -> None:
+def recover_runs(scheduler: Any) -> None:
     """Re-attach to the runs still running and queue the interrupted ones again, saying how many."""
     reattached, requeued = scheduler.recover()
     if reattached or requeued:

@@ -63,6 +63,7 @@ def tune_cmd(
     except ImportError:
         raise GaptuiError("gaptui tune needs Optuna: pip install 'gaptui[tune]'") from None
     from gaptui import launch, tuning
+    from gaptui.commands_manager import recover_runs
 
     ws = Workspace.resolve(workspace)
     loaded, settings = tuning.load_tune(preset, ws, study)
@@ -81,9 +82,7 @@ def tune_cmd(
 
     with History(ws, write=True, purpose=f"gaptui tune --preset {loaded.name}") as history:
         scheduler = launch.make_backend(run_settings, ws, history)
-        reattached, requeued = scheduler.recover()
-        if reattached or requeued:
-            _say(f"found {len(reattached)} run(s) still running and {len(requeued)} interrupted (resumed)")
+        recover_runs(scheduler)  # as `gaptui run` does: re-attach live workers, say what was interrupted
         with _stopping(scheduler):
             if final:
                 _final(ws, settings, scheduler, history)
