@@ -49,7 +49,37 @@ def test_self_loops_reach_the_features() -> None:
 
 
 def test_every_study_pooling_is_registered_with_a_label() -> None:
-    assert list(POOLINGS) == list(POOLING_LABELS) and len(POOLING_LABELS) == 9
+    assert list(POOLINGS) == list(POOLING_LABELS) and len(POOLING_LABELS) == 11  # the study's 9, then the hybrids
+
+
+def test_hybrid_is_its_two_parts_weighted_0_6_and_0_4() -> None:
+    from torch_geometric.nn import aggr
+
+    from engine.properties.poolings.hybrid import HybridPooling
+    from engine.properties.poolings.sopool_attentional import SoPoolAttentional
+
+    torch.manual_seed(0)
+    pool, width = build_pooling("hybrid", 8)
+    assert width == 8 and isinstance(pool, HybridPooling)
+    assert isinstance(pool.attention, aggr.AttentionalAggregation) and isinstance(pool.sopool, SoPoolAttentional)
+    assert float(pool.weight.detach()) == pytest.approx(0.6) and not any(p is pool.logit for p in pool.parameters())
+    x, index = torch.randn(7, 8), torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    with torch.no_grad():
+        want = 0.6 * pool.attention(x, index, dim_size=3) + 0.4 * pool.sopool(x, index, dim_size=3)
+        assert torch.allclose(pool(x, index, dim_size=3), want, atol=1e-6)
+
+
+def test_the_learned_hybrid_weight_is_a_sigmoid_bounded_parameter_that_trains() -> None:
+    torch.manual_seed(0)
+    pool, _ = build_pooling("hybrid_learned", 8)
+    assert float(pool.weight.detach()) == pytest.approx(0.6) and any(p is pool.logit for p in pool.parameters())
+    opt = torch.optim.SGD([pool.logit], lr=10.0)
+    x, index = torch.randn(6, 8), torch.tensor([0, 0, 0, 1, 1, 1])
+    for _ in range(5):
+        opt.zero_grad()
+        pool(x, index, dim_size=2).sum().backward()
+        opt.step()
+    assert float(pool.weight.detach()) != pytest.approx(0.6) and 0.0 < float(pool.weight.detach()) < 1.0
 
 
 @pytest.mark.parametrize("pooling", list(POOLING_LABELS))

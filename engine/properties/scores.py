@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-#: The poolings compared by the study, in its order, with their table labels (registered in
-#: :mod:`engine.properties.poolings`; listed here so that reading them imports no torch).
+#: The poolings compared by the study, in its order (then the hybrids of its section 4.3), with their table labels
+#: (registered in :mod:`engine.properties.poolings`; listed here so that reading them imports no torch).
 POOLING_LABELS: dict[str, str] = {
     "mean": "Mean",
     "sum": "Sum",
@@ -33,6 +33,8 @@ POOLING_LABELS: dict[str, str] = {
     "gmt": "GMT",
     "sopool_bimap": "SoPool-BiMap",
     "sopool_attentional": "SoPool-Attentional",
+    "hybrid": "Hybrid",
+    "hybrid_learned": "Hybrid (learned a)",
 }
 
 #: dimension -> (training family, test family)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import MLP, aggr
 
+from engine.properties.poolings.hybrid import HybridPooling
 from engine.properties.poolings.sopool_attentional import SoPoolAttentional
 from engine.properties.poolings.sopool_bimap import SoPoolBiMap
 from engine.registry import Registry
@@ -74,6 +75,18 @@ def sopool_bimap(channels: int) -> nn.Module:
 @POOLINGS.register("sopool_attentional")
 def sopool_attentional(channels: int) -> nn.Module:
     return SoPoolAttentional(channels)
+
+
+@POOLINGS.register("hybrid")
+def hybrid(channels: int) -> nn.Module:
+    """0.6 x soft attention + 0.4 x SoPool-Attentional (seed 001, section 4.3); the weight fixed."""
+    return HybridPooling(attention(channels), sopool_attentional(channels), weight=0.6, learn=False)
+
+
+@POOLINGS.register("hybrid_learned")
+def hybrid_learned(channels: int) -> nn.Module:
+    """As ``hybrid``, the weight learned: ``a = sigmoid(w)``, ``w`` starting where ``a = 0.6``."""
+    return HybridPooling(attention(channels), sopool_attentional(channels), weight=0.6, learn=True)
 
 
 def build_pooling(name: str, channels: int) -> tuple[nn.Module, int]:
