@@ -30,6 +30,15 @@ from engine.properties.definitions import get_property, suite_sizes
 from engine.properties.options import TrainOptions
 from engine.properties.poolings import POOLINGS
 from engine.properties.scores import DIMENSIONS, dimensions_of
+from engine.properties.strategies import (
+    STANDARD,
+    Strategy,
+    adversarial_batch,
+    entry_epoch,
+    finetune_epochs,
+    test_sizes,
+    train_sizes,
+)
 from engine.tasks import RunContext, run_steps
 
 Emit = Callable[..., Any]
@@ -46,10 +55,13 @@ class LabelledGraphs:
 
 @dataclass(frozen=True)
 class StudyData:
-    """The training set and the test sets (per test family, per size) of one run."""
+    """The training set and the test sets (per test family, per size) of one run; ``more_train``: the further
+    training sets of a strategy (GraphPerturb-Train for ``finetune_perturb``, the larger sizes for
+    ``progressive``)."""
 
     train: LabelledGraphs
     tests: dict[str, list[LabelledGraphs]]
+    more_train: tuple[LabelledGraphs, ...] = ()
 
 
 def load_study_data(
@@ -63,10 +75,13 @@ def load_study_data(
     data_seed: int = 0,
     published: Path | None = None,
     test_families: tuple[str, ...] | None = None,
+    strategy: Strategy = STANDARD,
 ) -> StudyData:
     """Train set at the base size and test sets at the larger sizes, from the cache or a published folder.
 
-    ``test_families`` defaults to those of the dimensions that ``train_family`` serves.
+    ``test_families`` defaults to those of the dimensions that ``train_family`` serves. ``strategy``: the further
+    training sets it reads (:mod:`engine.properties.strategies`); the test sizes are those above every size
+    trained on.
     """
     name = get_property(prop).name
     if train_family not in FAMILIES:
@@ -74,6 +89,8 @@ def load_study_data(
     if test_families is None:
         test_families = tuple(sorted({DIMENSIONS[d][1] for d in dimensions_of(train_family)}))
     if published is not None:
+        if strategy.name == "progressive":
+            raise GaptuiError(f"{published}: a published folder has one training size; progressive needs k + 1")
         from engine.properties.published import published_test_sizes, read_published_test, read_published_train
 
         def load(family: str, n: int | None) -> LabelledGraphs:
@@ -89,7 +106,8 @@ def load_study_data(
             if not found:
                 raise GaptuiError(f"{published}: no test files larger than n = {train.n} for '{name}' ({family})")
             tests[family] = [load(family, n) for n in found[: None if sizes is None else sizes - 1]]
-        return StudyData(train, tests)
+        more = (load("perturb", None),) if strategy.name == "finetune_perturb" else ()
+        return StudyData(train, tests, more)
 
     all_sizes = suite_sizes(name)[:sizes]
     if len(all_sizes) < 2:
@@ -100,10 +118,17 @@ def load_study_data(
         dataset, _ = build_property_dataset(spec, datasets_dir)
         return LabelledGraphs(n, dataset.adjacency(), dataset.labels())
 
-    return StudyData(
-        cached(train_family, all_sizes[0]),
-        {family: [cached(family, n) for n in all_sizes[1:]] for family in test_families},
-    )
+    trained = train_sizes(all_sizes, strategy.name, strategy.progressive_k)
+    tested = test_sizes(all_sizes, strategy.name, strategy.progressive_k)
+    tests = {family: [cached(family, n) for n in tested] for family in test_families}
+    if strategy.name == "finetune_perturb":
+        return StudyData(cached("random", trained[0]), tests, (cached("perturb", trained[0]),))
+    if strategy.name == "progressive":
+        each = max(2, (graphs // len(trained)) // 2 * 2)
+        sets = [cached(train_family, n) for n in trained]
+        sets = [LabelledGraphs(g.n, g.adjacency[:each], g.labels[:each]) for g in sets]
+        return StudyData(sets[0], tests, tuple(sets[1:]))
+    return StudyData(cached(train_family, trained[0]), tests)
 
 
 def _tensors(graphs: LabelledGraphs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +159,9 @@ def build_model(pooling: str, options: TrainOptions, device: torch.device | str 
 class PropertyTraining(EpochTask):
     """The study's step for the shared loop (:mod:`engine.loop`): binary cross-entropy epochs with AdamW over
     shuffled batches of the training graphs; ``train_loss`` and ``train_acc`` per epoch, no evaluation (a cell
-    is tested once, after training, at the larger sizes)."""
+    is tested once, after training, at the larger sizes). ``strategy`` (:mod:`engine.properties.strategies`)
+    decides which of ``train`` and ``more_train`` an epoch feeds, and ``check`` (the property's checker) labels
+    the flipped copies of an adversarial batch."""
 
     def __init__(
         self,
@@ -144,43 +171,86 @@ class PropertyTraining(EpochTask):
         seed: int,
         device: torch.device,
         start: dict[str, Any] | None = None,
+        *,
+        strategy: Strategy = STANDARD,
+        more_train: tuple[LabelledGraphs, ...] = (),
+        check: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         torch.manual_seed(seed)
-        self.seed, self.options, self.start = seed, options, dict(start or {})
+        self.seed, self.options, self.start, self.strategy = seed, options, dict(start or {}), strategy
+        if strategy.name == "adversarial" and check is None:
+            raise GaptuiError("adversarial training needs the property's checker to label its flipped graphs")
+        if strategy.name in ("finetune_perturb", "progressive") and not more_train:
+            raise GaptuiError(f"{strategy.name} training needs its further training sets")
+        self.check = check
         self.model = build_model(pooling, options, device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
-        self.adj, self.labels = _tensors(train, device)
+        self.sets = [train, *more_train]
+        self.tensors = [_tensors(g, device) for g in self.sets]
+        self.adj, self.labels = self.tensors[0]
         self.epochs = options.epochs
-        self.steps_per_epoch = -(-len(self.labels) // options.batch_size)
+        self.steps_per_epoch = len(self.batches(1))
 
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt}
 
-    def order(self, epoch: int) -> torch.Tensor:
-        """The batch order of ``epoch`` (1-based): the ``epoch``-th permutation drawn from a generator seeded with
-        the run's seed (the study's order, a pure function of (seed, epoch))."""
-        generator = torch.Generator().manual_seed(self.seed)
+    def order(self, epoch: int, count: int | None = None, stream: int = 0) -> torch.Tensor:
+        """The batch order of ``epoch`` (1-based): the ``epoch``-th permutation of ``count`` graphs (the first
+        set's by default) drawn from a generator seeded with the run's seed (``stream`` > 0: the seed and the set,
+        for a progressive set), a pure function of (seed, stream, epoch)."""
+        count = len(self.labels) if count is None else count
+        generator = torch.Generator().manual_seed(self.seed if stream == 0 else self.seed * 1009 + stream)
         for _ in range(epoch - 1):
-            torch.randperm(len(self.labels), generator=generator)
-        return torch.randperm(len(self.labels), generator=generator).to(self.labels.device)
+            torch.randperm(count, generator=generator)
+        return torch.randperm(count, generator=generator).to(self.labels.device)
+
+    def active_sets(self, epoch: int) -> list[int]:
+        """The training sets epoch ``epoch`` (1-based) feeds, in order."""
+        name = self.strategy.name
+        if name == "finetune_perturb":
+            return [0] if epoch <= self.epochs - finetune_epochs(self.epochs, self.strategy.finetune_share) else [1]
+        if name == "progressive":
+            k = len(self.sets) - 1
+            return [j for j in range(k + 1) if entry_epoch(j, k, self.epochs) <= epoch]
+        return [0]
+
+    def batches(self, epoch: int) -> list[tuple[int, torch.Tensor]]:
+        """The epoch's batches as (training set, graph ids), smallest size first for a progressive epoch."""
+        size, out = self.options.batch_size, []
+        for j in self.active_sets(epoch):
+            count = len(self.sets[j].labels)
+            stream = j if self.strategy.name == "progressive" else 0
+            order = self.order(epoch, count, stream)
+            out += [(j, order[lo : lo + size]) for lo in range(0, count, size)]
+        return out
 
     def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
-        order, size = self.order(state.epoch + 1), self.options.batch_size
+        epoch = state.epoch + 1
+        batches = self.batches(epoch)
         self.model.train()
 
-        def step(lo: int) -> tuple[torch.Tensor, int]:
-            ids = order[lo : lo + size]
+        def step(i: int) -> tuple[torch.Tensor, int]:
+            j, ids = batches[i]
+            adj_all, labels_all = self.tensors[j]
+            adj, labels = adj_all[ids], labels_all[ids]
+            if self.strategy.name == "adversarial":
+                rng = np.random.default_rng([self.seed, epoch, i])
+                flipped, flipped_labels = adversarial_batch(
+                    self.sets[j].adjacency[ids.cpu().numpy()], self.strategy.adversarial_share, self.check, rng
+                )
+                adj = torch.cat([adj, torch.as_tensor(flipped, device=adj.device)])
+                labels = torch.cat([labels, torch.as_tensor(flipped_labels.astype(np.float32), device=adj.device)])
             with autocast(self.precision, self.adj.device):
-                logits = self.model(self.adj[ids]).float()
-            loss = F.binary_cross_entropy_with_logits(logits, self.labels[ids])
+                logits = self.model(adj).float()
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt.step()
-            correct = int(((logits.detach() > 0).float() == self.labels[ids]).sum())
+            correct = int(((logits.detach() > 0).float() == labels).sum())
             state.tally["correct"] = state.tally.get("correct", 0) + correct
-            return loss.detach(), len(ids)
+            return loss.detach(), len(labels)
 
-        return run_batches(state, range(0, len(order), size)[state.batch_in_epoch :], step, should_stop)
+        return run_batches(state, range(len(batches))[state.batch_in_epoch :], step, should_stop)
 
     def summary(self, state: TrainState) -> dict[str, float]:
         return {"train_loss": state.mean_loss, "train_acc": state.tally.get("correct", 0) / max(state.loss_nodes, 1)}
@@ -199,12 +269,17 @@ def train_steps(
     device: torch.device | str = "cpu",
     run: str = "",
     start: dict[str, Any] | None = None,
+    strategy: Strategy = STANDARD,
+    more_train: tuple[LabelledGraphs, ...] = (),
+    check: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Generator[None, None, tuple[IDGNNFast, dict[str, float]]]:
     """Train on ``train`` in the shared loop (checkpoint in ``ctx.run_dir``, resumed from it), yielding after each
     epoch; returns the model and its last epoch's ``train_loss`` and ``train_acc``. ``start``: extra fields of
-    the ``start`` event."""
+    the ``start`` event; ``strategy``, ``more_train`` and ``check``: see :class:`PropertyTraining`."""
     device = torch.device(device)
-    task = PropertyTraining(train, pooling, options, seed, device, start)
+    task = PropertyTraining(
+        train, pooling, options, seed, device, start, strategy=strategy, more_train=more_train, check=check
+    )
     result = yield from epoch_steps(task, ctx, run, device, options.precision)
     return task.model, {k: result.metrics.get(k, float("nan")) for k in ("train_loss", "train_acc")}
 

@@ -68,6 +68,10 @@ class CellOptions(TrainOptions):
     negatives: str | None = None
     data_seed: int = 0
     published: str | None = None
+    #: The options of the training strategies (:mod:`engine.properties.strategies`), each read by one strategy.
+    finetune_share: float = 0.5
+    progressive_k: int = 2
+    adversarial_share: float = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +83,7 @@ class PropertySpec(TaskSpec, CellOptions):
     dimension: str
     task: str = "properties"
     seed: int = 0
+    strategy: str = "standard"
     device: str = "auto"
     datasets_dir: str | None = None
 
@@ -86,28 +91,41 @@ class PropertySpec(TaskSpec, CellOptions):
         from engine.properties.datasets import PropertyDatasetSpec, check_builds_fit
         from engine.properties.definitions import get_property
         from engine.properties.poolings import POOLINGS
+        from engine.properties.strategies import check_options, check_strategy, dimensions_for
         from engine.properties.study import cell_datasets, check_dimension
 
         for key in ("seed", "data_seed"):
             if getattr(self, key) < 0:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 0")
+        if self.sizes is not None and self.sizes < 2:
+            raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
+        check_options(self.finetune_share, self.progressive_k, self.adversarial_share, where)
         try:
             get_property(self.property)
             check_dimension(self.dimension)
+            check_strategy(self.strategy)
+            if self.dimension not in dimensions_for(self.strategy):
+                raise GaptuiError(
+                    f"strategy {self.strategy} has no {self.dimension} dimension (its model trains on GraphPerturb "
+                    "too, so GraphPerturb is no unseen shift); dimensions: " + ", ".join(dimensions_for(self.strategy))
+                )
+            if self.strategy == "finetune_perturb" and self.epochs < 2:
+                raise GaptuiError(f"finetune_perturb needs epochs >= 2, got {self.epochs}")
+            if self.strategy == "progressive" and self.published is not None:
+                raise GaptuiError("progressive trains on k + 1 sizes; a published folder has one training size")
             if self.pooling not in POOLINGS:
                 POOLINGS.get(self.pooling)
             PropertyDatasetSpec(self.property, 1, "random", self.graphs, self.negatives, self.data_seed).canonical()
             cells = cell_datasets(
-                self.property, self.dimension, self.graphs, self.sizes, self.negatives, self.data_seed
-            )
+                self.property, self.dimension, self.graphs, self.sizes, self.negatives, self.data_seed,
+                self.strategy_options(),
+            )  # fmt: skip
             check_builds_fit([ds.canonical() for ds in cells], workers=1)
         except GaptuiError as exc:
             raise GaptuiError(f"{where}: {exc}") from None
         for key in ("epochs", "batch_size", "hidden", "layers", "cycle_k"):
             if getattr(self, key) < 1:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 1")
-        if self.sizes is not None and self.sizes < 2:
-            raise GaptuiError(f"{where}: sizes = {self.sizes}: a cell needs the base size and one larger size")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
         from engine.loop import check_precision
@@ -126,7 +144,23 @@ class PropertySpec(TaskSpec, CellOptions):
         out["negatives"] = self.negatives or DEFAULT_NEGATIVES
         if out.get("precision") == "auto":
             del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
+        from engine.properties.strategies import ALL_STRATEGY_OPTIONS, STRATEGY_OPTIONS
+
+        # A strategy's options are hashed only with the strategy that reads them, and `standard` not at all, so
+        # the ids of runs from before strategies stay.
+        used = STRATEGY_OPTIONS.get(out.get("strategy", "standard"), ())
+        for key in ALL_STRATEGY_OPTIONS:
+            if key not in used:
+                out.pop(key, None)
+        if out.get("strategy") == "standard":
+            del out["strategy"]
         return out
+
+    def strategy_options(self) -> Any:
+        """The :class:`~engine.properties.strategies.Strategy` of this cell."""
+        from engine.properties.strategies import Strategy
+
+        return Strategy(self.strategy, self.finetune_share, self.progressive_k, self.adversarial_share)
 
     def options(self) -> TrainOptions:
         fields = {f.name for f in dataclasses.fields(TrainOptions)}
@@ -134,9 +168,9 @@ class PropertySpec(TaskSpec, CellOptions):
 
     def trainer(self) -> PropertySpec | None:
         """The cell whose trained model this one tests (robustness), or None when it trains itself."""
-        from engine.properties.study import TRAINED_BY
+        from engine.properties.strategies import trained_by
 
-        other = TRAINED_BY.get(self.dimension)
+        other = trained_by(self.strategy).get(self.dimension)
         return None if other is None else self.replace(dimension=other)
 
 
@@ -170,14 +204,15 @@ class Preset(PresetBase):
     dimensions: tuple[str, ...]
     seeds: tuple[int, ...]
     run: StudyOptions = field(default_factory=StudyOptions)
+    strategies: tuple[str, ...] = ("standard",)
     path: Path | None = None
     #: What planning merged (repeated grid values), one line each, for the user to see.
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def size(self) -> int:
-        dims = set(self.dimensions) | ({"generalisation"} if "robustness" in self.dimensions else set())
-        return len(self.properties) * len(self.poolings) * len(dims) * len(self.seeds)
+        cells = sum(len(strategy_dimensions(self.dimensions, s)) for s in self.strategies)
+        return len(self.properties) * len(self.poolings) * cells * len(self.seeds)
 
     @property
     def policy(self) -> Any:
@@ -185,8 +220,19 @@ class Preset(PresetBase):
         return self.run
 
 
+def strategy_dimensions(dimensions: tuple[str, ...] | list[str], strategy: str) -> list[str]:
+    """The cells of one (property, pooling, seed) under ``strategy``: the asked dimensions it has, each after the
+    cell whose model it tests (added if absent), in the study's order."""
+    from engine.properties.strategies import dimensions_for, trained_by
+
+    uses = trained_by(strategy)
+    dims = {d for d in dimensions if d in dimensions_for(strategy)}
+    dims |= {uses[d] for d in dims if d in uses}
+    return [d for d in DIMENSION_ORDER if d in dims]
+
+
 #: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
-OWN_KEYS = ("properties", "poolings", "dimensions")
+OWN_KEYS = ("properties", "poolings", "dimensions", "strategies")
 #: The cell options a ``[run]`` table may set beside the policy.
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(CellOptions))
 
@@ -215,6 +261,18 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     poolings = unique_values(poolings, str, "poolings", notes)
     dims = _names(where, {"dimensions": list(DIMENSION_ORDER), **raw}, "dimensions", "dimension", DIMENSION_ORDER)
     dims = unique_values(dims, str, "dimensions", notes)
+    from engine.properties.strategies import STRATEGIES, dimensions_for
+
+    strategies = _names(where, {"strategies": ["standard"], **raw}, "strategies", "training strategy", STRATEGIES)
+    strategies = unique_values(strategies, str, "strategies", notes)
+    for strategy in strategies:
+        if not set(dims) & set(dimensions_for(strategy)):
+            raise GaptuiError(
+                f"{where}: strategy {strategy} measures none of the dimensions asked ({', '.join(dims)}); it has "
+                + ", ".join(dimensions_for(strategy))
+            )
+        if "robustness" in dims and "robustness" not in dimensions_for(strategy):
+            notes.append(f"strategy {strategy}: no robustness cells (its model trains on GraphPerturb too)")
     notes += head.notes  # repeated seeds: notes follow the file's usual key order
     run = parse_dataclass(StudyOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     preset = Preset(
@@ -225,6 +283,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
         dimensions=tuple(d for d in DIMENSION_ORDER if d in dims),
         seeds=head.seeds,
         run=run,
+        strategies=tuple(strategies),
         path=path,
         notes=tuple(notes),
     )
@@ -233,21 +292,22 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
 
 
 def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
-    """Seed-major; a robustness cell comes right after the generalisation cell it depends on (added if absent)."""
+    """Seed-major; a cell that tests another's model (robustness; sensitivity under finetune_perturb) comes right
+    after the cell it depends on (added if absent); strategies innermost but for the dimensions."""
     where = str(preset.path or preset.name)
     common = {**preset.run.spec_fields(), "datasets_dir": placement.datasets_dir}
-    dims = list(preset.dimensions)
-    if "robustness" in dims and "generalisation" not in dims:
-        dims.insert(0, "generalisation")
     specs: list[PropertySpec] = []
     for seed in preset.seeds:
         for prop in preset.properties:
             for pooling in preset.poolings:
-                for dim in dims:
-                    raw = {**common, "property": prop, "pooling": pooling, "dimension": dim, "seed": seed}
-                    specs.append(PropertySpec.from_dict(raw, where))
-                    if limit is not None and len(specs) >= limit:
-                        return specs
+                for strategy in preset.strategies:
+                    for dim in strategy_dimensions(preset.dimensions, strategy):
+                        raw = {**common, "property": prop, "pooling": pooling, "dimension": dim, "seed": seed}
+                        if strategy != "standard":
+                            raw["strategy"] = strategy
+                        specs.append(PropertySpec.from_dict(raw, where))
+                        if limit is not None and len(specs) >= limit:
+                            return specs
     return specs
 
 
@@ -314,14 +374,20 @@ class Properties(TaskFamily):
     import_roles = {"poolings": "pooling"}
 
     def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
-        return {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
+        # A strategy other than standard is part of the row (pooling/strategy), so the tables and Table 2 keep the
+        # strategies apart, and `strategy` names it alone; a standard run's axes are those it always had.
+        axes = {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
+        if spec.strategy != "standard":
+            axes.update(pooling=f"{spec.pooling}/{spec.strategy}", strategy=spec.strategy)
+        return axes
 
     def dependencies(self, spec: PropertySpec) -> tuple[str, ...]:
         trainer = spec.trainer()
         return () if trainer is None else (trainer.hash(),)
 
     def describe(self, spec: PropertySpec) -> str:
-        return f"{spec.property} {spec.pooling} {spec.dimension} seed {spec.seed}"
+        how = "" if spec.strategy == "standard" else f" {spec.strategy}"
+        return f"{spec.property} {spec.pooling}{how} {spec.dimension} seed {spec.seed}"
 
     def check(self, specs: list[PropertySpec]) -> list[str]:
         """Once per plan: each pooling named by import path is tried on a tiny input, and each published folder's
@@ -348,7 +414,15 @@ class Properties(TaskFamily):
 
         datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
         out = []
-        for ds in cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed):
+        for ds in cell_datasets(
+            spec.property,
+            spec.dimension,
+            spec.graphs,
+            spec.sizes,
+            spec.negatives,
+            spec.data_seed,
+            spec.strategy_options(),
+        ):
             ident = property_dataset_id(ds.canonical())
             out.append(Input(f"properties:{ident}", ident, lambda ds=ds: build_property_dataset(ds, datasets_dir)))
         return out
@@ -366,12 +440,14 @@ class Properties(TaskFamily):
         trainer = spec.trainer()
         trained = None if trainer is None else ctx.run_dir_of(trainer.hash()) / "checkpoint.pt"
         start = {"params": params, "device": str(device), "property": spec.property, "dimension": spec.dimension}
+        if spec.strategy != "standard":
+            start["strategy"] = spec.strategy
         datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
         metrics = yield from cell_steps(
             spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx,
             datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,
             data_seed=spec.data_seed, published=Path(spec.published) if spec.published else None,
-            device=device, trained=trained, run=spec.hash(), start=start,
+            device=device, trained=trained, run=spec.hash(), start=start, strategy=spec.strategy_options(),
         )  # fmt: skip
         ctx.log(f"{self.describe(spec)}: U score {metrics['u_score']:.4f}")
         extra = {**device_fields(device), "precision": resolve_precision(spec.precision, device)}
@@ -435,7 +511,10 @@ class Properties(TaskFamily):
     def cost_units(self, spec: PropertySpec) -> float | None:
         from engine.properties.study import cell_datasets
 
-        train = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        train = cell_datasets(
+            spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed,
+            spec.strategy_options(),
+        )  # fmt: skip
         return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
 
     def cost_steps(self, spec: PropertySpec) -> int | None:
@@ -450,7 +529,15 @@ class Properties(TaskFamily):
 
         if spec.published is not None:
             return None
-        datasets = cell_datasets(spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed)
+        datasets = cell_datasets(
+            spec.property,
+            spec.dimension,
+            spec.graphs,
+            spec.sizes,
+            spec.negatives,
+            spec.data_seed,
+            spec.strategy_options(),
+        )
         cells = [ds.canonical() for ds in datasets]
         largest = max(cells, key=build_bytes)
         need = build_bytes(largest)
