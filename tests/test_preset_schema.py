@@ -18,6 +18,7 @@ SHIPPED_RUN_IDS = {
     "gape-smoke": (8, "b8993daac0782aaa1e755244162c659eb55b9a03401e88d5a363e0603e29ca73"),
     "gape": (87, "4161b4c0dab4f006a7afbcea0a8292ae82df17b26b5a18920dc94e3597cfa725"),
     "paper": (2040, "230126afc6462565532a52ccd27c4eaffded1484cdec12454b25c9aa35975502"),
+    "properties-strategies": (297, "35f2863b4c836ab1d4366f98fe05b90922102425308fe3d597c9e369c56bea20"),
     "properties-smoke": (18, "71c2fe4afe495edac32532f09c6bce21beaacbddc9d3802a57e6ca77edc83fe7"),
     "properties": (2400, "3e19bf0aa7af7b02e5847e874a32b0077d361c1498ea211e4e62e669d6c2f64e"),
     "quick": (33, "dfa6af5c9c719909438e1e3ab3a6f66c6c1577232e1fab0c7d597bcc304159bc"),
@@ -27,7 +28,7 @@ SHIPPED_RUN_IDS = {
     "zoo-cpu": (86, "3f019fd0d6fe032241055d91415309a8765bbf812ec45b93759bf9bcfcf9100a"),
 }
 #: The run policy a shipped preset sets, where it is not the default (timeout, retries, pack_seeds).
-SHIPPED_POLICY = {"zoo-smoke": (None, 0, 3)}
+SHIPPED_POLICY = {"zoo-smoke": (None, 0, 3), "properties-strategies": (None, 0, 3)}
 REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
 
 

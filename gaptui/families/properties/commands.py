@@ -1,4 +1,5 @@
-"""``gaptui properties``: the property suite's datasets (list, build, export in the published layout)."""
+"""``gaptui properties``: the property suite's datasets (list, build, export in the published layout), and
+``score``: a finished run's model applied to the user's own graphs."""
 
 from __future__ import annotations
 
@@ -184,6 +185,93 @@ def properties_export(
         print_json({"out": str(out), "files": files})
         return
     console.print(f"wrote {len(files)} files under {out}", highlight=False)
+
+
+def _scoring_model(run: str, workspace: Path | None):  # noqa: ANN202 - (record, spec, model)
+    """The record, spec and trained model of property run ``run`` (a robustness run: its trainer's model)."""
+    from engine.properties.training import load_trained
+    from engine.tasks import load_spec
+    from gaptui.history import History
+
+    with History(Workspace.resolve(workspace)) as history:
+        record = history.get(run)
+        if record.get("task") != "properties":
+            raise GaptuiError(f"run {record['id']} is not a properties run (its family: {record.get('task')})")
+        if record.get("status") != "done":
+            raise GaptuiError(f"run {record['id']} is {record.get('status')}, not done: its model is not trained")
+        spec = load_spec(record["spec"])
+        trainer = spec.trainer()
+        source = record
+        if trainer is not None:
+            source = history.by_hash().get(trainer.hash())
+            if source is None or source.get("status") != "done":
+                raise GaptuiError(f"run {record['id']} tests the model of run {trainer.hash()[:12]}, which is not done")
+    checkpoint = Path(source["run_dir"]) / "checkpoint.pt"
+    return record, spec, load_trained(checkpoint, spec.pooling, spec.options())
+
+
+@properties_app.command("score")
+def properties_score(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A finished properties run (id or unique prefix).")],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE...", help="Edge lists ('u v' per line) or CSVs of head,relation,tail.")
+    ],
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Also list the edges whose removal moves the probability most.")
+    ] = False,
+    top: Annotated[int, typer.Option("--top", help="Edges listed per graph with --explain.")] = 5,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply a finished property run's model to your own directed graphs: per graph the probability that the
+    run's property holds (and the exact checker's verdict beside it); with --explain the edges whose removal
+    changes that probability most, the candidates for review. A CSV of triples gives one graph per relation."""
+    from engine.properties.definitions import get_property
+    from engine.properties.scoring import explain as explain_edges
+    from engine.properties.scoring import probabilities, read_graphs
+
+    if top < 1:
+        raise GaptuiError(f"--top {top}: expected at least 1 edge")
+    graphs = [g for path in files for g in read_graphs(path)]  # every file read before the model is loaded
+    record, spec, model = _scoring_model(run, workspace)
+    prop = get_property(spec.property)
+    tested = [int(k[5:]) for k in record.get("metrics", {}) if k.startswith("acc_n") and k[5:].isdigit()]
+    largest = max(tested) if tested else None
+    rows = []
+    for g in graphs:
+        n = len(g.nodes)
+        row = {
+            "file": g.file, "relation": g.relation, "nodes": n, "edges": len(g.edges), "property": prop.name,
+            "probability": float(probabilities(model, g.adjacency[None])[0]), "exact": bool(prop(g.adjacency)),
+        }  # fmt: skip
+        if largest is not None and n > largest:
+            row["warning"] = f"{n} nodes, above the run's largest test size {largest}: the model was never tested there"
+            err_console.print(f"warning: {g.file}{f' ({g.relation})' if g.relation else ''}: {row['warning']}",
+                              highlight=False, markup=False)  # fmt: skip
+        if explain:
+            row["explain"] = explain_edges(model, g, top)
+        rows.append(row)
+    if as_json:
+        print_json(rows)
+        return
+    title = f"run {record['id']}: {prop.name} ({prop.definition}), {spec.pooling}"
+    table = Table(title=title)
+    for col in ("file", "relation", "nodes", "edges", "P(holds)", "checker"):
+        table.add_column(col, justify="right" if col in ("nodes", "edges", "P(holds)") else "left")
+    for r in rows:
+        table.add_row(
+            r["file"], r["relation"] or "-", str(r["nodes"]), str(r["edges"]), f"{r['probability']:.3f}",
+            "holds" if r["exact"] else "fails",
+        )  # fmt: skip
+    console.print(table)
+    for r in rows if explain else []:
+        name = r["file"] + (f" ({r['relation']})" if r["relation"] else "")
+        console.print(f"{name}: edges whose removal moves P(holds) most", highlight=False, markup=False)
+        for e in r["explain"]:
+            u, v = e["edge"]
+            console.print(
+                f"  {u} -> {v}: {e['without']:.3f} without it ({e['change']:+.3f})", highlight=False, markup=False
+            )
 
 
 def register(app: typer.Typer) -> None:
