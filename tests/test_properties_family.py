@@ -14,7 +14,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from engine.errors import GaptuiError
 from engine.tasks import FAMILIES, Placement, load_spec
-from engine.tasks.properties import TABLE2
+from engine.tasks.properties import ADVICE, TABLE2
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 
@@ -149,17 +149,37 @@ def test_table2_is_the_mean_r_score_per_pooling_and_dimension(tmp_path: Path) ->
 
     records = _study_records(Workspace(tmp_path))
     tables = analysis.build_tables(records, task="properties")
-    assert [t.group for t in tables] == ["generalisation", "robustness", "sensitivity", TABLE2]
-    t2 = tables[-1]
+    assert [t.group for t in tables] == ["generalisation", "robustness", "sensitivity", TABLE2, ADVICE]
+    t2 = tables[-2]
     assert t2.rows == ("mean", "gmt") and t2.columns == ("generalisation", "sensitivity", "robustness")
     # R = U / mean over poolings: reflexive 0.9 / 0.75 and 0.6 / 0.75; function 1.0 / 0.85 and 0.7 / 0.85.
     assert t2.cell("mean", "sensitivity").median == pytest.approx((0.9 / 0.75 + 1.0 / 0.85) / 2)
     assert t2.cell("gmt", "robustness").median == pytest.approx((0.6 / 0.75 + 0.7 / 0.85) / 2)
     assert [c.mark for c in t2.best("generalisation")] == ["best"] and t2.best("generalisation")[0].row == "mean"
-    doc = analysis.tables_json(tables)[-1]
+    doc = analysis.tables_json(tables)[-2]
     assert doc["table"] == TABLE2 and doc["metric"] == "r_score" and doc["row_axis"] == "pooling"
     assert "Table 2" in analysis.render_csv(tables, "properties")
     assert analysis.build_tables(records, "train_acc", task="properties") == []  # no U, no Table 2
+
+
+def test_pooling_advice_ranks_the_poolings_per_property_class_beside_the_seeds(tmp_path: Path) -> None:
+    from gaptui import analysis
+
+    records = _study_records(Workspace(tmp_path))
+    advice = analysis.build_tables(records, task="properties")[-1]
+    assert advice.group == ADVICE and advice.rows == ("mean", "gmt") and advice.columns == ("basic", "function")
+    # reflexive is basic, function is function; R per dimension: 0.9 / 0.75 (basic), 1.0 / 0.85 (function)
+    basic = advice.cell("mean", "basic")
+    assert basic.values == pytest.approx((0.9 / 0.75,) * 3) and basic.mark == "best"
+    assert advice.cell("mean", "function").median == pytest.approx(1.0 / 0.85)
+    assert "basic: ours mean, seed case by case" in advice.statistic
+    assert "function: ours mean, seed set2set (not compared: none of its poolings ran)" in advice.statistic
+    # a strategy's runs never enter the advice (it compares poolings as the seed trained them)
+    extra = [{**r, "axes": {**r["axes"], "pooling": "gmt/adversarial", "strategy": "adversarial"},
+              "hash": "x" + r["hash"][1:], "id": "x" + r["id"][1:], "metrics": {"u_score": 1.0}}
+             for r in records if r["axes"]["pooling"] == "gmt"]  # fmt: skip
+    again = analysis.build_tables(records + extra, task="properties")[-1]
+    assert again.rows == ("mean", "gmt") and again.cell("mean", "basic").median == basic.median
 
 
 @pytest.mark.asyncio
@@ -182,7 +202,7 @@ async def test_ranking_screen_shows_the_dimension_tables_and_table2(tmp_path: Pa
             await pilot.press("t")
             await pilot.pause()
         assert ranking.task_name == "properties"
-        assert [t.group for t in ranking.tables][-1] == TABLE2
+        assert [t.group for t in ranking.tables][-2:] == [TABLE2, ADVICE]
         while ranking.dataset != TABLE2:
             await pilot.press("right_square_bracket")
             await pilot.pause()

@@ -185,6 +185,38 @@ PROPERTIES: dict[str, Property] = {
 }
 PROPERTY_NAMES: tuple[str, ...] = tuple(PROPERTIES)
 
+#: The seed's three classes of properties (its Table 1), for the pooling advice of its section 4.3.
+PROPERTY_CLASSES: dict[str, tuple[str, ...]] = {
+    "basic": ("reflexive", "irreflexive", "symmetric", "antisymmetric", "transitive", "connex"),
+    "function": ("functional", "function", "injective", "surjective", "bijective"),
+    "combined": ("equivalence", "preorder", "partial_order", "total_order", "strict_order"),
+}
+CLASS_OF: dict[str, str] = {name: cls for cls, names in PROPERTY_CLASSES.items() for name in names}
+#: The seed's pooling advice per class (section 4.3): the poolings it recommends (none: "case by case").
+SEED_ADVICE: dict[str, tuple[str, ...]] = {
+    "basic": (),
+    "function": ("set2set",),
+    "combined": ("gmt", "set_transformer"),
+}
+
+
+def advice_line(best: dict[str, str], compared: set[str]) -> str:
+    """Our best pooling per class (``best``: class -> pooling, among ``compared``) beside the seed's advice, saying
+    where they agree (``not compared`` where none of the poolings it advises ran)."""
+    parts = []
+    for cls, ours in best.items():
+        seed = SEED_ADVICE[cls]
+        said = " or ".join(seed) if seed else "case by case"
+        if not seed:
+            verdict = "no advice to agree with"
+        elif not set(seed) & compared:
+            verdict = "not compared: none of its poolings ran"
+        else:
+            verdict = "agrees" if ours in seed else "differs"
+        parts.append(f"{cls}: ours {ours}, seed {said} ({verdict})")
+    return "; ".join(parts)
+
+
 #: Positives per dataset of the published suite, and how many labelled positives a size must have per positive
 #: drawn: four times as many, so that rejecting duplicates stays cheap with a solver that does not sample uniformly.
 POSITIVES_PER_DATASET = 5_000

@@ -241,6 +241,9 @@ class DerivedTable:
     columns: str
     values: Mapping[tuple[str, Any], tuple[float, ...]]
     statistic: str = "mean ± std"
+    #: Mark the cells not significantly different from their column's best (Holm-corrected Welch over the values),
+    #: as the ranking tables do.
+    ties: bool = False
 
 
 # ------------------------------------------------------------------------------------------------ specs

@@ -49,6 +49,8 @@ DIMENSION_ORDER = tuple(DIMENSIONS)
 #: The derived table of the study (Table 2) and its metric: U relative to the mean of the poolings compared.
 TABLE2 = "Table 2: mean R score"
 TABLE2_KEYS = ("pooling", "property", "dimension")
+#: The derived table of pooling advice (seed 001, section 4.3): mean R per property class.
+ADVICE = "Pooling advice: mean R score per property class"
 R_SCORE = Metric("r_score", "R score", higher_is_better=True)
 
 
@@ -359,6 +361,8 @@ class Properties(TaskFamily):
         Axis("dimension", "dimension", order=DIMENSION_ORDER),
         Axis("pooling", "pooling", order=tuple(POOLING_LABELS)),
         Axis("property", "property", order=PROPERTY_NAMES),
+        # Not a run's axis: the columns of the pooling-advice table (a property's class, seed 001's Table 1).
+        Axis("property_class", "property class", order=("basic", "function", "combined")),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
     tunable = {
@@ -463,18 +467,37 @@ class Properties(TaskFamily):
             return []
         from engine.properties.scores import mean_u, r_scores
 
-        runs = []
+        runs, kept = [], []
         for rec in records:
             axes, u = rec.get("axes") or {}, (rec.get("metrics") or {}).get("u_score")
             if isinstance(u, (int, float)) and math.isfinite(u) and all(k in axes for k in TABLE2_KEYS):
                 runs.append((axes["pooling"], axes["property"], axes["dimension"], float(u)))
+                kept.append(rec)
         if not runs:
             return []
         by_cell: dict[tuple[str, str], list[float]] = {}
         for (pooling, _, dimension), r in sorted(r_scores(mean_u(runs)).items()):
             by_cell.setdefault((pooling, dimension), []).append(r)
         values = {cell: tuple(rs) for cell, rs in by_cell.items()}
-        return [DerivedTable(TABLE2, R_SCORE, "pooling", "dimension", values, "mean ± std over properties")]
+        tables = [DerivedTable(TABLE2, R_SCORE, "pooling", "dimension", values, "mean ± std over properties")]
+        from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, advice_line
+
+        # The advice compares poolings as the seed trained them: standard runs only, R among those.
+        standard = [run for run, rec in zip(runs, kept, strict=True) if (rec.get("axes") or {}).get("strategy") is None]
+        by_class: dict[tuple[str, str], list[float]] = {}
+        for (pooling, prop, _), r in sorted(r_scores(mean_u(standard)).items()):
+            by_class.setdefault((pooling, CLASS_OF[prop]), []).append(r)
+        advice = {cell: tuple(rs) for cell, rs in by_class.items()}
+        best = {}
+        for cls in PROPERTY_CLASSES:
+            means = {p: sum(v) / len(v) for (p, c), v in advice.items() if c == cls}
+            if means:
+                best[cls] = max(means, key=means.get)
+        if advice:
+            line = advice_line(best, {p for p, _ in advice})
+            stat = f"mean ± std over the class's properties x dimensions, standard runs; {line}"
+            tables.append(DerivedTable(ADVICE, R_SCORE, "pooling", "property_class", advice, stat, ties=True))
+        return tables
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> Preset:
         return parse_preset(raw, path)
@@ -560,6 +583,8 @@ class Properties(TaskFamily):
     def optimal_line(self, derived: str | None) -> str:
         if derived == TABLE2:
             return "optimal dimension (largest best − worst spread)"
+        if derived == ADVICE:
+            return ""
         return "" if derived else "optimal property (largest best − worst spread)"
 
 

@@ -318,7 +318,7 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
         )
         for (row, column), v in values.items()
     }
-    return RankingTable(
+    table = RankingTable(
         task,
         derived.name,
         derived.metric,
@@ -329,6 +329,7 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
         layout_override=TableLayout(None, derived.rows, derived.columns),
         statistic=derived.statistic,
     )
+    return _with_ties(table) if derived.ties else table
 
 
 def _best_per_column(medians: dict[tuple[str, Any], float], metric: Metric, baselines: tuple[str, ...]) -> dict:
