@@ -99,7 +99,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         assert await save_as(pilot, form, ws, "mine-gape") == shipped("gape-smoke")
 
         await switch_task(pilot, form, "properties", "poolings")
-        assert len(listed(form, "properties")) == 16 and len(listed(form, "poolings")) == 9
+        assert len(listed(form, "properties")) == 16 and len(listed(form, "poolings")) == 11
         assert listed(form, "dimensions") == ["generalisation", "sensitivity", "robustness"]
         poolings = form.query_one("#poolings", SelectionList)
         assert str(poolings.get_option_at_index(5).prompt) == "set_transformer (Set Transformer)"

@@ -209,3 +209,14 @@ def test_a_preset_lists_strategies_and_finetune_has_no_robustness(tmp_path: Path
     assert [s.hash() for s in fam.grid(plain, Placement(str(tmp_path), str(tmp_path)))] == [s.hash() for s in specs[:3]]
     with pytest.raises(GaptuiError, match="did you mean 'adversarial'"):
         parse_preset({**raw, "strategies": ["adversarail"]})
+
+
+def test_the_form_writes_strategies_only_when_not_the_default() -> None:
+    from engine.properties.form import form_values, preset_from_form
+
+    values = {"properties": ["symmetric"], "poolings": ["mean"], "dimensions": ["generalisation"], "seeds": [0]}
+    assert "strategies" not in preset_from_form({**values, "strategies": ["standard"]})
+    doc = preset_from_form({**values, "strategies": ["standard", "adversarial"]})
+    assert doc["strategies"] == ["standard", "adversarial"]
+    assert form_values(doc)["strategies"] == ["standard", "adversarial"]
+    assert form_values(preset_from_form(values))["strategies"] == ["standard"]

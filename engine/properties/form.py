@@ -24,6 +24,7 @@ RUN_FIELDS = {
 def fields() -> tuple[FormField, ...]:
     from engine.properties.definitions import PROPERTY_NAMES
     from engine.properties.scores import DIMENSIONS, POOLING_LABELS
+    from engine.properties.strategies import STRATEGIES
     from engine.tasks.properties import StudyOptions
 
     run = StudyOptions()
@@ -46,6 +47,15 @@ def fields() -> tuple[FormField, ...]:
         FormField(
             "dimensions", "dimensions", "multi", list(DIMENSIONS), choices=tuple(DIMENSIONS), section="Dimensions"
         ),
+        FormField(
+            "strategies",
+            "strategies",
+            "multi",
+            ["standard"],
+            "training strategies (docs/properties.md)",
+            choices=STRATEGIES,
+            section="Dimensions",
+        ),  # fmt: skip
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-4 or 0,3", section=section),
         FormField("epochs", "epochs", "int", None, placeholder=str(run.epochs), section=section),
         FormField("batch_size", "batch size", "int", None, placeholder=str(run.batch_size), section=section),
@@ -65,6 +75,9 @@ def preset_from_form(values: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         key: list(values.get(key) or []) for key in ("properties", "poolings", "dimensions", "seeds")
     }
+    strategies = list(values.get("strategies") or ["standard"])
+    if strategies != ["standard"]:  # the default stays out of the file, as before strategies
+        doc["strategies"] = strategies
     run = form_table(values, RUN_FIELDS, "run_more")
     if run:
         doc["run"] = run
@@ -76,4 +89,5 @@ def form_values(raw: dict[str, Any]) -> dict[str, Any]:
 
     values: dict[str, Any] = {key: list(raw.get(key) or []) for key in ("properties", "poolings", "seeds")}
     values["dimensions"] = list(raw.get("dimensions") or DIMENSIONS)
+    values["strategies"] = list(raw.get("strategies") or ["standard"])
     return values | table_values(raw.get("run"), RUN_FIELDS, "run_more")
