@@ -113,6 +113,7 @@ def _not_blank(path: Path) -> bool:
                 "heatmap-generalisation",
                 "heatmap-sensitivity",
                 "bars-table-2-mean-r-score",
+                "bars-pooling-advice-mean-r-score-per-property-class",
                 "series-generalisation",
                 "series-sensitivity",
                 "cd",

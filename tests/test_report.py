@@ -41,10 +41,12 @@ def test_report_of_every_family(tmp_path: Path) -> None:
     assert "average rank over 2 cells (1 = best): gape 1.00, rwpe 2.00, none 3.00" in text
     assert "- seeds: 0, 1, 2" in text and "gaptui source:" in text
     links = re.findall(r"\]\((figures/[^)]+)\)", text)
-    assert len(links) == 13 and all((out / link).is_file() for link in links)
+    assert "Pooling advice: mean R score per property class" in text  # the properties part, after Table 2
+    # 14: the properties part draws the pooling-advice bars beside Table 2's
+    assert len(links) == 14 and all((out / link).is_file() for link in links)
     assert {p.relative_to(out).as_posix() for p in written} == {"report.md", "report.html", *links}
     html = (out / "report.html").read_text()
-    assert html.count('src="data:image/png;base64,') == 13 and "figures/" not in html  # self-contained
+    assert html.count('src="data:image/png;base64,') == 14 and "figures/" not in html  # self-contained
     assert html.count("<table>") >= 6
 
 
