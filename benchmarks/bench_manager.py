@@ -107,7 +107,7 @@ def seed_history(ws_root: Path, count: int) -> None:
                 "hash": f"{i:064x}",
                 "status": "done",
                 "task": "alignment",
-                "axes": {"dataset": ds, "noise": noise, "model": model},
+                "axes": {"dataset": ds, "noise": noise, "model": model, "recipe": "gaptui"},
                 "seed": i // 240,
                 "preset": "paper",
                 "planned_seeds": 10,
@@ -116,7 +116,7 @@ def seed_history(ws_root: Path, count: int) -> None:
                 "duration": rng.random() * 2000,
                 "tags": [],
                 "note": "",
-                "run_dir": "/nonexistent",
+                "run_dir": f"runs/{i:012x}",  # stored relative to the workspace, as gaptui files them
                 "spec": {},
                 "created": "2026-11-29T00:00:00+0000",
                 "started": None,

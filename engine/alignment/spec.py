@@ -25,6 +25,7 @@ from engine.alignment.recipes import (
 from engine.errors import GaptuiError, did_you_mean
 from engine.loop import PRECISIONS
 from engine.tasks import TaskSpec, load_spec_file
+from engine.typed import frozen_json
 
 CLIP_MODES = ("value", "norm")
 #: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs
@@ -232,6 +233,7 @@ class RunSpec(TaskSpec):
         options = cls.resolve_options(self.model_options())
         return lambda graphs, nodes: cls.batch_bytes(options, graphs, nodes)
 
+    @frozen_json
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
         # The recipe's name is not hashed: the values it filled in are, so a run is what it computes.
