@@ -92,7 +92,8 @@ def aligned(rows: list[list[str]], right: frozenset[int] | set[int] = frozenset(
         return []
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
-        "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        .rstrip()
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
         for r in rows
     ]

@@ -531,12 +531,18 @@ class History:
         return history_stamp(self.ws.history)
 
     def _ids(self) -> dict[str, int]:
-        """Spec hash -> TinyDB document id of every record (cached until the history changes)."""
+        """Spec hash -> TinyDB document id of every record (cached until the history changes, except by this
+        object's own writes that keep every record's hash: an update need not rebuild it)."""
         raw = self.runs._read_table()
         generation = self.storage.generation
         if self._index is None or self._index[0] != generation:
             self._index = (generation, {doc["hash"]: int(doc_id) for doc_id, doc in raw.items()})
         return self._index[1]
+
+    def _kept_ids(self) -> None:
+        """After a write that changed no record's hash: the cached index is still right."""
+        if self._index is not None:
+            self._index = (self.storage.generation, self._index[1])
 
     def __enter__(self) -> History:
         return self
@@ -643,7 +649,10 @@ class History:
     def update(self, run_hash: str, **fields: Any) -> None:
         with self._writing():
             doc_id = self._ids().get(run_hash)
-            if doc_id is not None:
+            if doc_id is not None and fields.get("hash", run_hash) == run_hash:
+                self.runs.update(self._stored(fields), doc_ids=[doc_id])
+                self._kept_ids()
+            elif doc_id is not None:
                 self.runs.update(self._stored(fields), doc_ids=[doc_id])
 
     def update_many(self, updates: dict[str, dict[str, Any]]) -> None:
@@ -659,6 +668,8 @@ class History:
             doc_ids = [ids[h] for h in updates if h in ids]
             if doc_ids:
                 self.runs.update(apply, doc_ids=doc_ids)
+                if all(u.get("hash", h) == h for h, u in updates.items()):
+                    self._kept_ids()
 
     def restore_many(self, records: Iterable[Record]) -> None:
         """Put records back exactly as they were read (fields added since are dropped), in one write."""

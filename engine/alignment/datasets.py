@@ -58,12 +58,16 @@ class DatasetSpec:
     def canonical(self) -> dict[str, Any]:
         """Resolved, typed and defaulted form: equal datasets have equal canonical dicts (worked out once per
         distinct dataset: a 20,000-run grid holds a few hundred; each call returns a fresh copy)."""
-        key = json.dumps([self.base, self.noise, self.noise_model, self.n_train, self.n_val, self.seed, self.params])
-        blob = _CANONICAL.get(key)
+        blob = self.__dict__.get("_canonical_json")
         if blob is None:
-            if len(_CANONICAL) > 65536:
-                _CANONICAL.clear()
-            blob = _CANONICAL[key] = json.dumps(self._canonical())
+            fields = [self.base, self.noise, self.noise_model, self.n_train, self.n_val, self.seed, self.params]
+            key = json.dumps(fields)
+            blob = _CANONICAL.get(key)
+            if blob is None:
+                if len(_CANONICAL) > 65536:
+                    _CANONICAL.clear()
+                blob = _CANONICAL[key] = json.dumps(self._canonical())
+            object.__setattr__(self, "_canonical_json", blob)
         return json.loads(blob)
 
     def _canonical(self) -> dict[str, Any]:

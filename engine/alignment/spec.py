@@ -19,8 +19,8 @@ from engine.alignment.recipes import (
     RECIPES,
     SCAFFOLD_FIELDS,
     check_recipe,
-    recipe_label,
     resolve,
+    spec_recipe_label,
 )
 from engine.errors import GaptuiError, did_you_mean
 from engine.loop import PRECISIONS
@@ -124,7 +124,8 @@ class RunSpec(TaskSpec):
     @property
     def recipe_label(self) -> str:
         """The recipe this run's values are (``gaptui``, ``paper+lr=0.001``...; ``-`` for the baseline)."""
-        return recipe_label({k: getattr(self, k) for k in RECIPE_FIELDS}, self.model, self.recipe)
+        fields = {k: getattr(self, k) for k in RECIPE_FIELDS}
+        return spec_recipe_label({**fields, "model": self.model, "recipe": self.recipe})
 
     @classmethod
     def from_file(cls, path: Path) -> RunSpec:
@@ -134,6 +135,13 @@ class RunSpec(TaskSpec):
         return spec
 
     def dataset_spec(self) -> DatasetSpec:
+        known = self.__dict__.get("_dataset_spec")
+        if known is None:  # specs are frozen: built once (planning a grid asks each spec several times)
+            known = self._dataset_spec()
+            object.__setattr__(self, "_dataset_spec", known)
+        return known
+
+    def _dataset_spec(self) -> DatasetSpec:
         d = self.dataset
         return DatasetSpec(
             base=d["base"],
