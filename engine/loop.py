@@ -274,7 +274,9 @@ def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str
     if precision != "auto" and str(device) == "cpu":
         return precision  # nothing to look up
     hardware = hardware_of(device)
-    chosen, tf32 = choose_precision(precision, hardware)
+    # GAPTUI_AUTO_TF32=1/0 overrides AUTO_TF32 for a measurement (benchmarks/gpu_check.py times TF32 this way)
+    override = os.environ.get("GAPTUI_AUTO_TF32")
+    chosen, tf32 = choose_precision(precision, hardware, tf32_measured=None if override is None else override == "1")
     if hardware.kind == "cuda":
         import torch
 

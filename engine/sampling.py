@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from scipy.sparse import csr_matrix
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 from engine.errors import GaptuiError
 from engine.graphs import Graph
@@ -13,6 +17,8 @@ def adjacency(graph: Graph) -> csr_matrix:
     """Symmetric CSR adjacency of a graph."""
     ei = graph.edge_index()
     data = np.ones(ei.shape[1], dtype=np.int8)
+    from scipy.sparse import csr_matrix
+
     return csr_matrix((data, (ei[0], ei[1])), shape=(graph.num_nodes, graph.num_nodes))
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -120,3 +121,19 @@ def check_device(device: str, where: str) -> None:
 
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise GaptuiError(f"{where}: device '{device}': expected auto, cpu, cuda or cuda:N")
+
+
+def frozen_json(method: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Work out a frozen spec's JSON-shaped ``method()`` once per instance (kept as its JSON text, so every call
+    returns a fresh copy that the caller may change): planning a 20,000-run grid asks each spec many times."""
+    slot = f"_json_{method.__name__}"
+
+    @functools.wraps(method)
+    def cached(self: Any) -> Any:
+        blob = self.__dict__.get(slot)
+        if blob is None:
+            blob = json.dumps(method(self))
+            object.__setattr__(self, slot, blob)
+        return json.loads(blob)
+
+    return cached

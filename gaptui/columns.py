@@ -83,3 +83,17 @@ def record_columns(task: str | None) -> list[RecordColumn]:
     metric = result_metric(fam)
     result = RecordColumn("result", metric.name, result_value, result_text, True)
     return [*(_axis_column(fam, a.key) for a in fam.axes), SEED, result]
+
+
+def aligned(rows: list[list[str]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:
+    """``rows`` (the first is the header) as lines of columns two spaces apart, the columns in ``right`` flush
+    right: plain text whose cost per row is a join, for tables too long for a Rich table (20,000 runs)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    ]

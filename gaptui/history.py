@@ -19,17 +19,19 @@ mapping itself, so reading an existing store loses nothing).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tinydb import Query, TinyDB
+from tinydb import TinyDB
 from tinydb.storages import Storage
+from tinydb.table import Table
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
@@ -45,36 +47,156 @@ SCHEMA_VERSION = 2
 FINAL = ("done",)
 
 
-class AtomicJSONStorage(Storage):
-    """TinyDB storage that replaces the whole file atomically on every write and re-reads only on change."""
+#: The journal beside ``history.json``: one JSON line per write, the documents it changed (``null``: removed).
+JOURNAL_NAME = "history.journal.jsonl"
+#: The journal is folded into ``history.json`` once it holds more than the file's size in bytes (and at least
+#: this many), so a reader never parses more than about twice the history, and a writer's cost per write is one
+#: appended line plus, amortised, a constant share of one whole-file write.
+COMPACT_MIN_BYTES = 4 << 20
+
+
+def journal_path(history: Path) -> Path:
+    return Path(history).with_name(JOURNAL_NAME)
+
+
+def history_stamp(history: Path) -> tuple[Any, ...]:
+    """What changes whenever the history does (the file and its journal): cheap to poll."""
+    out: list[Any] = []
+    for path in (Path(history), journal_path(history)):
+        try:
+            st = path.stat()
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
+
+
+class JournalStorage(Storage):
+    """TinyDB storage of ``history.json`` plus an append-only journal of the documents each write changed.
+
+    A write that knows the documents it changed (:class:`JournalTable`: every write of :class:`History`) appends
+    one line to the journal and fsyncs it, so filing a run's result costs the same at 20,000 records as at 200.
+    When the journal outgrows the file it is folded in: the whole document is written atomically (temporary file,
+    fsync, rename, fsync of the folder) and then the journal is emptied. A SIGKILL at any moment leaves a file and
+    a journal whose replay gives every write that returned: a torn last line (a writer killed mid-append) is not a
+    write, ignored by readers and cut off by the next writer; replaying lines the file already holds (a kill between
+    the rename and the emptying) changes nothing, as each line holds whole documents. Readers re-read only what
+    changed: nothing when neither file did, the new lines when only the journal grew.
+    """
 
     def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
         self.path = Path(path)
+        self.journal = journal_path(self.path)
         self.read_only = read_only
         self._cache: dict[str, Any] | None = None
         self._stamp: tuple[int, int, int] | None = None
+        self._offset = 0  # bytes of the journal replayed into the cache (always the end of a whole line)
+        #: Bumped on every change of the cached document, so callers may cache what they derive from it.
+        self.generation = 0
+        #: Table -> ids of the documents changed since :meth:`take_changes`; None: the whole document was reloaded.
+        self._changes: dict[str, set[str]] | None = None
 
-    def read(self) -> dict[str, Any] | None:
+    # ------------------------------------------------------------------------------------------ reading
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = self.path.stat()
-            # Every write renames a new file into place, so the inode tells a change apart even within one tick.
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if self._cache is not None and stamp == self._stamp:
-                return self._cache
-            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise os_error(exc, "reading the history") from None
+        # Every full write renames a new file into place, so the inode tells a change apart even within one tick.
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def read(self) -> dict[str, Any] | None:
+        for _ in range(50):
+            stamp = self._file_stamp()
+            if self._cache is None or stamp != self._stamp:
+                cache, offset = self._load_file(), 0
+            else:
+                cache, offset = self._cache, self._offset
+            replayed = self._replay(cache, offset)
+            if replayed is None:  # the journal was cut below what this reader replayed: start over
+                self._cache, self._stamp, self._changes = None, None, None
+                continue
+            if self._file_stamp() != stamp:  # folded in while we read: the journal we read may belong to a newer file
+                self._cache, self._stamp = None, None
+                continue
+            cache, new_offset = replayed
+            if cache is not self._cache:
+                self._changes = None
+            if cache is not self._cache or new_offset != self._offset:
+                self.generation += 1
+            self._cache, self._stamp, self._offset = cache, stamp, new_offset
+            return cache if cache else None
+        raise GaptuiError(f"history {self.path} kept changing while it was read; try again")
+
+    def _load_file(self) -> dict[str, Any]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
         except IsADirectoryError:
             raise GaptuiError(f"history file {self.path} is a directory; move it aside") from None
         except OSError as exc:
             raise os_error(exc, "reading the history") from None
-        data = parse_history(raw, self.path)
-        if data is None:
-            return None
-        self._cache, self._stamp = data, stamp
-        return data
+        return parse_history(raw, self.path) or {}
 
-    def write(self, data: dict[str, Any]) -> None:
+    def _replay(self, cache: dict[str, Any], offset: int) -> tuple[dict[str, Any], int] | None:
+        """``cache`` with the journal's whole lines after ``offset`` applied, and the new offset (None: cut)."""
+        import json
+
+        try:
+            with open(self.journal, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < offset:
+                    return None
+                if size == offset:
+                    return cache, offset
+                fh.seek(offset)
+                chunk = fh.read(size - offset)
+        except FileNotFoundError:
+            return (cache, offset) if offset == 0 else None
+        except OSError as exc:
+            raise os_error(exc, "reading the history's journal") from None
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return cache, offset  # only a torn line: a writer killed mid-append (or still appending)
+        for number, line in enumerate(chunk[:end].split(b"\n"), start=1):
+            try:
+                entry = json.loads(line)
+                tables = entry["tables"]
+                for name, docs in tables.items():
+                    table = cache.setdefault(name, {})
+                    self._note(name, docs)
+                    for doc_id, doc in docs.items():
+                        if doc is None:
+                            table.pop(doc_id, None)
+                        else:
+                            if name == "runs":
+                                _check_record(doc, doc_id, self.journal)
+                            table[doc_id] = doc
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise GaptuiError(
+                    f"history journal {self.journal} is corrupt (line {number} after byte {offset} is not a "
+                    "journal entry); it was left untouched: move it aside to read the history without it"
+                ) from None
+        return cache, offset + end + 1
+
+    # ------------------------------------------------------------------------------------------ writing
+
+    def _note(self, table: str, doc_ids: Iterable[str]) -> None:
+        if self._changes is not None:
+            self._changes.setdefault(table, set()).update(doc_ids)
+
+    def take_changes(self, table: str) -> set[str] | None:
+        """Ids of ``table``'s documents changed since the last call (None: reloaded, take everything)."""
+        changes, self._changes = self._changes, {}
+        return None if changes is None else changes.get(table, set())
+
+    def write(self, data: dict[str, Any], *, fold: bool = False) -> None:
+        """Replace the whole file atomically and empty the journal (it is all in the file now); ``fold``: the
+        document is what the file and journal already held (nothing changed for :meth:`take_changes`)."""
         import json
 
         if self.read_only:
@@ -82,13 +204,146 @@ class AtomicJSONStorage(Storage):
         try:
             atomic_write_text(self.path, json.dumps(data, separators=(",", ":")))
             fsync_dir(self.path.parent)
-            st = self.path.stat()
+            if self.journal.exists() and self.journal.stat().st_size:
+                with open(self.journal, "r+b") as fh:
+                    fh.truncate(0)
+                    os.fsync(fh.fileno())
+            stamp = self._file_stamp()
         except OSError as exc:
-            raise os_error(exc, "writing the history (it was left as it was)") from None
-        self._cache, self._stamp = data, (st.st_ino, st.st_mtime_ns, st.st_size)
+            self._forget()
+            raise os_error(_on_history(exc, self.path), "writing the history (it was left as it was)") from None
+        if not fold:
+            self._changes = None
+        self._cache, self._stamp, self._offset = data, stamp, 0
+        self.generation += 1
+
+    def commit(self, data: dict[str, Any], changes: dict[str, dict[str, Any]]) -> None:
+        """Record ``changes`` (table -> doc id -> document or None), already applied to ``data`` (the document
+        :meth:`read` returned), as one appended journal line; fold the journal in once it is large."""
+        import json
+
+        if self.read_only:
+            raise GaptuiError(f"history {self.path} is open read-only")
+        line = (json.dumps({"tables": changes}, separators=(",", ":")) + "\n").encode("utf-8")
+        start = self._offset
+        try:
+            created = not self.journal.exists()
+            fd = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size > start:  # a writer killed mid-append left a torn line: it is not a write, cut it off
+                    tail = os.pread(fd, size - start, start)
+                    if b"\n" in tail:
+                        raise GaptuiError(f"history {self.path} was written by another process during this write")
+                    os.ftruncate(fd, start)
+                try:
+                    os.write(fd, line)
+                    os.fsync(fd)
+                    if created:
+                        fsync_dir(self.path.parent)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, start)
+                    raise
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._forget()
+            raise os_error(_on_history(exc, self.path), "writing the history (it was left as it was)") from None
+        except BaseException:
+            self._forget()
+            raise
+        self._offset = start + len(line)
+        self._cache = data
+        self.generation += 1
+        for table, docs in changes.items():
+            self._note(table, docs)
+        if size > max(COMPACT_MIN_BYTES, (self._stamp or (0, 0, 0))[2]):
+            self.write(data, fold=True)
+
+    def compact(self) -> None:
+        """Fold a non-empty journal into the file (a writer does this when it closes)."""
+        data = self.read()
+        if self._offset or (self.journal.exists() and self.journal.stat().st_size):
+            self.write(data or {}, fold=True)
+
+    def _forget(self) -> None:
+        """Drop the cache: it may hold a change that never reached the disk."""
+        self._cache, self._stamp, self._offset, self._changes = None, None, 0, None
+        self.generation += 1
 
     def close(self) -> None:
         pass
+
+
+def _on_history(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming the history file (the journal is part of it) so the error line names what the user knows."""
+    return OSError(exc.errno, exc.strerror, str(path)) if exc.errno else exc
+
+
+class _Tracked(MutableMapping):  # type: ignore[type-arg]
+    """A TinyDB table (int doc id -> document) over the stored one (str keys) that notes the documents touched."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+        self.touched: set[str] = set()
+
+    def __getitem__(self, doc_id: object) -> Any:
+        key = str(doc_id)
+        doc = self.raw[key]
+        self.touched.add(key)
+        return doc
+
+    def __setitem__(self, doc_id: object, doc: Any) -> None:
+        key = str(doc_id)
+        self.raw[key] = doc
+        self.touched.add(key)
+
+    def __delitem__(self, doc_id: object) -> None:
+        key = str(doc_id)
+        del self.raw[key]
+        self.touched.add(key)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return str(doc_id) in self.raw
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(k) for k in self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+class JournalTable(Table):
+    """A TinyDB table whose writes give the storage only the documents they touched (:meth:`JournalStorage.commit`).
+
+    A write by document id touches only those documents; one that scans the table (a query) touches every
+    document it read and, past half the table, is written as a whole file instead.
+    """
+
+    def _update_table(self, updater: Callable[[dict[int, Mapping]], None]) -> None:
+        storage = self._storage
+        if not isinstance(storage, JournalStorage):
+            super()._update_table(updater)
+            return
+        tables = storage.read() or {}
+        raw = tables.setdefault(self.name, {})
+        tracked = _Tracked(raw)
+        try:
+            updater(tracked)  # type: ignore[arg-type]
+        except BaseException:
+            storage._forget()
+            raise
+        if len(tracked.touched) * 2 > max(len(raw), 1) and len(tracked.touched) > 64:
+            storage.write(tables)
+        elif tracked.touched:
+            storage.commit(tables, {self.name: {k: raw.get(k) for k in tracked.touched}})
+        self.clear_cache()
+
+
+class JournalDB(TinyDB):
+    table_class = JournalTable
 
 
 def parse_history(raw: bytes, path: Path) -> dict[str, Any] | None:
@@ -112,12 +367,15 @@ def parse_history(raw: bytes, path: Path) -> dict[str, Any] | None:
         if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
             raise GaptuiError(f"history file {path} is corrupt (table '{table}' is not a table of records); {kept}")
     for doc_id, record in (data.get("runs") or {}).items():
-        missing = [k for k in RECORD_KEYS if not isinstance(record.get(k), str)]
-        if missing:
-            raise GaptuiError(
-                f"history file {path} is corrupt (run record {doc_id} lacks {', '.join(missing)}); {kept}"
-            )
+        _check_record(record, doc_id, path)
     return data
+
+
+def _check_record(record: Any, doc_id: str, path: Path) -> None:
+    missing = [k for k in RECORD_KEYS if not isinstance(record.get(k), str)] if isinstance(record, dict) else ["all"]
+    if missing:
+        kept = "it was left untouched: move it aside to start a new history"
+        raise GaptuiError(f"history file {path} is corrupt (run record {doc_id} lacks {', '.join(missing)}); {kept}")
 
 
 #: Keys every run record must hold (as strings) for any command to use it.
@@ -191,14 +449,16 @@ class History:
         self.write = write
         self.purpose = purpose
         self.lock = WorkspaceLock(ws, purpose).acquire() if write and exclusive else None
+        self._index: tuple[int, dict[str, int]] | None = None
+        self._root = str(ws.root)
         try:
             if write:
                 check_workspace(ws.root)
                 ws.root.mkdir(parents=True, exist_ok=True)
             if self.lock is not None:
                 clean_stale_temps(ws.root, STALE_TEMPS)
-            self.storage = AtomicJSONStorage(ws.history, read_only=not write)
-            self.db = TinyDB(storage=lambda: self.storage)  # type: ignore[arg-type]
+            self.storage = JournalStorage(ws.history, read_only=not write)
+            self.db = JournalDB(storage=lambda: self.storage)  # type: ignore[arg-type]
             self.runs = self.db.table("runs", cache_size=0)
             self._check_schema()
         except OSError as exc:
@@ -255,9 +515,34 @@ class History:
         self.storage.write({**data, "runs": runs, "meta": {meta_id: meta}})
 
     def close(self) -> None:
+        """Fold the journal into ``history.json`` (a writer; best effort: the journal stays the truth when it cannot),
+        then release the workspace lock."""
+        storage = getattr(self, "storage", None)
+        if self.write and storage is not None:
+            with contextlib.suppress(GaptuiError, OSError), self._writing():
+                storage.compact()
+            self.storage = None  # type: ignore[assignment]
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+    def stamp(self) -> tuple[Any, ...]:
+        """Changes whenever the stored history does (:func:`history_stamp`)."""
+        return history_stamp(self.ws.history)
+
+    def _ids(self) -> dict[str, int]:
+        """Spec hash -> TinyDB document id of every record (cached until the history changes, except by this
+        object's own writes that keep every record's hash: an update need not rebuild it)."""
+        raw = self.runs._read_table()
+        generation = self.storage.generation
+        if self._index is None or self._index[0] != generation:
+            self._index = (generation, {doc["hash"]: int(doc_id) for doc_id, doc in raw.items()})
+        return self._index[1]
+
+    def _kept_ids(self) -> None:
+        """After a write that changed no record's hash: the cached index is still right."""
+        if self._index is not None:
+            self._index = (self.storage.generation, self._index[1])
 
     def __enter__(self) -> History:
         return self
@@ -268,24 +553,41 @@ class History:
     # ------------------------------------------------------------------------------------------ queries
 
     def records(self) -> list[Record]:
-        return [self._loaded(r) for r in self.runs.all()]
+        return [self._loaded(r) for r in self.runs._read_table().values()]
 
     def _loaded(self, record: Mapping[str, Any]) -> Record:
-        """A record as callers use it: ``run_dir`` absolute. Stored relative to the workspace, so a copied or
-        moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
+        """A record as callers use it (a copy): ``run_dir`` absolute. Stored relative to the workspace, so a copied
+        or moved workspace opens its own runs (an absolute path from older files that no longer exists falls back
         to the workspace's own folder of that run); in the current schema (:func:`upgrade_record`). Read-only,
         a ``running`` record whose worker is gone reads ``interrupted`` (:func:`shown`); writers see what is
         stored, and the next manager's recovery files it."""
         out = upgrade_record(record)
         run_dir = out.get("run_dir")
         if isinstance(run_dir, str) and run_dir:
-            path = Path(run_dir)
-            if not path.is_absolute():
-                path = self.ws.root / path
-            elif not path.exists() and (self.ws.runs / out["id"]).is_dir():
-                path = self.ws.runs / out["id"]
-            out["run_dir"] = str(path)
+            # os.path, not pathlib: this runs once per record of every read (20,000 in a large study)
+            if not os.path.isabs(run_dir):
+                out["run_dir"] = os.path.join(self._root, run_dir)
+            elif not os.path.exists(run_dir) and (self.ws.runs / out["id"]).is_dir():
+                out["run_dir"] = str(self.ws.runs / out["id"])
         return out if self.write else shown(out)
+
+    def find(self, run_hash: str) -> Record | None:
+        """The record of the run with this spec hash, or None (one record read, whatever the history's size)."""
+        doc_id = self._ids().get(run_hash)
+        return None if doc_id is None else self._loaded(self.runs._read_table()[str(doc_id)])
+
+    def changes(self) -> list[Record] | None:
+        """The records changed (by anyone) since the last call, read from the journal's new lines; None when the
+        whole history was reloaded or a record was removed (read :meth:`records` again)."""
+        raw = self.runs._read_table()
+        changed = self.storage.take_changes("runs")
+        if changed is None or any(k not in raw for k in changed):
+            return None
+        return [self._loaded(raw[k]) for k in sorted(changed, key=int)]
+
+    def statuses(self) -> dict[str, str]:
+        """Spec hash -> stored status of every record (no record copied: cheap at 20,000 records)."""
+        return {doc["hash"]: doc["status"] for doc in self.runs._read_table().values()}
 
     def _stored(self, fields: dict[str, Any]) -> dict[str, Any]:
         run_dir = fields.get("run_dir")
@@ -298,7 +600,7 @@ class History:
 
     def get(self, run: str) -> Record:
         """A record by run id, unique id prefix, or full hash."""
-        records = self.runs.all()
+        records = list(self.runs._read_table().values())
         exact = [r for r in records if r["id"] == run or r["hash"] == run]
         found = exact or [r for r in records if r["id"].startswith(run)]
         if len(found) == 1:
@@ -309,7 +611,7 @@ class History:
         raise GaptuiError(f"run id '{run}' is ambiguous: {', '.join(r['id'] for r in found[:5])} ...")
 
     def by_hash(self) -> dict[str, Record]:
-        return {r["hash"]: self._loaded(r) for r in self.runs.all()}
+        return {r["hash"]: self._loaded(r) for r in self.runs._read_table().values()}
 
     # ------------------------------------------------------------------------------------------ writes
 
@@ -317,7 +619,11 @@ class History:
         """Insert or replace the record with this ``hash`` (refused when another run has its id)."""
         with self._writing():
             self._refuse_taken_ids([record])
-            self.runs.upsert(self._stored(record), Query().hash == record["hash"])
+            doc_id = self._ids().get(record["hash"])
+            if doc_id is None:
+                self.runs.insert(self._stored(record))
+            else:
+                self.runs.update(self._stored(record), doc_ids=[doc_id])
 
     def put_many(self, records: Iterable[Record]) -> None:
         """Insert new records in one write (a 2,000-run grid is queued with one file replacement).
@@ -325,7 +631,7 @@ class History:
         Records whose hash is already stored (or repeated in ``records``) are skipped: one run, one record.
         """
         with self._writing():
-            existing = {r["hash"] for r in self.runs.all()}
+            existing = self._ids()
             fresh: dict[str, dict[str, Any]] = {}
             for r in records:
                 if r["hash"] not in existing:
@@ -335,14 +641,19 @@ class History:
                 self.runs.insert_multiple(list(fresh.values()))
 
     def _refuse_taken_ids(self, records: list[dict[str, Any]]) -> None:
-        taken = {r["id"]: r["hash"] for r in self.runs.all()}
+        taken = {r["id"]: r["hash"] for r in self.runs._read_table().values()}
         for r in records:
             if taken.setdefault(r["id"], r["hash"]) != r["hash"]:
                 raise GaptuiError(f"history {self.ws.history} already holds a different run with id {r['id']}")
 
     def update(self, run_hash: str, **fields: Any) -> None:
         with self._writing():
-            self.runs.update(self._stored(fields), Query().hash == run_hash)
+            doc_id = self._ids().get(run_hash)
+            if doc_id is not None and fields.get("hash", run_hash) == run_hash:
+                self.runs.update(self._stored(fields), doc_ids=[doc_id])
+                self._kept_ids()
+            elif doc_id is not None:
+                self.runs.update(self._stored(fields), doc_ids=[doc_id])
 
     def update_many(self, updates: dict[str, dict[str, Any]]) -> None:
         """Change fields of many records (spec hash -> fields) with one write of the file."""
@@ -352,7 +663,13 @@ class History:
         def apply(doc: dict[str, Any]) -> None:
             doc.update(updates[doc["hash"]])
 
-        self.runs.update(apply, lambda doc: doc.get("hash") in updates)
+        with self._writing():
+            ids = self._ids()
+            doc_ids = [ids[h] for h in updates if h in ids]
+            if doc_ids:
+                self.runs.update(apply, doc_ids=doc_ids)
+                if all(u.get("hash", h) == h for h, u in updates.items()):
+                    self._kept_ids()
 
     def restore_many(self, records: Iterable[Record]) -> None:
         """Put records back exactly as they were read (fields added since are dropped), in one write."""
@@ -366,14 +683,20 @@ class History:
             doc.update(old)
 
         with self._writing():
-            self.runs.update(apply, lambda doc: doc.get("hash") in by_hash)
+            ids = self._ids()
+            doc_ids = [ids[h] for h in by_hash if h in ids]
+            if doc_ids:
+                self.runs.update(apply, doc_ids=doc_ids)
 
     def remove_many(self, hashes: Iterable[str]) -> None:
         """Drop the records of runs that never started (a submission that failed), in one write."""
         gone = set(hashes)
         if gone:
             with self._writing():
-                self.runs.remove(lambda doc: doc.get("hash") in gone)
+                ids = self._ids()
+                doc_ids = [ids[h] for h in gone if h in ids]
+                if doc_ids:
+                    self.runs.remove(doc_ids=doc_ids)
 
 
 #: Top-level fields of a schema-1 record that schema 2 keeps in ``axes`` (or reads from the spec).
@@ -417,7 +740,7 @@ def shown(record: Record) -> Record:
 def read_records(ws: Workspace) -> list[Record]:
     """All run records of a workspace, without locking (safe while a manager writes: writes are atomic)."""
     check_workspace(ws.root)
-    if not ws.history.exists():
+    if not ws.history.exists() and not journal_path(ws.history).exists():
         return []
     with History(ws) as history:
         return history.records()

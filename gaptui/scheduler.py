@@ -162,7 +162,7 @@ class Scheduler:
     def enqueue(self, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None) -> None:
         """Queue specs, dependencies first (a spec already queued or running is not queued twice: one run, one
         worker)."""
-        known = self.history.by_hash()
+        known = self.history.statuses()
         busy = set(self.running) | {s.hash() for s in self.queue}
         fresh = []
         for spec in specs:
@@ -172,7 +172,7 @@ class Scheduler:
             busy.add(h)
             if h not in known:
                 fresh.append(new_record(spec, self.ws, preset, planned_seeds))
-            elif known[h]["status"] != "queued":
+            elif known[h] != "queued":
                 self._status(h, status="queued", error=None)
             deps = family(spec.task).dependencies(spec)
             if deps:
@@ -184,7 +184,7 @@ class Scheduler:
         self, specs: list[TaskSpec], error: str, preset: str | None = None, planned_seeds: PlannedSeeds = None
     ) -> None:
         """Record runs as ``failed`` without starting them (their input could not be prepared)."""
-        known = self.history.by_hash()
+        known = self.history.statuses()
         self.history.put_many([new_record(s, self.ws, preset, planned_seeds) for s in specs if s.hash() not in known])
         for spec in specs:
             self._status(spec.hash(), status="failed", error=error, finished=now())
@@ -285,7 +285,7 @@ class Scheduler:
             count = len(self.queue) if limit is None else min(limit, len(self.queue))
             return [self.queue.popleft() for _ in range(count)]
         taken: list[TaskSpec] = []
-        statuses = {h: r["status"] for h, r in self.history.by_hash().items()}
+        statuses = self.history.statuses()
         pending = {s.hash() for s in self.queue} | set(self.running)
         for spec in list(self.queue):
             h = spec.hash()
@@ -322,7 +322,7 @@ class Scheduler:
 
     def run_dir(self, spec: TaskSpec) -> Path:
         """The run's folder: what its record says (``train --out``), else ``<workspace>/runs/<run id>``."""
-        record = self.history.by_hash().get(spec.hash())
+        record = self.history.find(spec.hash())
         return Path(record["run_dir"]) if record and record.get("run_dir") else self.ws.runs / run_id(spec)
 
     def _start(self, specs: list[TaskSpec], slot: Slot) -> None:
@@ -350,7 +350,6 @@ class Scheduler:
             return
         pack = tuple(spec.hash() for spec, _ in runs) if len(runs) > 1 else ()
         slot.busy = runs[0][0].hash()
-        by_hash = self.history.by_hash()
         for spec, run_dir in runs:
             h = spec.hash()
             events = run_dir / "events.jsonl"
@@ -365,7 +364,7 @@ class Scheduler:
                 pid=proc.pid,
                 slot=slot.name,
                 host=self.repro_base["host"],
-                attempts=int(by_hash.get(h, {}).get("attempts") or 0) + 1,
+                attempts=int((self.history.find(h) or {}).get("attempts") or 0) + 1,
                 error=None,
             )
 
@@ -443,7 +442,7 @@ class Scheduler:
             self._status(job.run_hash, **{**fields, "status": "queued"})
             return
         if fields["status"] == "failed":
-            record = self.history.by_hash().get(job.run_hash, {})
+            record = self.history.find(job.run_hash) or {}
             if requeue and int(record.get("attempts") or 0) <= self.retries:
                 self.queue.append(job.spec)
         self._status(job.run_hash, **fields)
@@ -452,7 +451,7 @@ class Scheduler:
     def outcome(self, job: Job, code: int) -> dict[str, Any]:
         """The record fields of a worker that exited with ``code``: status, metrics or error, log tail, repro."""
         result = _read_json(job.run_dir / "result.json")
-        record = self.history.by_hash().get(job.run_hash, {})
+        record = self.history.find(job.run_hash) or {}
         fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
         fields["exit_code"] = code
         fields["duration"] = _duration(job, result, record)

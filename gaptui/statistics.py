@@ -387,9 +387,9 @@ def _consistency_lines(s: Statistics) -> list[str]:
 
 def render_text(s: Statistics) -> str:
     """Plain text: the rank summary, the pairwise table and the rank consistency."""
-    rows = [PAIR_HEADER, *_pair_rows(s)]
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(PAIR_HEADER))]
-    table = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    from gaptui.columns import aligned
+
+    table = aligned([[str(c) for c in r] for r in [PAIR_HEADER, *_pair_rows(s)]])
     return (
         "\n".join(
             [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import SCHEMA_VERSION, History, read_records
+from gaptui.history import SCHEMA_VERSION, History, journal_path, read_records
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 
@@ -46,20 +47,40 @@ def test_records_round_trip_and_schema(tmp_path: Path) -> None:
 
 
 def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write is one appended journal line: one that fails is undone; a fold of the journal into the file that
+    fails (killed mid-rename) leaves the old file, and the journal still holds every write that returned."""
     ws = Workspace(tmp_path)
     with History(ws, write=True) as h:
         h.put_many([_record(1)])
     before = ws.history.read_bytes()
 
-    def boom(*args, **kwargs):
-        raise OSError("killed mid-write")
+    real_write = os.write
 
-    monkeypatch.setattr(os, "replace", boom)
+    def torn(fd, data):
+        real_write(fd, data[: len(data) // 2])  # half the line reaches the disk, then the writer dies
+        raise OSError(errno.EIO, "killed mid-write")
+
+    monkeypatch.setattr(os, "write", torn)
     with History(ws, write=True) as h, pytest.raises(GaptuiError, match="killed mid-write"):
         h.update(f"{1:064d}", status="done")
-    assert ws.history.read_bytes() == before  # the old file is intact
     monkeypatch.undo()
+    assert ws.history.read_bytes() == before
     assert read_records(ws)[0]["status"] == "queued"
+
+    def boom(*args, **kwargs):
+        raise OSError("killed mid-rename")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with History(ws, write=True) as h:
+        h.update(f"{1:064d}", status="done")  # appended: it returned, so it is kept
+    assert ws.history.read_bytes() == before  # the fold at close failed: the old file is intact
+    monkeypatch.undo()
+    assert read_records(ws)[0]["status"] == "done"
+    assert journal_path(ws.history).stat().st_size > 0
+    with History(ws, write=True):
+        pass  # the next writer folds it in
+    assert journal_path(ws.history).stat().st_size == 0
+    assert json.loads(ws.history.read_text())["runs"]["1"]["status"] == "done"
 
 
 def test_corrupt_history_is_reported_and_kept(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 from engine.events import read_events
 from engine.files import FileLock
 from engine.tasks import load_spec
-from gaptui.history import History, read_records
+from gaptui.history import History, JournalStorage, read_records
 from gaptui.processes import worker_gone
 from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, new_record
@@ -30,8 +30,8 @@ EPOCHS = "300"  # about 10 s of epochs: still running when it is killed after it
 
 
 def _stored(ws: Path) -> list[dict]:
-    """The records as the file holds them (no reader's view)."""
-    return list(json.loads((ws / "history.json").read_text()).get("runs", {}).values())
+    """The records as the file and its journal hold them (no reader's view)."""
+    return list((JournalStorage(ws / "history.json", read_only=True).read() or {}).get("runs", {}).values())
 
 
 def _dead_pid() -> int:
@@ -107,7 +107,7 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
     try:
 
         def training() -> bool:
-            records = _stored(ws) if (ws / "history.json").exists() else []
+            records = _stored(ws)
             if not records or records[0]["status"] != "running" or not records[0].get("pid"):
                 return False
             events = read_events(ws / records[0]["run_dir"] / "events.jsonl")[0]

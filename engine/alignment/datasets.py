@@ -39,6 +39,10 @@ FILES = tuple(f"{split}/{a}.npy" for split in SPLITS for a in ARRAYS)
 REQUIRED = ("id", "spec", "stats")
 
 
+#: Canonical forms by the JSON of a dataset spec's fields (:meth:`DatasetSpec.canonical`).
+_CANONICAL: dict[str, str] = {}
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """Everything that determines an alignment dataset. ``params`` may hold strings (from ``--param``)."""
@@ -52,7 +56,21 @@ class DatasetSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
     def canonical(self) -> dict[str, Any]:
-        """Resolved, typed and defaulted form: equal datasets have equal canonical dicts."""
+        """Resolved, typed and defaulted form: equal datasets have equal canonical dicts (worked out once per
+        distinct dataset: a 20,000-run grid holds a few hundred; each call returns a fresh copy)."""
+        blob = self.__dict__.get("_canonical_json")
+        if blob is None:
+            fields = [self.base, self.noise, self.noise_model, self.n_train, self.n_val, self.seed, self.params]
+            key = json.dumps(fields)
+            blob = _CANONICAL.get(key)
+            if blob is None:
+                if len(_CANONICAL) > 65536:
+                    _CANONICAL.clear()
+                blob = _CANONICAL[key] = json.dumps(self._canonical())
+            object.__setattr__(self, "_canonical_json", blob)
+        return json.loads(blob)
+
+    def _canonical(self) -> dict[str, Any]:
         source = SOURCES.get(self.base)
         params = parse_params(source, self.params)
         noise = check_noise(self.noise)

@@ -175,8 +175,25 @@ def base_features(features: Any) -> Any:
     return base[0] if len(base) == 1 else features
 
 
+#: Labels already worked out, by the fields they depend on: a history's 20,000 records hold a few recipes.
+_LABELS: dict[tuple[Any, ...], str] = {}
+
+
 def spec_recipe_label(raw: Mapping[str, Any]) -> str:
     """:func:`recipe_label` of a spec in its dict form (a history record's ``spec``), without building the spec."""
+    key = (tuple(raw.get(k) for k in RECIPE_FIELDS), raw.get("model"), raw.get("recipe", LEGACY_RECIPE))
+    try:
+        label = _LABELS.get(key)
+    except TypeError:  # a list-valued field: not worth a key
+        return _spec_recipe_label(raw)
+    if label is None:
+        if len(_LABELS) > 4096:
+            _LABELS.clear()
+        label = _LABELS[key] = _spec_recipe_label(raw)
+    return label
+
+
+def _spec_recipe_label(raw: Mapping[str, Any]) -> str:
     values = {k: raw[k] for k in RECIPE_FIELDS if raw.get(k) is not None}
     named = raw.get("recipe", LEGACY_RECIPE)
     return recipe_label(values, str(raw.get("model", "")).lower(), named if isinstance(named, str) else None)

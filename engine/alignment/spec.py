@@ -19,12 +19,13 @@ from engine.alignment.recipes import (
     RECIPES,
     SCAFFOLD_FIELDS,
     check_recipe,
-    recipe_label,
     resolve,
+    spec_recipe_label,
 )
 from engine.errors import GaptuiError, did_you_mean
 from engine.loop import PRECISIONS
 from engine.tasks import TaskSpec, load_spec_file
+from engine.typed import frozen_json
 
 CLIP_MODES = ("value", "norm")
 #: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs
@@ -123,7 +124,8 @@ class RunSpec(TaskSpec):
     @property
     def recipe_label(self) -> str:
         """The recipe this run's values are (``gaptui``, ``paper+lr=0.001``...; ``-`` for the baseline)."""
-        return recipe_label({k: getattr(self, k) for k in RECIPE_FIELDS}, self.model, self.recipe)
+        fields = {k: getattr(self, k) for k in RECIPE_FIELDS}
+        return spec_recipe_label({**fields, "model": self.model, "recipe": self.recipe})
 
     @classmethod
     def from_file(cls, path: Path) -> RunSpec:
@@ -133,6 +135,13 @@ class RunSpec(TaskSpec):
         return spec
 
     def dataset_spec(self) -> DatasetSpec:
+        known = self.__dict__.get("_dataset_spec")
+        if known is None:  # specs are frozen: built once (planning a grid asks each spec several times)
+            known = self._dataset_spec()
+            object.__setattr__(self, "_dataset_spec", known)
+        return known
+
+    def _dataset_spec(self) -> DatasetSpec:
         d = self.dataset
         return DatasetSpec(
             base=d["base"],
@@ -232,6 +241,7 @@ class RunSpec(TaskSpec):
         options = cls.resolve_options(self.model_options())
         return lambda graphs, nodes: cls.batch_bytes(options, graphs, nodes)
 
+    @frozen_json
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
         # The recipe's name is not hashed: the values it filled in are, so a run is what it computes.

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from engine.cache import content_digest, open_entry, write_entry
 from engine.errors import GaptuiError
@@ -82,6 +81,7 @@ def parse_pe(text: str) -> PESpec:
 
 
 def _graph_data(data: MoleculeData, i: int) -> Any:
+    import torch
     from torch_geometric.data import Data
 
     ptr = data.arrays["edge_ptr"]
@@ -94,6 +94,7 @@ def laplacian_pe(data: MoleculeData, k: int, seed: int) -> np.ndarray:
 
     Its random signs come from torch's global generator, so they are drawn under a fork seeded by ``seed``.
     """
+    import torch
     from torch_geometric.transforms import AddLaplacianEigenvectorPE
 
     out = np.zeros((int(data.num_nodes.sum()), k), dtype=np.float32)

@@ -132,7 +132,7 @@ from typing import Any, ClassVar, TypeVar
 from engine.errors import GaptuiError, did_you_mean, unknown
 from engine.files import read_user_text
 from engine.registry import find_import_paths
-from engine.typed import parse_dataclass
+from engine.typed import frozen_json, parse_dataclass
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
 BUILTIN = ("engine.tasks.alignment", "engine.tasks.gape", "engine.tasks.properties")
@@ -270,9 +270,11 @@ class TaskSpec:
     def validate(self, where: str = "run spec") -> None:
         """Raise GaptuiError naming ``where``, the field and the expected value when the spec cannot run."""
 
+    @frozen_json
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self)))  # type: ignore[call-overload]
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
+    @frozen_json
     def canonical(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if k not in self.PLACEMENT}
 

@@ -405,7 +405,7 @@ class SlurmScheduler(Scheduler):
         if fields["status"] == "failed":
             fields["error"] = self._failure(job, state, info, outcome, retry_reason, fields.get("error"))
             fields["log_tail"] = fields["log_tail"] or tail(job_paths(self.ws, self.job_ids[h]).stderr)
-            record = self.history.by_hash().get(h, {})
+            record = self.history.find(h) or {}
             if int(record.get("attempts") or 0) <= self.retries:
                 self.queue.append(job.spec)
         self.finished.append({"hash": h, **fields})

@@ -30,7 +30,7 @@ from gaptui.backends.slurm import (
     in_flight_on_slurm,
     sbatch_available,
 )
-from gaptui.history import History
+from gaptui.history import History, history_stamp
 from gaptui.presets import parse_preset
 from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
@@ -166,7 +166,7 @@ class ManagerLoop:
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _state: SchedulerState | None = None
     _building: str = ""
-    _history_stamp: tuple[int, int] | None = None
+    _history_stamp: tuple[Any, ...] | None = None
     _next_history_poll: float = 0.0
     _finished: str | None = None
     _detached: list[str] = field(default_factory=list)
@@ -457,14 +457,15 @@ class ManagerLoop:
         if not force and now < self._next_history_poll:
             return
         self._next_history_poll = now + HISTORY_POLL_SECONDS
-        try:
-            st = self.ws.history.stat()
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = None
+        stamp = history_stamp(self.ws.history)
         if force or stamp != self._history_stamp:
             self._history_stamp = stamp
-            self.post(RecordsLoaded(self.history.records()))
+            # Only the records the journal says changed, so a run filed costs the same at any history size.
+            changed = None if force else self.history.changes()
+            if changed is None:
+                self.post(RecordsLoaded(self.history.records()))
+            elif changed:
+                self.post(RecordsAdded(changed))
 
     def _state_fields(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         if self.scheduler is None:

@@ -21,7 +21,7 @@ class RecordsLoaded(Message):
 
 @dataclass
 class RecordsAdded(Message):
-    """Records a launch just queued (new to history, or known and queued again)."""
+    """Whole records that are new or changed: a launch just queued them, or the history's journal says they changed."""
 
     records: list[dict[str, Any]]
 
