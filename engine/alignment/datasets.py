@@ -60,7 +60,8 @@ class DatasetSpec:
         distinct dataset: a 20,000-run grid holds a few hundred; each call returns a fresh copy)."""
         blob = self.__dict__.get("_canonical_json")
         if blob is None:
-            fields = [self.base, self.noise, self.noise_model, self.n_train, self.n_val, self.seed, self.params]
+            fields = [FORMAT_VERSION, self.base, self.noise, self.noise_model, self.n_train, self.n_val, self.seed]
+            fields.append(self.params)
             key = json.dumps(fields)
             blob = _CANONICAL.get(key)
             if blob is None:
