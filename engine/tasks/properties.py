@@ -414,19 +414,10 @@ class Properties(TaskFamily):
         if spec.published is not None:
             return []
         from engine.properties.datasets import build_property_dataset, property_dataset_id
-        from engine.properties.study import cell_datasets
 
         datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else _default_datasets_dir()
         out = []
-        for ds in cell_datasets(
-            spec.property,
-            spec.dimension,
-            spec.graphs,
-            spec.sizes,
-            spec.negatives,
-            spec.data_seed,
-            spec.strategy_options(),
-        ):
+        for ds in _cell_datasets(spec):
             ident = property_dataset_id(ds.canonical())
             out.append(Input(f"properties:{ident}", ident, lambda ds=ds: build_property_dataset(ds, datasets_dir)))
         return out
@@ -532,12 +523,7 @@ class Properties(TaskFamily):
         return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
 
     def cost_units(self, spec: PropertySpec) -> float | None:
-        from engine.properties.study import cell_datasets
-
-        train = cell_datasets(
-            spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed,
-            spec.strategy_options(),
-        )  # fmt: skip
+        train = _cell_datasets(spec)
         return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
 
     def cost_steps(self, spec: PropertySpec) -> int | None:
@@ -548,19 +534,10 @@ class Properties(TaskFamily):
         published folder is read as it is."""
         from engine.memory import MemoryNeed, human
         from engine.properties.datasets import build_bytes
-        from engine.properties.study import cell_datasets
 
         if spec.published is not None:
             return None
-        datasets = cell_datasets(
-            spec.property,
-            spec.dimension,
-            spec.graphs,
-            spec.sizes,
-            spec.negatives,
-            spec.data_seed,
-            spec.strategy_options(),
-        )
+        datasets = _cell_datasets(spec)
         cells = [ds.canonical() for ds in datasets]
         largest = max(cells, key=build_bytes)
         need = build_bytes(largest)
@@ -589,3 +566,12 @@ class Properties(TaskFamily):
 
 
 FAMILIES.register(Properties())
+
+
+def _cell_datasets(spec: PropertySpec) -> list[Any]:
+    """The datasets a property run's cell trains and tests on (:func:`engine.properties.study.cell_datasets`)."""
+    from engine.properties.study import cell_datasets
+
+    return cell_datasets(
+        spec.property, spec.dimension, spec.graphs, spec.sizes, spec.negatives, spec.data_seed, spec.strategy_options()
+    )
