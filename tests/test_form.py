@@ -47,6 +47,15 @@ async def switch_task(pilot: Any, form: NewExperimentScreen, task: str, field: s
     await wait_until(pilot, lambda: form.task_name == task and bool(form.query(f"#{field}")), what=f"{task} form")
 
 
+async def load(pilot: Any, form: NewExperimentScreen, name: str) -> None:
+    """Load preset ``name`` into the form and wait until it shows (the name field is cleared first: it may hold
+    ``name`` already, from a save)."""
+    form.query_one("#name", Input).value = ""
+    form.load_named(name)
+    await wait_until(pilot, lambda: form.query_one("#name", Input).value == name, 60, f"preset {name} loaded")
+    await tasks_done(form.app)  # type: ignore[arg-type]
+
+
 async def save_as(pilot: Any, form: NewExperimentScreen, ws: Workspace, name: str) -> dict[str, Any]:
     await type_into(pilot, form.query_one("#name", Input), name)
     await pilot.press("ctrl+s")
@@ -78,6 +87,32 @@ def test_params_text_reads_toml_values() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_choice_field_mounting_while_the_app_quits_ends_without_a_traceback() -> None:
+    """^q while the form is being rebuilt: a choice field registered before the app began to exit composes after,
+    when Textual mounts no children; its Select must not fail looking for its option list."""
+    from textual.app import App, ComposeResult
+    from textual.widget import Widget
+
+    from engine.loop import precision_field
+    from gaptui.tui.widgets.form_fields import field_widget
+
+    class Quits(Widget):
+        def compose(self) -> ComposeResult:
+            self.app.exit()  # runs before the next sibling's compose: its task starts after this one's
+            yield from ()
+
+    class Form(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Quits()
+            yield field_widget(precision_field("Runs"), "fp32")
+
+    app = Form()
+    async with app.run_test():
+        pass
+    assert app.return_code == 0  # an exception in a handler sets 1 (and run_test re-raises it)
+
+
+@pytest.mark.asyncio
 async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_back(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     app = GaptuiApp(ws)
@@ -93,8 +128,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 8, 60, "gape plan")
 
         # load -> form -> save: the same document
-        form.load_named("gape-smoke")
-        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "gape-smoke", 60, "gape-smoke")
+        await load(pilot, form, "gape-smoke")
         assert "epochs=5" in form.query_one("DatasetRow .run", Input).value
         assert await save_as(pilot, form, ws, "mine-gape") == shipped("gape-smoke")
 
@@ -103,8 +137,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         assert listed(form, "dimensions") == ["generalisation", "sensitivity", "robustness"]
         poolings = form.query_one("#poolings", SelectionList)
         assert str(poolings.get_option_at_index(5).prompt) == "set_transformer (Set Transformer)"
-        form.load_named("properties-smoke")
-        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "properties-smoke", 60, "loaded")
+        await load(pilot, form, "properties-smoke")
         await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 18, 60, "smoke plan")
         assert await save_as(pilot, form, ws, "mine-props") == shipped("properties-smoke")
 
@@ -120,8 +153,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         expected["run"] |= {"epochs": 1, "lr": 0.01}
         assert saved == expected
         # and it loads back into the same form
-        form.load_named("mine-props2")
-        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "mine-props2", 60, "loaded back")
+        await load(pilot, form, "mine-props2")
         assert form.draft().document() == expected
         await pilot.press("ctrl+q")
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -46,7 +46,7 @@ def field_widget(spec: FormField, value: Any, *, cls: str = "") -> Widget:
     if spec.kind == "bool":
         return Checkbox(spec.label, bool(value), id=ident, classes=classes, compact=True, tooltip=tooltip)
     if spec.kind == "choice":
-        return Select(
+        return FieldSelect(
             choice_options(spec, list(spec.choices), value),
             value=value if value else Select.NULL,
             allow_blank=spec.default is None or not value,
@@ -65,6 +65,17 @@ def field_widget(spec: FormField, value: Any, *, cls: str = "") -> Widget:
         compact=True,
         tooltip=tooltip,
     )
+
+
+class FieldSelect(Select[Any]):
+    """The Select of a ``choice`` field. Once the app is exiting, Textual mounts no children, and Select's own
+    mount handler fails looking for its option list: quitting while the form is being rebuilt (^q right after
+    loading a preset) would end in a traceback. Textual calls the mount handler of each class in the MRO, this
+    one first: it stops the rest when the Select is no longer attached."""
+
+    def _on_mount(self, event: events.Mount) -> None:
+        if not self.is_attached:
+            event.prevent_default()
 
 
 def choice_options(spec: FormField, choices: list[Any], value: Any) -> list[tuple[str, Any]]:
