@@ -602,7 +602,7 @@ async def test_family_pickers_switch_columns_tables_and_the_form(
         app.switch_mode("new")
         await wait_until(pilot, lambda: isinstance(app.screen, NewExperimentScreen), what="the form")
         form = app.screen
-        assert form.query("#noise")
+        await wait_until(pilot, lambda: bool(form.query("#noise")), what="the alignment form (first visit)")
         form.query_one("#task", Select).value = "toy"
         await wait_until(pilot, lambda: form.query("#sizes") and not form.query("#noise"), what="toy form")
         picker = form.query_one("#preset", Select)

@@ -68,6 +68,7 @@ from gaptui.tui.screens.ranking import RankingScreen
 from gaptui.tui.screens.run_detail import RunDetailScreen
 from gaptui.tui.screens.runs import RunsScreen
 from gaptui.tui.screens.section import SectionScreen
+from gaptui.tui.widgets.record_table import RecordTable
 from gaptui.workspace import Workspace
 
 SECTIONS = {
@@ -160,16 +161,27 @@ class GaptuiApp(App[None]):
         for name, screen_type in SECTIONS.items():
             self.install_screen(screen_type(), name)
         self._update_subtitle()
+        # The first screen comes first. The manager thread (which reads the history again) and the import of the
+        # training stack would compete with it for the interpreter, so they start once it is drawn; the other
+        # sections are mounted on their first visit (their handlers wait for ``ready``).
+        await self.switch_mode("history" if len(self.book) else "new")
+        self.call_after_refresh(self._start_background)
+
+    def _start_background(self) -> None:
         self._manager_worker = self._run_manager()
         self._warm_up()
-        # Mount every section now: a section's first visit parses its widgets' CSS (a few hundred ms), which
-        # belongs to start-up rather than to the first key press that opens it.
-        first = "history" if len(self.book) else "new"
-        for name in [*(n for n in SECTIONS if n != first), first]:
-            await self.switch_mode(name)
         # Everything loaded so far (modules, the history, the widgets) lives as long as the app: keep it out of
-        # the collector's full passes, which otherwise stall a key press now and then with a large history.
-        gc.collect()
+        # the collector's full passes, which otherwise stall a key press now and then with a large history. (No
+        # collection first: start-up leaves little cyclic garbage, and a full pass here would hold up the first
+        # keys by half a second at 20,000 records.)
+        gc.freeze()
+
+    def on_record_table_filled(self, message: RecordTable.Filled) -> None:
+        # A table holds every row again (after a filter or a sort: up to 20,000 rows). They live until the next
+        # one: out of the collector's full passes, each of which would otherwise walk them (hundreds of ms in the
+        # middle of a key press). The young generations are collected first, so no fresh cyclic garbage is kept;
+        # rows dropped later are freed by reference counting as usual.
+        gc.collect(1)
         gc.freeze()
 
     @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
@@ -214,9 +226,9 @@ class GaptuiApp(App[None]):
         sections.append(("Run details", RunDetailScreen.BINDINGS))
         self.push_screen(HelpScreen(sections))
 
-    def open_in_history(self, run_hash: str) -> None:
-        """Show a run's details from the History section."""
-        self.switch_mode("history")
+    async def open_in_history(self, run_hash: str) -> None:
+        """Show a run's details from the History section (mounted first, on a first visit)."""
+        await self.switch_mode("history")
         history = self.section("history")
         assert isinstance(history, HistoryScreen)
         history.reveal(run_hash)
@@ -236,9 +248,9 @@ class GaptuiApp(App[None]):
             if command.title not in ("Quit", "Keys"):
                 yield command
 
-    def load_preset(self, name: str) -> None:
+    async def load_preset(self, name: str) -> None:
         """Open the New-experiment form and load preset ``name`` into it (the form's code review applies)."""
-        self.switch_mode("new")
+        await self.switch_mode("new")
         form = self.section("new")
         assert isinstance(form, NewExperimentScreen)
         form.load_named(name)
@@ -246,8 +258,8 @@ class GaptuiApp(App[None]):
     def _goto(self, name: str) -> Any:
         return lambda: self.switch_mode(name)
 
-    def _export(self) -> None:
-        self.switch_mode("ranking")
+    async def _export(self) -> None:
+        await self.switch_mode("ranking")
         ranking = self.section("ranking")
         assert isinstance(ranking, RankingScreen)
         ranking.action_export()
@@ -261,7 +273,10 @@ class GaptuiApp(App[None]):
                 f"{self.read_only}: launching, cancelling and editing are disabled", severity="error", markup=False
             )
             return False
-        if self._manager_worker is None or self._manager_worker.state != WorkerState.RUNNING or self._quitting:
+        # Before its thread starts (just after the first screen is drawn) the manager's queue already takes
+        # commands: they run as soon as it does.
+        worker = self._manager_worker
+        if self._quitting or (worker is not None and worker.state not in (WorkerState.PENDING, WorkerState.RUNNING)):
             self.notify("the scheduler is not running; restart gaptui", severity="error")
             return False
         return True

@@ -10,6 +10,7 @@ they are built, exactly like ``gaptui run``).
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -212,6 +213,9 @@ class ManagerLoop:
         if reattached or interrupted or refiled:
             self.post(Recovered(reattached, interrupted, refiled))
         self._post_state()
+        # The history this manager read (its cache: every record) lives as long as the app: out of the
+        # collector's full passes, each of which would otherwise walk it (half a second at 20,000 records).
+        gc.freeze()
 
     def _reattach_slurm(self) -> list[str]:
         """Follow the runs a previous manager left queued or running on Slurm, with the settings they went out with."""

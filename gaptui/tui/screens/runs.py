@@ -296,7 +296,7 @@ class RunsScreen(SectionScreen):
     def action_retry_runs(self) -> None:
         self.gapp.retry_runs(self._with_status(RETRYABLE, "retry"))
 
-    def action_open_history(self) -> None:
+    async def action_open_history(self) -> None:
         cursor = self.table.cursor_hash
         if cursor is not None:
-            self.gapp.open_in_history(cursor)
+            await self.gapp.open_in_history(cursor)
