@@ -215,3 +215,39 @@ def test_a_moved_workspace_opens_its_own_runs(tmp_path: Path) -> None:
     shutil.move(old.root, new.root)
     dirs = {r["id"]: r["run_dir"] for r in read_records(new)}
     assert dirs == {"000000000001": str(new.runs / "000000000001"), "000000000002": str(new.runs / "000000000002")}
+
+
+def test_the_collector_paused_for_a_load_is_restored_however_loads_overlap() -> None:
+    """The app and its manager thread load the history at once: pauses nest, and the collector comes back on
+    only after the last one ends (and stays off when it was off before)."""
+    import gc
+    import threading
+
+    from gaptui.history import gc_paused
+
+    assert gc.isenabled()
+    inner_started, outer_may_end = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def other_load() -> None:
+        with gc_paused():
+            inner_started.set()
+            outer_may_end.wait(10)
+        seen.append(gc.isenabled())  # the first load still runs
+
+    with gc_paused():
+        thread = threading.Thread(target=other_load)
+        thread.start()
+        inner_started.wait(10)
+        outer_may_end.set()
+        thread.join(10)
+        assert not gc.isenabled()
+    assert seen == [False] and gc.isenabled()
+
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

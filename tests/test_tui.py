@@ -766,3 +766,36 @@ async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
         await wait_until(pilot, lambda: any("changed since it was loaded" in n for n in notices(app)), what="refusal")
         assert app.current_mode == "new" and len(app.book) == 0
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.asyncio
+async def test_a_filter_typed_key_by_key_shows_what_the_whole_filter_shows(tmp_path: Path) -> None:
+    """Typing on narrows among the rows shown (not the whole history); a deleted character widens again; a
+    sort keeps exactly the rows of the filter."""
+    ws = seeded_workspace(tmp_path / "ws")
+    app = GaptuiApp(ws)
+    async with app.run_test(size=SIZE) as pilot:
+        history = app.screen
+        assert isinstance(history, HistoryScreen)
+        table: RecordTable = history.table
+
+        def expected(text: str) -> set[str]:
+            return {r["hash"] for r in app.book if matches(r, text.lower().split())}
+
+        await pilot.press("slash")
+        typed = ""
+        for key in "gin 0.1":
+            await pilot.press("space" if key == " " else key)
+            typed += key
+            await pilot.pause()
+            assert set(table.hashes()) == expected(typed), typed
+        assert 0 < len(table.hashes()) < len(app.book)
+        for _ in range(4):  # back to "gin": wider again
+            await pilot.press("backspace")
+            typed = typed[:-1]
+            await pilot.pause()
+            assert set(table.hashes()) == expected(typed), typed
+        await pilot.press("enter", "s")  # to the table, then sort by the next column
+        await pilot.pause()
+        assert set(table.hashes()) == expected("gin") and table.sort_column == "dataset"
+        await pilot.press("ctrl+q")
