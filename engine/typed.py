@@ -123,6 +123,24 @@ def check_device(device: str, where: str) -> None:
         raise GaptuiError(f"{where}: device '{device}': expected auto, cpu, cuda or cuda:N")
 
 
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def json_fields(value: Any) -> Any:
+    """A dataclass (and what it holds) as JSON-shaped values: nested dataclasses as dicts, tuples and lists as
+    lists, mappings as dicts. What ``json.dumps(dataclasses.asdict(x))`` writes, without asdict's deep copy of
+    every leaf (a tenth of the time: planning a 20,000-run grid turns each spec into its dict form)."""
+    if type(value) in _JSON_LEAVES:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_fields(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [json_fields(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_fields(v) for k, v in value.items()}
+    return value
+
+
 def frozen_json(method: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Work out a frozen spec's JSON-shaped ``method()`` once per instance (kept as its JSON text, so every call
     returns a fresh copy that the caller may change): planning a 20,000-run grid asks each spec many times."""

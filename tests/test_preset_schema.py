@@ -167,3 +167,14 @@ def test_a_plug_in_family_gets_the_common_part_parsed() -> None:
     assert head.notes == ("key 'seeds' repeats 1: merged (a grid is a set of runs)",)
     with pytest.raises(GaptuiError, match=r"^toy.toml: missing key 'sizes'$"):
         parse_head({"seeds": [0]}, Path("toy.toml"), "toy", ("sizes",), required=("sizes",))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED.glob("*.toml")))
+def test_a_specs_dict_form_is_what_dataclasses_asdict_writes(name: str) -> None:
+    """``to_dict`` builds its JSON form field by field (asdict's deep copies cost planning seconds at 20,000
+    runs); it must stay what asdict writes, value for value, for every spec a shipped preset expands to."""
+    import dataclasses
+    import json
+
+    for spec in grid(load_preset(name), Workspace(Path("/tmp/unused")))[:40]:
+        assert spec.to_dict() == json.loads(json.dumps(dataclasses.asdict(spec))), spec.hash()

@@ -35,6 +35,7 @@ from typing import Any
 
 from engine.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
 from engine.cost import CellHistory, CostContext, CostReport, Profile, RunCost
+from engine.typed import json_fields
 
 #: Seconds of timed training steps per key (after the warm-up): enough steps for a median on a loaded machine.
 DEFAULT_SECONDS = 1.5
@@ -67,7 +68,7 @@ class CostKey:
     compile: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self), sort_keys=True, default=str))
+        return json.loads(json.dumps(json_fields(self), sort_keys=True, default=str))
 
     def describe(self) -> str:
         graph = f"{self.nodes} nodes, degree {self.degree:g}"

@@ -132,7 +132,7 @@ from typing import Any, ClassVar, TypeVar
 from engine.errors import GaptuiError, did_you_mean, unknown
 from engine.files import read_user_text
 from engine.registry import find_import_paths
-from engine.typed import frozen_json, parse_dataclass
+from engine.typed import frozen_json, json_fields, parse_dataclass
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
 BUILTIN = ("engine.tasks.alignment", "engine.tasks.gape", "engine.tasks.properties")
@@ -272,7 +272,7 @@ class TaskSpec:
 
     @frozen_json
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return json_fields(self)  # type: ignore[no-any-return]
 
     @frozen_json
     def canonical(self) -> dict[str, Any]:
