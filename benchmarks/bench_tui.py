@@ -177,10 +177,16 @@ async def first_screen(ws: Workspace, records: int) -> float:
             await pilot.pause(0.01)
         await settle(pilot)
         seconds = time.perf_counter() - t_app
+        # Leave the streaming runs running for the next app: once re-attached, quitting asks, and "l" leaves them.
+        start = time.perf_counter()
+        while app.recovered is None and any(r["status"] == "running" for r in app.book):
+            await pilot.pause(0.1)
+            if time.perf_counter() - start > 60:
+                raise SystemExit("the streaming runs were not re-attached within 60 s")
         await app.action_quit()
         await pilot.pause()
         if app.is_running:
-            await pilot.press("l")  # leave the streaming runs running
+            await pilot.press("l")
     return seconds
 
 

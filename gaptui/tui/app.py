@@ -181,8 +181,9 @@ class GaptuiApp(App[None]):
         # one: out of the collector's full passes, each of which would otherwise walk them (hundreds of ms in the
         # middle of a key press). The young generations are collected first, so no fresh cyclic garbage is kept;
         # rows dropped later are freed by reference counting as usual.
-        gc.collect(1)
-        gc.freeze()
+        if message.table.record_count >= 1_000:  # a small table costs a full pass little
+            gc.collect(1)
+            gc.freeze()
 
     @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
     def _run_manager(self) -> str:
