@@ -35,6 +35,7 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
+from gaptui.backends import BACKENDS
 from gaptui.history import now
 from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
 from gaptui.runner import run_id
@@ -362,8 +363,6 @@ def retry(scheduler: Scheduler, records: Iterable[dict[str, Any]], progress: Pro
 #     backend = make_backend(settings, ws, history, ...)        # a local Scheduler or the Slurm backend
 #     start(launch_plan, backend, progress, leave)              # inputs prepared, memory checked again, queued
 
-#: Where runs execute.
-BACKENDS = ("local", "slurm")
 #: Values of one axis shown in the dry run's summary before ``+N more``.
 SUMMARY_VALUES = 8
 

@@ -17,6 +17,7 @@ from engine.tasks import TaskSpec
 if TYPE_CHECKING:
     from gaptui.run_records import PlannedSeeds
 
+#: Where runs execute (the one list: `gaptui run --backend`, the form, launch settings).
 BACKENDS = ("local", "slurm")
 
 
