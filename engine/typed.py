@@ -129,7 +129,7 @@ _JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
 def json_fields(value: Any) -> Any:
     """A dataclass (and what it holds) as JSON-shaped values: nested dataclasses as dicts, tuples and lists as
     lists, mappings as dicts. What ``json.dumps(dataclasses.asdict(x))`` writes, without asdict's deep copy of
-    every leaf (a tenth of the time: planning a 20,000-run grid turns each spec into its dict form)."""
+    every leaf (planning a 20,000-run grid turns each spec into its dict form; a dry run took 9.8 s, now 8.7 s)."""
     if type(value) in _JSON_LEAVES:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
