@@ -44,7 +44,7 @@ from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, r
 if TYPE_CHECKING:
     import torch
 
-    from engine.tasks import RunContext
+    from engine.tasks.run import RunContext
 
 #: Version of the checkpoint layout; a newer one is refused with one line (a checkpoint without ``format`` is 1).
 CHECKPOINT_FORMAT = 1
@@ -178,7 +178,7 @@ def check_precision(value: Any, where: str = "") -> str:
 def precision_field(section: str) -> Any:
     """The ``precision`` field of a family's New-experiment form (a choice of :data:`PRECISIONS`; blank: the
     family's default, ``auto``), written into the preset's ``[run]`` table."""
-    from engine.tasks import FormField
+    from engine.tasks.form import FormField
 
     return FormField(
         "precision",
@@ -578,7 +578,7 @@ def epoch_steps(
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
     """
-    from engine.tasks import Cancelled, RunFailed
+    from engine.tasks.run import Cancelled, RunFailed
 
     parts = task.parts()
     ctx.run_dir.mkdir(parents=True, exist_ok=True)

@@ -219,7 +219,7 @@ class MemoryNeed:
 
 def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
     """The distinct memory needs of ``specs`` (each family's :meth:`~engine.tasks.TaskFamily.memory`), in order."""
-    from engine.tasks import family
+    from engine.tasks.registry import family
 
     out: dict[str, MemoryNeed] = {}
     for spec in specs:

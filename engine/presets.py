@@ -25,14 +25,110 @@ compute. The engine parses them with the rest of the preset and never acts on th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from engine.errors import GaptuiError
-from engine.tasks import check_run_options, seeds_of, unique_values, unknown_keys
+from engine.errors import GaptuiError, did_you_mean
 from engine.typed import parse_dataclass, type_hints
+
+# ------------------------------------------------------------------------------------------------ the base and helpers
+
+
+class PresetBase:
+    """What the manager reads from any family's preset (families define frozen dataclasses with these attributes).
+
+    ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
+    ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds`` (how many seeds
+    of one cell share a worker process); ``task`` names the family.
+    These keys, the ``[run]`` policy and ``[slurm]`` are one schema for every family: a family's ``parse_preset``
+    starts from :func:`engine.presets.parse_head` (the common part parsed and checked) and reads only its own keys.
+    A family whose grids may go to a cluster declares a ``slurm`` field (default None) and passes ``slurm=True``;
+    the engine parses that table with the rest and never acts on it.
+    """
+
+    task: ClassVar[str] = ""
+    name: str
+    description: str
+    seeds: tuple[int, ...]
+    path: Path | None
+    #: What planning merged or adjusted (repeated grid values), one line each, shown to the user.
+    notes: tuple[str, ...] = ()
+
+    # A preset whose runs follow a policy declares ``policy`` (a field or property): an object with ``timeout``,
+    # ``retries`` and ``pack_seeds``, such as :class:`engine.presets.RunPolicy` or a ``[run]`` table built on it.
+
+    @property
+    def timeout(self) -> float | None:
+        policy = getattr(self, "policy", None)
+        return None if policy is None else policy.timeout
+
+    @property
+    def retries(self) -> int:
+        policy = getattr(self, "policy", None)
+        return 0 if policy is None else policy.retries
+
+    @property
+    def pack_seeds(self) -> int:
+        policy = getattr(self, "policy", None)
+        return 1 if policy is None else policy.pack_seeds
+
+
+def unknown_keys(where: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """Raise for the first key of ``raw`` not in ``known`` (with a did-you-mean)."""
+    for key in raw:
+        if key not in known:
+            raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}; known: {', '.join(known)}")
+
+
+def check_run_options(timeout: float | None, retries: int | None, where: str, pack_seeds: int | None = None) -> None:
+    """How the scheduler treats runs (a preset's timeout, retries and pack_seeds), checked once at planning."""
+    if timeout is not None and not timeout > 0:
+        raise GaptuiError(f"{where}: timeout = {timeout:g}: expected seconds > 0 (or no timeout)")
+    if retries is not None and retries < 0:
+        raise GaptuiError(f"{where}: retries = {retries}: expected a count >= 0")
+    if pack_seeds is not None and pack_seeds < 1:
+        raise GaptuiError(f"{where}: pack_seeds = {pack_seeds}: expected a count >= 1 (1: one run per process)")
+
+
+def unique_values(values: list[Any], key: Callable[[Any], Any], name: str, notes: list[str]) -> list[Any]:
+    """``values`` without repeats (by ``key``), first forms kept; a line in ``notes`` says what was merged."""
+    seen: dict[Any, Any] = {}
+    repeated: list[str] = []
+    for value in values:
+        k = key(value)
+        if k in seen:
+            repeated.append(str(getattr(value, "base", value)))
+        else:
+            seen[k] = value
+    if repeated:
+        notes.append(f"key '{name}' repeats {', '.join(repeated)}: merged (a grid is a set of runs)")
+    return list(seen.values())
+
+
+def seeds_of(where: str, value: Any, key: str = "seeds") -> list[int]:
+    """A preset's list of seeds: non-empty, integers, each >= 0."""
+    seeds = list_of(where, key, value, int, "integer seeds")
+    for seed in seeds:
+        if seed < 0:
+            raise GaptuiError(f"{where}: key '{key}' holds {seed}: expected seeds >= 0")
+    return seeds
+
+
+def list_of(where: str, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
+    """A non-empty TOML list whose items are all ``kind`` (booleans never count as numbers)."""
+    if not isinstance(value, list):
+        raise GaptuiError(f"{where}: key '{key}' = {value!r}: expected a list of {what}")
+    if not value:
+        raise GaptuiError(f"{where}: key '{key}' is empty: the grid would have no runs")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, kind):
+            raise GaptuiError(f"{where}: key '{key}' holds {item!r}: expected {what}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ the common head
 
 #: The top-level keys of every preset.
 COMMON_KEYS = ("task", "name", "description", "seeds", "run", "slurm")

@@ -42,17 +42,9 @@ from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT
 from engine.files import FileLock, atomic_write_json, read_json
 from engine.loop import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.memory import flush_denormals, tune_allocator
-from engine.tasks import (
-    Cancelled,
-    RunContext,
-    RunFailed,
-    TaskSpec,
-    artefact_problem,
-    family,
-    load_spec,
-    load_spec_file,
-    run_steps,
-)
+from engine.tasks.registry import artefact_problem, family, load_spec, load_spec_file
+from engine.tasks.run import Cancelled, RunContext, RunFailed, run_steps
+from engine.tasks.spec import TaskSpec
 
 #: Files of a run folder, by role (the worker's whole on-disk interface; the checkpoint files are the loop's).
 LOCK = "worker.lock"

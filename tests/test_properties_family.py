@@ -14,7 +14,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from engine.errors import GaptuiError
 from engine.tasks import FAMILIES, Placement, load_spec
-from engine.tasks.properties import ADVICE, TABLE2
+from engine.properties.family import ADVICE, TABLE2
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 

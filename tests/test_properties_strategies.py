@@ -186,7 +186,7 @@ def test_each_strategy_trains_and_tests_a_cell(strategy: str, tmp_path: Path) ->
 
 
 def test_a_preset_lists_strategies_and_finetune_has_no_robustness(tmp_path: Path) -> None:
-    from engine.tasks.properties import parse_preset
+    from engine.properties.preset import parse_preset
 
     fam = FAMILIES.get("properties")
     raw = {

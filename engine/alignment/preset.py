@@ -11,8 +11,19 @@ from typing import Any, ClassVar
 from engine.alignment.recipes import RECIPE_FIELDS, SCAFFOLD_FIELDS, resolve
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import PresetHead, SlurmOptions, parse_head, slurm_table, spec_options, toml_value
-from engine.tasks import Placement, PresetBase, list_of, unique_values, unknown_keys
+from engine.presets import (
+    PresetBase,
+    PresetHead,
+    SlurmOptions,
+    list_of,
+    parse_head,
+    slurm_table,
+    spec_options,
+    toml_value,
+    unique_values,
+    unknown_keys,
+)
+from engine.tasks.spec import Placement
 
 BASELINE = "laplacian"
 #: Row order of Table D.3; models not listed follow alphabetically.

@@ -12,7 +12,7 @@ from typing import Any
 from engine.alignment.preset import BASELINE
 from engine.alignment.spec import RunSpec
 from engine.loop import EpochTask, TrainState
-from engine.tasks import Outcome, RunContext
+from engine.tasks.run import Outcome, RunContext
 
 # ------------------------------------------------------------------------------------------------ worker loop
 

@@ -1,6 +1,6 @@
 """RunSpec: everything that defines one alignment run (training or baseline); its canonical hash is its identity.
 
-The spec of the ``alignment`` task family (:mod:`engine.tasks.alignment`); the generic parts (hash, placement
+The spec of the ``alignment`` task family (:mod:`engine.alignment.family`); the generic parts (hash, placement
 fields, dict form) come from :class:`engine.tasks.TaskSpec`.
 """
 
@@ -24,7 +24,8 @@ from engine.alignment.recipes import (
 )
 from engine.errors import GaptuiError, did_you_mean
 from engine.loop import PRECISIONS
-from engine.tasks import TaskSpec, load_spec_file
+from engine.tasks.registry import load_spec_file
+from engine.tasks.spec import TaskSpec
 from engine.typed import frozen_json
 
 CLIP_MODES = ("value", "norm")

@@ -1,13 +1,13 @@
 """The gape family's New-experiment form: molecule datasets (each with its pretraining run and downstream options),
 positional encodings, seeds and run options; a filled form is a preset document (see
-:class:`engine.tasks.gape.GapePreset`)."""
+:class:`engine.gape.preset.GapePreset`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engine.loop import precision_field
-from engine.tasks import FormField, drop_blank, form_table, table_values
+from engine.tasks.form import FormField, drop_blank, form_table, table_values
 
 #: Row order of Table 1 (the PEs a preset may list).
 PES = ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
@@ -31,7 +31,7 @@ def _models() -> list[str]:
 
 
 def fields() -> tuple[FormField, ...]:
-    from engine.tasks.gape import Pretraining
+    from engine.gape.preset import Pretraining
 
     pre = Pretraining()
     dataset = (

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeSpec
 from engine.gape.pe import PESpec, parse_pe
-from engine.tasks import TaskSpec
+from engine.tasks.spec import TaskSpec
 
 
 @dataclass(frozen=True)

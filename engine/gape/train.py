@@ -36,7 +36,7 @@ from engine.loop import (
     run_batches,
     seed_everything,
 )
-from engine.tasks import Cancelled, Outcome, RunContext, run_steps
+from engine.tasks.run import Cancelled, Outcome, RunContext, run_steps
 
 Emit = Callable[..., Any]
 

@@ -1,12 +1,12 @@
 """The properties family's New-experiment form: properties, poolings (or ``module:Name`` import paths),
-dimensions, seeds and run options; a filled form is a preset document (see :class:`engine.tasks.properties.Preset`)."""
+dimensions, seeds and run options; a filled form is a preset document (see :class:`engine.properties.preset.Preset`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engine.loop import precision_field
-from engine.tasks import FormField, form_table, table_values
+from engine.tasks.form import FormField, form_table, table_values
 
 #: Form key -> ``[run]`` key of the run options the form shows (the others go in ``run_more``).
 RUN_FIELDS = {
@@ -23,9 +23,9 @@ RUN_FIELDS = {
 
 def fields() -> tuple[FormField, ...]:
     from engine.properties.definitions import PROPERTY_NAMES
+    from engine.properties.preset import StudyOptions
     from engine.properties.scores import DIMENSIONS, POOLING_LABELS
     from engine.properties.strategies import STRATEGIES
-    from engine.tasks.properties import StudyOptions
 
     run = StudyOptions()
     section = "Runs"

@@ -33,7 +33,7 @@ from engine.properties.training import (
     load_trained,
     train_steps,
 )
-from engine.tasks import RunContext, run_steps
+from engine.tasks.run import RunContext, run_steps
 
 #: A dimension's cell trains when it has no model of another cell to reuse (the standard strategy's; see
 #: :func:`~engine.properties.strategies.trained_by` for the others).

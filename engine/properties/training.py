@@ -39,7 +39,7 @@ from engine.properties.strategies import (
     test_sizes,
     train_sizes,
 )
-from engine.tasks import RunContext, run_steps
+from engine.tasks.run import RunContext, run_steps
 
 Emit = Callable[..., Any]
 

@@ -18,21 +18,12 @@ from engine.alignment.preset import BASELINE, ROW_ORDER, Preset, dataset_label, 
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
-from engine.tasks import (
-    FAMILIES,
-    Axis,
-    Figure,
-    FormField,
-    Input,
-    Metric,
-    Outcome,
-    Placement,
-    RunContext,
-    TableLayout,
-    TaskFamily,
-    Tunable,
-    run_steps,
-)
+from engine.tasks.declarations import Axis, Figure, Metric, TableLayout, Tunable
+from engine.tasks.family import TaskFamily
+from engine.tasks.form import FormField
+from engine.tasks.registry import FAMILIES
+from engine.tasks.run import Input, Outcome, RunContext, run_steps
+from engine.tasks.spec import Placement
 
 # ------------------------------------------------------------------------------------------------ the family
 

@@ -1,0 +1,142 @@
+"""What a family declares about its runs: metrics, axes, table layouts, derived tables, figures, tunables.
+
+Plain frozen dataclasses: the manager builds every table, column, figure and search space from them and never
+looks inside a spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a family reports in ``result.json``'s ``metrics``.
+
+    ``unit == "%"`` marks a share in [0, 1]: displayed times 100 with one decimal, near-best thresholds in
+    percentage points. Any other unit (``""``, ``"eV"``...) is displayed as is with three decimals and
+    near-best thresholds are relative (percent of the best value).
+    """
+
+    key: str
+    name: str
+    higher_is_better: bool
+    unit: str = ""
+
+    @property
+    def share(self) -> bool:
+        return self.unit == "%"
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A coordinate of a run (dataset, noise, model, PE...): a key of the record's ``axes`` mapping.
+
+    ``numeric`` axes sort by value and their header reads ``{prefix}{value:g}`` (``η=0.12``); others sort by
+    ``order`` (listed values first, the rest alphabetically) and show the value as is.
+    """
+
+    key: str
+    name: str
+    numeric: bool = False
+    prefix: str = ""
+    order: tuple[str, ...] = ()
+    #: The value from a record's spec dict, for records filed before the family declared this axis.
+    of_spec: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+
+    def format(self, value: Any) -> str:
+        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{value:g}"
+        return "" if value is None else str(value)
+
+    def header(self, value: Any) -> str:
+        return f"{self.prefix}{self.format(value)}"
+
+    def sort_key(self, value: Any) -> tuple[Any, ...]:
+        if self.numeric and isinstance(value, (int, float)):
+            return (0, float(value), "")
+        rank = {v: i for i, v in enumerate(self.order)}
+        return (1, rank.get(str(value), len(rank)), str(value))
+
+    def key_of(self, value: Any) -> Any:
+        """The grouping key of a value (numeric values rounded, so 0.12 computed two ways is one column)."""
+        if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return round(float(value), 6)
+        return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How ranking tables are formed from run records.
+
+    One table per value of ``group`` (``None``: a single table), rows = values of ``rows``, columns = values of
+    ``columns``; a cell is the ``statistic`` (median or mean) over seeds. Row values in ``baselines`` are
+    training-free references: shown, never marked, never the best.
+    """
+
+    group: str | None
+    rows: str
+    columns: str
+    baselines: tuple[str, ...] = ()
+    #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
+    statistic: str = "median"
+    #: Axes outside the table's own whose value every run of a cell should share (alignment: the recipe). A
+    #: table says which value its runs have, and marks a cell whose runs differ in one.
+    uniform: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DerivedTable:
+    """A table a family computes across its finished runs, shown after its ranking tables.
+
+    For scores that need more than one cell's seeds, such as a method's score relative to the others averaged
+    over an axis (the property study's Table 2). ``rows`` and ``columns`` are keys of declared axes;
+    ``values[(row, column)]`` are the numbers a cell averages (shown as mean ± sample std, ``statistic`` says
+    over what); the best cell of each column is marked by the metric's direction.
+    """
+
+    name: str
+    metric: Metric
+    rows: str
+    columns: str
+    values: Mapping[tuple[str, Any], tuple[float, ...]]
+    statistic: str = "mean ± std"
+    #: Mark the cells not significantly different from their column's best (Holm-corrected Welch over the values),
+    #: as the ranking tables do.
+    ties: bool = False
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure ``gaptui figures`` draws for a family (drawn by :mod:`gaptui.figures`; the engine only names it).
+
+    Kinds: ``lines`` (the metric against the table's columns, one line per row with its seed band), ``gap`` (the
+    gap to the worst row, optimal column marked), ``curves`` (learning curves per cell from ``events.jsonl``),
+    ``cd`` (critical-difference diagram of the average ranks), ``bars`` (grouped bars with seed error bars;
+    ``derived`` for the family's derived tables), ``heatmap`` (rows x columns of cell values per table) and
+    ``series`` (metrics named ``<prefix><x>`` against x, e.g. accuracy per test size).
+    """
+
+    kind: str
+    derived: bool = False
+    prefix: str = ""
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A spec value ``gaptui tune`` may search: ``field`` is its place in the spec's dict form (``lr``, or
+    ``model_kwargs.layers`` for a nested one), ``kind`` ``float`` or ``int``, and ``space`` the search space used
+    when a preset's ``[tune]`` names the key without one (``{"log": [a, b]}``, ``{"range": [a, b]}`` or a list of
+    choices)."""
+
+    field: str
+    kind: str
+    space: Any
+    help: str = ""

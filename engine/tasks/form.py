@@ -1,0 +1,79 @@
+"""The terminal app's New-experiment form as a family declares it: fields (what they edit, never how they are
+drawn) and the helpers that turn a form's values into a preset table and back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The kinds of :class:`FormField` and the type of their value in a form's ``values``:
+#: ``multi`` (checkboxes over ``choices``: a list of the chosen values), ``numbers`` (a typed list of numbers:
+#: ``list[float]``), ``seeds`` (``0-9, 12``: ``list[int]``), ``int`` / ``number`` (``int | None`` / ``float |
+#: None``, blank is None), ``choice`` (one of ``choices``: ``str``), ``text`` and ``path`` (``str``), ``params``
+#: (``key=value`` items: a dict of TOML values), ``bool`` and ``rows`` (repeated groups of the sub-fields
+#: ``fields``, e.g. a base dataset and its parameters: ``list[dict]``, one values dict per row).
+FORM_KINDS = ("multi", "numbers", "seeds", "int", "number", "choice", "text", "path", "params", "bool", "rows")
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One field of a family's New-experiment form: what it edits, never how it is drawn.
+
+    ``key`` names the value in the form's ``values`` (and the widget); ``section`` groups fields under a title.
+    ``choices`` lists the values of ``multi`` and ``choice`` fields, ``choices_from`` computes them (a registry:
+    called once, off the terminal's UI thread, may import torch); ``label_of`` shows a choice (``0.12`` as
+    ``12 %``). ``parse_item`` turns an extra item typed next to a ``multi`` list into a value (raises
+    ``GaptuiError``); a ``multi`` field without it takes no typed items unless ``free`` (items kept as text, for
+    ``module.path:Name`` import paths). ``fields`` are the sub-fields of a ``rows`` field; ``default`` is the value
+    of a new form (a row's defaults: each sub-field's ``default``).
+    """
+
+    key: str
+    label: str
+    kind: str
+    default: Any = None
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+    choices_from: Callable[[], Sequence[Any]] | None = None
+    label_of: Callable[[Any], str] | None = None
+    parse_item: Callable[[str], Any] | None = None
+    free: bool = False
+    fields: tuple[FormField, ...] = ()
+    section: str = ""
+    placeholder: str = ""
+    #: For a ``rows`` field: placeholders of a row's sub-fields computed from its values (a base dataset's
+    #: parameter defaults and split sizes), ``{sub-field key: text}``; called whenever a choice of the row changes.
+    hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in FORM_KINDS:
+            raise ValueError(f"form field '{self.key}': kind '{self.kind}' is not one of {', '.join(FORM_KINDS)}")
+        if self.kind == "rows" and not self.fields:
+            raise ValueError(f"form field '{self.key}': a rows field needs sub-fields")
+
+    def show(self, choice: Any) -> str:
+        """How a choice is listed."""
+        return self.label_of(choice) if self.label_of else str(choice)
+
+
+def drop_blank(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``table`` without its blank values (None, ``""``): what a form leaves empty is left out of the preset,
+    so the family's defaults apply and a loaded preset is written back as it was."""
+    return {k: v for k, v in table.items() if v is not None and v != ""}
+
+
+def form_table(values: Mapping[str, Any], keys: Mapping[str, str], more: str = "") -> dict[str, Any]:
+    """A preset table from form values: ``keys`` maps form keys to table keys (blank values left out), and the
+    ``key=value`` field ``more`` adds the table's other keys."""
+    table = drop_blank({name: values.get(key) for key, name in keys.items()})
+    return {**table, **(values.get(more) or {})} if more else table
+
+
+def table_values(table: Mapping[str, Any] | None, keys: Mapping[str, str], more: str = "") -> dict[str, Any]:
+    """The inverse of :func:`form_table`: a preset table as form values (absent keys are blank)."""
+    table = dict(table or {})
+    out: dict[str, Any] = {key: table.pop(name, None) for key, name in keys.items()}
+    if more:
+        out[more] = table
+    return out
