@@ -1,4 +1,4 @@
-"""What a run costs in seconds: the shared vocabulary of every family's cost model (:meth:`TaskFamily.estimate_costs`).
+"""What a run costs in seconds: every family's cost model (:class:`CostModel`) and their shared vocabulary.
 
 A family answers, for its runs left to do, the seconds of each run on each slot *profile* (:class:`Profile`: the
 device type, the concrete device and the thread count a slot gives a worker), of which a ``shared`` part is paid
@@ -6,14 +6,14 @@ once per worker process (start-up, data loading: what the runs of a pack share),
 (:class:`RunCost`). It asks the manager for what it cannot know alone through a :class:`CostContext`:
 
 - :meth:`CostContext.history`: medians over finished runs of the same *cell* (same
-  :meth:`~engine.tasks.TaskFamily.cost_cell`, this host and device) of the seconds per unit of work
-  (:meth:`~engine.tasks.TaskFamily.cost_units`: an epoch, an epoch over a number of graphs...), per evaluation,
+  :meth:`CostModel.cell`, this host and device) of the seconds per unit of work
+  (:meth:`CostModel.units`: an epoch, an epoch over a number of graphs...), per evaluation,
   and of the rest of a run (:class:`CellHistory`);
 - :meth:`CostContext.calibrate`: measurements of cost keys (opaque to the manager: anything with ``to_dict()``) on
   the slots of a profile, taken by the family's calibration module (``python -m <module>``) in one process per slot
   side by side, cached per machine and key in ``<workspace>/calibration.json`` (:class:`CalibrationCache`);
 - :meth:`CostContext.overhead`: the seconds a run costs besides its training (process start, imports, result),
-  timed on tiny runs of the family (:meth:`~engine.tasks.TaskFamily.overhead_probe`) through the real worker.
+  timed on tiny runs of the family (:meth:`CostModel.overhead_probe`) through the real worker.
 
 :meth:`CostContext.from_history` is the model of a family without a calibrated one: finished runs of the same cell.
 """
@@ -21,12 +21,13 @@ once per worker process (start-up, data loading: what the runs of a pack share),
 from __future__ import annotations
 
 import contextlib
+import json
 import platform
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.cache import discard, open_sealed_json, write_sealed_json
 from engine.files import locked, read_json
@@ -118,7 +119,7 @@ class CostContext:
             per = {p: self.history(family, spec, p) for p in self.profiles}
             if any(cell is None for cell in per.values()):
                 report.missing[spec.hash()] = (
-                    f"{family.cost_label(spec)}: no finished run of this cell on this machine yet "
+                    f"{family.costs.label(spec)}: no finished run of this cell on this machine yet "
                     f"(task {family.name} is estimated from the history of its runs)"
                 )
                 continue
@@ -128,7 +129,7 @@ class CostContext:
         for spec in specs:
             if spec.hash() not in found:
                 continue
-            units, evals = family.cost_units(spec) or 0, family.cost_evaluations(spec)
+            units, evals = family.costs.units(spec) or 0, family.costs.evaluations(spec)
             cost = RunCost({}, "")
             for profile, cell in found[spec.hash()].items():
                 cost.seconds[profile] = cell.seconds(units, evals, overhead)
@@ -139,6 +140,63 @@ class CostContext:
 
 
 # ------------------------------------------------------------------------------------------------ calibration cache
+
+
+class CostModel:
+    """What a family's runs cost in seconds and the memory they need at their peak (a family's ``cost_model``).
+
+    Every method has a default: a run is one whole whose duration its cell's finished runs give, and nothing of
+    it grows with its parameters. A family that knows more subclasses it; the instance is bound to its family
+    (``self.family``, the family's ``costs``)."""
+
+    #: A module that ``python -m`` runs to measure this family's cost keys (JSON request on stdin, one measurement
+    #: per key on stdout; see :meth:`CostContext.calibrate`); "" when the family has no calibration.
+    calibration_module: ClassVar[str] = ""
+
+    def __init__(self, family: Any) -> None:
+        self.family = family
+
+    def cell(self, spec: Any) -> str:
+        """What makes two runs cost the same per unit of work, as a string: runs of one cell share their history.
+        The default: the canonical spec without its seed."""
+        return json.dumps({k: v for k, v in spec.canonical().items() if k != "seed"}, sort_keys=True, default=str)
+
+    def units(self, spec: Any) -> float | None:
+        """Units of work of a run (its epochs, epochs x graphs...): finished runs of its cell give the seconds per
+        unit. None (the default): a run is one whole; its cell's runs give its duration."""
+        return None
+
+    def steps(self, spec: Any) -> int | None:
+        """Optimiser steps a run takes at the least, known from its spec alone (no input built): the floor of its
+        duration that no measurement is needed for (``gaptui.estimate.STEP_FLOOR`` seconds a step), so a run of
+        billions of epochs is refused before it starts. None (the default): no floor."""
+        return None
+
+    def evaluations(self, spec: Any) -> int:
+        """Evaluation passes of a run timed apart from its units (``eval`` events with ``seconds``); default 0."""
+        return 0
+
+    def label(self, spec: Any) -> str:
+        """How the estimate groups runs (default: the value of the table's row axis, e.g. the model)."""
+        return str(self.family.row_of(spec))
+
+    def estimate(self, specs: list[Any], ctx: CostContext) -> CostReport:
+        """The seconds of ``specs`` (runs of this family left to do) on the slot profiles of ``ctx``. The default is
+        the history of finished runs of the same cell (:meth:`CostContext.from_history`); a family with a
+        calibrated model (alignment: measured throughput) overrides it."""
+        return ctx.from_history(self.family, specs)
+
+    def overhead_probe(self, placement: Any, count: int) -> list[Any]:
+        """``count`` tiny runs (distinct seeds) whose duration through the real worker is a run's overhead (process
+        start, imports, loading, result); none (the default) when the family's model needs no overhead."""
+        return []
+
+    def memory(self, spec: Any) -> Any:
+        """What the run needs in memory at its peak (:class:`engine.memory.MemoryNeed`: the run or dataset, its
+        kind, the bytes, what they are made of, what to lower), None when nothing grows with its parameters or
+        its size is unknown until its input is built (checked again once it is). Runs with the same
+        ``MemoryNeed.key`` are checked once."""
+        return None
 
 
 def machine(device: str = "cpu") -> dict[str, str]:

@@ -218,12 +218,12 @@ class MemoryNeed:
 
 
 def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
-    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.tasks.TaskFamily.memory`), in order."""
+    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.cost.CostModel.memory`), in order."""
     from engine.tasks.registry import family
 
     out: dict[str, MemoryNeed] = {}
     for spec in specs:
-        need = family(spec.task).memory(spec)
+        need = family(spec.task).costs.memory(spec)
         if need is not None:
             out.setdefault(f"{spec.task}:{need.key}", need)
     return list(out.values())

@@ -506,7 +506,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     fam = family(spec.task)
     # The total comes from the worker's start event (its epochs), so every family's run shows its own.
-    task = progress.add_task(fam.cost_label(spec), total=None, info="")
+    task = progress.add_task(fam.costs.label(spec), total=None, info="")
     metrics = {m.key: m for m in fam.metrics}
 
     def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:

@@ -1,17 +1,17 @@
 """How long a grid will take on these slots: what ``gaptui run --dry-run`` prints and the app's launch bar shows.
 
-Every family estimates its own runs (:meth:`engine.tasks.TaskFamily.estimate_costs`, vocabulary in
+Every family estimates its own runs (:meth:`engine.cost.CostModel.estimate`, vocabulary in
 :mod:`engine.cost`): the seconds of each run left to do on each slot profile and where they came from. A family
 may have a calibrated model (the default family's: measured training throughput); the others have, by default,
 the history of finished runs of the same cell (seconds per unit of work: an epoch, an epoch over its graphs).
 The :class:`Estimator` offers them what they ask for (:class:`engine.cost.CostContext`):
 
-1. **history**: finished runs of the same cell (:meth:`~engine.tasks.TaskFamily.cost_cell`) on this host and
+1. **history**: finished runs of the same cell (:meth:`~engine.cost.CostModel.cell`) on this host and
    device: their median seconds per unit, per evaluation and the rest of their duration, from their events;
 2. **calibration**: measurements of a family's cost keys taken in one process per slot of the grid side by side
    (``python -m <the family's calibration_module>``), each in its slot's environment (so concurrent runs slow each
    other as they will), and the per-run ``overhead`` timed on tiny runs of the family
-   (:meth:`~engine.tasks.TaskFamily.overhead_probe`) through the real scheduler and worker, one per slot at once.
+   (:meth:`~engine.cost.CostModel.overhead_probe`) through the real scheduler and worker, one per slot at once.
    Both are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
 
 The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
@@ -228,20 +228,20 @@ def measure_on_slots(
 
 def measure_overhead(slots: list[Slot], fam: TaskFamily | None = None) -> float:
     """Seconds a run costs besides its training: one tiny run of ``fam`` (its
-    :meth:`~engine.tasks.TaskFamily.overhead_probe`) per slot (at most 16) through the real scheduler and worker,
+    :meth:`~engine.cost.CostModel.overhead_probe`) per slot (at most 16) through the real scheduler and worker,
     all at once, in a temporary workspace: process start, imports, data loading, model, result, history."""
     import tempfile
 
     from engine.errors import GaptuiError
     from gaptui.history import History
-    from gaptui.launch import prepare
+    from gaptui.runner import prepare
     from gaptui.scheduler import Scheduler
 
     fam = fam or family(DEFAULT_TASK)
     slots = [Slot(s.name, dict(s.env)) for s in slots[:16]]
     with tempfile.TemporaryDirectory(prefix="gaptui-overhead-") as tmp:
         ws = Workspace(Path(tmp))
-        specs = fam.overhead_probe(Placement(str(ws.datasets), str(ws.raw_data)), len(slots))
+        specs = fam.costs.overhead_probe(Placement(str(ws.datasets), str(ws.raw_data)), len(slots))
         if not specs:
             return 0.0
         prepare(specs[:1])  # a grid's inputs are prepared before its runs start
@@ -292,7 +292,7 @@ class Estimator(CostContext):
     def history(self, fam: Any, spec: Any, profile: Profile) -> CellHistory | None:
         if self._history is None:
             self._history = _history_cells(self.records)
-        return self._history.get((fam.name, fam.cost_cell(spec), self.machine(profile)["device"]))
+        return self._history.get((fam.name, fam.costs.cell(spec), self.machine(profile)["device"]))
 
     def _cached(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
         return None if self.recalibrate else self.cache.get(host, key)
@@ -341,7 +341,7 @@ class Estimator(CostContext):
             if self.measure is not None:
                 values = self.measure([k for _, k in missing], here)
             else:
-                values = measure_on_slots([k for _, k in missing], here, fam.calibration_module)
+                values = measure_on_slots([k for _, k in missing], here, fam.costs.calibration_module)
             for (ident, key), value in zip(missing, values, strict=True):
                 self.cache.put(host, key.to_dict(), asdict(value) if is_dataclass(value) else dict(value))
                 out[(profile, ident)] = (value, True)
@@ -360,7 +360,7 @@ class Estimator(CostContext):
         reports: dict[str, CostReport] = {}
         for task, specs in by_task.items():
             fam = family(task)
-            reports[task] = fam.estimate_costs(specs, self)
+            reports[task] = fam.costs.estimate(specs, self)
             result.datasets_to_build += reports[task].to_build
         several = len(by_task) > 1
         for spec in plan.to_run:
@@ -369,7 +369,7 @@ class Estimator(CostContext):
                 result.missing.append((spec, report.missing.get(h, f"task {spec.task} gave no estimate")))
                 continue
             fam = family(spec.task)
-            label = f"{spec.task} {fam.cost_label(spec)}" if several else fam.cost_label(spec)
+            label = f"{spec.task} {fam.costs.label(spec)}" if several else fam.costs.label(spec)
             cost = report.costs[h]
             result.runs.append(RunEstimate(spec, label, cost.seconds, cost.source, cost.shared))
         # Packs of seeds (one process each: their shared part paid once), then the schedule.
@@ -419,7 +419,7 @@ def estimate_from_cache(
 #: A run or grid estimated to take longer than this (seconds) is refused unless the user insists (``--force``).
 DURATION_LIMIT = 30 * 86400.0
 #: Seconds one optimiser step takes at the least, on any machine (a graph network's forward, backward and update
-#: in eager PyTorch): the floor of a run's duration that needs no measurement (:meth:`TaskFamily.cost_steps`).
+#: in eager PyTorch): the floor of a run's duration that needs no measurement (:meth:`engine.cost.CostModel.steps`).
 STEP_FLOOR = 1e-3
 
 
@@ -427,7 +427,7 @@ def duration_floor(specs: Iterable[Any], slots: int) -> tuple[float, int]:
     """The least wall seconds ``specs`` can take on ``slots`` slots in parallel, and the optimiser steps behind it."""
     steps = 0
     for spec in specs:
-        steps += family(spec.task).cost_steps(spec) or 0
+        steps += family(spec.task).costs.steps(spec) or 0
     return steps * STEP_FLOOR / max(1, slots), steps
 
 
@@ -469,7 +469,7 @@ def _pack_seconds(members: Sequence[RunEstimate], profile: Profile) -> float:
 
 def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], CellHistory]:
     """Finished runs of this host, by (task, cell, device name): medians of their measured seconds per unit of work
-    (the family's :meth:`~engine.tasks.TaskFamily.cost_units`), per evaluation and of the rest of their duration; a
+    (the family's :meth:`~engine.cost.CostModel.units`), per evaluation and of the rest of their duration; a
     family without units gives whole durations."""
     import platform
 
@@ -490,7 +490,7 @@ def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str,
             fam = family(spec.task)
         except (GaptuiError, KeyError, TypeError):
             continue
-        units = fam.cost_units(spec)
+        units = fam.costs.units(spec)
         duration = float(record["duration"])
         if units is None:
             sample = (0.0, 0.0, duration)
@@ -504,7 +504,7 @@ def _history_cells(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str,
             # one epoch event per unit: their median; fewer events than units (an epoch over many graphs): per unit
             per_unit = 0.0 if not units else statistics.median(epochs) if len(epochs) >= units else sum(epochs) / units
             sample = (per_unit, statistics.median(evals) if evals else 0.0, rest)
-        samples.setdefault((fam.name, fam.cost_cell(spec), repro["device_name"]), []).append(sample)
+        samples.setdefault((fam.name, fam.costs.cell(spec), repro["device_name"]), []).append(sample)
     out = {}
     for key, values in samples.items():
         # A run of a pack records its own epochs and evaluations as its duration: no rest to learn from it.

@@ -6,8 +6,9 @@
    ``done`` whose folder lost what it must hold (:func:`engine.tasks.artefact_problem`: ``result.json``, or a file
    that a run of the grid still to run reads from it, such as the checkpoint a GAPE run embeds with) is to run
    again (:attr:`Plan.redo`, said by :meth:`Plan.redo_lines`); its dependants wait for it again.
-2. :func:`prepare` builds the inputs the runs need (datasets, caches), each distinct input once, independent
-   ones in parallel threads. It blocks: the terminal app calls it from its manager thread, never the UI thread.
+2. :func:`gaptui.runner.prepare` builds the inputs the runs need (datasets, caches), each distinct input once,
+   independent ones in parallel threads. It blocks: the terminal app calls it from its manager thread, never the UI
+   thread.
 3. :func:`launch` prepares and enqueues a plan on a :class:`~gaptui.scheduler.Scheduler`; a run whose input could
    not be built is recorded ``failed`` through :meth:`Scheduler.fail` with the reason (its dependants are then
    ``blocked`` by the scheduler). :func:`retry` does the same for records chosen in the app.
@@ -17,7 +18,7 @@ Slots come from :func:`slots_for` (``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``,
 **The launch service** (end of this module) is what ``gaptui run``, the terminal app's launch and ``gaptui train``
 call, so that they cannot drift: :func:`launch_settings` checks the options (:class:`LaunchOptions`: slots, backend,
 timeout, retries, packed seeds, Slurm settings) against the preset; :func:`plan_launch` plans, runs the family
-checks and refuses a run that cannot fit in memory (every family's :meth:`~engine.tasks.TaskFamily.memory`) before
+checks and refuses a run that cannot fit in memory (every family's :meth:`~engine.cost.CostModel.memory`) before
 any work, returning a :class:`LaunchPlan` whose :meth:`~LaunchPlan.summary` is the dry run's; :func:`make_backend`
 gives the local scheduler or the Slurm backend with the run policy; :func:`start` prepares the inputs, checks the
 memory again of runs whose size was unknown until their input was built (real and user datasets), and queues.
@@ -26,9 +27,7 @@ memory again of runs whose size was unknown until their input was built (real an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +37,9 @@ from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, fam
 from gaptui.backends import BACKENDS
 from gaptui.history import now
 from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
-from gaptui.runner import run_id
+from gaptui.runner import Progress, prepare, run_id
 from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
 from gaptui.workspace import Workspace
-
-#: ``progress(done, total, label)``: called after each input is prepared (from a worker thread).
-Progress = Callable[[int, int, str], None]
 
 
 def parse_gpus(text: str | None) -> list[str] | None:
@@ -219,31 +215,6 @@ def stale_dependencies(
                 redo[dep] = why
                 pending.append(found[0])
     return redo
-
-
-def prepare(specs: Iterable[TaskSpec], progress: Progress | None = None, workers: int | None = None) -> dict[str, str]:
-    """Build every input the runs need, once per distinct input; returns ``{run hash: error}`` for failed ones."""
-    needed: dict[str, tuple[Any, list[str]]] = {}
-    for spec in specs:
-        for item in family(spec.task).inputs(spec):
-            needed.setdefault(item.key, (item, []))[1].append(spec.hash())
-    if not needed:
-        return {}
-    errors: dict[str, str] = {}
-    total = len(needed)
-    workers = workers or max(1, min(total, len(os.sched_getaffinity(0))))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaptui-prepare") as pool:
-        futures = {pool.submit(item.build): (item, runs) for item, runs in needed.values()}
-        for done, future in enumerate(as_completed(futures), 1):
-            item, runs = futures[future]
-            try:
-                future.result()
-            except GaptuiError as exc:
-                for h in runs:
-                    errors.setdefault(h, f"{item.label}: {exc}")
-            if progress is not None:
-                progress(done, total, item.label)
-    return errors
 
 
 @dataclass

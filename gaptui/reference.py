@@ -17,7 +17,7 @@ columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lin
 Any other line starting with ``#`` is a comment. Shipped references live in ``gaptui/references/`` as
 ``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``: Table 1 of the alignment paper,
 ``properties.paper``: Table 2 of the property-suite paper); a family may also ship its own
-(:meth:`engine.tasks.TaskFamily.reference_file`). ``--reference NAME`` finds, for the family compared,
+(:class:`engine.tasks.References`). ``--reference NAME`` finds, for the family compared,
 ``<workspace>/references/<task>.NAME.csv`` or ``<workspace>/references/NAME.csv`` (first), then a shipped one,
 or takes a path.
 
@@ -168,9 +168,9 @@ def reference_names(ws: Workspace | None = None, task: str | None = None) -> lis
             elif not dot and folder != BUNDLED:
                 names.add(path.stem)
     for name in tasks:
-        fam = family(name)
-        if fam.reference and fam.reference_file(fam.reference) is not None:
-            names.add(fam.reference)
+        refs = family(name).references
+        if refs is not None:
+            names.update(refs.files)  # a plug-in's own reference files
     return sorted(names)
 
 
@@ -188,7 +188,8 @@ def find_reference(name: str, ws: Workspace | None = None, task: str | None = No
         for stem in stems:
             if (candidate := folder / f"{stem}.csv").is_file():
                 return candidate
-    if (declared := family(task).reference_file(name)) is not None:
+    refs = family(task).references
+    if refs is not None and (declared := refs.file(name)) is not None:
         return declared
     known = reference_names(ws, task)
     raise GaptuiError(
@@ -289,7 +290,7 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
             raise GaptuiError(f"{where}: {len(row)} fields, the header has {len(header)}")
         value = {c: row[i].strip() for c, i in index.items()}
         key = tuple(_axis_value(where, fam.axis(k), value[k]) for k in axes)
-        if problem := fam.reference_problem(dict(zip(axes, key, strict=True))):
+        if fam.references is not None and (problem := fam.references.row_problem(dict(zip(axes, key, strict=True)))):
             raise GaptuiError(f"{where}: {problem}")
         # Rounded so that 65.6 percent reads back as 0.656, not 0.6559999999999999.
         median = round(_number(where, centre, value[centre]) / scale, 12)

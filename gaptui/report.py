@@ -94,7 +94,8 @@ def _repro_section(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) -> list[str]:
-    name = family(task).reference
+    refs = family(task).references
+    name = refs.default if refs is not None else ""
     if not name:
         return []
     from gaptui import reference as ref

@@ -1,4 +1,5 @@
-"""Launching engine workers as subprocesses: the one place that knows the worker's command line."""
+"""Launching engine workers as subprocesses (the one place that knows the worker's command line), and building the
+inputs their runs need before they start (:func:`prepare`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from engine.tasks import TaskSpec
+from engine.errors import GaptuiError
+from engine.tasks import TaskSpec, family
+
+#: ``progress(done, total, label)``: called after each input is prepared (from a worker thread).
+Progress = Callable[[int, int, str], None]
 
 
 def run_id(spec: TaskSpec) -> str:
@@ -79,3 +86,28 @@ def signal_group(pid: int, sig: int = signal.SIGTERM) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def prepare(specs: Iterable[TaskSpec], progress: Progress | None = None, workers: int | None = None) -> dict[str, str]:
+    """Build every input the runs need, once per distinct input; returns ``{run hash: error}`` for failed ones."""
+    needed: dict[str, tuple[Any, list[str]]] = {}
+    for spec in specs:
+        for item in family(spec.task).inputs(spec):
+            needed.setdefault(item.key, (item, []))[1].append(spec.hash())
+    if not needed:
+        return {}
+    errors: dict[str, str] = {}
+    total = len(needed)
+    workers = workers or max(1, min(total, len(os.sched_getaffinity(0))))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaptui-prepare") as pool:
+        futures = {pool.submit(item.build): (item, runs) for item, runs in needed.values()}
+        for done, future in enumerate(as_completed(futures), 1):
+            item, runs = futures[future]
+            try:
+                future.result()
+            except GaptuiError as exc:
+                for h in runs:
+                    errors.setdefault(h, f"{item.label}: {exc}")
+            if progress is not None:
+                progress(done, total, item.label)
+    return errors

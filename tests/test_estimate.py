@@ -285,6 +285,6 @@ def test_a_property_cell_is_estimated_per_epoch_graph_and_relation_cell_from_ano
     plan = SimpleNamespace(done=[done], to_run=[other], dependencies=lambda spec: ())
     result = _estimator(tmp_path, Counting(), records=[record]).estimate(plan, [CPU1], ws)
     fam = family("properties")
-    per_unit = 2.0 / fam.cost_units(done)
-    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(1.0 + fam.cost_units(other) * per_unit)
+    per_unit = 2.0 / fam.costs.units(done)
+    assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(1.0 + fam.costs.units(other) * per_unit)
     assert result.runs[0].source == "history (1 run(s))" and result.runs[0].label == "mean"

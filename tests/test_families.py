@@ -199,3 +199,14 @@ def test_family_metadata_is_checked_when_registered() -> None:
 
     with pytest.raises(ValueError, match="metric 'val_acc' is not declared"):
         FamilyRegistry().register(Bad())
+
+    class Half(TaskFamily):  # declares the metadata but writes no run, preset or grid
+        name = "half"
+        metrics = (Metric("val_mae", "val MAE", False),)
+        table = TableLayout(group=None, rows="model", columns="size")
+
+    with pytest.raises(ValueError) as missing:
+        FamilyRegistry().register(Half())
+    expected = "spec_type, axes, record_axes, run (or steps), parse_preset, grid"
+    assert str(missing.value) == f"task family 'half' does not declare {expected}"
+    assert Half.default_metric == "val_mae" and Half.title == "half"  # the optional declarations' defaults

@@ -71,7 +71,7 @@ def test_every_shipped_preset_goes_through_its_form_unchanged() -> None:
         raw = tomllib.loads(path.read_text())
         fam = family(raw.get("task"))
         body = {k: v for k, v in raw.items() if k not in ("task", "name", "description")}
-        shown = form_fields_of(fam.form_values(body), fam.form_fields())
+        shown = form_fields_of(fam.form.form_values(body), fam.form.fields())
         draft = FormDraft(fam.name, name=path.stem, description=raw.get("description", ""), fields=shown, base=raw)
         assert draft.document() == raw, path.name
         assert tomllib.loads(dump_document(draft.document())) == raw
@@ -280,7 +280,7 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
 def test_keys_the_form_does_not_show_are_kept_and_blank_fields_drop_theirs() -> None:
     raw = shipped("smoke") | {"slurm": {"partition": "gpu"}, "model_options": {"gcn": {"layers": 2}}}
     fam = family("alignment")
-    shown = form_fields_of(fam.form_values(raw), fam.form_fields())
+    shown = form_fields_of(fam.form.form_values(raw), fam.form.fields())
     draft = FormDraft("alignment", name="smoke", description=raw["description"], fields=shown, base=raw)
     assert draft.document() == raw
     assert draft.preset().slurm.partition == "gpu" and draft.preset().model_options == {"gcn": {"layers": 2}}

@@ -72,17 +72,17 @@ def test_a_gape_datasets_run_precision_sets_its_downstream_runs_only() -> None:
 @pytest.mark.parametrize("task", list(SMOKE))
 def test_the_form_has_a_precision_choice_written_into_run_and_read_back(task: str) -> None:
     fam = family(task)
-    field = next(f for f in fam.form_fields() if f.key == "precision")
+    field = next(f for f in fam.form.fields() if f.key == "precision")
     assert field.kind == "choice" and tuple(field.choices) == PRECISIONS
     raw = _with_run(SMOKE[task], precision="bf16")
     body = {k: v for k, v in raw.items() if k not in ("task", "name", "description")}
-    values = fam.form_values(body)
+    values = fam.form.form_values(body)
     assert values["precision"] == "bf16"
-    doc = fam.preset_from_form(values)
+    doc = fam.form.preset_from_form(values)
     assert doc["run"]["precision"] == "bf16"
     specs = fam.grid(fam.parse_preset({**doc, "task": task}, "form", None), Placement(".", "."))
     assert {s.precision for s in specs} == {"bf16"}
-    blank = fam.preset_from_form({**values, "precision": None})
+    blank = fam.form.preset_from_form({**values, "precision": None})
     assert "precision" not in blank.get("run", {})  # left blank: the family's default (auto)
 
 

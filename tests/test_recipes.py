@@ -233,16 +233,16 @@ def test_the_form_offers_the_recipes_and_writes_the_choice_into_run() -> None:
     from engine.tasks import Placement, family
 
     fam = family("alignment")
-    field = next(f for f in fam.form_fields() if f.key == "recipe")
+    field = next(f for f in fam.form.fields() if f.key == "recipe")
     assert field.kind == "choice" and tuple(field.choices) == tuple(RECIPES) and field.placeholder == "gaptui"
     doc = {"noise": [0.1], "models": ["gcn"], "seeds": [0], "datasets": [{"base": "er"}], "run": {"recipe": "ngab"}}
-    values = fam.form_values(doc)
+    values = fam.form.form_values(doc)
     assert values["recipe"] == "ngab"
-    again = fam.preset_from_form(values)
+    again = fam.form.preset_from_form(values)
     assert again["run"]["recipe"] == "ngab"
     specs = fam.grid(fam.parse_preset({**again, "task": "alignment"}, "form", None), Placement(".", "."))
     assert {s.recipe_label for s in specs} == {"ngab"}
-    assert "recipe" not in fam.preset_from_form({**values, "recipe": None}).get("run", {})
+    assert "recipe" not in fam.form.preset_from_form({**values, "recipe": None}).get("run", {})
 
 
 def test_train_recipe_is_one_error_line_for_a_bad_name_or_a_family_without_recipes(tmp_path: Path) -> None:

@@ -194,7 +194,7 @@ def test_form_parsers() -> None:
         parse_noise_level("150%")
     with pytest.raises(GaptuiError, match="seeds"):
         parse_seeds("x")
-    fields = family("alignment").form_fields()
+    fields = family("alignment").form.fields()
     row = {"base": "er", "params": "n=16 degree=4", "noise_model": None, "train": "20", "val": "6", "seed": "0"}
     values = {"datasets": [row], "noise": [0.2, 0.05], "models": ["gcn", "laplacian"], "seeds": "0-1"}
     values |= {"epochs": "2", "out_dim": "8"}
@@ -206,7 +206,7 @@ def test_form_parsers() -> None:
     assert draft.slot_config() == SlotConfig(None, 1, 2)
     # a loaded preset fills the form and gives back the same preset
     document = draft.document()
-    shown = form_fields_of(family("alignment").form_values(document), fields)
+    shown = form_fields_of(family("alignment").form.form_values(document), fields)
     again = FormDraft("alignment", name="mine", fields=shown, base=document)
     assert again.document() == document and again.preset() == preset
     with pytest.raises(GaptuiError, match="no parameter 'm'"):
@@ -744,10 +744,8 @@ async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
 ) -> None:
     monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     import tests.toy_family
-    from engine.tasks import TaskFamily
-
     # a family without a form launches its preset file as loaded
-    monkeypatch.setattr(tests.toy_family.Toy, "form_fields", TaskFamily.form_fields)
+    monkeypatch.setattr(tests.toy_family.Toy, "form", None)
     ws = Workspace(tmp_path / "ws")
     (ws.root / "presets").mkdir(parents=True)
     path = ws.root / "presets" / "toy-grid.toml"

@@ -22,12 +22,15 @@ from engine.tasks import (
     FAMILIES,
     Axis,
     Cancelled,
+    CostModel,
+    FamilyForm,
     FormField,
     Input,
     Metric,
     Outcome,
     Placement,
     PresetBase,
+    References,
     RunContext,
     RunFailed,
     TableLayout,
@@ -91,6 +94,50 @@ class ToyPreset(PresetBase):
     path: Path | None = None
 
 
+class ToyForm(FamilyForm):
+    """The toy's New-experiment form."""
+
+    def fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("sizes", "sizes", "seeds", [2, 3], "data sizes: 2-4 or 2,5", section="Grid"),
+            FormField("models", "models", "multi", ["mean"], choices=("mean", "median"), free=True, section="Models"),
+            FormField("seeds", "seeds", "seeds", [0], section="Runs"),
+            FormField("steps", "steps", "int", None, placeholder="3", section="Runs"),
+            FormField("pretrain", "a pre run per size", "bool", True, section="Runs"),
+        )
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        doc = {key: values.get(key) for key in ("sizes", "models", "seeds", "pretrain", "steps")}
+        return drop_blank(doc)
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {key: raw.get(key) for key in ("sizes", "models", "seeds", "steps")} | {
+            "pretrain": raw.get("pretrain", True)
+        }
+
+
+class ToyCosts(CostModel):
+    """A run's units are its steps (the history of its cell gives the seconds per step); its data holds ``size``
+    values of a megabyte each (so a test can ask for more than any machine has)."""
+
+    def cell(self, spec: ToySpec) -> str:
+        return f"{spec.size}:{spec.model}"
+
+    def units(self, spec: ToySpec) -> float | None:
+        return 0 if spec.model == PRE else float(spec.steps)
+
+    def memory(self, spec: ToySpec) -> Any:
+        from engine.memory import MemoryNeed, human
+
+        need = spec.size * TOY_BYTES_PER_VALUE
+        detail = f"{spec.size:,} values of {human(TOY_BYTES_PER_VALUE)}"
+        return MemoryNeed(f"toy data n={spec.size}", "toy data", need, detail, "lower the sizes", str(spec.size))
+
+
+#: The toy's published table (a plug-in's own reference file, outside gaptui).
+REFERENCE = Path(__file__).with_name("toy_reference.csv")
+
+
 class Toy(TaskFamily):
     name = "toy"
     title = "a toy family for tests"
@@ -99,6 +146,10 @@ class Toy(TaskFamily):
     default_metric = "val_mae"
     axes = (Axis("size", "size", numeric=True, prefix="n="), Axis("model", "model", order=(PRE,)))
     table = TableLayout(group=None, rows="model", columns="size", baselines=(PRE,))
+    references = References("paper", files={"paper": REFERENCE})
+    optimal = {None: "optimal size (largest best − worst spread)"}
+    form = ToyForm()
+    cost_model = ToyCosts
 
     def record_axes(self, spec: ToySpec) -> dict[str, Any]:
         return {"size": spec.size, "model": spec.model}
@@ -169,55 +220,6 @@ class Toy(TaskFamily):
                 for model in preset.models:
                     specs.append(ToySpec(size=size, model=model, seed=seed, after=after, gate=preset.gate, **common))
         return specs[:limit] if limit else specs
-
-    # -------------------------------------------------------------------------------- the New-experiment form
-
-    def form_fields(self) -> tuple[FormField, ...]:
-        return (
-            FormField("sizes", "sizes", "seeds", [2, 3], "data sizes: 2-4 or 2,5", section="Grid"),
-            FormField("models", "models", "multi", ["mean"], choices=("mean", "median"), free=True, section="Models"),
-            FormField("seeds", "seeds", "seeds", [0], section="Runs"),
-            FormField("steps", "steps", "int", None, placeholder="3", section="Runs"),
-            FormField("pretrain", "a pre run per size", "bool", True, section="Runs"),
-        )
-
-    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
-        doc = {key: values.get(key) for key in ("sizes", "models", "seeds", "pretrain", "steps")}
-        return drop_blank(doc)
-
-    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
-        return {key: raw.get(key) for key in ("sizes", "models", "seeds", "steps")} | {
-            "pretrain": raw.get("pretrain", True)
-        }
-
-    # cost and memory: a run's units are its steps (the history of its cell gives the seconds per step); its data
-    # holds ``size`` values of a megabyte each (so a test can ask for more than any machine has).
-    def cost_cell(self, spec: ToySpec) -> str:
-        return f"{spec.size}:{spec.model}"
-
-    def cost_units(self, spec: ToySpec) -> float | None:
-        return 0 if spec.model == PRE else float(spec.steps)
-
-    def memory(self, spec: ToySpec) -> Any:
-        from engine.memory import MemoryNeed, human
-
-        need = spec.size * TOY_BYTES_PER_VALUE
-        detail = f"{spec.size:,} values of {human(TOY_BYTES_PER_VALUE)}"
-        return MemoryNeed(f"toy data n={spec.size}", "toy data", need, detail, "lower the sizes", str(spec.size))
-
-    # -------------------------------------------------------------------------------- reference tables, optimal lines
-
-    reference = "paper"
-
-    def reference_file(self, name: str) -> Path | None:
-        return REFERENCE if name == self.reference else None
-
-    def optimal_line(self, derived: str | None) -> str:
-        return "" if derived else "optimal size (largest best − worst spread)"
-
-
-#: The toy's published table (a plug-in's own reference file, outside gaptui).
-REFERENCE = Path(__file__).with_name("toy_reference.csv")
 
 
 #: What one value of a toy run's data stands for in memory.

@@ -10,7 +10,7 @@ expand datasets x noise x models x seeds (see :class:`Preset`).
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,87 @@ from engine.alignment.preset import BASELINE, ROW_ORDER, Preset, dataset_label, 
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
-from engine.tasks.declarations import Axis, Figure, Metric, TableLayout, Tunable
+from engine.cost import CostModel
+from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
-from engine.tasks.form import FormField
+from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
-from engine.tasks.run import Input, Outcome, RunContext, run_steps
+from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
 
 # ------------------------------------------------------------------------------------------------ the family
+
+
+def is_baseline(spec: RunSpec) -> bool:
+    return spec.model == BASELINE
+
+
+def noise_problem(coordinates: Mapping[str, Any]) -> str:
+    """A reference row's noise outside [0, 1) is no cell of the family."""
+    noise = coordinates.get("noise")
+    return f"noise {noise:g} is outside [0, 1)" if isinstance(noise, float) and not 0 <= noise < 1 else ""
+
+
+class AlignmentCosts(CostModel):
+    """An alignment run costs its epochs at the throughput measured for its model and data on each slot
+    (:mod:`engine.alignment.throughput`); the training-free baseline costs none."""
+
+    calibration_module = "engine.alignment.throughput"
+
+    def cell(self, spec: RunSpec) -> str:
+        from engine.alignment.throughput import cell_key
+
+        return cell_key(spec)
+
+    def units(self, spec: RunSpec) -> float | None:
+        return 0 if is_baseline(spec) else spec.epochs
+
+    def steps(self, spec: RunSpec) -> int | None:
+        if is_baseline(spec):
+            return 0
+        pairs = spec.dataset.get("n_train") or 1  # a real dataset's split is known once it is built: one batch
+        return spec.epochs * -(-int(pairs) // spec.batch_size)
+
+    def evaluations(self, spec: RunSpec) -> int:
+        from engine.alignment.throughput import run_evaluations
+
+        return run_evaluations(spec)
+
+    def label(self, spec: RunSpec) -> str:
+        return BASELINE if is_baseline(spec) else model_label(spec)
+
+    def estimate(self, specs: list[RunSpec], ctx: Any) -> Any:
+        from engine.alignment.throughput import estimate_costs
+
+        return estimate_costs(self.family, specs, ctx)
+
+    def overhead_probe(self, placement: Placement, count: int) -> list[RunSpec]:
+        from engine.alignment.throughput import overhead_probe
+
+        return overhead_probe(placement.datasets_dir, placement.data_root, count)
+
+    def memory(self, spec: RunSpec) -> Any:
+        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
+        its built statistics (None until it is built: the launch checks it again then)."""
+        from engine.alignment.datasets import dataset_id, open_dataset
+        from engine.errors import GaptuiError
+        from engine.memory import pairs_need
+
+        if is_baseline(spec):
+            return None
+        canonical = spec.dataset_spec().canonical()
+        built = None
+        folder = dataset_dirs(spec)[0] / dataset_id(canonical)
+        if (folder / "meta.json").exists():
+            try:
+                stats = open_dataset(folder).stats
+                pairs = sum(int((stats.get(split) or {}).get("pairs", 0)) for split in ("train", "val"))
+                built = (float(stats["train"]["mean_order"]), float(stats["train"]["mean_degree"]), pairs)
+            except (GaptuiError, KeyError, TypeError, ValueError):
+                built = None
+        noise = f"noise {canonical['noise']:g}"
+        what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
+        return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
 
 
 class Alignment(TaskFamily):
@@ -55,7 +128,12 @@ class Alignment(TaskFamily):
         "dropout": Tunable("model_kwargs.dropout", "float", {"range": [0.0, 0.3]}, "dropout on each block's update"),
     }
     figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
-    reference = "paper"
+    #: Table D.3 of the alignment paper, shipped as gaptui/references/alignment.paper.csv.
+    references = References("paper", problem=noise_problem)
+    #: Section 5: the noise level at which the models are most separated.
+    optimal = {None: "optimal noise (largest best − worst spread)"}
+    form = FormModule("engine.alignment.form")
+    cost_model = AlignmentCosts
     import_roles = {"models": "model", "model_options": "model", "base": "base dataset", "dataset": "dataset class"}
 
     def metric(self, key: str) -> Metric:
@@ -70,7 +148,7 @@ class Alignment(TaskFamily):
         return {**axes, "recipe": spec.recipe_label}
 
     def is_baseline(self, spec: RunSpec) -> bool:
-        return spec.model == BASELINE
+        return is_baseline(spec)
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
         from engine.loop import CHECKPOINT
@@ -107,9 +185,6 @@ class Alignment(TaskFamily):
         key = "alignment-dataset:" + json.dumps(ds.canonical(), sort_keys=True)
         return [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
 
-    def run(self, spec: RunSpec, ctx: RunContext) -> Outcome:
-        return run_steps(self.steps(spec, ctx))
-
     def steps(self, spec: RunSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         return AlignmentRun(spec, ctx).steps()
 
@@ -118,92 +193,6 @@ class Alignment(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
         return grid(preset, placement, limit)
-
-    # -------------------------------------------------------------------------------- the New-experiment form
-
-    def form_fields(self) -> tuple[FormField, ...]:
-        from engine.alignment.form import fields
-
-        return fields()
-
-    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
-        from engine.alignment.form import preset_from_form
-
-        return preset_from_form(values)
-
-    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
-        from engine.alignment.form import form_values
-
-        return form_values(raw)
-
-    # -------------------------------------------------------------------------------- cost and memory
-
-    calibration_module = "engine.alignment.throughput"
-
-    def cost_cell(self, spec: RunSpec) -> str:
-        from engine.alignment.throughput import cell_key
-
-        return cell_key(spec)
-
-    def cost_units(self, spec: RunSpec) -> float | None:
-        return 0 if self.is_baseline(spec) else spec.epochs
-
-    def cost_steps(self, spec: RunSpec) -> int | None:
-        if self.is_baseline(spec):
-            return 0
-        pairs = spec.dataset.get("n_train") or 1  # a real dataset's split is known once it is built: one batch
-        return spec.epochs * -(-int(pairs) // spec.batch_size)
-
-    def cost_evaluations(self, spec: RunSpec) -> int:
-        from engine.alignment.throughput import run_evaluations
-
-        return run_evaluations(spec)
-
-    def cost_label(self, spec: RunSpec) -> str:
-        return BASELINE if self.is_baseline(spec) else model_label(spec)
-
-    def estimate_costs(self, specs: list[RunSpec], ctx: Any) -> Any:
-        from engine.alignment.throughput import estimate_costs
-
-        return estimate_costs(self, specs, ctx)
-
-    def overhead_probe(self, placement: Placement, count: int) -> list[RunSpec]:
-        from engine.alignment.throughput import overhead_probe
-
-        return overhead_probe(placement.datasets_dir, placement.data_root, count)
-
-    def memory(self, spec: RunSpec) -> Any:
-        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
-        its built statistics (None until it is built: the launch checks it again then)."""
-        from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
-        from engine.memory import pairs_need
-
-        if self.is_baseline(spec):
-            return None
-        canonical = spec.dataset_spec().canonical()
-        built = None
-        folder = dataset_dirs(spec)[0] / dataset_id(canonical)
-        if (folder / "meta.json").exists():
-            try:
-                stats = open_dataset(folder).stats
-                pairs = sum(int((stats.get(split) or {}).get("pairs", 0)) for split in ("train", "val"))
-                built = (float(stats["train"]["mean_order"]), float(stats["train"]["mean_degree"]), pairs)
-            except (GaptuiError, KeyError, TypeError, ValueError):
-                built = None
-        noise = f"noise {canonical['noise']:g}"
-        what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
-        return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
-
-    # -------------------------------------------------------------------------------- reference tables, optimal lines
-
-    def reference_problem(self, coordinates: dict[str, Any]) -> str:
-        noise = coordinates.get("noise")
-        return f"noise {noise:g} is outside [0, 1)" if isinstance(noise, float) and not 0 <= noise < 1 else ""
-
-    def optimal_line(self, derived: str | None) -> str:
-        # Section 5: the noise level at which the models are most separated.
-        return "" if derived else "optimal noise (largest best − worst spread)"
 
 
 FAMILIES.register(Alignment())

@@ -14,14 +14,74 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engine.cost import CostModel
 from engine.gape.preset import PE_ORDER, GapePreset, dataset_label, grid, parse_preset
 from engine.gape.spec import GapeSpec
-from engine.tasks.declarations import Axis, Figure, Metric, TableLayout, Tunable
+from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
-from engine.tasks.form import FormField
+from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
-from engine.tasks.run import Input, Outcome, RunContext, run_steps
+from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
+
+
+class GapeCosts(CostModel):
+    """A GAPE grid's pretraining runs are alignment runs (alignment's cost model); a downstream run costs its epochs
+    (or its optimiser steps, when the spec counts steps) at the seconds per unit of finished runs of its cell (same
+    dataset, PE kind and model options)."""
+
+    def cell(self, spec: GapeSpec) -> str:
+        canonical = spec.canonical()
+        skip = ("seed", "epochs", "steps", "warmup_steps", "lr", "weight_decay", "eval_every")
+        cell = {k: v for k, v in canonical.items() if k not in skip}
+        cell["pe"] = spec.pe_spec().kind  # which pretraining run gave the GAPE does not change the seconds
+        cell["unit"] = "steps" if spec.steps else "epochs"
+        return json.dumps(cell, sort_keys=True, default=str)
+
+    def units(self, spec: GapeSpec) -> float | None:
+        return float(spec.steps or spec.epochs)
+
+    def steps(self, spec: GapeSpec) -> int | None:
+        return spec.steps or spec.epochs  # at least one batch an epoch
+
+    def memory(self, spec: GapeSpec) -> Any:
+        """The molecules (as graphs and flat arrays) and one batch through the transformer: attention scores of
+        every layer (``[B, heads, L, L]``, kept for the backward pass) and the layers' activations. The molecule
+        count and size come from the source's parameters, or from the built dataset (real and user files)."""
+        from engine.gape.data import molecule_id, molecule_source, molecules_bytes
+        from engine.memory import MemoryNeed, human
+        from engine.sources import parse_params
+        from engine.worker import default_datasets_dir
+
+        ds = spec.molecule_spec()
+        canonical = ds.canonical()
+        cls = molecule_source(ds.base)
+        params = parse_params(cls, ds.params)
+        hint, count = cls.size_hint(params), cls.count_hint(params)
+        atoms, degree, longest = (hint[0], hint[1], hint[0]) if hint is not None else (0.0, 2.2, 0.0)
+        folder = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+        meta_path = folder / "molecules" / molecule_id(canonical) / "meta.json"
+        if meta_path.exists():
+            try:
+                meta = json.loads(meta_path.read_text())
+                count, atoms, longest = int(meta["molecules"]), float(meta["mean_atoms"]), float(meta["max_atoms"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        if not count or not atoms:
+            return None
+        data = molecules_bytes(count, atoms, degree)
+        batch, length = min(spec.batch_size, count), max(longest, atoms)
+        width = max(8.0, (spec.budget / (12 * spec.layers)) ** 0.5)
+        attention = 2 * 4 * batch * spec.heads * length * length * spec.layers
+        activations = 4 * 12 * batch * length * width * spec.layers
+        need = int(data + attention + activations)
+        detail = (
+            f"{count:,} molecules of about {atoms:,.0f} atoms {human(data)}, a batch of {batch} through "
+            f"{spec.layers} layers {human(attention + activations)}"
+        )
+        key = json.dumps([canonical, spec.batch_size, spec.layers, spec.heads, spec.budget], sort_keys=True)
+        hint_line = "lower batch_size, layers or the number of molecules"
+        return MemoryNeed(f"gape on {dataset_label(spec)}", f"molecules of {ds.base}", need, detail, hint_line, key)
 
 
 class Gape(TaskFamily):
@@ -45,6 +105,11 @@ class Gape(TaskFamily):
     }
     figures = (Figure("bars"), Figure("curves"), Figure("cd"))
     import_roles = {"model": "pretraining model", "base": "base dataset", "dataset": "dataset class"}
+    #: Table 1 of the alignment paper (seed 000), shipped as gaptui/references/gape.paper.csv. No optimal line:
+    #: the columns are datasets, and the dataset that separates the PEs most means nothing.
+    references = References("paper")
+    form = FormModule("engine.gape.form")
+    cost_model = GapeCosts
 
     def record_axes(self, spec: GapeSpec) -> dict[str, Any]:
         return {"dataset": dataset_label(spec), "pe": spec.pe_spec().kind}
@@ -87,9 +152,6 @@ class Gape(TaskFamily):
         raw = Path(spec.data_root) if spec.data_root else None
         return [Input(key, f"{ds.base} molecules", partial(build_molecules, ds, datasets_dir, raw))]
 
-    def run(self, spec: GapeSpec, ctx: RunContext) -> Outcome:
-        return run_steps(self.steps(spec, ctx))
-
     def steps(self, spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         from engine.gape.train import gape_steps
 
@@ -102,87 +164,6 @@ class Gape(TaskFamily):
 
     def grid(self, preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
         return grid(preset, placement, limit)
-
-    # -------------------------------------------------------------------------------- the New-experiment form
-
-    def form_fields(self) -> tuple[FormField, ...]:
-        from engine.gape.form import fields
-
-        return fields()
-
-    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
-        from engine.gape.form import preset_from_form
-
-        return preset_from_form(values)
-
-    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
-        from engine.gape.form import form_values
-
-        return form_values(raw)
-
-    # -------------------------------------------------------------------------------- cost and memory
-    # A GAPE grid's pretraining runs are alignment runs (alignment's cost model); a downstream run costs its
-    # epochs (or its optimiser steps, when the spec counts steps) at the seconds per unit of finished runs of its
-    # cell (same dataset, PE kind and model options).
-
-    def cost_cell(self, spec: GapeSpec) -> str:
-        canonical = spec.canonical()
-        skip = ("seed", "epochs", "steps", "warmup_steps", "lr", "weight_decay", "eval_every")
-        cell = {k: v for k, v in canonical.items() if k not in skip}
-        cell["pe"] = spec.pe_spec().kind  # which pretraining run gave the GAPE does not change the seconds
-        cell["unit"] = "steps" if spec.steps else "epochs"
-        return json.dumps(cell, sort_keys=True, default=str)
-
-    def cost_units(self, spec: GapeSpec) -> float | None:
-        return float(spec.steps or spec.epochs)
-
-    def cost_steps(self, spec: GapeSpec) -> int | None:
-        return spec.steps or spec.epochs  # at least one batch an epoch
-
-    def memory(self, spec: GapeSpec) -> Any:
-        """The molecules (as graphs and flat arrays) and one batch through the transformer: attention scores of
-        every layer (``[B, heads, L, L]``, kept for the backward pass) and the layers' activations. The molecule
-        count and size come from the source's parameters, or from the built dataset (real and user files)."""
-        from engine.gape.data import molecule_id, molecule_source, molecules_bytes
-        from engine.memory import MemoryNeed, human
-        from engine.sources import parse_params
-        from engine.worker import default_datasets_dir
-
-        ds = spec.molecule_spec()
-        canonical = ds.canonical()
-        cls = molecule_source(ds.base)
-        params = parse_params(cls, ds.params)
-        hint, count = cls.size_hint(params), cls.count_hint(params)
-        atoms, degree, longest = (hint[0], hint[1], hint[0]) if hint is not None else (0.0, 2.2, 0.0)
-        folder = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
-        meta_path = folder / "molecules" / molecule_id(canonical) / "meta.json"
-        if meta_path.exists():
-            try:
-                meta = json.loads(meta_path.read_text())
-                count, atoms, longest = int(meta["molecules"]), float(meta["mean_atoms"]), float(meta["max_atoms"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        if not count or not atoms:
-            return None
-        data = molecules_bytes(count, atoms, degree)
-        batch, length = min(spec.batch_size, count), max(longest, atoms)
-        width = max(8.0, (spec.budget / (12 * spec.layers)) ** 0.5)
-        attention = 2 * 4 * batch * spec.heads * length * length * spec.layers
-        activations = 4 * 12 * batch * length * width * spec.layers
-        need = int(data + attention + activations)
-        detail = (
-            f"{count:,} molecules of about {atoms:,.0f} atoms {human(data)}, a batch of {batch} through "
-            f"{spec.layers} layers {human(attention + activations)}"
-        )
-        key = json.dumps([canonical, spec.batch_size, spec.layers, spec.heads, spec.budget], sort_keys=True)
-        hint_line = "lower batch_size, layers or the number of molecules"
-        return MemoryNeed(f"gape on {dataset_label(spec)}", f"molecules of {ds.base}", need, detail, hint_line, key)
-
-    # -------------------------------------------------------------------------------- reference tables, optimal lines
-
-    #: Table 1 of the alignment paper (seed 000), shipped as gaptui/references/gape.paper.csv. No optimal line:
-    #: the columns are datasets, and the dataset that separates the PEs most means nothing.
-    reference = "paper"
 
 
 FAMILIES.register(Gape())

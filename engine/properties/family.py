@@ -16,15 +16,16 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+from engine.cost import CostModel
 from engine.properties.definitions import PROPERTY_NAMES
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
 from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, TableLayout, Tunable
+from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
-from engine.tasks.form import FormField
+from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
-from engine.tasks.run import Input, Outcome, RunContext, run_steps
+from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
 
 #: The derived table of the study (Table 2) and its metric: U relative to the mean of the poolings compared.
@@ -70,6 +71,41 @@ def _check_published(spec: PropertySpec) -> list[str]:
     return _PUBLISHED_CHECKED[key]
 
 
+class PropertyCosts(CostModel):
+    """A cell trains its epochs over its training graphs, each an n x n relation: ``epochs x graphs x n^2`` units, at
+    the seconds per unit of finished runs of its cell (same pooling, dimension and model), whatever their property
+    (its size n), graphs and epochs."""
+
+    def cell(self, spec: PropertySpec) -> str:
+        skip = ("seed", "epochs", "graphs", "data_seed", "lr", "property", "published")
+        return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
+
+    def units(self, spec: PropertySpec) -> float | None:
+        train = cell_datasets_of(spec)
+        return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
+
+    def steps(self, spec: PropertySpec) -> int | None:
+        return spec.epochs  # at least one batch an epoch (its split is known once the dataset is built)
+
+    def memory(self, spec: PropertySpec) -> Any:
+        """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
+        published folder is read as it is."""
+        from engine.memory import MemoryNeed, human
+        from engine.properties.datasets import build_bytes
+
+        if spec.published is not None:
+            return None
+        datasets = cell_datasets_of(spec)
+        cells = [ds.canonical() for ds in datasets]
+        largest = max(cells, key=build_bytes)
+        need = build_bytes(largest)
+        detail = f"the largest dataset, {largest['property']} on n = {largest['n']} x {int(largest['graphs']):,} graphs"
+        key = json.dumps(largest, sort_keys=True, default=str)
+        hint = "lower the graphs per dataset (graphs in the preset)"
+        what = f"{spec.property} {spec.dimension}"
+        return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
+
+
 class Properties(TaskFamily):
     name = "properties"
     title = "relation properties: global poolings on 16 properties, 3 dimensions (seed 001)"
@@ -98,6 +134,19 @@ class Properties(TaskFamily):
         Figure("cd"),
     )
     import_roles = {"poolings": "pooling"}
+    #: Table 2 of the property-suite paper (seed 001: mean R score per pooling and dimension), shipped as
+    #: gaptui/references/properties.paper.csv.
+    references = References("paper")
+    optimal = {
+        None: "optimal property (largest best − worst spread)",
+        TABLE2: "optimal dimension (largest best − worst spread)",
+    }
+    form = FormModule("engine.properties.form")
+    cost_model = PropertyCosts
+
+    def metric(self, key: str) -> Metric:
+        # The R score of the derived Table 2, so that a reference of that table can name its metric.
+        return R_SCORE if key == R_SCORE.key else super().metric(key)
 
     def record_axes(self, spec: PropertySpec) -> dict[str, Any]:
         # A strategy other than standard is part of the row (pooling/strategy), so the tables and Table 2 keep the
@@ -143,9 +192,6 @@ class Properties(TaskFamily):
             ident = property_dataset_id(ds.canonical())
             out.append(Input(f"properties:{ident}", ident, lambda ds=ds: build_property_dataset(ds, datasets_dir)))
         return out
-
-    def run(self, spec: PropertySpec, ctx: RunContext) -> Outcome:
-        return run_steps(self.steps(spec, ctx))
 
     def steps(self, spec: PropertySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         from engine.loop import device_fields, resolve_device, resolve_precision
@@ -217,74 +263,6 @@ class Properties(TaskFamily):
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
         return grid(preset, placement, limit)
-
-    # -------------------------------------------------------------------------------- the New-experiment form
-
-    def form_fields(self) -> tuple[FormField, ...]:
-        from engine.properties.form import fields
-
-        return fields()
-
-    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
-        from engine.properties.form import preset_from_form
-
-        return preset_from_form(values)
-
-    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
-        from engine.properties.form import form_values
-
-        return form_values(raw)
-
-    # -------------------------------------------------------------------------------- cost and memory
-    # A cell trains its epochs over its training graphs, each an n x n relation: ``epochs x graphs x n^2`` units,
-    # at the seconds per unit of finished runs of its cell (same pooling, dimension and model), whatever their
-    # property (its size n), graphs and epochs.
-
-    def cost_cell(self, spec: PropertySpec) -> str:
-        skip = ("seed", "epochs", "graphs", "data_seed", "lr", "property", "published")
-        return json.dumps({k: v for k, v in spec.canonical().items() if k not in skip}, sort_keys=True, default=str)
-
-    def cost_units(self, spec: PropertySpec) -> float | None:
-        train = cell_datasets_of(spec)
-        return float(spec.epochs * spec.graphs * train[0].n * train[0].n)
-
-    def cost_steps(self, spec: PropertySpec) -> int | None:
-        return spec.epochs  # at least one batch an epoch (its split is known once the dataset is built)
-
-    def memory(self, spec: PropertySpec) -> Any:
-        """The cell's largest dataset build (every graph as an ``[n, n]`` array while it is generated); a
-        published folder is read as it is."""
-        from engine.memory import MemoryNeed, human
-        from engine.properties.datasets import build_bytes
-
-        if spec.published is not None:
-            return None
-        datasets = cell_datasets_of(spec)
-        cells = [ds.canonical() for ds in datasets]
-        largest = max(cells, key=build_bytes)
-        need = build_bytes(largest)
-        detail = f"the largest dataset, {largest['property']} on n = {largest['n']} x {int(largest['graphs']):,} graphs"
-        key = json.dumps(largest, sort_keys=True, default=str)
-        hint = "lower the graphs per dataset (graphs in the preset)"
-        what = f"{spec.property} {spec.dimension}"
-        return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
-
-    # -------------------------------------------------------------------------------- reference tables, optimal lines
-
-    #: Table 2 of the property-suite paper (seed 001: mean R score per pooling and dimension), shipped as
-    #: gaptui/references/properties.paper.csv.
-    reference = "paper"
-
-    def metric(self, key: str) -> Metric:
-        # The R score of the derived Table 2, so that a reference of that table can name its metric.
-        return R_SCORE if key == R_SCORE.key else super().metric(key)
-
-    def optimal_line(self, derived: str | None) -> str:
-        if derived == TABLE2:
-            return "optimal dimension (largest best − worst spread)"
-        if derived == ADVICE:
-            return ""
-        return "" if derived else "optimal property (largest best − worst spread)"
 
 
 FAMILIES.register(Properties())

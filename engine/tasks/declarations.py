@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -140,3 +141,26 @@ class Tunable:
     kind: str
     space: Any
     help: str = ""
+
+
+@dataclass(frozen=True)
+class References:
+    """Published tables a family's ranking is compared with (``gaptui report``, ``--reference NAME``).
+
+    ``default`` names the one ``gaptui report`` compares with. gaptui's own families ship theirs inside gaptui
+    (``gaptui/references/<task>.<name>.csv``); a plug-in family lists its own CSV files in ``files`` (name ->
+    path; format in docs/results.md). ``problem`` says, in a few words, why a reference row with these axis
+    values (axis key -> value) can be no cell of the family (``"noise 1.5 is outside [0, 1)"``), ``""`` when it
+    can."""
+
+    default: str = ""
+    files: Mapping[str, str | Path] = field(default_factory=dict)
+    problem: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False, repr=False)
+
+    def file(self, name: str) -> Path | None:
+        """The family's own reference file called ``name``, if it ships one."""
+        path = self.files.get(name)
+        return None if path is None else Path(path)
+
+    def row_problem(self, coordinates: Mapping[str, Any]) -> str:
+        return self.problem(coordinates) if self.problem is not None else ""

@@ -3,6 +3,7 @@ drawn) and the helpers that turn a form's values into a preset table and back.""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,3 +78,42 @@ def table_values(table: Mapping[str, Any] | None, keys: Mapping[str, str], more:
     if more:
         out[more] = table
     return out
+
+
+class FamilyForm:
+    """A family's New-experiment form (its ``form``): the fields, and the preset document a filled form means.
+
+    ``values`` maps each field's key to its typed value (see :data:`FORM_KINDS`); the document
+    :meth:`preset_from_form` returns (a raw TOML dict without ``task``, ``name``, ``description``) is validated by
+    the family's ``parse_preset``, so form errors are preset errors; :meth:`form_values` fills the form from a
+    loaded preset, and ``preset_from_form(form_values(raw))`` gives ``raw`` back."""
+
+    def fields(self) -> tuple[FormField, ...]:
+        """The fields of the form, in order."""
+        raise NotImplementedError
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FormModule(FamilyForm):
+    """A form written as three functions of one module (``fields()``, ``preset_from_form(values)``,
+    ``form_values(raw)``), imported on first use so that listing the families imports no form."""
+
+    module: str
+
+    def _functions(self) -> Any:
+        return importlib.import_module(self.module)
+
+    def fields(self) -> tuple[FormField, ...]:
+        return tuple(self._functions().fields())
+
+    def preset_from_form(self, values: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._functions().preset_from_form(values))
+
+    def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._functions().form_values(raw))

@@ -29,6 +29,19 @@ ENTRY_POINT_GROUP = "gaptui.families"
 DEFAULT_TASK = "alignment"
 
 
+def missing_members(family: TaskFamily) -> list[str]:
+    """The required members ``family`` lacks (see :mod:`engine.tasks.family`), in the order they are listed."""
+    cls = type(family)
+    missing = [] if family.spec_type is not TaskSpec else ["spec_type"]
+    missing += [key for key in ("metrics", "axes") if not getattr(family, key)]
+    missing += [] if hasattr(family, "table") else ["table"]
+    missing += [m for m in ("record_axes",) if getattr(cls, m) is getattr(TaskFamily, m)]
+    if cls.run is TaskFamily.run and cls.steps is TaskFamily.steps:
+        missing.append("run (or steps)")
+    missing += [m for m in ("parse_preset", "grid") if getattr(cls, m) is getattr(TaskFamily, m)]
+    return missing
+
+
 class FamilyRegistry:
     """Task families by name; built-ins and plug-ins are imported on first use."""
 
@@ -49,6 +62,9 @@ class FamilyRegistry:
         for key in (family.default_metric, family.result_metric):
             if key and key not in declared:
                 raise ValueError(f"task family '{family.name}': metric '{key}' is not declared in metrics")
+        missing = missing_members(family)
+        if missing:
+            raise ValueError(f"task family '{family.name}' does not declare {', '.join(missing)}")
         axes = {a.key for a in family.axes}
         for key in (family.table.group, family.table.rows, family.table.columns):
             if key is not None and key not in axes:

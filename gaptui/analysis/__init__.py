@@ -37,7 +37,7 @@ Gap (paper section 5)
     In each column, gap(row) = median(row) − median(worst non-baseline row), measured in the better direction
     (so it is >= 0 for losses too); the spread is best − worst. The optimal column maximises the spread; ties go
     to the first column (the lower noise level for alignment). It is computed and shown only where the family
-    says what it means (:meth:`engine.tasks.TaskFamily.optimal_line`: alignment's optimal noise, the property
+    says what it means (:attr:`engine.tasks.TaskFamily.optimal`: alignment's optimal noise, the property
     study's optimal property and Table 2's optimal dimension; GAPE declares none).
 """
 

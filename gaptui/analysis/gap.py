@@ -1,5 +1,5 @@
 """The gap to the worst trained row per column (paper section 5) and the optimal column, where the family
-declares what it means (:meth:`engine.tasks.TaskFamily.optimal_line`)."""
+declares what it means (:attr:`engine.tasks.TaskFamily.optimal`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gaptui.analysis.tables import _TOLERANCE, RankingTable
 @dataclass(frozen=True)
 class GapAnalysis:
     """Gap to the worst non-baseline row per column (metric units), and the optimal column (None where the family
-    declares no optimal line for the table, :meth:`engine.tasks.TaskFamily.optimal_line`)."""
+    declares no optimal line for the table, :attr:`engine.tasks.TaskFamily.optimal`)."""
 
     table: RankingTable = field(repr=False)
     columns: tuple[Any, ...]

@@ -2,7 +2,7 @@
 
 The form is built from the chosen family's :class:`~engine.tasks.FormField` declarations and keeps what the user
 typed; :meth:`FormDraft.preset` parses each field by its kind (:func:`parse_field`), asks the family for the preset
-document (:meth:`~engine.tasks.TaskFamily.preset_from_form`) and validates it exactly as a preset file is
+document (:meth:`~engine.tasks.FamilyForm.preset_from_form`) and validates it exactly as a preset file is
 validated (:func:`gaptui.presets.parse_preset`), so ``grid()``, the saved TOML and the scheduler see no difference
 between a grid composed here and one read from a file. A grid over :data:`MAX_GRID_RUNS` runs is refused before
 anything of it is listed: its size is counted from the fields (:meth:`FormDraft.grid_bound`; a range of seeds is
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK, FormField, PresetBase, family
+from engine.tasks import DEFAULT_TASK, FamilyForm, FormField, PresetBase, family
 
 try:
     import tomllib
@@ -327,15 +327,26 @@ class FormDraft:
         bound, widest = self.grid_bound()
         if widest > MAX_GRID_RUNS:
             raise GaptuiError(over_limit(bound))
-        return {spec.key: parse_field(spec, self.fields.get(spec.key)) for spec in family(self.task).form_fields()}
+        return {spec.key: parse_field(spec, self.fields.get(spec.key)) for spec in self.form_fields()}
 
     def grid_bound(self) -> tuple[int, int]:
         """``(runs, widest range)``: the product of the lengths of the fields' axes (an empty axis counted as one
         value) and the most values one ``seeds`` field holds, both counted from what the widgets hold, so nothing
         is parsed into lists and no grid is built. The runs are what a family's grid has when its size is the
         product of its axes (:attr:`preset`'s ``size`` gives the exact count)."""
-        counts = [field_count(spec, self.fields.get(spec.key)) for spec in family(self.task).form_fields()]
+        counts = [field_count(spec, self.fields.get(spec.key)) for spec in self.form_fields()]
         return math.prod(max(1, n) for n, _ in counts), max((w for _, w in counts), default=0)
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        """The fields of the family's form (none for a family without one)."""
+        form = family(self.task).form
+        return () if form is None else form.fields()
+
+    def _form(self) -> FamilyForm:
+        form = family(self.task).form
+        if form is None:
+            raise GaptuiError(f"task '{self.task}' has no form: load one of its presets")
+        return form
 
     def preset_name(self) -> str:
         name = self.name.strip() or "tui"
@@ -346,7 +357,7 @@ class FormDraft:
     def document(self) -> dict[str, Any]:
         """The preset document (raw TOML dict) this form describes, as it is saved."""
         fam = family(self.task)
-        body = fam.preset_from_form(self.values())
+        body = self._form().preset_from_form(self.values())
         kept = {k: v for k, v in self.base.items() if k not in (*COMMON_KEYS, *body, *self._owned())}
         doc: dict[str, Any] = {"task": self.task} if self.task != DEFAULT_TASK or "task" in self.base else {}
         if "name" in self.base:
@@ -365,13 +376,13 @@ class FormDraft:
 
     def _owned(self) -> set[str]:
         """The keys of :attr:`base` the form shows (a form left blank drops them rather than keeping them)."""
-        fam = family(self.task)
         body = {k: v for k, v in self.base.items() if k not in COMMON_KEYS}
         try:
-            owned = set(fam.preset_from_form(fam.form_values(body)))
+            form = self._form()
+            owned = set(form.preset_from_form(form.form_values(body)))
         except (GaptuiError, TypeError, ValueError, AttributeError):
             owned = set()
-        return owned | {spec.key for spec in fam.form_fields()}
+        return owned | {spec.key for spec in self.form_fields()}
 
     def preset(self) -> PresetBase:
         """The validated preset this form describes (as :func:`gaptui.presets.parse_preset` reads a file); a grid
@@ -401,7 +412,7 @@ class FormDraft:
 
 
 def form_fields_of(raw: Mapping[str, Any], fields: Sequence[FormField]) -> dict[str, Any]:
-    """Widget values for typed ``raw`` values (a loaded preset's :meth:`~engine.tasks.TaskFamily.form_values`)."""
+    """Widget values for typed ``raw`` values (a loaded preset's :meth:`~engine.tasks.FamilyForm.form_values`)."""
     return {spec.key: format_field(spec, raw.get(spec.key)) for spec in fields}
 
 

@@ -1,8 +1,8 @@
 """NewExperimentScreen: pick a task family, compose or load its grid, see what it costs, launch or save it.
 
-The form is built from the chosen family's :meth:`~engine.tasks.TaskFamily.form_fields` (widgets by field kind:
+The form is built from the chosen family's :meth:`~engine.tasks.FamilyForm.fields` (widgets by field kind:
 :mod:`gaptui.tui.widgets.form_fields`); what it holds becomes a preset document through the family's
-:meth:`~engine.tasks.TaskFamily.preset_from_form` and is validated like a preset file, so a form error reads
+:meth:`~engine.tasks.FamilyForm.preset_from_form` and is validated like a preset file, so a form error reads
 like a preset error. A family that declares no fields launches one of its preset files as loaded.
 
 The summary line (grid size, runs in history, estimated time) is computed off the UI thread, a newer edit
@@ -52,8 +52,8 @@ from gaptui.tui.planning import (
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.preset_picker import PresetPicker
 from gaptui.tui.screens.section import SectionScreen
-from gaptui.tui.widgets.dataset_row import DatasetRow
 from gaptui.tui.widgets.form_fields import (
+    DatasetRow,
     MultiField,
     RowsField,
     field_id,
@@ -306,7 +306,7 @@ class NewExperimentScreen(SectionScreen):
         """Build the chosen family's form holding ``values`` (typed; default: the fields' defaults), or, for a
         family without fields, a note on the preset to launch."""
         fam = family(self.task_name)
-        self.fields = fam.form_fields()
+        self.fields = () if fam.form is None else fam.form.fields()
         self.query_one("#tune-form").display = bool(self.fields and fam.tunable)
         self.refresh_bindings()  # ^n adds a row only to a form with rows
         container = self.query_one("#family-form", Vertical)
@@ -441,7 +441,7 @@ class NewExperimentScreen(SectionScreen):
                 self.query_one("#preset", Select).set_options(self._preset_options())
         fam = family(task)
         body = {k: v for k, v in raw.items() if k not in (*COMMON_KEYS, "slurm")}
-        values = fam.form_values(body) if fam.form_fields() else None
+        values = fam.form.form_values(body) if fam.form is not None and fam.form.fields() else None
         self.base = dict(raw)
         self.family_preset = None
         await self._show_family(values)
@@ -550,7 +550,7 @@ class NewExperimentScreen(SectionScreen):
 
     @staticmethod
     def _has_form(draft: FormDraft) -> bool:
-        return bool(family(draft.task).form_fields())
+        return bool(draft.form_fields())
 
     # -------------------------------------------------------------------------------------- actions
 

@@ -3,21 +3,22 @@
 :func:`field_widget` builds the widget of a field, :func:`read_widget` and :func:`write_widget` move its value
 in and out (the widget value of a field: text for typed kinds, the chosen values of a ``multi`` list, a list of
 row dicts for ``rows``; :func:`gaptui.tui.planning.parse_field` types it). Choices computed by a registry
-(``choices_from``) arrive later through :meth:`MultiField.set_choices` and :func:`set_choice_options`.
+(``choices_from``) arrive later through :meth:`MultiField.set_choices` and :func:`set_choice_options`. A ``rows``
+field (:class:`RowsField`) holds :class:`DatasetRow` rows of sub-fields, each built by :func:`field_widget` again.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textual import events, on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Select, SelectionList
+from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionList
 from textual.widgets.selection_list import Selection
 
 from engine.errors import GaptuiError
@@ -206,7 +207,7 @@ def _items(text: str) -> list[str]:
 
 
 class RowsField(Vertical):
-    """Repeated groups of sub-fields (:class:`~gaptui.tui.widgets.dataset_row.DatasetRow`), with an add button."""
+    """Repeated groups of sub-fields (:class:`DatasetRow`), with an add button."""
 
     DEFAULT_CSS = """
     RowsField { height: auto; }
@@ -225,13 +226,9 @@ class RowsField(Vertical):
         yield Button(f"+ {self.spec.label.rstrip('s')} ^n", compact=True, classes="add-row")
 
     def _row(self, values: dict[str, Any]) -> Widget:
-        from gaptui.tui.widgets.dataset_row import DatasetRow
-
         return DatasetRow(self.spec.fields, values, self.choices, self.spec.hints)
 
     def rows(self) -> list[Any]:
-        from gaptui.tui.widgets.dataset_row import DatasetRow
-
         return list(self.query(DatasetRow))
 
     def value(self) -> list[dict[str, Any]]:
@@ -267,3 +264,85 @@ class RowsField(Vertical):
         def __init__(self, field: RowsField) -> None:
             super().__init__()
             self.field = field
+
+
+#: Cells per line of a row at most (a longer row takes two lines).
+MAX_COLUMNS = 8
+
+
+class DatasetRow(Vertical):
+    """Editable row: one labelled cell per sub-field (class = the sub-field's key), and a remove button."""
+
+    DEFAULT_CSS = """
+    DatasetRow { height: auto; margin-bottom: 1; border-left: tall $accent 30%; padding-left: 1; }
+    DatasetRow Grid { grid-gutter: 0 1; height: auto; grid-rows: 2; }
+    DatasetRow Grid > Vertical { height: 2; }
+    DatasetRow Label { color: $text-muted; }
+    DatasetRow Button { width: 5; min-width: 5; }
+    """
+
+    class Removed(Message):
+        """The user asked to remove this row."""
+
+        def __init__(self, row: DatasetRow) -> None:
+            super().__init__()
+            self.row = row
+
+    def __init__(
+        self,
+        fields: Sequence[FormField],
+        values: Mapping[str, Any],
+        choices: Mapping[str, Sequence[Any]],
+        hints: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.fields = tuple(fields)
+        self.values = dict(values)
+        self.choices = dict(choices)
+        self.hints = hints
+
+    def compose(self) -> ComposeResult:
+        with Grid():
+            for spec in self.fields:
+                yield Vertical(
+                    Label(spec.label, markup=False), field_widget(spec, self.values.get(spec.key), cls=spec.key)
+                )
+            yield Vertical(Label(""), Button("✕", compact=True, variant="error", tooltip="remove this row"))
+
+    def on_mount(self) -> None:
+        cells = len(self.fields) + 1
+        self.query_one(Grid).styles.grid_size_columns = cells if cells <= MAX_COLUMNS else -(-cells // 2)
+        for key, choices in self.choices.items():
+            self.set_choices(key, choices)
+        self.call_after_refresh(self._hint)  # once the cells are composed
+
+    @on(Select.Changed)
+    def _hint(self) -> None:
+        """Placeholders from the row's values (a base dataset's parameter defaults, sizes), as the field says."""
+        if self.hints is None:
+            return
+        shown = {spec.key: spec.placeholder or spec.help for spec in self.fields}
+        for key, text in {**shown, **self.hints(self.value())}.items():
+            for box in self.query(f".{key}").results(Input):
+                box.placeholder = text
+
+    def set_choices(self, key: str, choices: Sequence[Any]) -> None:
+        """The choices of sub-field ``key`` (kept for a row not composed yet: applied when it mounts)."""
+        self.choices[key] = list(choices)
+        for spec in self.fields:
+            if spec.key == key and spec.kind == "choice":
+                for select in self.query(f".{key}").results(Select):
+                    set_choice_options(spec, select, choices)
+
+    @on(Button.Pressed)
+    def _remove(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(self.Removed(self))
+
+    def value(self) -> dict[str, Any]:
+        """The row's widget values by sub-field key."""
+        out = dict(self.values)  # what the row was made with, for cells not composed yet
+        for spec in self.fields:
+            for widget in self.query(f".{spec.key}"):
+                out[spec.key] = read_widget(spec, widget)
+        return out
