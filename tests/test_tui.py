@@ -744,6 +744,7 @@ async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
 ) -> None:
     monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     import tests.toy_family
+
     # a family without a form launches its preset file as loaded
     monkeypatch.setattr(tests.toy_family.Toy, "form", None)
     ws = Workspace(tmp_path / "ws")
