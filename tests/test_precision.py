@@ -12,7 +12,7 @@ import pytest
 import tomllib
 
 from engine.errors import GaptuiError
-from engine.loop import (
+from engine.hardware import (
     PRECISIONS,
     Hardware,
     check_precision,
@@ -164,16 +164,16 @@ def test_auto_picks_bf16_only_with_native_bf16_and_measurements_that_say_so() ->
 def test_resolving_on_a_device_uses_its_hardware_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    import engine.loop as loop
+    import engine.hardware as hardware
 
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": True, "cuda": False})
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": True, "cuda": False})
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: True)
     assert resolve_precision("auto", "cpu") == "bf16" and resolve_precision("fp32", "cpu") == "fp32"
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: False)
     assert resolve_precision("auto", "cpu") == "fp32"
     # A CUDA device (its facts given): the TF32 switch follows the choice, set explicitly either way.
-    monkeypatch.setattr(loop, "hardware_of", lambda device: Hardware("cuda", bf16=True, tf32=True))
-    monkeypatch.setattr(loop, "AUTO_TF32", True)
+    monkeypatch.setattr(hardware, "hardware_of", lambda device: Hardware("cuda", bf16=True, tf32=True))
+    monkeypatch.setattr(hardware, "AUTO_TF32", True)
     before = torch.backends.cuda.matmul.allow_tf32
     try:
         assert resolve_precision("auto", "cuda") == "fp32" and torch.backends.cuda.matmul.allow_tf32 is True
@@ -193,16 +193,16 @@ def test_check_precision_names_where_and_suggests() -> None:
 def test_a_run_started_under_auto_resumes_in_its_checkpoints_precision_when_autos_choice_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import engine.loop as loop
+    import engine.hardware as hardware
     from engine.loop import epoch_steps
     from engine.tasks import Cancelled, RunContext, run_steps
     from tests.test_loop import Events, Line, Stopper
 
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: True)
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...
     with pytest.raises(Cancelled):
         run_steps(epoch_steps(Line(), RunContext(tmp_path, Events(), print, Stopper(6)), "run-hash", "cpu", "auto"))
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": False})  # ... and fp32 once the run is resumed
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": False})  # ... and fp32 once the run is resumed
     lines: list[str] = []
     events = Events()
     result = run_steps(epoch_steps(Line(), RunContext(tmp_path, events, lines.append, lambda: False), "run-hash"))

@@ -25,7 +25,7 @@ def dataset_dirs(spec: RunSpec) -> tuple[Path, Path | None]:
 
 
 def device_fields(spec: RunSpec) -> dict[str, Any]:
-    from engine.loop import device_fields, resolve_device
+    from engine.hardware import device_fields, resolve_device
 
     return device_fields(resolve_device(spec.device))
 
@@ -115,7 +115,8 @@ class AlignmentRun:
 
     def run_training(self, dataset: Any) -> Generator[None, None, Outcome]:
         from engine.evaluation import LapEvaluator
-        from engine.loop import epoch_steps, resolve_device, seed_everything
+        from engine.hardware import resolve_device
+        from engine.loop import epoch_steps, seed_everything
 
         spec, ctx = self.spec, self.ctx
         device = resolve_device(spec.device)

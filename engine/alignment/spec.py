@@ -23,7 +23,7 @@ from engine.alignment.recipes import (
     spec_recipe_label,
 )
 from engine.errors import GaptuiError, did_you_mean
-from engine.loop import PRECISIONS
+from engine.hardware import PRECISIONS
 from engine.tasks.registry import load_spec_file
 from engine.tasks.spec import TaskSpec
 from engine.typed import frozen_json
@@ -61,7 +61,7 @@ class RunSpec(TaskSpec):
     ``epochs`` and ``batch_size`` default to the paper's 300 and 100.
     ``compile`` (``auto``, ``on``, ``off``) says whether the model
     is trained through ``torch.compile`` (same function, other float rounding; see ``engine.alignment.training``).
-    ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.loop.resolve_precision`) is the forward pass's
+    ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.hardware.resolve_precision`) is the forward pass's
     (bf16: under autocast, on PyG's gather/scatter layers; the similarity, loss and LAP stay fp32).
     """
 

@@ -31,7 +31,8 @@ from engine.alignment.features import (
     sign_flips,
 )
 from engine.evaluation import AlignmentScores, LapEvaluator
-from engine.loop import TrainState, autocast, epoch_order, run_batches
+from engine.hardware import autocast
+from engine.loop import TrainState, epoch_order, run_batches
 from engine.pairs import PairSplit
 
 IGNORE = -100
@@ -274,7 +275,7 @@ def train_epoch(
     apart) at random, drawn from (``seed``, epoch, step) alone (:func:`engine.alignment.features.sign_flips`), so
     a resumed run flips exactly as the uninterrupted one.
 
-    ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.loop.autocast`);
+    ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.hardware.autocast`);
     the similarity and the loss stay fp32, and so do the weights and the optimiser state.
 
     The batch loop is :func:`engine.loop.run_batches`: losses are read back from the device every few steps, and a

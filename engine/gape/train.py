@@ -25,14 +25,13 @@ from engine.gape.data import MoleculeData, build_molecules
 from engine.gape.pe import Encoding, EncodingOptions, encoding
 from engine.gape.spec import GapeSpec
 from engine.gape.transformer import MoleculeTransformer, build_transformer
+from engine.hardware import autocast, resolve_device
 from engine.loop import (
     EpochTask,
     TrainState,
-    autocast,
     epoch_order,
     epoch_steps,
     make_optimiser,
-    resolve_device,
     run_batches,
     seed_everything,
 )

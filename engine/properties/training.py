@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
-from engine.loop import EpochTask, TrainState, autocast, epoch_steps, read_checkpoint, run_batches
+from engine.hardware import autocast
+from engine.loop import EpochTask, TrainState, epoch_steps, read_checkpoint, run_batches
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes

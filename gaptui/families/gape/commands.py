@@ -49,7 +49,7 @@ def gape_embed(
 
     check_device(device, "--device")
     from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
-    from engine.loop import resolve_device
+    from engine.hardware import resolve_device
     from engine.sources import parse_param_args
 
     params = parse_param_args(param)
