@@ -24,15 +24,51 @@ if TYPE_CHECKING:
 #: The ``precision`` run option: ``fp32``, ``bf16`` (the model's forward pass under bf16 autocast; similarities,
 #: softmax, losses, evaluation, weights and optimiser state in fp32) or ``auto`` (:func:`resolve_precision`).
 PRECISIONS = ("auto", "fp32", "bf16")
+#: The ``compile`` run option (alignment's): whether the model trains through ``torch.compile``; ``auto`` compiles
+#: long CPU runs (``engine.alignment.training.wants_compile``).
+COMPILE_MODES = ("auto", "on", "off")
+#: The ``device`` run option: ``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:N``.
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run uses the machine: ``precision`` (:data:`PRECISIONS`), ``device`` (:data:`DEVICE_PATTERN`) and
+    ``compile`` (:data:`COMPILE_MODES`), none of them resolved yet (``auto`` stays ``auto``).
+
+    A family's spec keeps them as its own fields, under these names, hashed as they always were; it hands them to
+    the shared epoch loop as this one object (:meth:`engine.tasks.TaskSpec.run_options`), which resolves the device
+    and the precision. :meth:`check` is the one check of these options, wherever a value comes from: a spec's
+    ``validate``, a preset's ``[run]`` table, ``gaptui train --precision``, ``--device``.
+    """
+
+    precision: str = "auto"
+    device: str = "auto"
+    compile: str = "auto"
+
+    def check(self, where: str = "") -> RunOptions:
+        """These options when each is one of its choices; else a one-line :class:`GaptuiError` naming ``where``,
+        the option, the value and its choices (with the nearest choice, for a misspelt name)."""
+        import re
+
+        from engine.errors import did_you_mean
+
+        at = f"{where}: " if where else ""
+        for key, choices in (("precision", PRECISIONS), ("compile", COMPILE_MODES)):
+            value = getattr(self, key)
+            if value not in choices:
+                hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+                raise GaptuiError(f"{at}{key} {value!r} is not one of {', '.join(choices)}{hint}")
+        if not isinstance(self.device, str) or not re.fullmatch(DEVICE_PATTERN, self.device):
+            raise GaptuiError(f"{at}device '{self.device}': expected auto, cpu, cuda or cuda:N")
+        return self
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when there is one), ``cpu``, ``cuda``, ``cuda:N``; one-line error when CUDA is missing."""
     import torch
 
-    from engine.typed import check_device
-
-    check_device(name, "--device")
+    RunOptions(device=name).check("--device")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -57,18 +93,6 @@ def device_fields(device: torch.device) -> dict[str, str]:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {"device": str(device), "device_name": name}
-
-
-def check_precision(value: Any, where: str = "") -> str:
-    """``value`` when it is one of :data:`PRECISIONS`; else a one-line :class:`GaptuiError` naming ``where``, the
-    value and the choices (the check of every spec, preset ``[run]`` table, form and ``--precision`` flag)."""
-    from engine.errors import did_you_mean
-
-    if value not in PRECISIONS:
-        hint = did_you_mean(str(value), PRECISIONS) if isinstance(value, str) else ""
-        at = f"{where}: " if where else ""
-        raise GaptuiError(f"{at}precision {value!r} is not one of {', '.join(PRECISIONS)}{hint}")
-    return str(value)
 
 
 def precision_field(section: str) -> Any:
@@ -151,7 +175,7 @@ def choose_precision(
     and faster; otherwise ``fp32``, with TF32 where the device has it and ``tf32_measured`` (default
     :data:`AUTO_TF32`) says so.
     """
-    check_precision(precision)
+    RunOptions(precision=precision).check()
     measured = AUTO_BF16 if measured is None else measured
     tf32_measured = AUTO_TF32 if tf32_measured is None else tf32_measured
     if precision != "auto":
@@ -166,7 +190,7 @@ def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str
     device's :func:`hardware_of` facts. On a CUDA device it also sets ``torch.backends.cuda.matmul.allow_tf32``
     (and cuDNN's) to the TF32 choice, so that an fp32 run's products are what was chosen, not a library default.
     """
-    check_precision(precision)
+    RunOptions(precision=precision).check()
     if precision != "auto" and str(device) == "cpu":
         return precision  # nothing to look up
     hardware = hardware_of(device)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.errors import GaptuiError
 from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, read_json
-from engine.hardware import resolve_precision
+from engine.hardware import RunOptions, resolve_device, resolve_precision
 
 if TYPE_CHECKING:
     import torch
@@ -394,12 +394,15 @@ def run_batches(
 
 
 def epoch_steps(
-    task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu", precision: str = "auto"
+    task: EpochTask, ctx: RunContext, run: str, options: RunOptions | None = None
 ) -> Generator[None, None, LoopResult]:
     """Train ``task`` for run ``run`` in ``ctx.run_dir``, resuming from its checkpoint, yielding after each epoch.
 
-    ``precision`` (:data:`PRECISIONS`) is resolved by :func:`resolve_precision` and set as ``task.precision``; a
-    checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit other one is refused).
+    ``options`` (:class:`~engine.hardware.RunOptions`, the run's spec's: :meth:`~engine.tasks.TaskSpec.run_options`;
+    None: ``auto`` precision on the CPU) say where and how: the device (:func:`~engine.hardware.resolve_device`, the
+    one the task's model is on) and the precision (:func:`~engine.hardware.resolve_precision`) set as
+    ``task.precision``; a checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit
+    other one is refused).
     Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
@@ -412,6 +415,9 @@ def epoch_steps(
     state = TrainState()
     metrics: dict[str, float] = {}
     resumed_from = None
+    options = RunOptions(device="cpu") if options is None else options
+    device = resolve_device(options.device)
+    precision = options.precision
     task.precision = resolve_precision(precision, device)
     ckpt = checkpoints.load(device)
     if ckpt is not None:

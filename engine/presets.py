@@ -275,9 +275,9 @@ def parse_head(
         raise GaptuiError(f"{here} = {table!r}: expected a table of run options, e.g. [run] with timeout = 3600")
     unknown_keys(here, table, (*run_keys, *POLICY_KEYS))
     if "precision" in table:
-        from engine.hardware import check_precision
+        from engine.hardware import RunOptions
 
-        check_precision(table["precision"], here)
+        RunOptions(precision=table["precision"]).check(here)
     policy = parse_dataclass(RunPolicy, {k: v for k, v in table.items() if k in POLICY_KEYS}, here).check(here)
     options = None
     if slurm:

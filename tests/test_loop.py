@@ -17,6 +17,7 @@ from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.gape.spec import GapeSpec
 from engine.gape.train import run_gape
+from engine.hardware import RunOptions
 from engine.loop import CHECKPOINT, EpochTask, TrainState, epoch_order, epoch_steps, run_batches
 from engine.properties.options import TrainOptions
 from engine.properties.training import load_study_data, train_model
@@ -255,12 +256,12 @@ def test_packed_toy_seeds_take_turns(tmp_path: Path, in_process: Any, monkeypatc
 def test_a_checkpoint_resumes_in_the_precision_it_was_written_in(tmp_path: Path) -> None:
     ctx = RunContext(tmp_path, Events(), lambda _text: None, Stopper(6))
     with pytest.raises(Cancelled):
-        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="bf16"))
+        run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("bf16", "cpu")))
     events = Events()
     ctx = RunContext(tmp_path, events, lambda _text: None, lambda: False)
     with pytest.raises(GaptuiError, match="written in bf16 precision and this run asks for fp32; run it with"):
-        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="fp32"))
-    result = run_steps(epoch_steps(Line(), ctx, "run-hash", precision="auto"))  # auto follows the checkpoint
+        run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("fp32", "cpu")))
+    result = run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("auto", "cpu")))  # auto follows the checkpoint
     assert result.precision == "bf16" and events[0][1]["precision"] == "bf16"
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["precision"] == "bf16"
 

@@ -125,7 +125,7 @@ class AlignmentRun:
             task = AlignmentTraining(self, dataset, device, evaluator)
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
             task.compile()
-            result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+            result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
         metrics = result.metrics
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": task.width}

@@ -224,7 +224,7 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
     model = task.model
     ctx.log(f"transformer: {model.num_parameters} parameters, width {model.width}, ff {model.ff}; "
             f"PE {spec.pe} ({enc.dim} dims)")  # fmt: skip
-    result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+    result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
     metrics = {**result.metrics, **task.best}
     ctx.log(f"done: val MAE {metrics['val_mae']:.4f}")
     fields = task.fields()

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
-from engine.hardware import autocast
+from engine.hardware import RunOptions, autocast
 from engine.loop import EpochTask, TrainState, epoch_steps, read_checkpoint, run_batches
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
@@ -281,7 +281,7 @@ def train_steps(
     task = PropertyTraining(
         train, pooling, options, seed, device, start, strategy=strategy, more_train=more_train, check=check
     )
-    result = yield from epoch_steps(task, ctx, run, device, options.precision)
+    result = yield from epoch_steps(task, ctx, run, RunOptions(precision=options.precision, device=str(device)))
     return task.model, {k: result.metrics.get(k, float("nan")) for k in ("train_loss", "train_acc")}
 
 
