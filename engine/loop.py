@@ -21,6 +21,13 @@ the rest, the same way for every family:
 - **Packed seeds.** :func:`epoch_steps` is a generator that yields after each epoch: the worker drives the runs of
   a pack in turn (``engine.worker.interleave``), each with its own random state; :func:`engine.tasks.run_steps`
   runs one alone.
+- **Precision and device.** The run's :class:`~engine.hardware.RunOptions` say which device and precision; the
+  step comes in three parts (:meth:`EpochTask.batches`, :meth:`EpochTask.forward`, :meth:`EpochTask.update`) and
+  :func:`run_epoch` runs the forward pass under the run's autocast (:func:`engine.hardware.autocast`: bf16 for a
+  ``precision = "bf16"`` run, nothing for fp32) and the update (loss, backward, optimiser) outside it. A family
+  never reads the precision; only the model's forward pass is ever in bf16, while similarities, softmax, losses,
+  evaluation, weights and optimiser state stay fp32. The checkpoint records the precision and a resumed run keeps
+  it.
 
 The helpers every family's step shares live here too: :func:`make_optimiser`, :func:`epoch_order`,
 :func:`seed_everything`; the device and the precision are :mod:`engine.hardware`'s.
@@ -35,11 +42,11 @@ import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.errors import GaptuiError
 from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, read_json
-from engine.hardware import RunOptions, resolve_device, resolve_precision
+from engine.hardware import RunOptions, autocast, resolve_device, resolve_precision
 
 if TYPE_CHECKING:
     import torch
@@ -284,26 +291,48 @@ class TrainState:
         self.epoch, self.batch_in_epoch, self.loss_sum, self.loss_nodes, self.tally = self.epoch + 1, 0, 0.0, 0, {}
 
 
-class EpochTask:
-    """What a family writes for :func:`epoch_steps`: its training epoch and its evaluation.
+class TrainingStep(Protocol):
+    """A training step in the three parts :func:`run_epoch` drives (see :class:`EpochTask`)."""
 
-    Required: :attr:`epochs` and :meth:`parts` (the objects with ``state_dict`` / ``load_state_dict`` a checkpoint
-    holds: ``{"model": ..., "optimizer": ..., "scheduler": ...}``) and :meth:`train_epoch`. The rest has defaults.
+    def batches(self, state: TrainState) -> Iterable[Any]: ...
+
+    def forward(self, batch: Any, state: TrainState) -> Any: ...
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]: ...
+
+
+class EpochTask:
+    """What a family writes for :func:`epoch_steps`: its training step and its evaluation.
+
+    Required: :attr:`epochs`, :meth:`parts` (the objects with ``state_dict`` / ``load_state_dict`` a checkpoint
+    holds: ``{"model": ..., "optimizer": ..., "scheduler": ...}``) and the step, in three parts the loop drives
+    (:func:`run_epoch`): :meth:`batches`, :meth:`forward` (run under the run's autocast) and :meth:`update` (run
+    outside it). The task never reads the run's precision: the loop applies it. The rest has defaults.
     """
 
     #: Epochs to train; :attr:`steps_per_epoch` is reported in the ``start`` event.
     epochs: int = 0
     steps_per_epoch: int = 0
-    #: The precision the task trains in (``fp32`` or ``bf16``), set by :func:`epoch_steps` before the first epoch:
-    #: the task runs its forward pass in ``autocast(self.precision, device)``.
-    precision: str = "fp32"
 
     def parts(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
-        """Train (the rest of) epoch ``state.epoch + 1`` from batch ``state.batch_in_epoch``, advancing ``state``
-        (mostly through :func:`run_batches`); False when ``should_stop()`` stopped it between two batches."""
+    def batches(self, state: TrainState) -> Iterable[Any]:
+        """The batches of epoch ``state.epoch + 1`` from batch ``state.batch_in_epoch`` on, in an order that is a
+        pure function of (seed, epoch) (:func:`epoch_order`), so that a resumed epoch replays it; drawn one batch
+        per step (a generator builds each when its step comes). Puts the model in training mode."""
+        raise NotImplementedError
+
+    def forward(self, batch: Any, state: TrainState) -> Any:
+        """The model's forward pass on ``batch`` (``state``: the epoch and the step, for randomness drawn per step):
+        the loop runs it under the run's autocast (bf16 for a bf16 run), so it holds the model call and nothing
+        that must stay fp32. Returns what :meth:`update` needs."""
+        raise NotImplementedError
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]:
+        """The rest of the step, outside autocast: the loss from ``out`` in fp32 (``out.float()``), backward, the
+        optimiser (and scheduler) step and the epoch's tallies (``state.tally``). Returns the detached loss and the
+        batch's weight (tensors or numbers) for :func:`run_batches`."""
         raise NotImplementedError
 
     def summary(self, state: TrainState) -> dict[str, float]:
@@ -393,6 +422,26 @@ def run_batches(
     return True
 
 
+def run_epoch(
+    task: TrainingStep,
+    state: TrainState,
+    should_stop: Callable[[], bool],
+    precision: str = "fp32",
+    device: torch.device | str = "cpu",
+) -> bool:
+    """Train (the rest of) epoch ``state.epoch + 1`` of ``task`` from batch ``state.batch_in_epoch``, advancing
+    ``state``: each batch of ``task.batches(state)`` goes through ``task.forward`` under the autocast of
+    ``precision`` (``fp32`` or ``bf16``, resolved) on ``device``'s type, then through ``task.update`` outside it, in
+    :func:`run_batches`. False when ``should_stop()`` stopped it between two batches."""
+
+    def step(batch: Any) -> tuple[Any, Any]:
+        with autocast(precision, device):
+            out = task.forward(batch, state)
+        return task.update(batch, out, state)
+
+    return run_batches(state, task.batches(state), step, should_stop)
+
+
 def epoch_steps(
     task: EpochTask, ctx: RunContext, run: str, options: RunOptions | None = None
 ) -> Generator[None, None, LoopResult]:
@@ -400,9 +449,9 @@ def epoch_steps(
 
     ``options`` (:class:`~engine.hardware.RunOptions`, the run's spec's: :meth:`~engine.tasks.TaskSpec.run_options`;
     None: ``auto`` precision on the CPU) say where and how: the device (:func:`~engine.hardware.resolve_device`, the
-    one the task's model is on) and the precision (:func:`~engine.hardware.resolve_precision`) set as
-    ``task.precision``; a checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit
-    other one is refused).
+    one the task's model is on) and the precision (:func:`~engine.hardware.resolve_precision`) that
+    :func:`run_epoch` applies to the task's forward pass; a checkpoint resumes in the precision it was written in
+    (``auto`` follows it; an explicit other one is refused).
     Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
@@ -417,20 +466,19 @@ def epoch_steps(
     resumed_from = None
     options = RunOptions(device="cpu") if options is None else options
     device = resolve_device(options.device)
-    precision = options.precision
-    task.precision = resolve_precision(precision, device)
+    precision = resolve_precision(options.precision, device)
     ckpt = checkpoints.load(device)
     if ckpt is not None:
         where = checkpoints.path
         written = str(ckpt.get("precision", "fp32"))
-        if written != task.precision and precision != "auto":
+        if written != precision and options.precision != "auto":
             raise GaptuiError(
-                f"{where} was written in {written} precision and this run asks for {task.precision}; "
+                f"{where} was written in {written} precision and this run asks for {precision}; "
                 f"run it with precision = {written} or use a fresh run folder"
             )
-        if written != task.precision:
+        if written != precision:
             ctx.log(f"resuming in {written} precision, the checkpoint's")
-            task.precision = written
+            precision = written
         if int(ckpt.get("format", 1)) > CHECKPOINT_FORMAT:
             raise GaptuiError(
                 f"{where} has checkpoint format {ckpt.get('format')}, newer than this gaptui reads "
@@ -455,7 +503,7 @@ def epoch_steps(
         payload = {
             "format": CHECKPOINT_FORMAT,
             "run": run,
-            "precision": task.precision,
+            "precision": precision,
             **task.checkpoint_fields(),
             "state": asdict(state),
             "metrics": metrics,
@@ -474,7 +522,7 @@ def epoch_steps(
         **task.start_fields(),
         epochs=task.epochs,
         steps_per_epoch=task.steps_per_epoch,
-        precision=task.precision,
+        precision=precision,
         resumed_from=resumed_from,
         pid=os.getpid(),
     )
@@ -483,7 +531,7 @@ def epoch_steps(
     while state.epoch < task.epochs:
         t0 = time.perf_counter()
         try:
-            finished = task.train_epoch(state, ctx.should_stop)
+            finished = run_epoch(task, state, ctx.should_stop, precision, device)
         except NonFiniteLoss as exc:
             event = {"epoch": exc.epoch, "step": exc.step}
             raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None
@@ -510,4 +558,4 @@ def epoch_steps(
         if ctx.should_stop():
             raise cancel()
         yield
-    return LoopResult(metrics, state, task.precision)
+    return LoopResult(metrics, state, precision)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.alignment.preset import BASELINE
 from engine.alignment.spec import RunSpec
 from engine.loop import EpochTask, TrainState
 from engine.tasks.run import Outcome, RunContext
+
+if TYPE_CHECKING:
+    from engine.alignment.training import SiameseStep
 
 # ------------------------------------------------------------------------------------------------ worker loop
 
@@ -166,6 +169,24 @@ class AlignmentTraining(EpochTask):
             self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps, spec.schedule
         )
         self.log = run.ctx.log
+        self.siamese = self.siamese_step()
+
+    def siamese_step(self) -> SiameseStep:
+        """The training step of :attr:`trained` (the model, or its compiled form) on the training pairs."""
+        from engine.alignment.training import SiameseStep
+
+        spec = self.spec
+        return SiameseStep(
+            self.trained,
+            self.train,
+            self.opt,
+            self.sched,
+            batch_size=spec.batch_size,
+            seed=spec.seed,
+            clip=spec.clip,
+            clip_mode=spec.clip_mode,
+            features=spec.features,
+        )
 
     def compile(self) -> None:
         from engine.alignment.training import compile_model, wants_compile
@@ -173,28 +194,19 @@ class AlignmentTraining(EpochTask):
         spec = self.spec
         if wants_compile(spec.compile, self.device, spec.epochs * self.steps_per_epoch, spec.model):
             self.trained = compile_model(self.model, spec.features, self.log)
+            self.siamese = self.siamese_step()
 
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
-        from engine.alignment.training import train_epoch
+    def batches(self, state: TrainState) -> Iterable[Any]:
+        return self.siamese.batches(state)
 
-        spec = self.spec
-        return train_epoch(
-            self.trained,
-            self.train,
-            self.opt,
-            self.sched,
-            state,
-            batch_size=spec.batch_size,
-            seed=spec.seed,
-            clip=spec.clip,
-            clip_mode=spec.clip_mode,
-            features=spec.features,
-            should_stop=should_stop,
-            precision=self.precision,
-        )
+    def forward(self, batch: Any, state: TrainState) -> Any:
+        return self.siamese.forward(batch, state)
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]:
+        return self.siamese.update(batch, out, state)
 
     def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
         from engine.alignment.training import evaluate, metrics_of

@@ -106,9 +106,10 @@ What a family implements (hooks with defaults are optional)
       and again once inputs whose size is unknown until built are built). Types in :mod:`engine.cost` and
       :mod:`engine.memory`.
     - Training loops share :mod:`engine.loop` (resume at the exact batch, checksummed checkpoints, stop ->
-      :class:`Cancelled`, non-finite loss named by step, the standard events, a generator for packed seeds): a
-      family writes its epoch and its evaluation (:class:`engine.loop.EpochTask`) and returns
-      ``engine.loop.epoch_steps(...)`` from :meth:`TaskFamily.steps`.
+      :class:`Cancelled`, non-finite loss named by step, the standard events, a generator for packed seeds, the
+      run's precision around the forward pass): a family writes its step (batches, forward, update) and its
+      evaluation (:class:`engine.loop.EpochTask`) and returns ``engine.loop.epoch_steps(...)`` from
+      :meth:`TaskFamily.steps`.
 
 Where families come from
     The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the
