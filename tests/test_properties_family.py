@@ -13,8 +13,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from engine.errors import GaptuiError
-from engine.tasks import FAMILIES, Placement, load_spec
 from engine.properties.family import ADVICE, TABLE2
+from engine.tasks import FAMILIES, Placement, load_spec
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 
