@@ -12,7 +12,7 @@ On a GPU, in order, each part skipped (and said so) once the time budget is spen
    median training-epoch seconds after the first epoch and the final validation LAP accuracy of each.
 3. **sharing**: 8 short runs of the smoke grid's shape on the one GPU at 1, 2, 4 and 8 jobs per GPU
    (``--jobs-per-gpu``): wall seconds and runs per hour.
-4. **auto precision**: the rule ``engine.loop.AUTO_BF16`` / ``AUTO_TF32`` are set by, applied to part 2: a mode
+4. **auto precision**: the rule ``engine.hardware.AUTO_BF16`` / ``AUTO_TF32`` are set by, applied to part 2: a mode
    is recommended for ``auto`` when it is faster than fp32 for every model and its accuracy is within
    ``--tolerance`` points of fp32's for every model (one seed here: confirm a "yes" with
    ``benchmarks/bench_precision.py`` over three seeds before changing the constants).

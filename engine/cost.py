@@ -203,7 +203,7 @@ def machine(device: str = "cpu") -> dict[str, str]:
     """What makes a measurement this machine's: host, CPU model, the device's name, Python and torch versions."""
     import torch
 
-    from engine.loop import cpu_name
+    from engine.hardware import cpu_name
 
     name = cpu_name()
     if device.startswith("cuda"):

@@ -21,25 +21,32 @@ the rest, the same way for every family:
 - **Packed seeds.** :func:`epoch_steps` is a generator that yields after each epoch: the worker drives the runs of
   a pack in turn (``engine.worker.interleave``), each with its own random state; :func:`engine.tasks.run_steps`
   runs one alone.
+- **Precision and device.** The run's :class:`~engine.hardware.RunOptions` say which device and precision; the
+  step comes in three parts (:meth:`EpochTask.batches`, :meth:`EpochTask.forward`, :meth:`EpochTask.update`) and
+  :func:`run_epoch` runs the forward pass under the run's autocast (:func:`engine.hardware.autocast`: bf16 for a
+  ``precision = "bf16"`` run, nothing for fp32) and the update (loss, backward, optimiser) outside it. A family
+  never reads the precision; only the model's forward pass is ever in bf16, while similarities, softmax, losses,
+  evaluation, weights and optimiser state stay fp32. The checkpoint records the precision and a resumed run keeps
+  it.
 
 The helpers every family's step shares live here too: :func:`make_optimiser`, :func:`epoch_order`,
-:func:`seed_everything`, :func:`resolve_device`, :func:`device_fields`.
+:func:`seed_everything`; the device and the precision are :mod:`engine.hardware`'s.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.errors import GaptuiError
 from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, read_json
+from engine.hardware import RunOptions, autocast, resolve_device, resolve_precision
 
 if TYPE_CHECKING:
     import torch
@@ -53,9 +60,6 @@ CHECKPOINT = "checkpoint.pt"
 PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 #: Training steps between two reads of the loss from the device (see :func:`run_batches`).
 CHECK_EVERY = 25
-#: The ``precision`` run option: ``fp32``, ``bf16`` (the model's forward pass under bf16 autocast; similarities,
-#: softmax, losses, evaluation, weights and optimiser state in fp32) or ``auto`` (:func:`resolve_precision`).
-PRECISIONS = ("auto", "fp32", "bf16")
 
 # ------------------------------------------------------------------------------------------------ shared helpers
 
@@ -128,177 +132,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (1 << 32))
     torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` (CUDA when there is one), ``cpu``, ``cuda``, ``cuda:N``; one-line error when CUDA is missing."""
-    import torch
-
-    from engine.typed import check_device
-
-    check_device(name, "--device")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise GaptuiError(f"device '{name}' requested but no CUDA device is available; use --device cpu")
-    return torch.device(name)
-
-
-def cpu_name() -> str:
-    """The CPU model (``/proc/cpuinfo``), else the architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_fields(device: torch.device) -> dict[str, str]:
-    """``device`` and ``device_name`` (the GPU's or the CPU's model) for ``result.json``."""
-    import torch
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return {"device": str(device), "device_name": name}
-
-
-def check_precision(value: Any, where: str = "") -> str:
-    """``value`` when it is one of :data:`PRECISIONS`; else a one-line :class:`GaptuiError` naming ``where``, the
-    value and the choices (the check of every spec, preset ``[run]`` table, form and ``--precision`` flag)."""
-    from engine.errors import did_you_mean
-
-    if value not in PRECISIONS:
-        hint = did_you_mean(str(value), PRECISIONS) if isinstance(value, str) else ""
-        at = f"{where}: " if where else ""
-        raise GaptuiError(f"{at}precision {value!r} is not one of {', '.join(PRECISIONS)}{hint}")
-    return str(value)
-
-
-def precision_field(section: str) -> Any:
-    """The ``precision`` field of a family's New-experiment form (a choice of :data:`PRECISIONS`; blank: the
-    family's default, ``auto``), written into the preset's ``[run]`` table."""
-    from engine.tasks.form import FormField
-
-    return FormField(
-        "precision",
-        "precision",
-        "choice",
-        None,
-        "auto: bf16 only where measured as accurate and faster",
-        choices=PRECISIONS,
-        placeholder="auto",
-        section=section,
-    )
-
-
-#: What ``auto`` chooses on hardware with native bf16, per device type, from the measurements recorded in
-#: ``docs/performance.md`` (``benchmarks/bench_precision.py``): True only where bf16 was measured faster per epoch
-#: for every model *and* its accuracy equal to fp32's within the seed spread. A device type not measured is False.
-#: CPU (AVX-512 bf16, no AMX, 2 cores, 2026-12-01, bf16 on the sparse path): bf16 faster per epoch for every
-#: model (1.09-1.40x on one thread), but 3 of 12 model x noise cells outside the seed spread (GCN -0.6 and +0.3,
-#: GIN -1.3 points): fp32. CUDA: not measured yet: fp32.
-AUTO_BF16: dict[str, bool] = {"cpu": False, "cuda": False}
-#: Whether ``auto`` lets fp32 matrix products use TF32 on a CUDA device that has it (compute capability >= 8.0),
-#: by the same rule; ``fp32`` set explicitly always means full fp32 products.
-AUTO_TF32 = False
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What :func:`choose_precision` needs to know about a device: its type (``cpu``, ``cuda``), whether it has
-    native bf16 arithmetic (:func:`native_bf16`) and TF32 matrix units (CUDA compute capability >= 8.0)."""
-
-    kind: str
-    bf16: bool
-    tf32: bool = False
-
-
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has native bf16 arithmetic: the ``amx_bf16`` or ``avx512_bf16`` flag of ``/proc/cpuinfo``
-    (``cpuinfo`` is its text; read when None). False where the file cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags") and {"amx_bf16", "avx512_bf16"} & set(line.split(":", 1)[-1].split()):
-            return True
-    return False
-
-
-def hardware_of(device: torch.device | str) -> Hardware:
-    """The :class:`Hardware` facts of ``device``: CUDA compute capability >= 8.0 (bf16 and TF32), CPU flags."""
-    import torch
-
-    device = device if isinstance(device, torch.device) else torch.device(device)
-    if device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
-        return Hardware("cuda", bf16=major >= 8, tf32=major >= 8)
-    if device.type == "cpu":
-        return Hardware("cpu", bf16=cpu_has_bf16())
-    return Hardware(device.type, bf16=False)
-
-
-def choose_precision(
-    precision: str,
-    hardware: Hardware,
-    measured: dict[str, bool] | None = None,
-    tf32_measured: bool | None = None,
-) -> tuple[str, bool]:
-    """The precision a run trains in and whether fp32 matrix products may use TF32, from the asked ``precision``
-    and the device's :class:`Hardware` facts (a pure function: the facts and the measurements are arguments).
-
-    ``fp32`` and ``bf16`` are taken as asked (``fp32``: no TF32). ``auto`` is ``bf16`` only where the hardware has
-    native bf16 **and** ``measured[hardware.kind]`` (default :data:`AUTO_BF16`) says bf16 was measured as accurate
-    and faster; otherwise ``fp32``, with TF32 where the device has it and ``tf32_measured`` (default
-    :data:`AUTO_TF32`) says so.
-    """
-    check_precision(precision)
-    measured = AUTO_BF16 if measured is None else measured
-    tf32_measured = AUTO_TF32 if tf32_measured is None else tf32_measured
-    if precision != "auto":
-        return precision, False
-    if hardware.bf16 and measured.get(hardware.kind, False):
-        return "bf16", False
-    return "fp32", bool(hardware.tf32 and tf32_measured)
-
-
-def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str:
-    """The precision a run on ``device`` trains in (``fp32`` or ``bf16``): :func:`choose_precision` with the
-    device's :func:`hardware_of` facts. On a CUDA device it also sets ``torch.backends.cuda.matmul.allow_tf32``
-    (and cuDNN's) to the TF32 choice, so that an fp32 run's products are what was chosen, not a library default.
-    """
-    check_precision(precision)
-    if precision != "auto" and str(device) == "cpu":
-        return precision  # nothing to look up
-    hardware = hardware_of(device)
-    # GAPTUI_AUTO_TF32=1/0 overrides AUTO_TF32 for a measurement (benchmarks/gpu_check.py times TF32 this way)
-    override = os.environ.get("GAPTUI_AUTO_TF32")
-    chosen, tf32 = choose_precision(precision, hardware, tf32_measured=None if override is None else override == "1")
-    if hardware.kind == "cuda":
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-    return chosen
-
-
-def autocast(precision: str, device: torch.device | str = "cpu") -> Any:
-    """The context of a forward pass in ``precision``: bf16 autocast on ``device``'s type, or nothing (fp32).
-
-    Parameters stay fp32 (they are the master weights the optimiser updates); a family computes what must stay
-    exact (similarities, softmax, loss) outside this context, from the forward pass's output cast to fp32.
-    """
-    import contextlib
-
-    import torch
-
-    if precision != "bf16":
-        return contextlib.nullcontext()
-    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
-    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def rng_state() -> dict[str, Any]:
@@ -458,26 +291,48 @@ class TrainState:
         self.epoch, self.batch_in_epoch, self.loss_sum, self.loss_nodes, self.tally = self.epoch + 1, 0, 0.0, 0, {}
 
 
-class EpochTask:
-    """What a family writes for :func:`epoch_steps`: its training epoch and its evaluation.
+class TrainingStep(Protocol):
+    """A training step in the three parts :func:`run_epoch` drives (see :class:`EpochTask`)."""
 
-    Required: :attr:`epochs` and :meth:`parts` (the objects with ``state_dict`` / ``load_state_dict`` a checkpoint
-    holds: ``{"model": ..., "optimizer": ..., "scheduler": ...}``) and :meth:`train_epoch`. The rest has defaults.
+    def batches(self, state: TrainState) -> Iterable[Any]: ...
+
+    def forward(self, batch: Any, state: TrainState) -> Any: ...
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]: ...
+
+
+class EpochTask:
+    """What a family writes for :func:`epoch_steps`: its training step and its evaluation.
+
+    Required: :attr:`epochs`, :meth:`parts` (the objects with ``state_dict`` / ``load_state_dict`` a checkpoint
+    holds: ``{"model": ..., "optimizer": ..., "scheduler": ...}``) and the step, in three parts the loop drives
+    (:func:`run_epoch`): :meth:`batches`, :meth:`forward` (run under the run's autocast) and :meth:`update` (run
+    outside it). The task never reads the run's precision: the loop applies it. The rest has defaults.
     """
 
     #: Epochs to train; :attr:`steps_per_epoch` is reported in the ``start`` event.
     epochs: int = 0
     steps_per_epoch: int = 0
-    #: The precision the task trains in (``fp32`` or ``bf16``), set by :func:`epoch_steps` before the first epoch:
-    #: the task runs its forward pass in ``autocast(self.precision, device)``.
-    precision: str = "fp32"
 
     def parts(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
-        """Train (the rest of) epoch ``state.epoch + 1`` from batch ``state.batch_in_epoch``, advancing ``state``
-        (mostly through :func:`run_batches`); False when ``should_stop()`` stopped it between two batches."""
+    def batches(self, state: TrainState) -> Iterable[Any]:
+        """The batches of epoch ``state.epoch + 1`` from batch ``state.batch_in_epoch`` on, in an order that is a
+        pure function of (seed, epoch) (:func:`epoch_order`), so that a resumed epoch replays it; drawn one batch
+        per step (a generator builds each when its step comes). Puts the model in training mode."""
+        raise NotImplementedError
+
+    def forward(self, batch: Any, state: TrainState) -> Any:
+        """The model's forward pass on ``batch`` (``state``: the epoch and the step, for randomness drawn per step):
+        the loop runs it under the run's autocast (bf16 for a bf16 run), so it holds the model call and nothing
+        that must stay fp32. Returns what :meth:`update` needs."""
+        raise NotImplementedError
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]:
+        """The rest of the step, outside autocast: the loss from ``out`` in fp32 (``out.float()``), backward, the
+        optimiser (and scheduler) step and the epoch's tallies (``state.tally``). Returns the detached loss and the
+        batch's weight (tensors or numbers) for :func:`run_batches`."""
         raise NotImplementedError
 
     def summary(self, state: TrainState) -> dict[str, float]:
@@ -567,13 +422,36 @@ def run_batches(
     return True
 
 
+def run_epoch(
+    task: TrainingStep,
+    state: TrainState,
+    should_stop: Callable[[], bool],
+    precision: str = "fp32",
+    device: torch.device | str = "cpu",
+) -> bool:
+    """Train (the rest of) epoch ``state.epoch + 1`` of ``task`` from batch ``state.batch_in_epoch``, advancing
+    ``state``: each batch of ``task.batches(state)`` goes through ``task.forward`` under the autocast of
+    ``precision`` (``fp32`` or ``bf16``, resolved) on ``device``'s type, then through ``task.update`` outside it, in
+    :func:`run_batches`. False when ``should_stop()`` stopped it between two batches."""
+
+    def step(batch: Any) -> tuple[Any, Any]:
+        with autocast(precision, device):
+            out = task.forward(batch, state)
+        return task.update(batch, out, state)
+
+    return run_batches(state, task.batches(state), step, should_stop)
+
+
 def epoch_steps(
-    task: EpochTask, ctx: RunContext, run: str, device: Any = "cpu", precision: str = "auto"
+    task: EpochTask, ctx: RunContext, run: str, options: RunOptions | None = None
 ) -> Generator[None, None, LoopResult]:
     """Train ``task`` for run ``run`` in ``ctx.run_dir``, resuming from its checkpoint, yielding after each epoch.
 
-    ``precision`` (:data:`PRECISIONS`) is resolved by :func:`resolve_precision` and set as ``task.precision``; a
-    checkpoint resumes in the precision it was written in (``auto`` follows it; an explicit other one is refused).
+    ``options`` (:class:`~engine.hardware.RunOptions`, the run's spec's: :meth:`~engine.tasks.TaskSpec.run_options`;
+    None: ``auto`` precision on the CPU) say where and how: the device (:func:`~engine.hardware.resolve_device`, the
+    one the task's model is on) and the precision (:func:`~engine.hardware.resolve_precision`) that
+    :func:`run_epoch` applies to the task's forward pass; a checkpoint resumes in the precision it was written in
+    (``auto`` follows it; an explicit other one is refused).
     Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
@@ -586,19 +464,21 @@ def epoch_steps(
     state = TrainState()
     metrics: dict[str, float] = {}
     resumed_from = None
-    task.precision = resolve_precision(precision, device)
+    options = RunOptions(device="cpu") if options is None else options
+    device = resolve_device(options.device)
+    precision = resolve_precision(options.precision, device)
     ckpt = checkpoints.load(device)
     if ckpt is not None:
         where = checkpoints.path
         written = str(ckpt.get("precision", "fp32"))
-        if written != task.precision and precision != "auto":
+        if written != precision and options.precision != "auto":
             raise GaptuiError(
-                f"{where} was written in {written} precision and this run asks for {task.precision}; "
+                f"{where} was written in {written} precision and this run asks for {precision}; "
                 f"run it with precision = {written} or use a fresh run folder"
             )
-        if written != task.precision:
+        if written != precision:
             ctx.log(f"resuming in {written} precision, the checkpoint's")
-            task.precision = written
+            precision = written
         if int(ckpt.get("format", 1)) > CHECKPOINT_FORMAT:
             raise GaptuiError(
                 f"{where} has checkpoint format {ckpt.get('format')}, newer than this gaptui reads "
@@ -623,7 +503,7 @@ def epoch_steps(
         payload = {
             "format": CHECKPOINT_FORMAT,
             "run": run,
-            "precision": task.precision,
+            "precision": precision,
             **task.checkpoint_fields(),
             "state": asdict(state),
             "metrics": metrics,
@@ -642,7 +522,7 @@ def epoch_steps(
         **task.start_fields(),
         epochs=task.epochs,
         steps_per_epoch=task.steps_per_epoch,
-        precision=task.precision,
+        precision=precision,
         resumed_from=resumed_from,
         pid=os.getpid(),
     )
@@ -651,7 +531,7 @@ def epoch_steps(
     while state.epoch < task.epochs:
         t0 = time.perf_counter()
         try:
-            finished = task.train_epoch(state, ctx.should_stop)
+            finished = run_epoch(task, state, ctx.should_stop, precision, device)
         except NonFiniteLoss as exc:
             event = {"epoch": exc.epoch, "step": exc.step}
             raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None
@@ -678,4 +558,4 @@ def epoch_steps(
         if ctx.should_stop():
             raise cancel()
         yield
-    return LoopResult(metrics, state, task.precision)
+    return LoopResult(metrics, state, precision)

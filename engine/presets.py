@@ -13,7 +13,7 @@ key                meaning
 ``[run]``          the run policy: ``timeout`` (seconds per run), ``retries`` (re-runs of a failed run),
                    ``pack_seeds`` (seeds of one cell trained in one worker process); the family's own run options
                    (spec fields copied into every run) sit beside them, among them ``precision`` in every
-                   built-in family (``auto``, ``fp32``, ``bf16``: :func:`engine.loop.choose_precision`)
+                   built-in family (``auto``, ``fp32``, ``bf16``: :func:`engine.hardware.choose_precision`)
 ``[slurm]``        how runs are submitted with ``--backend slurm`` (:class:`SlurmOptions`), for families that run
                    on Slurm
 =================  ===================================================================================================
@@ -275,9 +275,9 @@ def parse_head(
         raise GaptuiError(f"{here} = {table!r}: expected a table of run options, e.g. [run] with timeout = 3600")
     unknown_keys(here, table, (*run_keys, *POLICY_KEYS))
     if "precision" in table:
-        from engine.loop import check_precision
+        from engine.hardware import RunOptions
 
-        check_precision(table["precision"], here)
+        RunOptions(precision=table["precision"]).check(here)
     policy = parse_dataclass(RunPolicy, {k: v for k, v in table.items() if k in POLICY_KEYS}, here).check(here)
     options = None
     if slurm:

@@ -115,14 +115,6 @@ def coerce_field(value: Any, typ: Any, where: str, strict: bool = False) -> Any:
     return coerce(value, typ, where, strict)
 
 
-def check_device(device: str, where: str) -> None:
-    """A device string a run may name: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked without torch)."""
-    import re
-
-    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise GaptuiError(f"{where}: device '{device}': expected auto, cpu, cuda or cuda:N")
-
-
 _JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 

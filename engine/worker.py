@@ -180,7 +180,7 @@ class Run:
         own keeps them); none for a run that failed before its ``start`` event."""
         if self.device is None:
             return {}
-        from engine.loop import device_fields
+        from engine.hardware import device_fields
 
         try:
             import torch

@@ -219,7 +219,7 @@ def _alignment_spec(
             f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
             "or --task NAME with --preset P --where axis=value or --spec FILE"
         )
-    from engine.loop import check_precision
+    from engine.hardware import RunOptions
     from engine.sources import parse_param_args
     from engine.tasks import DEFAULT_TASK, family, load_spec
 
@@ -240,7 +240,7 @@ def _alignment_spec(
         "input_layer": input_layer,
         "norm": norm,
         "compile": compile_mode,
-        "precision": check_precision(precision or "auto", "--precision"),
+        "precision": RunOptions(precision=precision or "auto").check("--precision").precision,
         "seed": seed,
         "device": device,
         "datasets_dir": str(ws.datasets),
@@ -322,14 +322,14 @@ def with_recipe(spec: Any, recipe: str | None) -> Any:
 
 def with_precision(spec: Any, precision: str | None) -> Any:
     """``spec`` with its ``precision`` field set to ``precision`` (``gaptui train --precision``; None: as it is);
-    one-line GaptuiError for a value not in :data:`engine.loop.PRECISIONS` or a family whose runs have no such
+    one-line GaptuiError for a value not in :data:`engine.hardware.PRECISIONS` or a family whose runs have no such
     option."""
     if precision is None:
         return spec
-    from engine.loop import check_precision
+    from engine.hardware import RunOptions
     from engine.tasks import load_spec
 
-    check_precision(precision, "--precision")
+    RunOptions(precision=precision).check("--precision")
     raw = spec.to_dict()
     if "precision" not in raw:
         raise GaptuiError(f"--precision {precision}: a {spec.task} run has no precision option")

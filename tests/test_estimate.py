@@ -133,7 +133,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
 # epochs and evaluations, so the rest comes from the measured per-run overhead (1 s here).
 @pytest.mark.parametrize(("duration", "rest"), [(4.0, 3.4), (0.6, 1.0)])
 def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: float, rest: float) -> None:
-    from engine.loop import cpu_name
+    from engine.hardware import cpu_name
 
     plan = _smoke_plan(tmp_path)
     done = plan.to_run[0]  # gcn at noise 0.05, seed 0; a seed-1 run of the same cell is estimated from it
@@ -169,7 +169,7 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _finished(tmp_path: Path, spec, seconds: list[float], duration: float) -> dict:
     """A record of ``spec`` finished on this host, its events timing each unit."""
-    from engine.loop import cpu_name
+    from engine.hardware import cpu_name
 
     run_dir = tmp_path / "runs" / spec.hash()[:12]
     run_dir.mkdir(parents=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.gape.spec import GapeSpec
 from engine.gape.train import run_gape
-from engine.loop import CHECKPOINT, EpochTask, TrainState, epoch_order, epoch_steps, run_batches
+from engine.hardware import RunOptions
+from engine.loop import CHECKPOINT, EpochTask, TrainState, epoch_order, epoch_steps
 from engine.properties.options import TrainOptions
 from engine.properties.training import load_study_data, train_model
 from engine.tasks import Cancelled, RunContext, RunFailed, run_steps
@@ -67,21 +69,21 @@ class Line(EpochTask):
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt}
 
-    def train_epoch(self, state: TrainState, should_stop: Any) -> bool:
+    def batches(self, state: TrainState) -> Iterator[torch.Tensor]:
         order = epoch_order(0, state.epoch + 1, 16)
+        return (order[lo : lo + 4] for lo in range(0, 16, 4)[state.batch_in_epoch :])
 
-        def step(lo: int) -> tuple[torch.Tensor, int]:
-            ids = order[lo : lo + 4]
-            x = self.x[ids] + 0.01 * torch.randn(len(ids), 2)
-            loss = ((self.model(x) - self.y[ids]) ** 2).mean()
-            if state.step + 1 == self.nan_at:
-                loss = loss * float("nan")
-            self.opt.zero_grad()
-            loss.backward()
-            self.opt.step()
-            return loss.detach(), len(ids)
+    def forward(self, ids: torch.Tensor, state: TrainState) -> torch.Tensor:
+        return self.model(self.x[ids] + 0.01 * torch.randn(len(ids), 2))
 
-        return run_batches(state, range(0, 16, 4)[state.batch_in_epoch :], step, should_stop)
+    def update(self, ids: torch.Tensor, out: torch.Tensor, state: TrainState) -> tuple[torch.Tensor, int]:
+        loss = ((out.float() - self.y[ids]) ** 2).mean()
+        if state.step + 1 == self.nan_at:
+            loss = loss * float("nan")
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.detach(), len(ids)
 
     def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
         with torch.no_grad():
@@ -255,14 +257,52 @@ def test_packed_toy_seeds_take_turns(tmp_path: Path, in_process: Any, monkeypatc
 def test_a_checkpoint_resumes_in_the_precision_it_was_written_in(tmp_path: Path) -> None:
     ctx = RunContext(tmp_path, Events(), lambda _text: None, Stopper(6))
     with pytest.raises(Cancelled):
-        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="bf16"))
+        run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("bf16", "cpu")))
     events = Events()
     ctx = RunContext(tmp_path, events, lambda _text: None, lambda: False)
     with pytest.raises(GaptuiError, match="written in bf16 precision and this run asks for fp32; run it with"):
-        run_steps(epoch_steps(Line(), ctx, "run-hash", precision="fp32"))
-    result = run_steps(epoch_steps(Line(), ctx, "run-hash", precision="auto"))  # auto follows the checkpoint
+        run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("fp32", "cpu")))
+    result = run_steps(epoch_steps(Line(), ctx, "run-hash", RunOptions("auto", "cpu")))  # auto follows the checkpoint
     assert result.precision == "bf16" and events[0][1]["precision"] == "bf16"
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["precision"] == "bf16"
+
+
+class Recorded(Line):
+    """:class:`Line` as a family writes a task: no autocast, no precision anywhere; it records what the loop ran
+    its forward pass and its loss in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, bool, torch.dtype]] = []
+
+    def forward(self, ids: torch.Tensor, state: TrainState) -> torch.Tensor:
+        out = super().forward(ids, state)
+        on = torch.is_autocast_enabled("cpu")
+        self.seen.append(("forward", on, out.dtype))
+        if on:
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        return out
+
+    def update(self, ids: torch.Tensor, out: torch.Tensor, state: TrainState) -> tuple[torch.Tensor, int]:
+        on = torch.is_autocast_enabled("cpu")
+        loss, weight = super().update(ids, out, state)
+        self.seen.append(("loss", on, loss.dtype))
+        return loss, weight
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_the_loop_runs_a_tasks_forward_in_the_runs_precision_and_its_loss_in_fp32(
+    tmp_path: Path, precision: str
+) -> None:
+    task = Recorded()
+    ctx = RunContext(tmp_path, Events(), lambda _text: None, lambda: False)
+    result = run_steps(epoch_steps(task, ctx, "run-hash", RunOptions(precision, "cpu")))
+    assert result.precision == precision
+    forward = torch.bfloat16 if precision == "bf16" else torch.float32
+    steps = task.epochs * task.steps_per_epoch
+    assert task.seen == [("forward", precision == "bf16", forward), ("loss", False, torch.float32)] * steps
+    assert all(w.dtype == torch.float32 for w in task.model.state_dict().values())  # fp32 master weights
+    assert not torch.is_autocast_enabled("cpu")  # nothing left on after the run
 
 
 def test_precision_enters_the_run_id_only_when_set() -> None:
@@ -280,7 +320,9 @@ def test_precision_enters_the_run_id_only_when_set() -> None:
             load_spec({**raw, "precision": "fp16"})
 
 
-def test_every_family_trains_in_bf16_with_fp32_weights(tmp_path: Path, in_process: Any) -> None:
+def test_every_family_trains_in_bf16_with_fp32_weights(
+    tmp_path: Path, in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     datasets = str(tmp_path / "datasets")
     alignment = {"dataset": {"base": "er", "noise": 0.1, "n_train": 20, "n_val": 10, "params": {"n": 20, "degree": 5}}}
     alignment |= {"model": "gin", "epochs": 2, "batch_size": 10, "budget": 5000, "out_dim": 16, "compile": "off"}
@@ -288,6 +330,21 @@ def test_every_family_trains_in_bf16_with_fp32_weights(tmp_path: Path, in_proces
     gape |= {"heads": 2, "budget": 2000, "epochs": 2, "batch_size": 8}
     props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
     props |= {"graphs": 100, "sizes": 3, "epochs": 2, "hidden": 8, "layers": 1}
+    # The families' tasks name no precision: the loop runs their forward pass under bf16 autocast.
+    from engine.alignment.run import AlignmentTraining
+    from engine.gape.train import GapeTraining
+    from engine.properties.training import PropertyTraining
+
+    seen: dict[str, set[tuple[bool, torch.dtype]]] = {}
+    for name, cls in (("alignment", AlignmentTraining), ("gape", GapeTraining), ("properties", PropertyTraining)):
+
+        def forward(self: Any, batch: Any, state: TrainState, name: str = name, original: Any = cls.forward) -> Any:
+            out = original(self, batch, state)
+            first = out[0] if isinstance(out, tuple) else out
+            seen.setdefault(name, set()).add((torch.is_autocast_enabled("cpu"), first.dtype))
+            return out
+
+        monkeypatch.setattr(cls, "forward", forward)
     for name, spec in (("alignment", alignment), ("gape", gape), ("properties", props)):
         out = tmp_path / name
         assert in_process([({**spec, "precision": "bf16", "device": "cpu", "datasets_dir": datasets}, out)]) == 0
@@ -298,3 +355,9 @@ def test_every_family_trains_in_bf16_with_fp32_weights(tmp_path: Path, in_proces
         assert start["precision"] == "bf16"
         weights = _weights(out)
         assert all(w.dtype in (torch.float32, torch.int64, torch.bool) for w in weights.values()), name
+    # alignment's forward returns the similarity, computed in fp32 from the bf16 embeddings
+    assert seen == {
+        "alignment": {(True, torch.float32)},
+        "gape": {(True, torch.bfloat16)},
+        "properties": {(True, torch.bfloat16)},
+    }

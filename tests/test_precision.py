@@ -12,10 +12,10 @@ import pytest
 import tomllib
 
 from engine.errors import GaptuiError
-from engine.loop import (
+from engine.hardware import (
     PRECISIONS,
     Hardware,
-    check_precision,
+    RunOptions,
     choose_precision,
     cpu_has_bf16,
     resolve_precision,
@@ -164,16 +164,16 @@ def test_auto_picks_bf16_only_with_native_bf16_and_measurements_that_say_so() ->
 def test_resolving_on_a_device_uses_its_hardware_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    import engine.loop as loop
+    import engine.hardware as hardware
 
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": True, "cuda": False})
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": True, "cuda": False})
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: True)
     assert resolve_precision("auto", "cpu") == "bf16" and resolve_precision("fp32", "cpu") == "fp32"
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: False)
     assert resolve_precision("auto", "cpu") == "fp32"
     # A CUDA device (its facts given): the TF32 switch follows the choice, set explicitly either way.
-    monkeypatch.setattr(loop, "hardware_of", lambda device: Hardware("cuda", bf16=True, tf32=True))
-    monkeypatch.setattr(loop, "AUTO_TF32", True)
+    monkeypatch.setattr(hardware, "hardware_of", lambda device: Hardware("cuda", bf16=True, tf32=True))
+    monkeypatch.setattr(hardware, "AUTO_TF32", True)
     before = torch.backends.cuda.matmul.allow_tf32
     try:
         assert resolve_precision("auto", "cuda") == "fp32" and torch.backends.cuda.matmul.allow_tf32 is True
@@ -182,27 +182,46 @@ def test_resolving_on_a_device_uses_its_hardware_facts(monkeypatch: pytest.Monke
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def test_check_precision_names_where_and_suggests() -> None:
-    assert check_precision("bf16", "x") == "bf16"
+def test_the_run_options_check_names_where_and_suggests() -> None:
+    options = RunOptions("bf16", "cuda:1", "on")
+    assert options.check("x") is options
     with pytest.raises(GaptuiError, match=r"^spec\.json: precision 'BF16' is not one of auto, fp32, bf16"):
-        check_precision("BF16", "spec.json")
+        RunOptions(precision="BF16").check("spec.json")
     with pytest.raises(GaptuiError, match="^w: precision 16 is not one of auto, fp32, bf16$"):
-        check_precision(16, "w")
+        RunOptions(precision=16).check("w")  # type: ignore[arg-type]
+    with pytest.raises(GaptuiError, match=r"^w: compile 'of' is not one of auto, on, off \(did you mean 'off'\?\)$"):
+        RunOptions(compile="of").check("w")
+    with pytest.raises(GaptuiError, match="^--device: device 'gpu': expected auto, cpu, cuda or cuda:N$"):
+        RunOptions(device="gpu").check("--device")
+
+
+def test_every_spec_hands_its_own_run_options_to_the_loop() -> None:
+    raw = {"dataset": {"base": "er", "noise": 0.1, "params": {"n": 20, "degree": 5}}, "model": "gcn"}
+    spec = load_spec({**raw, "precision": "bf16", "device": "cpu", "compile": "off"})
+    assert spec.run_options() == RunOptions("bf16", "cpu", "off")
+    props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
+    assert load_spec({**props, "precision": "fp32"}).run_options() == RunOptions(precision="fp32")  # no compile
+    with pytest.raises(GaptuiError, match="^run spec: compile 'yes' is not one of auto, on, off$"):
+        load_spec({**raw, "compile": "yes"})
 
 
 def test_a_run_started_under_auto_resumes_in_its_checkpoints_precision_when_autos_choice_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import engine.loop as loop
+    import engine.hardware as hardware
     from engine.loop import epoch_steps
     from engine.tasks import Cancelled, RunContext, run_steps
     from tests.test_loop import Events, Line, Stopper
 
-    monkeypatch.setattr(loop, "cpu_has_bf16", lambda cpuinfo=None: True)
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...
     with pytest.raises(Cancelled):
-        run_steps(epoch_steps(Line(), RunContext(tmp_path, Events(), print, Stopper(6)), "run-hash", "cpu", "auto"))
-    monkeypatch.setattr(loop, "AUTO_BF16", {"cpu": False})  # ... and fp32 once the run is resumed
+        run_steps(
+            epoch_steps(
+                Line(), RunContext(tmp_path, Events(), print, Stopper(6)), "run-hash", RunOptions("auto", "cpu")
+            )
+        )
+    monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": False})  # ... and fp32 once the run is resumed
     lines: list[str] = []
     events = Events()
     result = run_steps(epoch_steps(Line(), RunContext(tmp_path, events, lines.append, lambda: False), "run-hash"))

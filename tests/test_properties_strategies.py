@@ -99,7 +99,7 @@ def test_progressive_sizes_enter_epoch_by_epoch_smallest_first() -> None:
         strategy=Strategy("progressive"), more_train=sets[1:],
     )  # fmt: skip
     assert [task.active_sets(e) for e in range(1, 7)] == [[0], [0], [0, 1], [0, 1], [0, 1, 2], [0, 1, 2]]
-    order = [j for j, _ in task.batches(6)]
+    order = [j for j, _ in task.batch_plan(6)]
     assert order == sorted(order) == [0, 0, 1, 1, 2, 2]
 
 
@@ -151,11 +151,10 @@ def test_adversarial_training_feeds_the_checkers_labels(tmp_path: Path) -> None:
     fed: list[torch.Tensor] = []
     original = task.model.forward
     task.model.forward = lambda adj: (fed.append(adj.clone()), original(adj))[1]  # type: ignore[method-assign]
-    from engine.loop import TrainState
+    from engine.loop import TrainState, run_epoch
 
     state = TrainState()
-    task.precision = "fp32"
-    task.train_epoch(state, lambda: False)
+    run_epoch(task, state, lambda: False)
     assert len(seen) == 2 and all(len(a) == 2 for a, _ in seen)  # two batches of 4, half flipped
     assert [len(x) for x in fed] == [6, 6]
     for (a, labels), batch in zip(seen, fed, strict=True):

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.alignment.recipes import DEFAULT_RECIPE, RECIPES
 from engine.errors import GaptuiError
-from engine.loop import precision_field
+from engine.hardware import precision_field
 from engine.tasks.form import FormField, form_table, table_values
 
 #: The noise grid of the paper (Table D.3), as shares.

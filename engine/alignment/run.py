@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.alignment.preset import BASELINE
 from engine.alignment.spec import RunSpec
 from engine.loop import EpochTask, TrainState
 from engine.tasks.run import Outcome, RunContext
+
+if TYPE_CHECKING:
+    from engine.alignment.training import SiameseStep
 
 # ------------------------------------------------------------------------------------------------ worker loop
 
@@ -25,7 +28,7 @@ def dataset_dirs(spec: RunSpec) -> tuple[Path, Path | None]:
 
 
 def device_fields(spec: RunSpec) -> dict[str, Any]:
-    from engine.loop import device_fields, resolve_device
+    from engine.hardware import device_fields, resolve_device
 
     return device_fields(resolve_device(spec.device))
 
@@ -115,7 +118,8 @@ class AlignmentRun:
 
     def run_training(self, dataset: Any) -> Generator[None, None, Outcome]:
         from engine.evaluation import LapEvaluator
-        from engine.loop import epoch_steps, resolve_device, seed_everything
+        from engine.hardware import resolve_device
+        from engine.loop import epoch_steps, seed_everything
 
         spec, ctx = self.spec, self.ctx
         device = resolve_device(spec.device)
@@ -124,7 +128,7 @@ class AlignmentRun:
             task = AlignmentTraining(self, dataset, device, evaluator)
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
             task.compile()
-            result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+            result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
         metrics = result.metrics
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": task.width}
@@ -165,6 +169,24 @@ class AlignmentTraining(EpochTask):
             self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps, spec.schedule
         )
         self.log = run.ctx.log
+        self.siamese = self.siamese_step()
+
+    def siamese_step(self) -> SiameseStep:
+        """The training step of :attr:`trained` (the model, or its compiled form) on the training pairs."""
+        from engine.alignment.training import SiameseStep
+
+        spec = self.spec
+        return SiameseStep(
+            self.trained,
+            self.train,
+            self.opt,
+            self.sched,
+            batch_size=spec.batch_size,
+            seed=spec.seed,
+            clip=spec.clip,
+            clip_mode=spec.clip_mode,
+            features=spec.features,
+        )
 
     def compile(self) -> None:
         from engine.alignment.training import compile_model, wants_compile
@@ -172,28 +194,19 @@ class AlignmentTraining(EpochTask):
         spec = self.spec
         if wants_compile(spec.compile, self.device, spec.epochs * self.steps_per_epoch, spec.model):
             self.trained = compile_model(self.model, spec.features, self.log)
+            self.siamese = self.siamese_step()
 
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
-        from engine.alignment.training import train_epoch
+    def batches(self, state: TrainState) -> Iterable[Any]:
+        return self.siamese.batches(state)
 
-        spec = self.spec
-        return train_epoch(
-            self.trained,
-            self.train,
-            self.opt,
-            self.sched,
-            state,
-            batch_size=spec.batch_size,
-            seed=spec.seed,
-            clip=spec.clip,
-            clip_mode=spec.clip_mode,
-            features=spec.features,
-            should_stop=should_stop,
-            precision=self.precision,
-        )
+    def forward(self, batch: Any, state: TrainState) -> Any:
+        return self.siamese.forward(batch, state)
+
+    def update(self, batch: Any, out: Any, state: TrainState) -> tuple[Any, Any]:
+        return self.siamese.update(batch, out, state)
 
     def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
         from engine.alignment.training import evaluate, metrics_of

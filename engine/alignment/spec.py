@@ -23,15 +23,11 @@ from engine.alignment.recipes import (
     spec_recipe_label,
 )
 from engine.errors import GaptuiError, did_you_mean
-from engine.loop import PRECISIONS
 from engine.tasks.registry import load_spec_file
 from engine.tasks.spec import TaskSpec
 from engine.typed import frozen_json
 
 CLIP_MODES = ("value", "norm")
-#: ``torch.compile`` of the model for training: ``auto`` compiles long CPU runs
-#: (see engine.alignment.training.wants_compile).
-COMPILE_MODES = ("auto", "on", "off")
 #: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
 #: existing runs (which all used the default) stay what they were.
 _HASHED_WHEN_SET = {
@@ -61,7 +57,7 @@ class RunSpec(TaskSpec):
     ``epochs`` and ``batch_size`` default to the paper's 300 and 100.
     ``compile`` (``auto``, ``on``, ``off``) says whether the model
     is trained through ``torch.compile`` (same function, other float rounding; see ``engine.alignment.training``).
-    ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.loop.resolve_precision`) is the forward pass's
+    ``precision`` (``auto``, ``fp32``, ``bf16``; :func:`engine.hardware.resolve_precision`) is the forward pass's
     (bf16: under autocast, on PyG's gather/scatter layers; the similarity, loss and LAP stay fp32).
     """
 
@@ -192,8 +188,6 @@ class RunSpec(TaskSpec):
             ("block", BLOCKS),
             ("schedule", SCHEDULES),
             ("clip_mode", CLIP_MODES),
-            ("compile", COMPILE_MODES),
-            ("precision", PRECISIONS),
         ):
             value = getattr(self, key)
             if value not in choices:
@@ -209,9 +203,7 @@ class RunSpec(TaskSpec):
                 )
         if any(k < 1 for k in self.topk):
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
-        from engine.typed import check_device
-
-        check_device(self.device, where)
+        self.run_options().check(where)
 
     def check_memory(self) -> None:
         """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory."""

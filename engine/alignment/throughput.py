@@ -149,7 +149,8 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
     from engine.alignment.features import feature_dim
     from engine.alignment.training import PairTensors, compile_model, evaluate, train_epoch
     from engine.evaluation import LapEvaluator
-    from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, resolve_device, seed_everything
+    from engine.hardware import resolve_device
+    from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, seed_everything
 
     device = resolve_device(device_name)
     seed_everything(0)

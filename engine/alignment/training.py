@@ -31,7 +31,7 @@ from engine.alignment.features import (
     sign_flips,
 )
 from engine.evaluation import AlignmentScores, LapEvaluator
-from engine.loop import TrainState, autocast, epoch_order, run_batches
+from engine.loop import TrainState, epoch_order, run_epoch
 from engine.pairs import PairSplit
 
 IGNORE = -100
@@ -253,6 +253,56 @@ def clip_gradients(model: nn.Module, clip: float, mode: str) -> None:
         nn.utils.clip_grad_norm_(model.parameters(), clip)
 
 
+class SiameseStep:
+    """The siamese training step in the three parts the shared loop drives (:func:`engine.loop.run_epoch`):
+    the epoch's shuffled batches of pairs, the forward pass (:func:`similarity`, whose similarity is fp32 even
+    under autocast) and the update (the loss, backward, clipping, AdamW and the schedule's step).
+
+    ``features`` with a ``lap`` part: each step flips the sign of every eigenvector of every graph (G and H
+    apart) at random, drawn from (``seed``, epoch, step) alone (:func:`engine.alignment.features.sign_flips`), so
+    a resumed run flips exactly as the uninterrupted one.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: PairTensors,
+        opt: torch.optim.Optimizer,
+        sched: Any,
+        *,
+        batch_size: int,
+        seed: int,
+        clip: float,
+        clip_mode: str,
+        features: Features | str = "degree",
+    ) -> None:
+        self.model, self.data, self.opt, self.sched = model, data, opt, sched
+        self.batch_size, self.seed, self.clip, self.clip_mode = batch_size, seed, clip, clip_mode
+        self.features = parse_features(features)
+
+    def batches(self, state: TrainState) -> Iterator[SiameseBatch]:
+        self.model.train()
+        order = epoch_order(self.seed, state.epoch + 1, len(self.data))
+        return self.data.batches(self.batch_size, order, start=state.batch_in_epoch)
+
+    def forward(self, batch: SiameseBatch, state: TrainState) -> tuple[torch.Tensor, torch.Tensor]:
+        flips = sign_flips(self.features, 2 * batch.size, self.seed, state.epoch + 1, state.step, self.data.device)
+        return similarity(self.model, batch, self.features, flips)
+
+    def update(
+        self, batch: SiameseBatch, out: tuple[torch.Tensor, torch.Tensor], state: TrainState
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        sim, mask = out
+        loss = alignment_loss(sim, batch.target)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradients(self.model, self.clip, self.clip_mode)
+        self.opt.step()
+        if state.step < self.sched.total_steps:
+            self.sched.step()
+        return loss.detach(), mask.sum()
+
+
 def train_epoch(
     model: nn.Module,
     data: PairTensors,
@@ -268,36 +318,21 @@ def train_epoch(
     should_stop: Callable[[], bool] = lambda: False,
     precision: str = "fp32",
 ) -> bool:
-    """Run (the rest of) epoch ``state.epoch + 1``. Returns False when stopped early by ``should_stop``.
+    """Run (the rest of) epoch ``state.epoch + 1`` of :class:`SiameseStep` outside a run (benchmarks, the cost
+    calibration, tests), through the shared loop's :func:`engine.loop.run_epoch`, as a run's epoch goes. Returns
+    False when stopped early by ``should_stop``.
 
-    ``features`` with a ``lap`` part: each step flips the sign of every eigenvector of every graph (G and H
-    apart) at random, drawn from (``seed``, epoch, step) alone (:func:`engine.alignment.features.sign_flips`), so
-    a resumed run flips exactly as the uninterrupted one.
-
-    ``precision``: ``bf16`` runs the model's forward pass under bf16 autocast (:func:`engine.loop.autocast`);
-    the similarity and the loss stay fp32, and so do the weights and the optimiser state.
+    ``precision`` (``fp32`` or ``bf16``, resolved) is the loop's to apply: under ``bf16`` it runs the model's
+    forward pass under bf16 autocast; the similarity and the loss stay fp32, and so do the weights and the
+    optimiser state.
 
     The batch loop is :func:`engine.loop.run_batches`: losses are read back from the device every few steps, and a
     non-finite loss raises :class:`engine.loop.NonFiniteLoss` naming the step that made it.
     """
-    model.train()
-    features = parse_features(features)
-    order = epoch_order(seed, state.epoch + 1, len(data))
-
-    def step(batch: SiameseBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        flips = sign_flips(features, 2 * batch.size, seed, state.epoch + 1, state.step, data.device)
-        with autocast(precision, data.device):
-            sim, mask = similarity(model, batch, features, flips)
-        loss = alignment_loss(sim, batch.target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(model, clip, clip_mode)
-        opt.step()
-        if state.step < sched.total_steps:
-            sched.step()
-        return loss.detach(), mask.sum()
-
-    return run_batches(state, data.batches(batch_size, order, start=state.batch_in_epoch), step, should_stop)
+    step = SiameseStep(
+        model, data, opt, sched, batch_size=batch_size, seed=seed, clip=clip, clip_mode=clip_mode, features=features
+    )
+    return run_epoch(step, state, should_stop, precision, data.device)
 
 
 #: ``compile = "auto"`` compiles CPU runs of at least this many optimiser steps: compiling takes 5-20 s on a CPU

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.loop import precision_field
+from engine.hardware import precision_field
 from engine.tasks.form import FormField, drop_blank, form_table, table_values
 
 #: Row order of Table 1 (the PEs a preset may list).

@@ -39,7 +39,7 @@ class GapeSpec(TaskSpec):
     warmup_steps: int = 75
     weight_decay: float = 1e-4
     eval_every: int = 1
-    #: ``auto``, ``fp32`` or ``bf16`` (the forward pass under autocast; :func:`engine.loop.resolve_precision`).
+    #: ``auto``, ``fp32`` or ``bf16`` (the forward pass under autocast; :func:`engine.hardware.resolve_precision`).
     precision: str = "auto"
     seed: int = 0
     device: str = "auto"
@@ -91,12 +91,7 @@ class GapeSpec(TaskSpec):
             raise GaptuiError(f"{where}: dropout = {self.dropout} must be in [0, 1)")
         if not self.lr > 0 or self.weight_decay < 0:
             raise GaptuiError(f"{where}: lr must be > 0 and weight_decay >= 0 (got {self.lr}, {self.weight_decay})")
-        from engine.loop import check_precision
-
-        check_precision(self.precision, where)
-        from engine.typed import check_device
-
-        check_device(self.device, where)
+        self.run_options().check(where)
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,

@@ -10,7 +10,7 @@ is the MAE divided by the std); metrics are in the target's units. :func:`run_ga
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,15 +25,13 @@ from engine.gape.data import MoleculeData, build_molecules
 from engine.gape.pe import Encoding, EncodingOptions, encoding
 from engine.gape.spec import GapeSpec
 from engine.gape.transformer import MoleculeTransformer, build_transformer
+from engine.hardware import resolve_device
 from engine.loop import (
     EpochTask,
     TrainState,
-    autocast,
     epoch_order,
     epoch_steps,
     make_optimiser,
-    resolve_device,
-    run_batches,
     seed_everything,
 )
 from engine.tasks.run import Cancelled, Outcome, RunContext, run_steps
@@ -146,7 +144,7 @@ class GapeTraining(EpochTask):
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+    def batches(self, state: TrainState) -> Iterator[MoleculeBatch]:
         spec, epoch = self.spec, state.epoch + 1
         order = self.splits["train"][epoch_order(spec.seed, epoch, self.n_train)]
         flips = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch) if self.enc.flip else None
@@ -156,20 +154,20 @@ class GapeTraining(EpochTask):
                 size = min(spec.batch_size, self.n_train - lo)
                 torch.randint(0, 2, (size, 1, self.enc.flip), generator=flips)
         self.model.train()
+        for lo in starts[state.batch_in_epoch :]:
+            yield self.tensors.gather(order[lo : lo + spec.batch_size], flips)
 
-        def step(lo: int) -> tuple[torch.Tensor, int]:
-            batch = self.tensors.gather(order[lo : lo + spec.batch_size], flips)
-            with autocast(self.precision, self.device):
-                out = self.model(batch.atoms, batch.pe, batch.mask)
-            loss = F.l1_loss(out.float(), batch.target)  # the loss in fp32 whatever the forward's precision
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            if state.step < self.sched.total_steps:
-                self.sched.step()
-            return loss.detach(), batch.target.numel()
+    def forward(self, batch: MoleculeBatch, state: TrainState) -> torch.Tensor:
+        return self.model(batch.atoms, batch.pe, batch.mask)
 
-        return run_batches(state, starts[state.batch_in_epoch :], step, should_stop)
+    def update(self, batch: MoleculeBatch, out: torch.Tensor, state: TrainState) -> tuple[torch.Tensor, int]:
+        loss = F.l1_loss(out.float(), batch.target)  # the loss in fp32 whatever the forward's precision
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        if state.step < self.sched.total_steps:
+            self.sched.step()
+        return loss.detach(), batch.target.numel()
 
     def summary(self, state: TrainState) -> dict[str, float]:
         return {"train_loss": state.mean_loss * self.std}  # the training MAE, in the target's units
@@ -225,7 +223,7 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
     model = task.model
     ctx.log(f"transformer: {model.num_parameters} parameters, width {model.width}, ff {model.ff}; "
             f"PE {spec.pe} ({enc.dim} dims)")  # fmt: skip
-    result = yield from epoch_steps(task, ctx, spec.hash(), device, spec.precision)
+    result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
     metrics = {**result.metrics, **task.best}
     ctx.log(f"done: val MAE {metrics['val_mae']:.4f}")
     fields = task.fields()

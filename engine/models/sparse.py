@@ -535,7 +535,7 @@ class Graph:
         """``matrix`` as its ``[graphs, n, n]`` diagonal blocks in ``dtype`` (built once per pass), when the states
         are 16-bit floats (bf16 autocast), the graphs all have ``n <= DENSE_MAX_NODES`` nodes in order, no
         entry leaves its graph and the device has bf16 units (a GPU, or a CPU with ``amx_bf16``/``avx512_bf16``:
-        :func:`engine.loop.cpu_has_bf16`); None otherwise.
+        :func:`engine.hardware.cpu_has_bf16`); None otherwise.
 
         The sparse products have no bf16 kernel on a CPU: each would cast the states to fp32 and back, two
         passes over them, around a product bound by memory. A batched dense product of the blocks runs on the
@@ -579,7 +579,7 @@ class Graph:
 
 @functools.lru_cache(maxsize=1)
 def _cpu_bf16() -> bool:
-    from engine.loop import cpu_has_bf16
+    from engine.hardware import cpu_has_bf16
 
     return cpu_has_bf16()
 

@@ -194,7 +194,7 @@ class Properties(TaskFamily):
         return out
 
     def steps(self, spec: PropertySpec, ctx: RunContext) -> Generator[None, None, Outcome]:
-        from engine.loop import device_fields, resolve_device, resolve_precision
+        from engine.hardware import device_fields, resolve_device, resolve_precision
         from engine.properties.study import cell_steps
         from engine.properties.training import build_model
 

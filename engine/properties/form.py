@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.loop import precision_field
+from engine.hardware import precision_field
 from engine.tasks.form import FormField, form_table, table_values
 
 #: Form key -> ``[run]`` key of the run options the form shows (the others go in ``run_more``).

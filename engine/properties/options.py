@@ -12,7 +12,7 @@ CYCLE_K = 6
 class TrainOptions:
     """The study's training: AdamW (``lr``, ``weight_decay``), ``batch_size``, ``epochs``; the backbone's width
     (``hidden``), GIN ``layers`` and cycle features up to length ``cycle_k``; ``precision`` (``auto``, ``fp32``,
-    ``bf16``: the forward pass under autocast, see :func:`engine.loop.resolve_precision`)."""
+    ``bf16``: the forward pass under autocast, see :func:`engine.hardware.resolve_precision`)."""
 
     epochs: int = 20
     batch_size: int = 64

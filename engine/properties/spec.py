@@ -93,12 +93,7 @@ class PropertySpec(TaskSpec, CellOptions):
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 1")
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
-        from engine.loop import check_precision
-
-        check_precision(self.precision, where)
-        from engine.typed import check_device
-
-        check_device(self.device, where)
+        self.run_options().check(where)
         if self.published is not None and not Path(self.published).is_dir():
             raise GaptuiError(f"{where}: published = {self.published!r} is not a folder")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import GaptuiError, unknown
-from engine.loop import EpochTask, TrainState, autocast, epoch_steps, read_checkpoint, run_batches
+from engine.hardware import RunOptions
+from engine.loop import EpochTask, TrainState, epoch_steps, read_checkpoint
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes
@@ -189,7 +190,7 @@ class PropertyTraining(EpochTask):
         self.tensors = [_tensors(g, device) for g in self.sets]
         self.adj, self.labels = self.tensors[0]
         self.epochs = options.epochs
-        self.steps_per_epoch = len(self.batches(1))
+        self.steps_per_epoch = len(self.batch_plan(1))
 
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt}
@@ -214,7 +215,7 @@ class PropertyTraining(EpochTask):
             return [j for j in range(k + 1) if entry_epoch(j, k, self.epochs) <= epoch]
         return [0]
 
-    def batches(self, epoch: int) -> list[tuple[int, torch.Tensor]]:
+    def batch_plan(self, epoch: int) -> list[tuple[int, torch.Tensor]]:
         """The epoch's batches as (training set, graph ids), smallest size first for a progressive epoch."""
         size, out = self.options.batch_size, []
         for j in self.active_sets(epoch):
@@ -224,13 +225,13 @@ class PropertyTraining(EpochTask):
             out += [(j, order[lo : lo + size]) for lo in range(0, count, size)]
         return out
 
-    def train_epoch(self, state: TrainState, should_stop: Callable[[], bool]) -> bool:
+    def batches(self, state: TrainState) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's remaining batches as (adjacency, labels); an adversarial batch with its flipped copies."""
         epoch = state.epoch + 1
-        batches = self.batches(epoch)
+        plan = self.batch_plan(epoch)
         self.model.train()
-
-        def step(i: int) -> tuple[torch.Tensor, int]:
-            j, ids = batches[i]
+        for i in range(state.batch_in_epoch, len(plan)):
+            j, ids = plan[i]
             adj_all, labels_all = self.tensors[j]
             adj, labels = adj_all[ids], labels_all[ids]
             if self.strategy.name == "adversarial":
@@ -240,17 +241,23 @@ class PropertyTraining(EpochTask):
                 )
                 adj = torch.cat([adj, torch.as_tensor(flipped, device=adj.device)])
                 labels = torch.cat([labels, torch.as_tensor(flipped_labels.astype(np.float32), device=adj.device)])
-            with autocast(self.precision, self.adj.device):
-                logits = self.model(adj).float()
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            correct = int(((logits.detach() > 0).float() == labels).sum())
-            state.tally["correct"] = state.tally.get("correct", 0) + correct
-            return loss.detach(), len(labels)
+            yield adj, labels
 
-        return run_batches(state, range(len(batches))[state.batch_in_epoch :], step, should_stop)
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor], state: TrainState) -> torch.Tensor:
+        return self.model(batch[0])
+
+    def update(
+        self, batch: tuple[torch.Tensor, torch.Tensor], out: torch.Tensor, state: TrainState
+    ) -> tuple[torch.Tensor, int]:
+        labels = batch[1]
+        logits = out.float()  # the loss in fp32 whatever the forward's precision
+        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        correct = int(((logits.detach() > 0).float() == labels).sum())
+        state.tally["correct"] = state.tally.get("correct", 0) + correct
+        return loss.detach(), len(labels)
 
     def summary(self, state: TrainState) -> dict[str, float]:
         return {"train_loss": state.mean_loss, "train_acc": state.tally.get("correct", 0) / max(state.loss_nodes, 1)}
@@ -280,7 +287,7 @@ def train_steps(
     task = PropertyTraining(
         train, pooling, options, seed, device, start, strategy=strategy, more_train=more_train, check=check
     )
-    result = yield from epoch_steps(task, ctx, run, device, options.precision)
+    result = yield from epoch_steps(task, ctx, run, RunOptions(precision=options.precision, device=str(device)))
     return task.model, {k: result.metrics.get(k, float("nan")) for k in ("train_loss", "train_acc")}
 
 

@@ -16,7 +16,8 @@ defaults, hooks of the run model (dependencies, inputs to prepare, checks of a p
 capabilities a family opts into: a New-experiment form (:class:`FamilyForm`), a cost model
 (:class:`engine.cost.CostModel`), published references (:class:`References`) and CLI commands of its own.
 ``docs/families.md`` holds a complete plug-in family. Training loops share :mod:`engine.loop` (resume at the exact
-batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events).
+batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events, the
+run's precision around the forward pass): a family writes its step (batches, forward, update) and its evaluation.
 
 Where families come from
     The built-in families (:data:`BUILTIN`, imported on first use), then the modules named in the

@@ -11,9 +11,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.typed import frozen_json, json_fields, parse_dataclass
+
+if TYPE_CHECKING:
+    from engine.hardware import RunOptions
 
 
 class TaskSpec:
@@ -55,6 +58,16 @@ class TaskSpec:
 
     def replace(self, **changes: Any) -> Any:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def run_options(self) -> RunOptions:
+        """How the run uses the machine (:class:`engine.hardware.RunOptions`: ``precision``, ``device``,
+        ``compile``) from this spec's fields of those names, the defaults for those it has not: what its
+        ``validate`` checks them with and what the shared epoch loop receives. The fields stay the spec's own, so
+        its hash is what it was."""
+        from engine.hardware import RunOptions
+
+        names = [f.name for f in dataclasses.fields(RunOptions) if hasattr(self, f.name)]
+        return RunOptions(**{name: getattr(self, name) for name in names})
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,11 @@ def gape_embed(
         raise GaptuiError(f"--out {out} exists; choose another name or pass --force to replace it")
     if seed < 0:
         raise GaptuiError(f"--seed {seed}: expected a seed >= 0")
-    from engine.typed import check_device
+    from engine.hardware import RunOptions
 
-    check_device(device, "--device")
+    RunOptions(device=device).check("--device")
     from engine.gape.embed import check_embedding_fits, embed_source, load_frozen, resolve_run, write_embeddings
-    from engine.loop import resolve_device
+    from engine.hardware import resolve_device
     from engine.sources import parse_param_args
 
     params = parse_param_args(param)
