@@ -25,7 +25,7 @@ compute. The engine parses them with the rest of the preset and never acts on th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,25 +36,28 @@ from engine.typed import parse_dataclass, type_hints
 # ------------------------------------------------------------------------------------------------ the base and helpers
 
 
+@dataclass(frozen=True, kw_only=True)
 class PresetBase:
-    """What the manager reads from any family's preset (families define frozen dataclasses with these attributes).
+    """The head every family's preset shares, declared once: families derive frozen dataclasses from it and add
+    their own grid fields (without redeclaring these).
 
-    ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any),
-    ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds`` (how many seeds
-    of one cell share a worker process); ``task`` names the family.
-    These keys, the ``[run]`` policy and ``[slurm]`` are one schema for every family: a family's ``parse_preset``
-    starts from :func:`engine.presets.parse_head` (the common part parsed and checked) and reads only its own keys.
+    ``name``, ``description``, ``seeds`` (the planned seeds of a trained cell), ``path`` (the TOML file, if any)
+    and ``notes``; ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds``
+    (how many seeds of one cell share a worker process) come from the preset's ``policy``; ``task`` names the
+    family. These keys, the ``[run]`` policy and ``[slurm]`` are one schema for every family: a family's
+    ``parse_preset`` starts from :func:`engine.presets.parse_head` (the common part parsed and checked), reads only
+    its own keys and passes ``**head.fields()`` (or ``**head.fields(notes)`` with notes of its own) to its preset.
     A family whose grids may go to a cluster declares a ``slurm`` field (default None) and passes ``slurm=True``;
     the engine parses that table with the rest and never acts on it.
     """
 
     task: ClassVar[str] = ""
     name: str
-    description: str
-    seeds: tuple[int, ...]
-    path: Path | None
+    description: str = ""
+    seeds: tuple[int, ...] = ()
+    path: Path | None = None
     #: What planning merged or adjusted (repeated grid values), one line each, shown to the user.
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     # A preset whose runs follow a policy declares ``policy`` (a field or property): an object with ``timeout``,
     # ``retries`` and ``pack_seeds``, such as :class:`engine.presets.RunPolicy` or a ``[run]`` table built on it.
@@ -236,6 +239,13 @@ class PresetHead:
     own: dict[str, Any]
     slurm: SlurmOptions | None = None
     notes: tuple[str, ...] = ()
+
+    def fields(self, notes: Sequence[str] | None = None) -> dict[str, Any]:
+        """The :class:`PresetBase` fields of the preset this head starts (``notes``: the family's, in place of the
+        head's own)."""
+        notes = self.notes if notes is None else notes
+        return {"name": self.name, "description": self.description, "seeds": self.seeds, "path": self.path,
+                "notes": tuple(notes)}  # fmt: skip
 
 
 def parse_head(

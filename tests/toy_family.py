@@ -82,16 +82,12 @@ def build_data(spec: ToySpec) -> Path:
 @dataclass(frozen=True)
 class ToyPreset(PresetBase):
     task: ClassVar[str] = "toy"
-    name: str
-    description: str
     sizes: tuple[int, ...]
     models: tuple[str, ...]
-    seeds: tuple[int, ...]
     pretrain: bool = True
     fail_sizes: tuple[int, ...] = ()
     steps: int = 3
     gate: str | None = None
-    path: Path | None = None
 
 
 class ToyForm(FamilyForm):

@@ -158,19 +158,13 @@ class Preset(PresetBase):
     """
 
     task: ClassVar[str] = "alignment"
-    name: str
-    description: str
     datasets: tuple[DatasetEntry, ...]
     noise: tuple[float, ...]
     models: tuple[str, ...]
-    seeds: tuple[int, ...]
     laplacian: bool = False
     #: Model name -> its model options (``RunSpec.model_kwargs`` of every run of that model).
     model_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     run: RunOptions = field(default_factory=RunOptions)
-    path: Path | None = None
-    #: What planning merged or adjusted (repeated grid values), one line each, for the user to see.
-    notes: tuple[str, ...] = field(default=(), compare=False)
     #: How its runs are submitted with ``--backend slurm`` (the preset's ``[slurm]`` table; None: the defaults).
     slurm: SlurmOptions | None = None
 
@@ -205,7 +199,7 @@ def preset_of(head: PresetHead) -> Preset:
     from engine.sources import SOURCES, parse_params
     from engine.typed import parse_dataclass
 
-    where, path, raw = head.where, head.path, head.own
+    where, raw = head.where, head.own
     noise = list_of(where, "noise", raw["noise"], (int, float), "noise levels in [0, 1)")
     for eta in noise:
         check_noise(eta, where=f"{where}: key 'noise' value")
@@ -253,17 +247,13 @@ def preset_of(head: PresetHead) -> Preset:
     if not isinstance(laplacian, bool):
         raise GaptuiError(f"{where}: key 'laplacian' = {laplacian!r}: expected true or false")
     preset = Preset(
-        name=head.name,
-        description=head.description,
+        **head.fields(notes),
         datasets=tuple(datasets),
         noise=tuple(float(x) for x in noise),
         models=tuple(m for m in models if m != BASELINE),
-        seeds=head.seeds,
         laplacian=laplacian or BASELINE in models,
         model_options=model_options,
         run=run,
-        path=path,
-        notes=tuple(notes),
         slurm=head.slurm,
     )
     if not preset.models and not preset.laplacian:

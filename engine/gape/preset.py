@@ -82,19 +82,13 @@ class GapePreset(PresetBase):
     """
 
     task: ClassVar[str] = "gape"
-    name: str
-    description: str
     pes: tuple[str, ...]
-    seeds: tuple[int, ...]
     datasets: tuple[GapeDataset, ...]
-    path: Path | None = None
     #: How the scheduler treats its runs (the ``[run]`` table: timeout, retries, pack_seeds).
     policy: RunPolicy = field(default_factory=RunPolicy)
     #: Run options of every run of the grid, pretraining included (the ``[run]`` table's :data:`GRID_RUN_KEYS`);
     #: a dataset's ``[datasets.run]`` sets its downstream runs' own.
     options: dict[str, Any] = field(default_factory=dict)
-    #: What planning merged (repeated grid values), one line each, for the user to see.
-    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def size(self) -> int:
@@ -204,7 +198,7 @@ def strict_params(where: str, base: str, params: Mapping[str, Any]) -> None:
 
 def preset_of(head: PresetHead) -> GapePreset:
     """The gape preset on a parsed common part: reads the family's keys (``head.own``) only."""
-    where, path, raw = head.where, head.path, head.own
+    where, raw = head.where, head.own
     pes = list_of(where, "pes", raw["pes"], str, f"positional encodings ({', '.join(PE_ORDER)})")
     for pe in pes:
         if pe not in KINDS:
@@ -239,15 +233,11 @@ def preset_of(head: PresetHead) -> GapePreset:
         datasets, lambda d: json.dumps(dataclasses.asdict(d), sort_keys=True, default=str), "datasets", notes
     )
     preset = GapePreset(
-        name=head.name,
-        description=head.description,
+        **head.fields(notes),
         pes=tuple(pes),
-        seeds=head.seeds,
         datasets=tuple(datasets),
-        path=path,
         policy=head.policy,
         options=dict(head.run),
-        notes=tuple(notes),
     )
     # Every spec through the checks the worker applies (sources, parameters, models, options) before anything runs.
     for i, entry in enumerate(preset.datasets):

@@ -40,17 +40,11 @@ class Preset(PresetBase):
     """
 
     task: ClassVar[str] = "properties"
-    name: str
-    description: str
     properties: tuple[str, ...]
     poolings: tuple[str, ...]
     dimensions: tuple[str, ...]
-    seeds: tuple[int, ...]
     run: StudyOptions = field(default_factory=StudyOptions)
     strategies: tuple[str, ...] = ("standard",)
-    path: Path | None = None
-    #: What planning merged (repeated grid values), one line each, for the user to see.
-    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def size(self) -> int:
@@ -119,16 +113,12 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     notes += head.notes  # repeated seeds: notes follow the file's usual key order
     run = parse_dataclass(StudyOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     preset = Preset(
-        name=head.name,
-        description=head.description,
+        **head.fields(notes),
         properties=tuple(props),
         poolings=tuple(poolings),
         dimensions=tuple(d for d in DIMENSION_ORDER if d in dims),
-        seeds=head.seeds,
         run=run,
         strategies=tuple(strategies),
-        path=path,
-        notes=tuple(notes),
     )
     grid(preset, Placement(".", "."), limit=1)  # the worker's own checks, once, at parse time
     return preset
