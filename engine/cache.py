@@ -28,6 +28,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,25 @@ LEGACY = "no fingerprints (written by an older gaptui)"
 Warn = Callable[[str], None]
 #: Checks the content of an entry written before fingerprints were recorded: ``""`` when right, else why not.
 Legacy = Callable[[Path, dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A folder entry of the store as opened (checked): its id (the folder's name), its path and its ``meta.json``,
+    whose ``spec`` says what it holds and ``stats`` what it measured. Each kind of dataset derives from it and adds
+    how its data files read (alignment pairs, property graphs, molecules)."""
+
+    id: str
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.meta["spec"]  # type: ignore[no-any-return]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.meta["stats"]  # type: ignore[no-any-return]
 
 
 def _stderr(line: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.alignment.noise import check_noise, check_noise_model, correlate, relabel
-from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
+from engine.cache import Entry, content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.files import staged_files
 from engine.graphs import Graph
@@ -115,20 +115,8 @@ def dataset_id(canonical: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Dataset:
+class Dataset(Entry):
     """A cached alignment dataset on disk."""
-
-    id: str
-    path: Path
-    meta: dict[str, Any]
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.meta["spec"]
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return self.meta["stats"]
 
     def split(self, name: str) -> PairSplit:
         if name not in SPLITS:

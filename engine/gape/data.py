@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
+from engine.cache import Entry, content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.graphs import Graph, graph_bytes
 from engine.sources import SOURCES, MoleculeSource, data_root, params_dict, parse_params
@@ -77,12 +77,9 @@ def molecule_id(canonical: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class MoleculeData:
+class MoleculeData(Entry):
     """A cached molecule dataset, as flat arrays (see the module docstring)."""
 
-    id: str
-    path: Path
-    meta: dict[str, Any]
     arrays: dict[str, np.ndarray]
 
     @property

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cache import content_digest, open_entry, read_meta, seeded_rng, write_entry
+from engine.cache import Entry, content_digest, open_entry, read_meta, seeded_rng, write_entry
 from engine.errors import GaptuiError, unknown
 from engine.properties.definitions import BASE_SIZES, MAX_NODES, Property, get_property
 from engine.properties.sat import RelationSampler
@@ -131,20 +131,8 @@ def unpack(bits: np.ndarray, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class PropertyDataset:
+class PropertyDataset(Entry):
     """A cached property dataset on disk."""
-
-    id: str
-    path: Path
-    meta: dict[str, Any]
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.meta["spec"]
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return self.meta["stats"]
 
     def array(self, name: str) -> np.ndarray:
         try:
