@@ -330,7 +330,7 @@ def stats_cmd(
 ) -> None:
     """Test which rows of a task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
     Friedman's test, the Nemenyi critical difference, and Kendall's tau and W for rank consistency."""
-    from gaptui import statistics
+    from gaptui.analysis import statistics
 
     analysis.check_format(fmt, ("text", "json", "md", "latex"))
     if not 0.0 < alpha < 1.0:

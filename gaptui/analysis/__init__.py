@@ -4,7 +4,9 @@ Everything here is a pure function of run records (:class:`gaptui.record.Record`
 only I/O is :func:`export_all`. One module per concept: :mod:`.lookup` (families, metrics and groups of the
 records; option checks), :mod:`.tables` (cells, marks, ranking and derived tables), :mod:`.gap` (gap and optimal
 column), :mod:`.render` (Rich, text, Markdown, CSV, LaTeX, JSON, gap table and plot), :mod:`.export` (``gaptui
-export``); every public name is importable from ``gaptui.analysis``.
+export``), :mod:`.significance` (the per-cell tests behind the tie mark) and :mod:`.statistics` (``gaptui stats``:
+per-cell tests, ranks, Friedman, Nemenyi, rank consistency; imported on its own, ``from gaptui.analysis import
+statistics``, as it needs scipy); every public name of the others is importable from ``gaptui.analysis``.
 
 What a table is made of comes from the run's task family (:mod:`engine.tasks`): its
 :class:`~engine.tasks.TableLayout` says which axis makes one table per value (alignment: dataset), which axis gives

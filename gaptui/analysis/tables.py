@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.tasks import DEFAULT_TASK, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
 from gaptui.analysis.lookup import format_number, group_matches, numeric_value
+from gaptui.analysis.significance import ties_with_best
 from gaptui.record import Record, axis_value, record_task
 
 BEST = "best"
@@ -49,7 +50,8 @@ class Cell:
     mark: str = ""
     #: The seed of each value, in the same order (empty for a derived table's cells, which average over seeds).
     seeds: tuple[Any, ...] = ()
-    #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05; :mod:`gaptui.statistics`).
+    #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05;
+    #: :mod:`gaptui.analysis.significance`).
     tied: bool = False
     #: For each of the layout's ``uniform`` axes on which this cell's runs differ, the values they have.
     mixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -289,8 +291,6 @@ def _text(value: Any) -> str | None:
 
 def _with_ties(table: RankingTable) -> RankingTable:
     """``table`` with :attr:`Cell.tied` set on the cells not significantly different from their column's best."""
-    from gaptui.statistics import ties_with_best
-
     cells = dict(table.cells)
     for column in table.columns:
         for row in ties_with_best(table, column, SIGNIFICANCE):
