@@ -56,9 +56,11 @@ from gaptui.analysis.lookup import (
     display_scale,
     done_groups,
     format_number,
+    infer_task,
     known_metrics,
     numeric_value,
     record_tasks,
+    view_task,
 )
 from gaptui.analysis.render import (
     csv_columns,
@@ -128,6 +130,7 @@ __all__ = [
     "export_all",
     "format_number",
     "gap_analysis",
+    "infer_task",
     "known_metrics",
     "latex_escape",
     "legend",
@@ -146,4 +149,5 @@ __all__ = [
     "table_title",
     "tables_json",
     "task_records",
+    "view_task",
 ]
