@@ -71,11 +71,11 @@ def task_name(value: str | None) -> str | None:
 
 
 TaskOpt = Annotated[
-    str,
+    Optional[str],  # noqa: UP045
     typer.Option(
         "--task",
         "-t",
         callback=task_name,
-        help="Task family (alignment, or another registered family: see `gaptui tasks`).",
+        help="Task family (see `gaptui tasks`) [default: the family of the history's runs, when they are of one].",
     ),
 ]

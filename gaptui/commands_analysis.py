@@ -1,7 +1,9 @@
 """``gaptui table``, ``gaptui gap`` and ``gaptui export``: ranking tables and gaps over finished runs.
 
-Every command works on one task family at a time (``--task``, default ``alignment``): its layout, metrics and
-their directions come from the family (:mod:`engine.tasks`). :func:`register` adds the commands to the Typer app.
+Every command but ``report`` (which covers each family in turn) works on one task family at a time: ``--task``, or
+the one family the history holds runs of (several: an error asking for ``--task``; none: nothing to show). Its
+layout, metrics and their directions come from the family (:mod:`engine.tasks`). :func:`register` adds the
+commands to the Typer app.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from rich.markup import escape
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK
 from gaptui import analysis
 from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
 from gaptui.workspace import Workspace
@@ -84,10 +85,12 @@ def _load(
 
 
 def _tables(
-    records: list[dict[str, Any]], task: str, group: str | None, metric: str | None
+    records: list[dict[str, Any]], task: str | None, group: str | None, metric: str | None
 ) -> tuple[list[analysis.RankingTable], str]:
-    """Validated tables, plus the reason when there are none (for a friendly message)."""
-    analysis.check_task(task)
+    """Validated tables of ``task`` (None: the history holds no run), plus the reason when there are none (for a
+    friendly message)."""
+    if task is None:
+        return [], "no finished runs yet"
     declared = analysis.check_metric(metric, records, task)
     if not analysis.done_groups(records, task):
         return [], f"no finished {task} runs yet"
@@ -103,7 +106,7 @@ def table_cmd(
     metric: MetricOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, md, csv, latex or json.")] = "text",
     reference: ReferenceOpt = None,
-    task: TaskOpt = DEFAULT_TASK,
+    task: TaskOpt = None,
     filters: FilterOpt = None,
     tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
@@ -120,6 +123,7 @@ def table_cmd(
         _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters, tuned)
         return
     ws, records = _load(workspace, filters, task, tuned=tuned)
+    task = analysis.infer_task(records, task)
     tables, why_empty = _tables(records, task, dataset, metric)
     if fmt == "json":
         print_json(analysis.tables_json(tables))
@@ -139,7 +143,7 @@ def table_cmd(
 
 
 def _table_with_reference(
-    task: str,
+    task: str | None,
     dataset: str | None,
     metric: str | None,
     fmt: str,
@@ -152,8 +156,9 @@ def _table_with_reference(
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
     ws, records = _load(workspace, filters, task, tuned=tuned)
-    analysis.check_task(task)
+    task = analysis.infer_task(records, task)
     chosen = ref.load_reference(name, ws, task)
+    task = chosen.task  # the history's family, or (no run yet) the one the reference holds
     ref.check_metric(chosen, metric)
     tables, why_empty = _tables(records, task, dataset, metric)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
@@ -193,14 +198,14 @@ def _table_with_reference(
 def gap_cmd(
     dataset: DatasetOpt = None,
     metric: MetricOpt = None,
-    task: TaskOpt = DEFAULT_TASK,
+    task: TaskOpt = None,
     tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the gap to the worst trained row per column (alignment: per noise level) and the optimal column."""
     ws, records = _load(workspace, tuned=tuned)
-    tables, why_empty = _tables(records, task, dataset, metric)
+    tables, why_empty = _tables(records, analysis.infer_task(records, task), dataset, metric)
     gaps = [analysis.gap_analysis(t) for t in tables]
     if as_json:
         print_json([g.as_dict() for g in gaps])
@@ -229,7 +234,7 @@ def export_cmd(
         typer.Option("--out", "-o", help="Folder for tables.csv/.md/.tex and runs.json."),
     ] = None,
     metric: MetricOpt = None,
-    task: TaskOpt = DEFAULT_TASK,
+    task: TaskOpt = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
     ] = False,
@@ -278,9 +283,13 @@ def export_cmd(
 
         check_project(wandb)
     ws, records = _load(workspace, tuned=None)  # the trackers get every run, trials included
-    analysis.check_task(task)
     # Every option is checked before anything is written or logged: a bad --metric leaves the MLflow store alone.
-    declared = analysis.check_metric(metric, records, task) if out is not None or metric is not None else None
+    # The trackers log every family; the tables' one (--task, or the history's) matters to --out and --metric only.
+    if out is not None or metric is not None:
+        task = analysis.infer_task(records, task)
+    elif task is not None:
+        analysis.check_task(task)
+    declared = analysis.check_metric(metric, records, task) if task is not None else None
     if mlflow is not None:
         from gaptui.mlflow_export import export_mlflow
 
@@ -292,12 +301,13 @@ def export_cmd(
         )
     if wandb is not None:
         _export_wandb(records, wandb, entity, wandb_dir or ws.exports / "wandb")
-    if out is None or declared is None:
+    if out is None:
         return
     from gaptui.tuning import table_view
 
     records = table_view(records)
-    written = analysis.export_all(records, out, declared.key, force=force, task=task)
+    key = declared.key if declared is not None else metric
+    written = analysis.export_all(records, out, key, force=force, task=task)
     if not analysis.done_groups(records, task):
         err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
     for path in written:
@@ -324,18 +334,19 @@ def stats_cmd(
     metric: MetricOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text, json, md or latex.")] = "text",
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the critical difference.")] = 0.05,
-    task: TaskOpt = DEFAULT_TASK,
+    task: TaskOpt = None,
     tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Test which rows of a task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
     Friedman's test, the Nemenyi critical difference, and Kendall's tau and W for rank consistency."""
-    from gaptui import statistics
+    from gaptui.analysis import statistics
 
     analysis.check_format(fmt, ("text", "json", "md", "latex"))
     if not 0.0 < alpha < 1.0:
         raise GaptuiError(f"--alpha {alpha:g}: expected a level between 0 and 1, e.g. 0.05")
     ws, records = _load(workspace, tuned=tuned)
+    task = analysis.infer_task(records, task)
     tables, why_empty = _tables(records, task, dataset, metric)
     if not any(not t.derived for t in tables):
         message = why_empty or f"no {task} ranking tables"
@@ -357,7 +368,7 @@ def figures_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figure files.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="png, svg or pdf.")] = "png",
     metric: MetricOpt = None,
-    task: TaskOpt = DEFAULT_TASK,
+    task: TaskOpt = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace files of the same name that an earlier figures did not write.")
     ] = False,
@@ -376,9 +387,10 @@ def figures_cmd(
         raise GaptuiError(f"--format {fmt!r}: expected one of {', '.join(figures.FORMATS)}")
     check_out_folder(out)
     ws, records = _load(workspace, tuned=tuned)
-    analysis.check_task(task)
-    if not analysis.done_groups(records, task):
-        err_console.print(f"[yellow]note:[/] no finished {task} runs in {ws.history}; no figures", highlight=False)
+    task = analysis.infer_task(records, task)
+    if task is None or not analysis.done_groups(records, task):
+        runs = f"{task} runs" if task else "runs"
+        err_console.print(f"[yellow]note:[/] no finished {runs} in {ws.history}; no figures", highlight=False)
         return
     for path in figures.figure_files(records, out, task, fmt, metric, force=force):
         console.print(f"wrote {path}", highlight=False)

@@ -32,8 +32,9 @@ from typing import Any
 
 import engine.cost
 from engine.cost import CalibrationCache, CellHistory, CostContext, CostReport, Profile
-from engine.tasks import DEFAULT_TASK, Placement, TaskFamily, family
+from engine.tasks import Placement, TaskFamily, family
 from gaptui.durations import format_duration
+from gaptui.record import LEGACY_TASK
 from gaptui.scheduler import Slot, group_packs, pack_key
 from gaptui.workspace import Workspace
 
@@ -226,7 +227,7 @@ def measure_on_slots(
     return [merged(i) for i in range(len(keys))]
 
 
-def measure_overhead(slots: list[Slot], fam: TaskFamily | None = None) -> float:
+def measure_overhead(slots: list[Slot], fam: TaskFamily) -> float:
     """Seconds a run costs besides its training: one tiny run of ``fam`` (its
     :meth:`~engine.cost.CostModel.overhead_probe`) per slot (at most 16) through the real scheduler and worker,
     all at once, in a temporary workspace: process start, imports, data loading, model, result, history."""
@@ -237,7 +238,6 @@ def measure_overhead(slots: list[Slot], fam: TaskFamily | None = None) -> float:
     from gaptui.runner import prepare
     from gaptui.scheduler import Scheduler
 
-    fam = fam or family(DEFAULT_TASK)
     slots = [Slot(s.name, dict(s.env)) for s in slots[:16]]
     with tempfile.TemporaryDirectory(prefix="gaptui-overhead-") as tmp:
         ws = Workspace(Path(tmp))
@@ -305,7 +305,9 @@ class Estimator(CostContext):
             "overhead": sorted({json.dumps(p.__dict__, sort_keys=True) for p in profiles}),
             "slots": len(slots),
         }
-        if fam.name != DEFAULT_TASK:  # the default family's entries keep the key they were cached with
+        # Entries cached before families name no task (they were all LEGACY_TASK's): its entries keep that key, so
+        # an old cache stays readable; every other family's key names it.
+        if fam.name != LEGACY_TASK:
             key["task"] = fam.name
         cached = self._cached(host, key)
         if cached is None or "seconds" not in cached:

@@ -1,7 +1,7 @@
 """Publication figures of a family's results with matplotlib (``gaptui figures``, ``gaptui report``).
 
 What a family gets is its declaration (:attr:`engine.tasks.TaskFamily.figures`); every kind is drawn from the
-ranking tables (:mod:`gaptui.analysis`), the rank statistics (:mod:`gaptui.statistics`) or the run folders'
+ranking tables (:mod:`gaptui.analysis`), the rank statistics (:mod:`gaptui.analysis.statistics`) or the run folders'
 ``events.jsonl``, never from a family's internals.
 
 Figures are sized for a two-column paper (3.4 in wide for one column, 7 in for a full-width grid) at 220 dpi, so a
@@ -26,7 +26,7 @@ from engine.events import iter_events
 from engine.files import OutputFolder, atomic_write_bytes
 from engine.tasks import Figure, family
 from gaptui import analysis
-from gaptui.statistics import rank_test
+from gaptui.analysis.statistics import rank_test
 
 FORMATS = ("png", "svg", "pdf")
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper

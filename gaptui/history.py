@@ -37,7 +37,7 @@ from tinydb.table import Table
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
-from engine.tasks import DEFAULT_TASK
+from engine.tasks import task_of
 from gaptui.processes import worker_gone
 from gaptui.record import STATUSES, Record, record_family
 from gaptui.workspace import Workspace
@@ -733,11 +733,12 @@ _V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "mode
 
 
 def upgrade_record(record: Mapping[str, Any]) -> Record:
-    """A copy of ``record`` in the current schema (schema-1 records were all runs of the default family)."""
+    """A copy of ``record`` in the current schema (schema-1 records were all runs of the family before families,
+    :data:`gaptui.record.LEGACY_TASK`, as :func:`~engine.tasks.task_of` reads them)."""
     out: Record = dict(record)  # type: ignore[assignment]
     if "axes" in out:
         return _with_declared_axes(out)
-    out["task"] = out.get("task") or DEFAULT_TASK
+    out["task"] = task_of(out)
     out["axes"] = {"dataset": out.get("dataset"), "noise": out.get("noise"), "model": out.get("model")}
     out.setdefault("depends", [])
     for key in _V1_FIELDS:

@@ -6,7 +6,7 @@ for that family (its table layout's axis keys, the cell's centre ``median`` or `
 columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lines::
 
     # source: Table D.3 of "Graph Alignment for Benchmarking Graph Neural Networks ..."
-    # task: alignment              (the family; default: the family it is loaded for)
+    # task: alignment              (the family; default: the family it is loaded for, see below)
     # metric: val_lap_acc          (default: the family's default metric)
     # units: percent               (percent or share; default share, as gaptui export writes accuracies)
     # table: NAME                  (optional: a derived table of the family, e.g. "Table 2: mean R score")
@@ -14,12 +14,14 @@ columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lin
     er,gcn,0.12,49.5,0.9
     er,laplacian,0.12,7.5,         (std may be empty)
 
-Any other line starting with ``#`` is a comment. Shipped references live in ``gaptui/references/`` as
+Any other line starting with ``#`` is a comment. A file loaded for no family that names none is of the one family
+whose table layout its header has (an export of another machine), else read as every reference was before
+families: alignment's (:data:`gaptui.record.LEGACY_TASK`). Shipped references live in ``gaptui/references/`` as
 ``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``: Table 1 of the alignment paper,
 ``properties.paper``: Table 2 of the property-suite paper); a family may also ship its own
 (:class:`engine.tasks.References`). ``--reference NAME`` finds, for the family compared,
 ``<workspace>/references/<task>.NAME.csv`` or ``<workspace>/references/NAME.csv`` (first), then a shipped one,
-or takes a path.
+or takes a path; loaded for no family, ``NAME`` must be one family's only.
 
 Comparison, per table of ours that the reference covers (same table kind, same group) and per column of it:
 
@@ -43,8 +45,9 @@ from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import read_user_text
-from engine.tasks import DEFAULT_TASK, FAMILIES, Axis, Metric, TaskFamily, family
+from engine.tasks import FAMILIES, Axis, Metric, TaskFamily, family
 from gaptui import analysis
+from gaptui.record import LEGACY_TASK
 from gaptui.workspace import Workspace
 
 #: References shipped with gaptui (inside the package, so an installed wheel finds them): ``<task>.<name>.csv``.
@@ -57,10 +60,10 @@ _META = re.compile(r"#\s*([a-z_]+)\s*:(.*)")
 
 
 def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
-    """Kendall's tau-b between two scorings of the same models (ties allowed; ``nan`` when either is constant).
+    """Kendall's tau-b between two scorings of the same rows (ties allowed; ``nan`` when either is constant).
 
     tau-b = (concordant - discordant) / sqrt((n0 - ties_ours) (n0 - ties_theirs)), n0 = n (n - 1) / 2, over
-    pairs of models; a pair tied in one scoring is neither concordant nor discordant.
+    pairs of rows; a pair tied in one scoring is neither concordant nor discordant.
     """
     if len(ours) != len(theirs):
         raise ValueError(f"kendall_tau: {len(ours)} scores against {len(theirs)}")
@@ -105,7 +108,7 @@ class Reference:
     metric: str
     path: Path
     cells: dict[tuple[Any, ...], ReferenceCell]
-    task: str = DEFAULT_TASK
+    task: str
     axes: tuple[str, ...] = ()
     table: str = ""
 
@@ -174,23 +177,41 @@ def reference_names(ws: Workspace | None = None, task: str | None = None) -> lis
     return sorted(names)
 
 
-def find_reference(name: str, ws: Workspace | None = None, task: str | None = None) -> Path:
-    """A path as given (``.csv`` or existing), else ``<workspace>/references/<task>.NAME.csv`` or ``NAME.csv``,
-    else a shipped ``<task>.NAME.csv``, else the file the family declares for ``NAME``."""
-    task = task or DEFAULT_TASK
-    path = Path(name).expanduser()
-    if path.suffix == ".csv" or path.exists():
-        if not path.is_file():
-            raise GaptuiError(f"--reference {name}: file not found")
-        return path
+def _find_for(name: str, ws: Workspace | None, task: str) -> Path | None:
+    """``<workspace>/references/<task>.NAME.csv`` or ``NAME.csv``, else a shipped ``<task>.NAME.csv``, else the
+    file the family declares for ``NAME``; None when none is."""
     for folder in _folders(ws):
         stems = (f"{task}.{name}",) if folder == BUNDLED else (f"{task}.{name}", name)
         for stem in stems:
             if (candidate := folder / f"{stem}.csv").is_file():
                 return candidate
     refs = family(task).references
-    if refs is not None and (declared := refs.file(name)) is not None:
-        return declared
+    return refs.file(name) if refs is not None else None
+
+
+def find_reference(name: str, ws: Workspace | None = None, task: str | None = None) -> Path:
+    """A path as given (``.csv`` or existing), else the reference ``NAME`` of ``task`` (:func:`_find_for`).
+
+    ``task`` None: the workspace's ``NAME.csv`` (its file says its family), else the one family that has ``NAME``;
+    several have it: :class:`GaptuiError` asking for the family."""
+    path = Path(name).expanduser()
+    if path.suffix == ".csv" or path.exists():
+        if not path.is_file():
+            raise GaptuiError(f"--reference {name}: file not found")
+        return path
+    if task is not None:
+        if (found := _find_for(name, ws, task)) is not None:
+            return found
+    elif ws is not None and (own := ws.root / "references" / f"{name}.csv").is_file():
+        return own
+    else:
+        hits = {fam.name: p for fam in FAMILIES if (p := _find_for(name, ws, fam.name)) is not None}
+        if len(hits) == 1:
+            return next(iter(hits.values()))
+        if hits:
+            raise GaptuiError(
+                f"reference '{name}' exists for {len(hits)} families ({', '.join(hits)}): pass --task NAME"
+            )
     known = reference_names(ws, task)
     raise GaptuiError(
         f"unknown reference '{name}'{did_you_mean(name, known)}; known: {', '.join(known) or 'none'} "
@@ -199,8 +220,8 @@ def find_reference(name: str, ws: Workspace | None = None, task: str | None = No
 
 
 def load_reference(name: str, ws: Workspace | None = None, task: str | None = None) -> Reference:
-    """Find and parse a reference of ``task`` (None: :data:`~engine.tasks.DEFAULT_TASK`); every problem is one
-    :class:`GaptuiError` line naming file and line."""
+    """Find and parse a reference of ``task`` (None: the family the file is of, see :func:`find_reference` and
+    :func:`parse_reference`); every problem is one :class:`GaptuiError` line naming file and line."""
     path = find_reference(name, ws, task)
     text = read_user_text(path, "a reference is a CSV text file (format: docs/results.md, 'Comparing with the paper')")
     given = Path(name).expanduser()
@@ -224,9 +245,21 @@ def _axis_value(where: str, axis: Axis, raw: str) -> Any:
     return axis.key_of(_number(where, axis.key, raw)) if axis.numeric else raw
 
 
+def _file_task(data_lines: Sequence[tuple[int, str]]) -> str:
+    """The family of a reference file loaded for no family and naming none: the one family whose table layout
+    (group, row and column axes) its header has, as an export of another machine has; else
+    :data:`~gaptui.record.LEGACY_TASK`, the family of every reference written before families."""
+    if data_lines:
+        header = {h.strip() for h in next(csv.reader([data_lines[0][1]]))}
+        fits = [f.name for f in FAMILIES if {k for k in (f.table.group, f.table.rows, f.table.columns) if k} <= header]
+        if len(fits) == 1:
+            return fits[0]
+    return LEGACY_TASK
+
+
 def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
     """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
-    loaded for (a ``# task:`` line naming another family is an error)."""
+    loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
     meta: dict[str, str] = {}
     data_lines: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -244,7 +277,7 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
                 meta[key] = value
             continue
         data_lines.append((number, line))
-    declared_task = meta.get("task") or task or DEFAULT_TASK
+    declared_task = meta.get("task") or task or _file_task(data_lines)
     if task and declared_task != task:
         raise GaptuiError(f"{path}: holds task '{declared_task}' results ('# task:' line), not task '{task}'")
     try:
@@ -317,13 +350,12 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
 
 
 @dataclass(frozen=True)
-class NoiseAgreement:
-    """Rank agreement in one column of the table (alignment: one noise level; see the module docstring).
+class ColumnAgreement:
+    """Rank agreement in one column of the table (alignment: one noise level; see the module docstring):
+    ``column`` is the column's value and ``rows`` the rows compared there."""
 
-    ``noise`` is the column value and ``models`` the rows compared (their historical alignment names)."""
-
-    noise: Any
-    models: tuple[str, ...]
+    column: Any
+    rows: tuple[str, ...]
     tau: float | None
     reference_best: tuple[str, ...]
     best_within_1: bool | None
@@ -371,23 +403,20 @@ def not_covered(table: analysis.RankingTable, reference: Reference) -> str:
 class Comparison:
     """Our ranking table beside a reference's cells of the same group (alignment: dataset label).
 
-    ``models`` are the rows compared (ours and the reference's, in the row axis' order)."""
+    ``rows`` are the rows compared (ours and the reference's, in the row axis' order); ``agreement`` is keyed by
+    our table's column values."""
 
     table: analysis.RankingTable
     reference: Reference
-    models: tuple[str, ...]
-    agreement: dict[Any, NoiseAgreement]
+    rows: tuple[str, ...]
+    agreement: dict[Any, ColumnAgreement]
 
-    @property
-    def rows(self) -> tuple[str, ...]:
-        return self.models
+    def pair(self, row: str, column: Any) -> tuple[analysis.Cell | None, ReferenceCell | None]:
+        return self.table.cell(row, column), reference_cell(self.table, self.reference, row, column)
 
-    def pair(self, model: str, noise: Any) -> tuple[analysis.Cell | None, ReferenceCell | None]:
-        return self.table.cell(model, noise), reference_cell(self.table, self.reference, model, noise)
-
-    def difference(self, model: str, noise: Any) -> float | None:
+    def difference(self, row: str, column: Any) -> float | None:
         """Our value minus the reference's (metric units), or None when either is missing."""
-        ours, theirs = self.pair(model, noise)
+        ours, theirs = self.pair(row, column)
         return None if ours is None or theirs is None else ours.median - theirs.median
 
 
@@ -414,28 +443,28 @@ def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | 
         raise GaptuiError(f"reference '{reference.name}' holds {reference.metric}, not {table.metric.key}")
     rows_axis = table.row_axis
     theirs_rows = reference.values(table.layout.rows, table.group if reference.group_axis else None)
-    models = tuple(sorted(set(table.rows) | {str(r) for r in theirs_rows}, key=rows_axis.sort_key))
+    rows = tuple(sorted(set(table.rows) | {str(r) for r in theirs_rows}, key=rows_axis.sort_key))
     sign = 1.0 if table.metric.higher_is_better else -1.0
     agreement = {}
     for column in table.columns:
         theirs = {
-            m: c.median
-            for m in models
-            if m not in table.baselines and (c := reference_cell(table, reference, m, column)) is not None
+            row: c.median
+            for row in rows
+            if row not in table.baselines and (c := reference_cell(table, reference, row, column)) is not None
         }
-        ours = {m: c.median for m in theirs if (c := table.cell(m, column)) is not None}
+        ours = {row: c.median for row in theirs if (c := table.cell(row, column)) is not None}
         common = tuple(ours)
-        tau = kendall_tau([ours[m] for m in common], [theirs[m] for m in common]) if len(common) >= 2 else math.nan
+        tau = kendall_tau([ours[r] for r in common], [theirs[r] for r in common]) if len(common) >= 2 else math.nan
         best: tuple[str, ...] = ()
         within = None
         if theirs:
             top = max(sign * v for v in theirs.values())
-            best = tuple(m for m, v in theirs.items() if sign * v >= top - 1e-12)
-            ours_best = [table.cell(m, column) for m in best]
+            best = tuple(row for row, v in theirs.items() if sign * v >= top - 1e-12)
+            ours_best = [table.cell(row, column) for row in best]
             if all(c is not None for c in ours_best):
                 within = all(c.mark in (analysis.BEST, analysis.WITHIN_1) for c in ours_best if c is not None)
-        agreement[column] = NoiseAgreement(column, common, None if math.isnan(tau) else tau, best, within)
-    return Comparison(table, reference, models, agreement)
+        agreement[column] = ColumnAgreement(column, common, None if math.isnan(tau) else tau, best, within)
+    return Comparison(table, reference, rows, agreement)
 
 
 def shared_cells(table: analysis.RankingTable, reference: Reference) -> int:
@@ -485,7 +514,7 @@ def uncovered_columns(table: analysis.RankingTable, reference: Reference) -> str
     """A note naming the columns of ``table`` the reference has no cell for (``""`` when none)."""
     if not covers(table, reference):
         return ""
-    missing = [c for c in table.columns if all(reference_cell(table, reference, m, c) is None for m in table.rows)]
+    missing = [c for c in table.columns if all(reference_cell(table, reference, r, c) is None for r in table.rows)]
     if not missing:
         return ""
     axis = table.column_axis
@@ -529,14 +558,14 @@ def render_rich(cmp: Comparison) -> Any:
     table = Table(title=escape(title), caption=caption, caption_justify="left", show_lines=True)
     column_axis = cmp.table.column_axis
     table.add_column(column_axis.prefix.rstrip("=") or column_axis.name)
-    for model in cmp.models:
-        table.add_column(model, justify="right", style="dim" if model in cmp.table.baselines else "")
+    for row in cmp.rows:
+        table.add_column(row, justify="right", style="dim" if row in cmp.table.baselines else "")
     table.add_column("τ", justify="right")
     table.add_column("best ≤1", justify="center")
-    for noise in cmp.table.columns:
-        row: list[Any] = [column_axis.format(noise)]
-        for model in cmp.models:
-            ours, theirs = cmp.pair(model, noise)
+    for column in cmp.table.columns:
+        line: list[Any] = [column_axis.format(column)]
+        for row in cmp.rows:
+            ours, theirs = cmp.pair(row, column)
             text = Text()
             if ours is None:
                 text.append(analysis.EMPTY, style="dim")
@@ -549,15 +578,15 @@ def render_rich(cmp: Comparison) -> Any:
                 text.append(f"{analysis.EMPTY}", style="dim")
             else:
                 text.append(analysis.format_number(theirs.median, metric), style="dim")
-                diff = cmp.difference(model, noise)
+                diff = cmp.difference(row, column)
                 if diff is not None:
                     text.append(f" {_signed(diff, metric)}", style="bold")
-            row.append(text)
-        agreement = cmp.agreement[noise]
-        row.append("–" if agreement.tau is None else f"{agreement.tau:+.2f}")
+            line.append(text)
+        agreement = cmp.agreement[column]
+        line.append("–" if agreement.tau is None else f"{agreement.tau:+.2f}")
         best = _yes_no(agreement.best_within_1)
-        row.append(Text(best, style={"yes": "green", "no": "red"}.get(best, "dim")))
-        table.add_row(*row)
+        line.append(Text(best, style={"yes": "green", "no": "red"}.get(best, "dim")))
+        table.add_row(*line)
     return table
 
 
@@ -570,20 +599,20 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
         out.append(f"## {_label(cmp)}: ours vs {cmp.reference.name}\n")
         out.append(f"{metric.key}, ours / reference (ours − reference). Reference: {cmp.reference.source}\n")
         head = column_axis.prefix.rstrip("=") or column_axis.name
-        out.append(f"| {head} | " + " | ".join(cmp.models) + " | tau | reference best within 1 |")
-        out.append("|---|" + "---:|" * len(cmp.models) + "---:|:---:|")
-        for noise in cmp.table.columns:
+        out.append(f"| {head} | " + " | ".join(cmp.rows) + " | tau | reference best within 1 |")
+        out.append("|---|" + "---:|" * len(cmp.rows) + "---:|:---:|")
+        for column in cmp.table.columns:
             cells = []
-            for model in cmp.models:
-                ours, theirs = cmp.pair(model, noise)
+            for row in cmp.rows:
+                ours, theirs = cmp.pair(row, column)
                 left = analysis.EMPTY if ours is None else analysis.format_number(ours.median, metric)
                 right = analysis.EMPTY if theirs is None else analysis.format_number(theirs.median, metric)
-                diff = cmp.difference(model, noise)
+                diff = cmp.difference(row, column)
                 cells.append(f"{left} / {right}" + ("" if diff is None else f" ({_signed(diff, metric)})"))
-            agreement = cmp.agreement[noise]
+            agreement = cmp.agreement[column]
             tau = "–" if agreement.tau is None else f"{agreement.tau:+.2f}"
             out.append(
-                f"| {column_axis.format(noise)} | "
+                f"| {column_axis.format(column)} | "
                 + " | ".join(cells)
                 + f" | {tau} | {_yes_no(agreement.best_within_1)} |"
             )
@@ -620,17 +649,17 @@ def render_csv(comparisons: Sequence[Comparison]) -> str:
             header = csv_columns(cmp)
             writer.writerow(header)
         head = list(_head(cmp).values())
-        for model in cmp.models:
-            for noise in cmp.table.columns:
-                ours, theirs = cmp.pair(model, noise)
+        for row in cmp.rows:
+            for column in cmp.table.columns:
+                ours, theirs = cmp.pair(row, column)
                 if ours is None and theirs is None:
                     continue
-                diff = cmp.difference(model, noise)
+                diff = cmp.difference(row, column)
                 writer.writerow(
                     [
                         *head,
-                        model,
-                        noise,
+                        row,
+                        column,
                         "" if ours is None else ours.median,
                         "" if theirs is None else theirs.median,
                         "" if theirs is None or theirs.std is None else theirs.std,
@@ -645,19 +674,19 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
     layout = cmp.table.layout
     centre = _centre(cmp.table)
     cells = []
-    for model in cmp.models:
-        for noise in cmp.table.columns:
-            ours, theirs = cmp.pair(model, noise)
+    for row in cmp.rows:
+        for column in cmp.table.columns:
+            ours, theirs = cmp.pair(row, column)
             if ours is None and theirs is None:
                 continue
             cells.append(
                 {
-                    layout.rows: model,
-                    layout.columns: noise,
+                    layout.rows: row,
+                    layout.columns: column,
                     centre: None if ours is None else ours.median,
                     f"reference_{centre}": None if theirs is None else theirs.median,
                     "reference_std": None if theirs is None else theirs.std,
-                    "difference": cmp.difference(model, noise),
+                    "difference": cmp.difference(row, column),
                 }
             )
     return {
@@ -669,8 +698,8 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         "cells": cells,
         "agreement": [
             {
-                layout.columns: a.noise,
-                f"{layout.rows}s": list(a.models),
+                layout.columns: a.column,
+                f"{layout.rows}s": list(a.rows),
                 "kendall_tau": a.tau,
                 "reference_best": list(a.reference_best),
                 "reference_best_within_1": a.best_within_1,

@@ -1,7 +1,7 @@
 """``gaptui report``: the whole study in one Markdown file and the same as self-contained HTML.
 
 Per task family present in the history: its ranking tables with their marks (``†`` = not significantly different
-from the best), the statistics of :mod:`gaptui.statistics`, every figure the family declares
+from the best), the statistics of :mod:`gaptui.analysis.statistics`, every figure the family declares
 (:mod:`gaptui.figures`, under ``figures/`` with relative links), the comparison with the family's reference table
 where it declares one, and the reproducibility record (gaptui's version and git commit, the package versions,
 devices, presets and seeds the runs came from, and the run ids).
@@ -25,7 +25,8 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.files import OutputFolder
 from engine.tasks import family
-from gaptui import analysis, figures, statistics
+from gaptui import analysis, figures
+from gaptui.analysis import statistics
 
 MANIFEST = ".gaptui-report.json"
 FIGURES = "figures"

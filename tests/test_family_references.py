@@ -96,12 +96,12 @@ def test_gape_comparison_by_hand() -> None:
     paper = reference.load_reference("paper", task="gape")
     (table,) = analysis.build_tables(gape_records(), task="gape")
     cmp = reference.compare(table, paper)
-    assert cmp is not None and cmp.models == ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
+    assert cmp is not None and cmp.rows == ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
     assert cmp.difference("none", "zinc") == pytest.approx(0.61 - 0.658)
     assert cmp.difference("gape", "zinc") == pytest.approx(0.15 - 0.147)
     agreement = cmp.agreement["zinc"]
     # Same order none > lap > gape (MAE) on both sides; the paper's best of these three, gape, is our best.
-    assert agreement.tau == pytest.approx(1.0) and agreement.models == ("none", "lap", "gape")
+    assert agreement.tau == pytest.approx(1.0) and agreement.rows == ("none", "lap", "gape")
     assert agreement.reference_best == ("gape+rwpe",) and agreement.best_within_1 is None
     doc = reference.comparison_json(cmp)
     assert doc["task"] == "gape" and doc["agreement"][0]["dataset"] == "zinc" and doc["agreement"][0]["pes"]
@@ -116,7 +116,7 @@ def test_properties_table_2_comparison_and_ranking_tables_left_alone() -> None:
     assert [reference.compare(t, paper) for t in (*tables[:2], tables[3])] == [None, None, None]
     assert "compares Table 2: mean R score only" in reference.not_covered(tables[0], paper)
     cmp = reference.compare(tables[2], paper)
-    assert cmp is not None and cmp.models == ("mean", "attention", "sopool_bimap")
+    assert cmp is not None and cmp.rows == ("mean", "attention", "sopool_bimap")
     # Mean R over the properties (see properties_records).
     assert cmp.difference("mean", "generalisation") == pytest.approx((0.75 + 0.8 / 0.9) / 2 - 1.003)
     assert cmp.difference("attention", "generalisation") == pytest.approx((1.25 + 1.0 / 0.9) / 2 - 1.044)

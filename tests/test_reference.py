@@ -22,7 +22,7 @@ PAPER_MODELS = ("laplacian", "gcn", "gin", "gatedgcn", "gat", "gatv2")
 
 
 def test_paper_reference_covers_every_cell_of_table_d3() -> None:
-    paper = reference.load_reference("paper")
+    paper = reference.load_reference("paper", task="alignment")
     assert paper.metric == "val_lap_acc" and "Table D.3" in paper.source
     assert paper.path.parent == reference.BUNDLED
     assert set(paper.cells) == {(d, m, n) for d in PAPER_DATASETS for m in PAPER_MODELS for n in PAPER_NOISES}
@@ -63,11 +63,11 @@ def fixture_history() -> list[dict]:
 
 
 def test_compare_differences_tau_and_best_by_hand() -> None:
-    paper = reference.load_reference("paper")
+    paper = reference.load_reference("paper", task="alignment")
     (table,) = analysis.build_tables(fixture_history(), "val_lap_acc", "er")
     cmp = reference.compare(table, paper)
     assert cmp is not None
-    assert cmp.models == ("laplacian", "gcn", "gin", "gatedgcn", "gat", "gatv2")
+    assert cmp.rows == ("laplacian", "gcn", "gin", "gatedgcn", "gat", "gatv2")
     assert cmp.difference("gcn", 0.12) == pytest.approx(0.14)
     assert cmp.difference("gin", 0.12) == pytest.approx(0.002)
     assert cmp.difference("laplacian", 0.12) == pytest.approx(-0.005)
@@ -75,7 +75,7 @@ def test_compare_differences_tau_and_best_by_hand() -> None:
     at12 = cmp.agreement[0.12]
     assert at12.tau == pytest.approx(1 / math.sqrt(90))
     assert at12.reference_best == ("gat", "gatv2") and at12.best_within_1 is False
-    assert at12.models == ("gcn", "gin", "gatedgcn", "gat", "gatv2")
+    assert at12.rows == ("gcn", "gin", "gatedgcn", "gat", "gatv2")
     at04 = cmp.agreement[0.04]
     assert at04.tau == pytest.approx(1.0) and at04.reference_best == ("gat",) and at04.best_within_1 is True
     at50 = cmp.agreement[0.5]

@@ -1,5 +1,5 @@
-"""Significance tests over ranking tables (gaptui.statistics) and `gaptui stats`, checked against values worked out
-by hand from the formulas and against published critical values."""
+"""Significance tests over ranking tables (gaptui.analysis.statistics) and `gaptui stats`, checked against values
+worked out by hand from the formulas and against published critical values."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from engine.tasks import family
-from gaptui import analysis, statistics
+from gaptui import analysis
+from gaptui.analysis import statistics
 from tests.conftest import run_cli
 from tests.test_analysis import rec
 

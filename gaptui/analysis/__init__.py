@@ -4,7 +4,9 @@ Everything here is a pure function of run records (:class:`gaptui.record.Record`
 only I/O is :func:`export_all`. One module per concept: :mod:`.lookup` (families, metrics and groups of the
 records; option checks), :mod:`.tables` (cells, marks, ranking and derived tables), :mod:`.gap` (gap and optimal
 column), :mod:`.render` (Rich, text, Markdown, CSV, LaTeX, JSON, gap table and plot), :mod:`.export` (``gaptui
-export``); every public name is importable from ``gaptui.analysis``.
+export``), :mod:`.significance` (the per-cell tests behind the tie mark) and :mod:`.statistics` (``gaptui stats``:
+per-cell tests, ranks, Friedman, Nemenyi, rank consistency; imported on its own, ``from gaptui.analysis import
+statistics``, as it needs scipy); every public name of the others is importable from ``gaptui.analysis``.
 
 What a table is made of comes from the run's task family (:mod:`engine.tasks`): its
 :class:`~engine.tasks.TableLayout` says which axis makes one table per value (alignment: dataset), which axis gives
@@ -54,9 +56,11 @@ from gaptui.analysis.lookup import (
     display_scale,
     done_groups,
     format_number,
+    infer_task,
     known_metrics,
     numeric_value,
     record_tasks,
+    view_task,
 )
 from gaptui.analysis.render import (
     csv_columns,
@@ -126,6 +130,7 @@ __all__ = [
     "export_all",
     "format_number",
     "gap_analysis",
+    "infer_task",
     "known_metrics",
     "latex_escape",
     "legend",
@@ -144,4 +149,5 @@ __all__ = [
     "table_title",
     "tables_json",
     "task_records",
+    "view_task",
 ]

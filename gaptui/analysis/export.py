@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.files import OutputFolder
-from engine.tasks import DEFAULT_TASK, family
+from engine.tasks import family
+from gaptui.analysis.lookup import infer_task
 from gaptui.analysis.render import render_csv, render_latex, render_markdown
 from gaptui.analysis.tables import build_tables
 from gaptui.record import Record, task_records
@@ -22,11 +23,13 @@ def export_all(
     out_dir: Path,
     metric: str | None = None,
     force: bool = False,
-    task: str = DEFAULT_TASK,
+    task: str | None = None,
 ) -> list[Path]:
     """Write ``tables.csv``, ``tables.md``, ``tables.tex`` (``task``'s tables) and ``runs.json`` into ``out_dir``.
 
-    ``runs.json`` holds the records of ``task`` (all of its records, finished or not).
+    ``runs.json`` holds the records of ``task`` (all of its records, finished or not). ``task`` None: the one
+    family the records hold runs of (:func:`~gaptui.analysis.lookup.infer_task`; records of several families are
+    an error, and no records give empty files).
 
     The files are written all or none (:class:`engine.files.OutputFolder`: staged in a hidden folder, moved in
     under a manifest that already claims them), so a full disk leaves the folder as it was and a kill leaves files
@@ -37,9 +40,11 @@ def export_all(
     out_dir = Path(out_dir)
     folder = OutputFolder(out_dir, EXPORT_MANIFEST, "gaptui export", force)
     folder.refuse(EXPORT_FILES)  # before any work
-    records = task_records(records, task)
+    records = list(records)
+    task = infer_task(records, task)  # None: there are no records
+    records = task_records(records, task) if task else []
     tables = build_tables(records, metric, task=task)
-    metric_key = tables[0].metric.key if tables else metric or family(task).default_metric
+    metric_key = tables[0].metric.key if tables else metric or (family(task).default_metric if task else None)
     contents = {
         "tables.csv": render_csv(tables, task),
         "tables.md": render_markdown(tables),

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from engine.tasks import DEFAULT_TASK, Metric, family
+from engine.tasks import Metric, family
 from gaptui.analysis.gap import GapAnalysis, gap_analysis
 from gaptui.analysis.lookup import display_scale, format_number
 from gaptui.analysis.tables import (
@@ -191,11 +191,18 @@ def render_markdown(tables: Sequence[RankingTable]) -> str:
     return "\n".join(out)
 
 
-def render_csv(tables: Sequence[RankingTable], task: str = DEFAULT_TASK) -> str:
-    """One row per cell: the cell's axes (group, row, column), median, std, runs, planned, mark (metric units)."""
+def render_csv(tables: Sequence[RankingTable], task: str | None = None) -> str:
+    """One row per cell: the cell's axes (group, row, column), median, std, runs, planned, mark (metric units).
+
+    Without tables, the header of ``task``'s tables alone (None: no family, so no header either)."""
+    if tables:
+        columns = tables[0].csv_columns()
+    elif task is not None:
+        columns = csv_columns(task)
+    else:
+        return ""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    columns = tables[0].csv_columns() if tables else csv_columns(task)
     if any(t.derived for t in tables):
         columns = ("table", *columns)
     writer.writerow(columns)
@@ -206,7 +213,7 @@ def render_csv(tables: Sequence[RankingTable], task: str = DEFAULT_TASK) -> str:
     return buffer.getvalue()
 
 
-def csv_columns(task: str = DEFAULT_TASK) -> tuple[str, ...]:
+def csv_columns(task: str) -> tuple[str, ...]:
     """The CSV header of ``task``'s tables: its layout's axis keys, then the cell fields."""
     layout = family(task).table
     return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + (layout.statistic, *CELL_FIELDS[1:])

@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.tasks import DEFAULT_TASK, Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
-from gaptui.analysis.lookup import format_number, group_matches, numeric_value
+from engine.tasks import Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
+from gaptui.analysis.lookup import format_number, group_matches, infer_task, numeric_value
+from gaptui.analysis.significance import ties_with_best
 from gaptui.record import Record, axis_value, record_task
 
 BEST = "best"
@@ -49,7 +50,8 @@ class Cell:
     mark: str = ""
     #: The seed of each value, in the same order (empty for a derived table's cells, which average over seeds).
     seeds: tuple[Any, ...] = ()
-    #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05; :mod:`gaptui.statistics`).
+    #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05;
+    #: :mod:`gaptui.analysis.significance`).
     tied: bool = False
     #: For each of the layout's ``uniform`` axes on which this cell's runs differ, the values they have.
     mixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -187,19 +189,23 @@ def build_tables(
     metric: str | Metric | None = None,
     group: str | None = None,
     *,
-    task: str = DEFAULT_TASK,
+    task: str | None = None,
 ) -> list[RankingTable]:
     """One :class:`RankingTable` per group label (sorted) of ``task``, from finished records holding ``metric``.
 
-    ``metric`` defaults to the family's ``default_metric``. ``planned`` of a cell is the largest
-    ``planned_seeds`` of any record (any status) in that cell, so a grid still running shows "3/10". Groups,
-    rows and columns appear only once a run of them has finished.
+    ``task`` None: the one family the records hold runs of (:func:`~gaptui.analysis.lookup.infer_task`: records of
+    several families are an error; none, no table). ``metric`` defaults to the family's ``default_metric``.
+    ``planned`` of a cell is the largest ``planned_seeds`` of any record (any status) in that cell, so a grid still
+    running shows "3/10". Groups, rows and columns appear only once a run of them has finished.
     """
+    records = list(records)
+    task = infer_task(records, task)
+    if task is None:
+        return []
     fam = family(task)
     layout = fam.table
     m = metric if isinstance(metric, Metric) else fam.metric(metric or fam.default_metric)
     row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
-    records = list(records)
     # (seed, uniform axis values) -> (finished, value): the last finished run of a seed wins, and runs that differ
     # in a uniform axis (two recipes) are two values of the cell, which is then marked as mixed.
     per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
@@ -289,8 +295,6 @@ def _text(value: Any) -> str | None:
 
 def _with_ties(table: RankingTable) -> RankingTable:
     """``table`` with :attr:`Cell.tied` set on the cells not significantly different from their column's best."""
-    from gaptui.statistics import ties_with_best
-
     cells = dict(table.cells)
     for column in table.columns:
         for row in ties_with_best(table, column, SIGNIFICANCE):

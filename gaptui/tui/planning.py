@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK, FamilyForm, FormField, PresetBase, family
+from engine.tasks import FamilyForm, FormField, PresetBase, family, task_of
 
 try:
     import tomllib
@@ -359,7 +359,10 @@ class FormDraft:
         fam = family(self.task)
         body = self._form().preset_from_form(self.values())
         kept = {k: v for k, v in self.base.items() if k not in (*COMMON_KEYS, *body, *self._owned())}
-        doc: dict[str, Any] = {"task": self.task} if self.task != DEFAULT_TASK or "task" in self.base else {}
+        # A document names its family, but one loaded from a preset written before families (no ``task``: the
+        # legacy family's, as task_of reads it) is saved back as it was, without one.
+        legacy = bool(self.base) and "task" not in self.base and task_of(self.base) == self.task
+        doc: dict[str, Any] = {} if legacy else {"task": self.task}
         if "name" in self.base:
             doc["name"] = self.preset_name()
         if self.description.strip() or "description" in self.base:

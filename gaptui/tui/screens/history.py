@@ -10,7 +10,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Select, Static
 
-from engine.tasks import DEFAULT_TASK
 from gaptui.record import Record, RecordFilter, record_task, split_words
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.record_table import RecordTable, history_columns
@@ -95,7 +94,7 @@ class HistoryScreen(SectionScreen):
                 [("all tasks", ALL_TASKS)], value=ALL_TASKS, id="history-task", compact=True, allow_blank=False
             )
             yield Static("", id="history-info", markup=False)
-        yield HistoryTable(history_columns(DEFAULT_TASK), id="history-table")
+        yield HistoryTable(history_columns(None), id="history-table")  # a family's own once its runs are shown
 
     @property
     def table(self) -> RecordTable:
@@ -144,7 +143,8 @@ class HistoryScreen(SectionScreen):
         table.warm_sort_values(records)
 
     def _sync_tasks(self) -> None:
-        """Offer the families present in the history; columns follow the family shown."""
+        """Offer the families present in the history; columns follow the family shown (generic ones for runs of
+        several families, or none yet)."""
         from gaptui.analysis import record_tasks
 
         tasks = record_tasks(self.gapp.book)
@@ -153,7 +153,7 @@ class HistoryScreen(SectionScreen):
         with self.prevent(Select.Changed):
             picker.set_options(options)
             picker.value = self.task_name if self.task_name in tasks else ALL_TASKS
-        shown = self.task_name or (tasks[0] if len(tasks) == 1 else None if tasks else DEFAULT_TASK)
+        shown = self.task_name or (tasks[0] if len(tasks) == 1 else None)
         self.table.set_columns(history_columns(shown))
 
     @on(Select.Changed, "#history-task")

@@ -35,7 +35,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, SelectionLis
 from textual.worker import get_current_worker
 
 from engine.errors import GaptuiError
-from engine.tasks import DEFAULT_TASK, FAMILIES, FormField, PresetBase, family
+from engine.tasks import FAMILIES, FormField, PresetBase, family, task_of
 from gaptui.preset_code import PresetReview, is_trusted, review_preset, trust
 from gaptui.presets import dump_document, parse_preset, preset_entries, preset_names, preset_task
 from gaptui.tui.planning import (
@@ -208,8 +208,9 @@ class NewExperimentScreen(SectionScreen):
         super().__init__()
         self._plan_timer: Timer | None = None
         self.summary: PlanSummary | None = None
-        #: The family the form launches, its form fields (none: a preset file is launched as loaded).
-        self.task_name = DEFAULT_TASK
+        #: The family the form launches (first: the registry's first, alignment among the built-ins; the picker
+        #: and a loaded preset change it), its form fields (none: a preset file is launched as loaded).
+        self.task_name = FAMILIES.names()[0]
         self.fields: tuple[FormField, ...] = ()
         #: The preset document the form was loaded from (what no field shows is saved back as it was).
         self.base: dict[str, Any] = {}
@@ -433,7 +434,7 @@ class NewExperimentScreen(SectionScreen):
 
     async def apply_document(self, raw: dict[str, Any], name: str) -> None:
         """Fill the form with a preset document (its family's form values; the device slots stay)."""
-        task = str(raw.get("task") or DEFAULT_TASK)
+        task = task_of(raw)  # a preset written before families names none: the legacy family's
         if task != self.task_name:
             with self.prevent(Select.Changed):
                 self.query_one("#task", Select).value = task

@@ -3,6 +3,8 @@ table, and the comparison with a reference (the family's paper, e.g. alignment's
 ``gaptui table --reference``; every family that has one).
 
 A task picker switches family: its layout, metrics and directions come from the family (:mod:`engine.tasks`).
+Until one is picked, the screen shows the family of the history's runs (:func:`gaptui.analysis.view_task`: the
+first present in registry order, else the first registered family).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from textual.widgets import Label, Select, Static
 
 from engine.errors import GaptuiError
 from engine.files import atomic_write_text
-from engine.tasks import DEFAULT_TASK, family
+from engine.tasks import FAMILIES, family
 from gaptui import analysis, reference
 from gaptui.record import usable_records
 from gaptui.tui.messages import ManagerNotice
@@ -72,8 +74,11 @@ class RankingScreen(SectionScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.task_name = DEFAULT_TASK
-        self.metric = family(DEFAULT_TASK).default_metric
+        #: The family shown: the history's (:func:`gaptui.analysis.view_task`, from the screen's composition and
+        #: at each rebuild) until the user picks one; the first registered family until then.
+        self.task_name = FAMILIES.names()[0]
+        self.task_picked = False
+        self.metric = family(self.task_name).default_metric
         self.dataset: str | None = None
         self.tables: list[analysis.RankingTable] = []
         #: Name of the reference compared with (None: plain ranking table).
@@ -81,6 +86,9 @@ class RankingScreen(SectionScreen):
         self._dirty = True
 
     def compose_body(self) -> ComposeResult:
+        # The pickers' first values are the ones they report once mounted: the family shown must be chosen by then.
+        self.task_name = analysis.view_task(table_view(usable_records(self.gapp.book)))
+        self.metric = family(self.task_name).default_metric
         with Horizontal(id="ranking-bar"):
             yield Label("task")
             yield Select(
@@ -141,6 +149,8 @@ class RankingScreen(SectionScreen):
         self._dirty = False
         # hand-garbled records and tuning trials are left out, as in `gaptui table`
         records = table_view(usable_records(self.gapp.book))
+        if not self.task_picked:
+            self.task_name = analysis.view_task(records)
         tasks = list(dict.fromkeys([*analysis.record_tasks(records), self.task_name]))
         metrics = analysis.known_metrics(records, self.task_name)
         if self.metric not in metrics:
@@ -221,12 +231,12 @@ class RankingScreen(SectionScreen):
     @on(Select.Changed, "#ranking-task")
     def _task_chosen(self, event: Select.Changed) -> None:
         if event.value is not Select.NULL and event.value != self.task_name:
-            self.task_name = str(event.value)
+            self.task_name, self.task_picked = str(event.value), True
             self.rebuild()
 
     def action_next_task(self) -> None:
         tasks = list(dict.fromkeys([*analysis.record_tasks(self.gapp.book), self.task_name]))
-        self.task_name = tasks[(tasks.index(self.task_name) + 1) % len(tasks)]
+        self.task_name, self.task_picked = tasks[(tasks.index(self.task_name) + 1) % len(tasks)], True
         self.rebuild()
 
     @on(Select.Changed, "#ranking-metric")

@@ -14,7 +14,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Log, Static
 
-from engine.tasks import DEFAULT_TASK
 from gaptui.columns import describe, record_family, result_metric, result_value
 from gaptui.record import record_metrics, record_task
 from gaptui.tui.feed import RunFeed
@@ -85,7 +84,7 @@ class RunsScreen(SectionScreen):
     def compose_body(self) -> ComposeResult:
         yield Static("no run queued or running", id="runs-state", markup=False)
         yield Static("", id="runs-studies", markup=False)
-        yield RecordTable(runs_columns(DEFAULT_TASK), id="runs-table")
+        yield RecordTable(runs_columns(None), id="runs-table")  # a family's own once its runs are shown
         yield CurvesPanel(id="runs-curves")
         yield Log(id="runs-log", max_lines=500)
 
@@ -132,10 +131,10 @@ class RunsScreen(SectionScreen):
             self._update_rows()
 
     def _sync_columns(self) -> None:
-        """The columns of the family of the runs shown (generic ones when they are of several families)."""
+        """The columns of the family of the runs shown (generic ones when they are of several families, or none)."""
         book = self.gapp.book.records
         tasks = {record_task(book[h]) for h in self.shown if h in book}
-        self.table.set_columns(runs_columns(next(iter(tasks)) if len(tasks) == 1 else None if tasks else DEFAULT_TASK))
+        self.table.set_columns(runs_columns(next(iter(tasks)) if len(tasks) == 1 else None))
 
     def _follow_foreign(self, hashes: set[str]) -> None:
         """Read-only: runs of the other manager are not streamed to us, so tail the running ones we show."""

@@ -2,7 +2,9 @@
 trust, following Demšar (2006) for comparisons across many cells.
 
 Everything here is a pure function of :class:`gaptui.analysis.RankingTable` objects (their cells keep the
-per-seed values), so the statistics of a table are those of the numbers it shows.
+per-seed values), so the statistics of a table are those of the numbers it shows. The tests within a cell are
+:mod:`gaptui.analysis.significance`'s (the tables' tie marks use them too); ``holm``, ``welch_pvalues`` and
+``cell_tests`` are importable from here as well.
 
 Within a cell (a table's group and column, e.g. dataset x noise)
     For every pair of rows with at least 2 seeds on each side: a two-sided Welch t-test
@@ -30,32 +32,32 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from scipy import special
 
-if TYPE_CHECKING:
-    from gaptui.analysis import RankingTable
+from gaptui.analysis.render import latex_escape
+from gaptui.analysis.significance import ALPHA, PairTest, cell_tests, finite, holm, welch_pvalues
+from gaptui.analysis.tables import RankingTable
 
-ALPHA = 0.05
-
-
-@dataclass(frozen=True)
-class PairTest:
-    """Welch and Mann-Whitney tests of two rows in one cell; p-values are ``None`` when no test was possible."""
-
-    group: str
-    column: Any
-    a: str
-    b: str
-    n_a: int
-    n_b: int
-    welch_p: float | None
-    mannwhitney_p: float | None
-    p_holm: float | None
-    mannwhitney_p_holm: float | None
-    reason: str = ""
+__all__ = [
+    "ALPHA",
+    "Consistency",
+    "PairTest",
+    "RankTest",
+    "Statistics",
+    "cell_tests",
+    "consistency",
+    "holm",
+    "kendall_w",
+    "nemenyi_q",
+    "rank_test",
+    "render_latex",
+    "render_markdown",
+    "render_text",
+    "table_statistics",
+    "welch_pvalues",
+]
 
 
 @dataclass(frozen=True)
@@ -110,95 +112,6 @@ class Statistics:
         }
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment: ``p_(i) * (m - i + 1)``, made monotone and capped at 1, in input order."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, pvalues[i] * (m - rank)))
-        adjusted[i] = running
-    return adjusted
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
-
-
-def welch_pvalues(samples: Sequence[Sequence[float]], pairs: Sequence[tuple[int, int]]) -> list[float | None]:
-    """Two-sided Welch t-test p-values of ``pairs`` of ``samples`` (what ``scipy.stats.ttest_ind(a, b,
-    equal_var=False)`` gives), in one vectorised pass; ``None`` where a side has fewer than 2 values or neither side
-    varies (the t statistic is undefined). Ranking tables mark every cell with it, so it must stay cheap."""
-    if not pairs:
-        return []
-    n = np.array([len(s) for s in samples], dtype=float)
-    mean = np.array([np.mean(s) if len(s) else np.nan for s in samples])
-    var = np.array([np.var(s, ddof=1) if len(s) > 1 else np.nan for s in samples])
-    i, j = np.array(pairs).T
-    sa, sb = var[i] / n[i], var[j] / n[j]
-    se2 = sa + sb
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = (mean[i] - mean[j]) / np.sqrt(se2)
-        df = se2**2 / (sa**2 / (n[i] - 1) + sb**2 / (n[j] - 1))
-        p = 2.0 * special.stdtr(df, -np.abs(t))  # Student's t CDF: scipy.stats costs a second to import
-    ok = (n[i] >= 2) & (n[j] >= 2) & (se2 > 0)
-    return [float(v) if good and math.isfinite(v) else None for v, good in zip(p, ok, strict=True)]
-
-
-def cell_tests(table: RankingTable, column: Any, mann_whitney: bool = True) -> list[PairTest]:
-    """Every pair of rows of one column of ``table``, Holm-corrected within the cell (``mann_whitney=False``
-    leaves the rank test, and the import of scipy.stats, out: table marks need Welch's test only)."""
-    cells = [c for r in table.rows if (c := table.cell(r, column)) is not None]
-    pairs = list(combinations(range(len(cells)), 2))
-    welch = welch_pvalues([c.values for c in cells], pairs)
-    tests = []
-    for (i, j), p in zip(pairs, welch, strict=True):
-        a, b = cells[i], cells[j]
-        base = {"group": table.group, "column": column, "a": a.row, "b": b.row, "n_a": a.runs, "n_b": b.runs}
-        if a.runs < 2 or b.runs < 2:
-            reason, mw = f"fewer than 2 seeds ({a.row}: {a.runs}, {b.row}: {b.runs})", None
-        else:
-            reason = "" if p is not None else "no variance on either side: the t statistic is undefined"
-            mw = _mann_whitney(a.values, b.values) if mann_whitney else None
-        tests.append(PairTest(**base, welch_p=p, mannwhitney_p=mw, p_holm=None, mannwhitney_p_holm=None, reason=reason))
-    out = list(tests)
-    for key, adjusted_key in (("welch_p", "p_holm"), ("mannwhitney_p", "mannwhitney_p_holm")):
-        tested = [i for i, t in enumerate(out) if getattr(t, key) is not None]
-        for i, p in zip(tested, holm([getattr(out[i], key) for i in tested]), strict=True):
-            out[i] = _replace(out[i], **{adjusted_key: p})
-    return out
-
-
-def _mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
-    from scipy import stats as sps
-
-    return _finite(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-def _replace(test: PairTest, **changes: Any) -> PairTest:
-    return PairTest(**{**asdict(test), **changes})
-
-
-def ties_with_best(table: RankingTable, column: Any, alpha: float = ALPHA) -> set[str]:
-    """Rows of ``column`` not significantly different from a best cell (Holm-corrected Welch p >= alpha).
-
-    Baselines and the best rows themselves are left out; a pair without a test is not a tie (nothing was shown).
-    """
-    best = {c.row for c in table.best(column)}
-    if not best:
-        return set()
-    out = set()
-    for t in cell_tests(table, column, mann_whitney=False):
-        if t.p_holm is None or t.p_holm < alpha:
-            continue
-        if t.a in best and t.b not in best:
-            out.add(t.b)
-        elif t.b in best and t.a not in best:
-            out.add(t.a)
-    return out - set(table.baselines)
-
-
 def nemenyi_q(k: int, alpha: float = ALPHA) -> float:
     """The Nemenyi test's critical value for ``k`` rows (Demšar 2006, Table 5a: 1.960, 2.343, 2.569, ...)."""
     from scipy import stats as sps
@@ -248,7 +161,7 @@ def rank_test(tables: Sequence[RankingTable], higher_is_better: bool, alpha: flo
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             res = sps.friedmanchisquare(*[[sign * b[r] for b in blocks] for r in rows])
-        friedman = {"statistic": float(res.statistic), "p": _finite(res.pvalue), "rows": k, "cells": n}
+        friedman = {"statistic": float(res.statistic), "p": finite(res.pvalue), "rows": k, "cells": n}
     else:
         notes.append(f"Friedman test needs at least 3 rows and 2 cells (have {k} rows, {n} cells)")
     q = nemenyi_q(k, alpha)
@@ -289,7 +202,7 @@ def consistency(tables: Sequence[RankingTable]) -> Consistency:
                     res = sps.kendalltau(
                         [table.cell(r, left).median for r in common], [table.cell(r, right).median for r in common]
                     )
-                entry.update(tau=_finite(res.statistic), p=_finite(res.pvalue))
+                entry.update(tau=finite(res.statistic), p=finite(res.pvalue))
             taus.append(entry)
         for column in table.columns:
             cells = [c for r in rows if (c := table.cell(r, column)) is not None and c.seeds]
@@ -416,8 +329,6 @@ def render_markdown(s: Statistics) -> str:
 
 def render_latex(s: Statistics) -> str:
     """LaTeX (booktabs): average ranks with the Friedman test and CD in the caption, then the pairwise tests."""
-    from gaptui.analysis import latex_escape
-
     r = s.ranks
     caption = f"Average rank of each {latex_escape(s.task)} row over {r.cells} cells (1 = best)."
     if r.friedman:
