@@ -210,3 +210,12 @@ def test_family_metadata_is_checked_when_registered() -> None:
     expected = "spec_type, axes, record_axes, run (or steps), parse_preset, grid"
     assert str(missing.value) == f"task family 'half' does not declare {expected}"
     assert Half.default_metric == "val_mae" and Half.title == "half"  # the optional declarations' defaults
+
+
+def test_a_plug_in_family_adds_its_own_commands(tmp_path: Path) -> None:
+    preset = _preset(tmp_path)
+    res = run_cli("toy", "sizes", str(preset), env=ENV)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["2", "3"]
+    assert "toy" in run_cli("--help", env=ENV).stdout
+    assert "no such command 'toy'" in run_cli("toy", "sizes", str(preset)).stderr  # without the plug-in: none

@@ -146,6 +146,7 @@ class Toy(TaskFamily):
     optimal = {None: "optimal size (largest best − worst spread)"}
     form = ToyForm()
     cost_model = ToyCosts
+    commands = "tests.toy_family"  # its own `gaptui toy ...` commands: register() below
 
     def record_axes(self, spec: ToySpec) -> dict[str, Any]:
         return {"size": spec.size, "model": spec.model}
@@ -223,3 +224,20 @@ TOY_BYTES_PER_VALUE = 1 << 20
 
 
 FAMILIES.register(Toy())
+
+
+def register(app: Any) -> None:
+    """The toy's own commands (``gaptui toy sizes``), added to the CLI as a plug-in family's are."""
+    import typer
+
+    toy_app = typer.Typer(help="The toy family's own commands.", no_args_is_help=True)
+
+    @toy_app.command("sizes")
+    def sizes_cmd(preset: Path) -> None:
+        """Print the data sizes of a toy preset, one per line."""
+        from gaptui.presets import load_preset
+
+        for size in load_preset(str(preset)).sizes:
+            print(size)
+
+    app.add_typer(toy_app, name="toy")
