@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -55,12 +56,15 @@ def train_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
     ] = None,
-    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 300,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help="Training epochs [default: 300].")] = None,  # noqa: UP045
     train: Annotated[Optional[int], typer.Option("--train", help="Training pairs.")] = None,  # noqa: UP045
     val: Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")] = None,  # noqa: UP045
-    seed: Annotated[int, typer.Option("--seed", help="Training seed.")] = 0,
-    data_seed: Annotated[int, typer.Option("--data-seed", help="Dataset seed.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Pairs per optimiser step.")] = 100,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed [default: 0].")] = None,  # noqa: UP045
+    data_seed: Annotated[Optional[int], typer.Option("--data-seed", help="Dataset seed [default: 0].")] = None,  # noqa: UP045
+    batch_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--batch-size", help="Pairs per optimiser step [default: 100]."),
+    ] = None,
     recipe: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -85,10 +89,11 @@ def train_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:N].")] = "auto",
+    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")] = None,  # noqa: UP045
     compile_mode: Annotated[
-        str, typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off.")
-    ] = "auto",
+        Optional[str],  # noqa: UP045
+        typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off [default: auto]."),
+    ] = None,
     precision: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -149,27 +154,34 @@ def train_cmd(
     from gaptui.runner import run_id
 
     ws = Workspace.resolve(workspace)
-    generic = preset is not None or spec_file is not None
-    if generic:
-        spec = _generic_spec(ws, base, noise, model, task, preset, where, spec_file, overrides, recipe, precision)
+    # The flags that describe a run by themselves (a family's train_flags), as given: absent ones take the spec's
+    # defaults.
+    flags = {
+        "base": base, "noise": noise, "model": model, "epochs": epochs, "train": train, "val": val, "seed": seed,
+        "data_seed": data_seed, "batch_size": batch_size, "recipe": recipe, "features": features,
+        "input_layer": input_layer, "norm": norm, "device": device, "compile": compile_mode, "precision": precision,
+        "noise_model": noise_model, "param": param,
+    }  # fmt: skip
+    flags = {key: value for key, value in flags.items() if value is not None}
+    if preset is not None or spec_file is not None:
+        spec = _generic_spec(ws, flags, task, preset, where, spec_file, overrides, recipe, precision)
     else:
-        spec = _alignment_spec(
-            ws, task, where, overrides, base, noise, model, epochs, train, val, seed, data_seed, batch_size, recipe,
-            features, input_layer, norm, device, compile_mode, precision, noise_model, param,
-        )  # fmt: skip
+        spec = _flags_spec(ws, flags, task, where, overrides)
     fam = family(spec.task)
     folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
     _check_train_run(ws, spec, fam, folder, force)
     _prepare_inputs(spec, fam, as_json)
     result = _run_foreground(spec, folder, ws, show_progress=not as_json)
-    _print_train_result(spec, fam, result, folder, as_json, generic, model, base, noise)
+    _print_train_result(spec, fam, result, folder, as_json)
+
+
+def _flag_names(keys: Iterable[str]) -> list[str]:
+    return [f"--{key.replace('_', '-')}" for key in keys]
 
 
 def _generic_spec(
     ws: Workspace,
-    base: str | None,
-    noise: float | None,
-    model: str | None,
+    flags: dict[str, Any],
     task: str | None,
     preset: str | None,
     where: list[str] | None,
@@ -178,74 +190,45 @@ def _generic_spec(
     recipe: str | None,
     precision: str | None,
 ) -> Any:
-    """The run of ``--preset``/``--spec`` with --recipe and --precision applied; the alignment flags are refused."""
-    flags = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is not None]
-    if flags:
-        raise GaptuiError(f"{', '.join(flags)}: the alignment flags do not go with --preset or --spec")
+    """The run of ``--preset``/``--spec`` with --recipe and --precision applied; the flags that describe a run by
+    themselves (a family's required train flags) are refused."""
+    from engine.tasks import FAMILIES
+
+    required = dict.fromkeys(k for fam in FAMILIES if fam.train_flags for k in fam.train_flags.required)
+    given = _flag_names(k for k in required if k in flags)
+    if given:
+        raise GaptuiError(f"{', '.join(given)}: these flags describe a run alone and do not go with --preset or --spec")
     spec = _chosen_spec(ws, task, preset, where or [], spec_file, overrides or [])
     return with_precision(with_recipe(spec, recipe), precision)
 
 
-def _alignment_spec(
-    ws: Workspace,
-    task: str | None,
-    where: list[str] | None,
-    overrides: list[str] | None,
-    base: str | None,
-    noise: float | None,
-    model: str | None,
-    epochs: int,
-    train: int | None,
-    val: int | None,
-    seed: int,
-    data_seed: int,
-    batch_size: int,
-    recipe: str | None,
-    features: str | None,
-    input_layer: str | None,
-    norm: str | None,
-    device: str,
-    compile_mode: str,
-    precision: str | None,
-    noise_model: str | None,
-    param: list[str] | None,
+def _flags_spec(
+    ws: Workspace, flags: dict[str, Any], task: str | None, where: list[str] | None, overrides: list[str] | None
 ) -> Any:
-    """The alignment run the --base, --noise and --model flags describe; --task, --where and --set are refused."""
+    """The run that the flags describe alone: of the family whose required train flags are all given (the family's
+    :class:`~engine.tasks.TrainFlags`); --task, --where and --set are refused."""
+    from engine.hardware import RunOptions
+    from engine.tasks import FAMILIES, Placement, load_spec
+
     if task is not None or where or overrides:
         raise GaptuiError("--task, --where and --set go with --preset P or --spec FILE (the run to train)")
-    missing = [f for f, v in (("--base", base), ("--noise", noise), ("--model", model)) if v is None]
-    if missing:
-        raise GaptuiError(
-            f"gaptui train: missing {', '.join(missing)}: give --base, --noise and --model (an alignment run), "
-            "or --task NAME with --preset P --where axis=value or --spec FILE"
-        )
-    from engine.hardware import RunOptions
-    from engine.sources import parse_param_args
-    from engine.tasks import DEFAULT_TASK, family, load_spec
-
-    dataset = {"base": base, "noise": noise, "seed": data_seed, "params": parse_param_args(param)}
-    for key, value in (("noise_model", noise_model), ("n_train", train), ("n_val", val)):
-        if value is not None:
-            dataset[key] = value
-    # The default family's run (alignment), as these flags have always described it.
-    raw = {
-        "task": DEFAULT_TASK,
-        "dataset": dataset,
-        "model": model,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        # the spec type's own default recipe: a dict without one would be read as written before recipes
-        "recipe": recipe or _field_default(family(DEFAULT_TASK).spec_type, "recipe"),
-        "features": features,
-        "input_layer": input_layer,
-        "norm": norm,
-        "compile": compile_mode,
-        "precision": RunOptions(precision=precision or "auto").check("--precision").precision,
-        "seed": seed,
-        "device": device,
-        "datasets_dir": str(ws.datasets),
-        "data_root": str(ws.raw_data),
-    }
+    owners = {fam.name: fam.train_flags for fam in FAMILIES if fam.train_flags is not None}
+    chosen = [name for name, train in owners.items() if all(key in flags for key in train.required)]
+    if not chosen:
+        other = "--task NAME with --preset P --where axis=value or --spec FILE"
+        if not owners:
+            raise GaptuiError(f"gaptui train: give {other}")
+        closest = max(owners, key=lambda name: sum(key in flags for key in owners[name].required))
+        required = owners[closest].required
+        names = _flag_names(required)
+        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        missing = ", ".join(_flag_names(key for key in required if key not in flags))
+        article = "an" if closest[:1] in "aeiou" else "a"
+        raise GaptuiError(f"gaptui train: missing {missing}: give {listed} ({article} {closest} run), or {other}")
+    if "precision" in flags:
+        RunOptions(precision=flags["precision"]).check("--precision")
+    most = max(chosen, key=lambda name: len(owners[name].required))  # the family the flags describe most closely
+    raw = owners[most].spec(flags, Placement(str(ws.datasets), str(ws.raw_data)))
     return load_spec(raw, where="gaptui train")
 
 
@@ -273,24 +256,14 @@ def _prepare_inputs(spec: Any, fam: Any, as_json: bool) -> None:
             launch.prepare_checked([spec])
 
 
-def _print_train_result(
-    spec: Any,
-    fam: Any,
-    result: dict[str, Any],
-    folder: Path,
-    as_json: bool,
-    generic: bool,
-    model: str | None,
-    base: str | None,
-    noise: float | None,
-) -> None:
+def _print_train_result(spec: Any, fam: Any, result: dict[str, Any], folder: Path, as_json: bool) -> None:
     """Print the run's final metrics: one JSON document, or a table and the run folder."""
     from gaptui.runner import run_id
 
     if as_json:
         print_json({"run": run_id(spec), "out": str(folder), **result.get("metrics", {}), **_result_summary(result)})
         return
-    what = f"{model} on {base} at noise {noise:g}" if not generic else f"{fam.name}: {fam.describe(spec)}"
+    what = f"{fam.name}: {fam.describe(spec)}"
     if getattr(spec, "recipe_label", "-") != "-":
         what += f", recipe {spec.recipe_label}"
     table = Table(title=f"{what} (run {run_id(spec)})")
@@ -301,13 +274,6 @@ def _print_train_result(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(f"run folder: {folder}", highlight=False)
-
-
-def _field_default(spec_type: type, name: str) -> Any:
-    """The declared default of field ``name`` of a spec dataclass."""
-    import dataclasses
-
-    return next(f.default for f in dataclasses.fields(spec_type) if f.name == name)
 
 
 def with_recipe(spec: Any, recipe: str | None) -> Any:

@@ -32,9 +32,8 @@ from typing import Any
 
 import engine.cost
 from engine.cost import CalibrationCache, CellHistory, CostContext, CostReport, Profile
-from engine.tasks import Placement, TaskFamily, family
+from engine.tasks import LEGACY_TASK, Placement, TaskFamily, family
 from gaptui.durations import format_duration
-from gaptui.record import LEGACY_TASK
 from gaptui.scheduler import Slot, group_packs, pack_key
 from gaptui.workspace import Workspace
 

@@ -734,7 +734,7 @@ _V1_FIELDS = ("dataset", "base", "dataset_params", "noise", "noise_model", "mode
 
 def upgrade_record(record: Mapping[str, Any]) -> Record:
     """A copy of ``record`` in the current schema (schema-1 records were all runs of the family before families,
-    :data:`gaptui.record.LEGACY_TASK`, as :func:`~engine.tasks.task_of` reads them)."""
+    :data:`engine.tasks.LEGACY_TASK`, as :func:`~engine.tasks.task_of` reads them)."""
     out: Record = dict(record)  # type: ignore[assignment]
     if "axes" in out:
         return _with_declared_axes(out)

@@ -1,7 +1,7 @@
 """Presets: TOML files describing a grid of runs of one task family, expanded into that family's specs.
 
 A preset names its family with ``task = "..."`` (a preset written before families names none and is read as
-alignment's, :data:`gaptui.record.LEGACY_TASK`); everything else
+alignment's, :data:`engine.tasks.LEGACY_TASK`); everything else
 in the file is the family's own grid description, validated by the family
 (:meth:`engine.tasks.TaskFamily.parse_preset`).
 The keys every family shares (``name``, ``description``, ``seeds``, the ``[run]`` policy and the ``[slurm]`` table

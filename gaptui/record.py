@@ -21,11 +21,6 @@ from engine.tasks import FAMILIES, Axis, TaskFamily, family, task_of
 #: The filter key choosing the runs of one ``gaptui tune`` study (``study=NAME``), beside the declared axes.
 STUDY_KEY = "study"
 
-#: The family of what was written before families and so names none (records, specs, presets, reference files,
-#: calibration entries): alignment, as :func:`engine.tasks.task_of` reads a dict without ``task``. Only for
-#: reading such old files; nothing new is ever assumed to be of it.
-LEGACY_TASK = task_of({})
-
 #: Statuses a record can have, in the order a run goes through them.
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "blocked")
 
@@ -36,7 +31,7 @@ class Record(TypedDict, total=False):
     id: Required[str]
     hash: Required[str]
     status: Required[str]
-    #: The family (absent in records written before families: :data:`LEGACY_TASK`, alignment).
+    #: The family (absent in records written before families: :data:`engine.tasks.LEGACY_TASK`, alignment).
     task: str
     #: The run's coordinates, one value per axis its family declares (``{"dataset": "er", "noise": 0.12, ...}``).
     axes: dict[str, Any]
@@ -69,7 +64,8 @@ class Record(TypedDict, total=False):
 
 
 def record_task(record: Mapping[str, Any]) -> str:
-    """The task family of a record (records written before families are :data:`LEGACY_TASK`'s, alignment's)."""
+    """The task family of a record (records written before families are
+    :data:`engine.tasks.LEGACY_TASK`'s, alignment's)."""
     return task_of(record)
 
 

@@ -16,7 +16,7 @@ columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lin
 
 Any other line starting with ``#`` is a comment. A file loaded for no family that names none is of the one family
 whose table layout its header has (an export of another machine), else read as every reference was before
-families: alignment's (:data:`gaptui.record.LEGACY_TASK`). Shipped references live in ``gaptui/references/`` as
+families: alignment's (:data:`engine.tasks.LEGACY_TASK`). Shipped references live in ``gaptui/references/`` as
 ``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``: Table 1 of the alignment paper,
 ``properties.paper``: Table 2 of the property-suite paper); a family may also ship its own
 (:class:`engine.tasks.References`). ``--reference NAME`` finds, for the family compared,
@@ -45,9 +45,8 @@ from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import read_user_text
-from engine.tasks import FAMILIES, Axis, Metric, TaskFamily, family
+from engine.tasks import FAMILIES, LEGACY_TASK, Axis, Metric, TaskFamily, family
 from gaptui import analysis
-from gaptui.record import LEGACY_TASK
 from gaptui.workspace import Workspace
 
 #: References shipped with gaptui (inside the package, so an installed wheel finds them): ``<task>.<name>.csv``.
@@ -248,7 +247,7 @@ def _axis_value(where: str, axis: Axis, raw: str) -> Any:
 def _file_task(data_lines: Sequence[tuple[int, str]]) -> str:
     """The family of a reference file loaded for no family and naming none: the one family whose table layout
     (group, row and column axes) its header has, as an export of another machine has; else
-    :data:`~gaptui.record.LEGACY_TASK`, the family of every reference written before families."""
+    :data:`~engine.tasks.LEGACY_TASK`, the family of every reference written before families."""
     if data_lines:
         header = {h.strip() for h in next(csv.reader([data_lines[0][1]]))}
         fits = [f.name for f in FAMILIES if {k for k in (f.table.group, f.table.rows, f.table.columns) if k} <= header]

@@ -19,7 +19,7 @@ from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
-from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, Tunable
+from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
@@ -37,6 +37,41 @@ def noise_problem(coordinates: Mapping[str, Any]) -> str:
     """A reference row's noise outside [0, 1) is no cell of the family."""
     noise = coordinates.get("noise")
     return f"noise {noise:g} is outside [0, 1)" if isinstance(noise, float) and not 0 <= noise < 1 else ""
+
+
+#: ``gaptui train`` flag -> RunSpec field, for the flags that set a field of the same meaning.
+TRAIN_FIELDS = (
+    "model",
+    "epochs",
+    "batch_size",
+    "features",
+    "input_layer",
+    "norm",
+    "compile",
+    "precision",
+    "seed",
+    "device",
+)
+#: ``gaptui train`` flag -> DatasetSpec field.
+TRAIN_DATASET_FIELDS = {"noise_model": "noise_model", "train": "n_train", "val": "n_val", "data_seed": "seed"}
+
+
+def train_spec(flags: Mapping[str, Any], placement: Placement) -> dict[str, Any]:
+    """The alignment run that ``gaptui train --base B --noise ETA --model M`` and its other flags describe."""
+    from engine.alignment.recipes import DEFAULT_RECIPE
+    from engine.sources import parse_param_args
+
+    dataset = {"base": flags["base"], "noise": flags["noise"], "params": parse_param_args(flags.get("param"))}
+    dataset |= {key: flags[flag] for flag, key in TRAIN_DATASET_FIELDS.items() if flag in flags}
+    return {
+        "task": Alignment.name,
+        "dataset": dataset,
+        **{key: flags[key] for key in TRAIN_FIELDS if key in flags},
+        # the current default recipe, named: a spec dict without one reads as written before recipes
+        "recipe": flags.get("recipe", DEFAULT_RECIPE),
+        "datasets_dir": placement.datasets_dir,
+        "data_root": placement.data_root,
+    }
 
 
 class AlignmentCosts(CostModel):
@@ -134,6 +169,7 @@ class Alignment(TaskFamily):
     optimal = {None: "optimal noise (largest best − worst spread)"}
     form = FormModule("engine.alignment.form")
     cost_model = AlignmentCosts
+    train_flags = TrainFlags(("base", "noise", "model"), train_spec)
     import_roles = {"models": "model", "model_options": "model", "base": "base dataset", "dataset": "dataset class"}
 
     def metric(self, key: str) -> Metric:

@@ -39,15 +39,15 @@ from __future__ import annotations
 
 from engine.cost import CostModel
 from engine.presets import PresetBase, check_run_options, list_of, seeds_of, unique_values, unknown_keys
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
+from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FORM_KINDS, FamilyForm, FormField, FormModule, drop_blank, form_table, table_values
 from engine.tasks.registry import (
     BUILTIN,
-    DEFAULT_TASK,
     ENTRY_POINT_GROUP,
     ENV_FAMILIES,
     FAMILIES,
+    LEGACY_TASK,
     FamilyRegistry,
     artefact_problem,
     family,
@@ -60,7 +60,6 @@ from engine.tasks.spec import Placement, TaskSpec
 
 __all__ = [
     "BUILTIN",
-    "DEFAULT_TASK",
     "ENTRY_POINT_GROUP",
     "ENV_FAMILIES",
     "FAMILIES",
@@ -75,6 +74,7 @@ __all__ = [
     "Figure",
     "FormField",
     "FormModule",
+    "LEGACY_TASK",
     "Input",
     "Metric",
     "Outcome",
@@ -86,6 +86,7 @@ __all__ = [
     "TableLayout",
     "TaskFamily",
     "TaskSpec",
+    "TrainFlags",
     "Tunable",
     "artefact_problem",
     "check_run_options",

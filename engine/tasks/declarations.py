@@ -164,3 +164,16 @@ class References:
 
     def row_problem(self, coordinates: Mapping[str, Any]) -> str:
         return self.problem(coordinates) if self.problem is not None else ""
+
+
+@dataclass(frozen=True)
+class TrainFlags:
+    """How ``gaptui train`` describes one run of a family with flags alone, without a preset or a spec file.
+
+    ``required`` names the flags (as ``gaptui train`` spells them, without ``--`` and with ``_`` for ``-``) that,
+    all given, make the flags a run of this family (alignment: ``base``, ``noise``, ``model``); ``spec(flags,
+    placement)`` is the run's spec dict from every flag given (a flag not given is absent from ``flags``, so the
+    spec's defaults apply), validated by the family's ``parse_spec``."""
+
+    required: tuple[str, ...]
+    spec: Callable[[Mapping[str, Any], Any], dict[str, Any]] = field(compare=False, repr=False)

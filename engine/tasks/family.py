@@ -11,7 +11,8 @@ A family must declare ``name``, ``spec_type``, ``metrics``, ``axes`` and ``table
   app's New-experiment form; None: the app offers to load a preset), ``cost_model`` (:class:`engine.cost.CostModel`:
   what a run costs in seconds and memory; the default learns from finished runs of the same cell), ``references``
   (:class:`engine.tasks.declarations.References`: published tables ``gaptui report`` compares with) and
-  ``commands`` (a module whose ``register(app)`` adds ``gaptui`` commands of the family's own).
+  ``commands`` (a module whose ``register(app)`` adds ``gaptui`` commands of the family's own) and ``train_flags``
+  (:class:`engine.tasks.declarations.TrainFlags`: a run of the family described by ``gaptui train``'s flags).
 
 Generic code asks ``family.form is not None`` rather than calling a hook that answers nothing.
 """
@@ -27,7 +28,16 @@ from engine.cost import CostModel
 from engine.errors import GaptuiError, unknown
 from engine.presets import PresetBase
 from engine.registry import find_import_paths
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
+from engine.tasks.declarations import (
+    Axis,
+    DerivedTable,
+    Figure,
+    Metric,
+    References,
+    TableLayout,
+    TrainFlags,
+    Tunable,
+)
 from engine.tasks.form import FamilyForm
 from engine.tasks.run import RESULT, Input, Outcome, RunContext
 from engine.tasks.spec import Placement, TaskSpec
@@ -83,6 +93,9 @@ class TaskFamily:
     #: A module (``package.module``) whose ``register(app)`` adds commands of this family to the ``gaptui`` CLI
     #: (a Typer app); "" for none. Imported by the CLI only, never by the engine.
     commands: ClassVar[str] = ""
+    #: How ``gaptui train`` describes one run of the family with flags alone (alignment: ``--base``, ``--noise``,
+    #: ``--model``); None: its runs are trained from a preset (``--preset P --where ...``) or a spec file.
+    train_flags: ClassVar[TrainFlags | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -26,7 +26,8 @@ BUILTIN = ("engine.alignment.family", "engine.gape.family", "engine.properties.f
 #: Environment variable naming extra modules that register families (comma-separated).
 ENV_FAMILIES = "GAPTUI_FAMILIES"
 ENTRY_POINT_GROUP = "gaptui.families"
-DEFAULT_TASK = "alignment"
+#: The family of the specs, records and presets written before families existed (they have no ``task`` key).
+LEGACY_TASK = "alignment"
 
 
 def missing_members(family: TaskFamily) -> list[str]:
@@ -122,16 +123,16 @@ class FamilyRegistry:
 FAMILIES = FamilyRegistry()
 
 
-def family(name: str | None) -> TaskFamily:
-    """The family called ``name`` (``None`` means :data:`DEFAULT_TASK`)."""
-    return FAMILIES.get(name or DEFAULT_TASK)
+def family(name: str) -> TaskFamily:
+    """The family called ``name``."""
+    return FAMILIES.get(name)
 
 
 def task_of(raw: Mapping[str, Any]) -> str:
-    """The ``task`` of a spec, record or preset dict (absent: :data:`DEFAULT_TASK`, as written before families)."""
-    task = raw.get("task") or DEFAULT_TASK
+    """The ``task`` of a spec, record or preset dict (absent: :data:`LEGACY_TASK`, as written before families)."""
+    task = raw.get("task") or LEGACY_TASK
     if not isinstance(task, str):
-        raise GaptuiError(f"task = {task!r}: expected a family name such as {DEFAULT_TASK}")
+        raise GaptuiError(f"task = {task!r}: expected a family name such as {LEGACY_TASK}")
     return task
 
 
