@@ -85,6 +85,20 @@ def unknown_keys(where: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> 
             raise GaptuiError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}; known: {', '.join(known)}")
 
 
+def dataset_tables(where: str, raw: Mapping[str, Any], known: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """A preset's ``[[datasets]]`` tables, each with where it is (``<file>: datasets[i]``): a non-empty list of
+    tables whose keys are among ``known`` and which name their ``base``."""
+    tables = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
+    out = []
+    for i, entry in enumerate(tables):
+        here = f"{where}: datasets[{i}]"
+        unknown_keys(here, entry, known)
+        if "base" not in entry:
+            raise GaptuiError(f"{here}: missing key 'base'")
+        out.append((here, entry))
+    return out
+
+
 def check_run_options(timeout: float | None, retries: int | None, where: str, pack_seeds: int | None = None) -> None:
     """How the scheduler treats runs (a preset's timeout, retries and pack_seeds), checked once at planning."""
     if timeout is not None and not timeout > 0:

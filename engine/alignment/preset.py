@@ -15,13 +15,13 @@ from engine.presets import (
     PresetBase,
     PresetHead,
     SlurmOptions,
+    dataset_tables,
     list_of,
     parse_head,
     slurm_table,
     spec_options,
     toml_value,
     unique_values,
-    unknown_keys,
 )
 from engine.tasks.spec import Placement
 
@@ -221,13 +221,8 @@ def preset_of(head: PresetHead) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    tables = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
-    for i, entry in enumerate(tables):
-        here = f"{where}: datasets[{i}]"
-        unknown_keys(here, entry, DATASET_KEYS)
-        if "base" not in entry:
-            raise GaptuiError(f"{here}: missing key 'base'")
+    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
         ds = parse_dataclass(DatasetEntry, entry, here)
         try:
             if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)

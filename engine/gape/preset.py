@@ -17,7 +17,16 @@ from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.gape.pe import KINDS, parse_pe
 from engine.gape.spec import GapeSpec
-from engine.presets import PresetBase, PresetHead, RunPolicy, list_of, parse_head, unique_values, unknown_keys
+from engine.presets import (
+    PresetBase,
+    PresetHead,
+    RunPolicy,
+    dataset_tables,
+    list_of,
+    parse_head,
+    unique_values,
+    unknown_keys,
+)
 from engine.tasks.spec import Placement
 from engine.typed import parse_dataclass
 
@@ -206,13 +215,8 @@ def preset_of(head: PresetHead) -> GapePreset:
                 f"{where}: key 'pes' value '{pe}' is not one of {', '.join(PE_ORDER)} "
                 "(gape is bound to each dataset's pretraining run)"
             )
-    entries = list_of(where, "datasets", raw["datasets"], dict, "dataset tables ([[datasets]])")
     datasets = []
-    for i, entry in enumerate(entries):
-        here = f"{where}: datasets[{i}]"
-        unknown_keys(here, entry, DATASET_KEYS)
-        if "base" not in entry:
-            raise GaptuiError(f"{here}: missing key 'base'")
+    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
         pretrain = parse_dataclass(Pretraining, entry.get("pretrain", {}), f"{here}.pretrain")
         run = entry.get("run", {})
         if not isinstance(run, dict):
