@@ -15,7 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from engine.errors import GaptuiError
+from engine.tasks import family
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, warn
+from gaptui.runner import run_id
 from gaptui.workspace import ENV_WORKSPACE, Workspace
 
 app = typer.Typer(
@@ -43,6 +45,15 @@ def tui_cmd(workspace: WorkspaceOpt = None) -> None:
     from gaptui.tui.app import run_app
 
     run_app(workspace)
+
+
+#: The parameters of ``gaptui train`` that describe a run alone, by the flag name a family's ``TrainFlags`` reads.
+TRAIN_FLAGS = {
+    **{key: key for key in ("base", "noise", "model", "epochs", "train", "val", "seed", "data_seed", "batch_size")},
+    **{key: key for key in ("recipe", "features", "input_layer", "norm", "device", "precision", "noise_model")},
+    "param": "param",
+    "compile_mode": "compile",
+}
 
 
 @app.command("train")
@@ -150,19 +161,9 @@ def train_cmd(
     recorded in the workspace history like the runs of a grid; Ctrl-C (or SIGTERM, SIGHUP) stops the worker with a
     checkpoint, and the same command resumes it.
     """
-    from engine.tasks import family
-    from gaptui.runner import run_id
-
+    # The flags that describe a run alone (a family's train_flags), as given: absent ones take the spec's defaults.
+    flags = {TRAIN_FLAGS[key]: value for key, value in locals().items() if key in TRAIN_FLAGS and value is not None}
     ws = Workspace.resolve(workspace)
-    # The flags that describe a run by themselves (a family's train_flags), as given: absent ones take the spec's
-    # defaults.
-    flags = {
-        "base": base, "noise": noise, "model": model, "epochs": epochs, "train": train, "val": val, "seed": seed,
-        "data_seed": data_seed, "batch_size": batch_size, "recipe": recipe, "features": features,
-        "input_layer": input_layer, "norm": norm, "device": device, "compile": compile_mode, "precision": precision,
-        "noise_model": noise_model, "param": param,
-    }  # fmt: skip
-    flags = {key: value for key, value in flags.items() if value is not None}
     if preset is not None or spec_file is not None:
         spec = _generic_spec(ws, flags, task, preset, where, spec_file, overrides, recipe, precision)
     else:

@@ -13,7 +13,7 @@ import tomllib
 from textual.command import CommandPalette
 from textual.widgets import Input, OptionList, Select, SelectionList
 
-from engine.tasks import family
+from engine.tasks import family, task_of
 from gaptui.presets import BUNDLED, dump_document, load_preset
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.planning import FormDraft, form_fields_of, parse_params
@@ -69,7 +69,7 @@ async def save_as(pilot: Any, form: NewExperimentScreen, ws: Workspace, name: st
 def test_every_shipped_preset_goes_through_its_form_unchanged() -> None:
     for path in sorted(BUNDLED.glob("*.toml")):
         raw = tomllib.loads(path.read_text())
-        fam = family(raw.get("task"))
+        fam = family(task_of(raw))
         body = {k: v for k, v in raw.items() if k not in ("task", "name", "description")}
         shown = form_fields_of(fam.form.form_values(body), fam.form.fields())
         draft = FormDraft(fam.name, name=path.stem, description=raw.get("description", ""), fields=shown, base=raw)
