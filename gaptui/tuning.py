@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spec
+from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spec, task_of
 from gaptui.workspace import Workspace
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -910,7 +910,7 @@ def table_view(records: Iterable[dict[str, Any]], tuned: bool = False) -> list[d
         if not (tuned and isinstance(tune, dict) and tune.get("final")):
             continue
         try:
-            rows_key = family(str(record.get("task") or "")).table.rows
+            rows_key = family(task_of(record)).table.rows
         except GaptuiError:
             continue
         axes = dict(record.get("axes") or {})
