@@ -89,6 +89,10 @@ class CostContext:
     profiles: list[Profile]
     #: Where the grid's inputs are cached (``<workspace>/datasets``), for models that read a built input's size.
     datasets_dir: Path
+    #: False when this context measures nothing (an estimate from history and cached calibrations only, asked
+    #: before every launch): :meth:`calibrate` then fails on the first key not cached, and a model that needs
+    #: many keys may ask for each as it finds it, to give up early.
+    measures: bool = True
 
     def history(self, family: Any, spec: Any, profile: Profile) -> CellHistory | None:
         """Finished runs of ``spec``'s cell on this host and ``profile``'s device (None when there are none)."""

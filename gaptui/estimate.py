@@ -410,6 +410,7 @@ def estimate_from_cache(
 
     cache = CalibrationCache(calibration_path(ws), lambda _line: None)
     estimator = Estimator(cache, records, measure=_not_cached, overhead=_not_cached)
+    estimator.measures = False  # the cost models give up at the first key not cached
     try:
         result = estimator.estimate(plan, slots, ws, pack_seeds)
     except (NotCached, GaptuiError):

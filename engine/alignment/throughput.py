@@ -439,6 +439,7 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
     # Pass 1: what each run on each slot profile needs (history, or a calibration key).
     needs: list[tuple[Any, dict[Profile, CellHistory | tuple[Profile, str]]]] = []
     wanted: dict[Profile, dict[str, CostKey]] = {}
+    looked_up: set[tuple[Profile, str]] = set()
     for spec in specs:
         size = graph_size(spec, ctx.datasets_dir)
         if size is None:
@@ -454,6 +455,9 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
             else:
                 key = cost_key(spec, size, own)
                 ident = json.dumps(key.to_dict(), sort_keys=True)
+                if not ctx.measures and (profile, ident) not in looked_up:
+                    looked_up.add((profile, ident))
+                    ctx.calibrate(family, {profile: {ident: key}}, _fits)  # not cached: gives up here
                 wanted.setdefault(profile, {})[ident] = key
                 per[profile] = (profile, ident)
         needs.append((spec, per))
