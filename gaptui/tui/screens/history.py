@@ -86,7 +86,7 @@ class HistoryScreen(SectionScreen):
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="history-bar"):
             yield Input(
-                placeholder="filter (/): dataset, model, status, tag ... all words must match",
+                placeholder="filter (/): an axis value, axis=value, status, tag ... all words must match",
                 id="history-filter",
                 compact=True,
             )
