@@ -14,7 +14,8 @@ declare ``name``, ``spec_type`` (a :class:`TaskSpec` dataclass), ``metrics`` (:c
 ``grid(preset, placement, limit)``. The rest is optional (see :mod:`engine.tasks.family`): declarations with
 defaults, hooks of the run model (dependencies, inputs to prepare, checks of a plan, derived tables) and
 capabilities a family opts into: a New-experiment form (:class:`FamilyForm`), a cost model
-(:class:`engine.cost.CostModel`), published references (:class:`References`) and CLI commands of its own.
+(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own and the flags
+of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
 ``docs/families.md`` holds a complete plug-in family. Training loops share :mod:`engine.loop` (resume at the exact
 batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events, the
 run's precision around the forward pass): a family writes its step (batches, forward, update) and its evaluation.
@@ -28,9 +29,11 @@ Where each part lives
     :mod:`engine.tasks.spec` (the spec base, :class:`Placement`), :mod:`engine.tasks.run` (what a loop receives
     and returns: :class:`RunContext`, :class:`Outcome`, :class:`Input`, :class:`Cancelled`, :class:`RunFailed`),
     :mod:`engine.tasks.declarations` (:class:`Metric`, :class:`Axis`, :class:`TableLayout`, :class:`DerivedTable`,
-    :class:`Figure`, :class:`Tunable`), :mod:`engine.tasks.form` (:class:`FormField` and its helpers),
+    :class:`Figure`, :class:`Tunable`, :class:`References`, :class:`TrainFlags`), :mod:`engine.tasks.form`
+    (:class:`FormField`, :class:`FamilyForm` and their helpers),
     :mod:`engine.tasks.family` (:class:`TaskFamily`) and :mod:`engine.tasks.registry` (:data:`FAMILIES`, look-ups
-    by name, :func:`artefact_problem`); the preset base and helpers are :mod:`engine.presets`'. This package
+    by name, :func:`artefact_problem`); the preset base and helpers are :mod:`engine.presets`', the cost model
+    :mod:`engine.cost`'s and the run options (precision, device, compile) :mod:`engine.hardware`'s. This package
     re-exports them, so a plug-in family imports everything from ``engine.tasks``; engine modules import from the
     module that defines what they use.
 """
