@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 #: The ``precision`` run option: ``fp32``, ``bf16`` (the model's forward pass under bf16 autocast; similarities,
 #: softmax, losses, evaluation, weights and optimiser state in fp32) or ``auto`` (:func:`resolve_precision`).
 PRECISIONS = ("auto", "fp32", "bf16")
-#: The ``compile`` run option (alignment's): whether the model trains through ``torch.compile``; ``auto`` compiles
-#: long CPU runs (``engine.alignment.training.wants_compile``).
+#: The ``compile`` run option: whether the model trains through ``torch.compile``, applied by the shared epoch loop
+#: (``on``; ``auto``: where the task says it pays: alignment's long CPU runs, ``alignment.training.wants_compile``).
 COMPILE_MODES = ("auto", "on", "off")
 #: The ``device`` run option: ``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:N``.
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"

@@ -335,6 +335,15 @@ class EpochTask:
         batch's weight (tensors or numbers) for :func:`run_batches`."""
         raise NotImplementedError
 
+    def compile_pays(self, device: Any) -> bool:
+        """Whether training through ``torch.compile`` pays for this run on ``device`` (what ``compile = "auto"``
+        decides by); default never."""
+        return False
+
+    def compile(self) -> None:
+        """Train through ``torch.compile`` from now on (``compile = "on"``, or ``auto`` where :meth:`compile_pays`),
+        falling back to the eager model with one log line when compiling fails; default: nothing to compile."""
+
     def summary(self, state: TrainState) -> dict[str, float]:
         """The finished epoch's training figures (``epoch`` event fields, metrics when no evaluation overrides)."""
         return {"train_loss": state.mean_loss}
@@ -449,9 +458,10 @@ def epoch_steps(
 
     ``options`` (:class:`~engine.hardware.RunOptions`, the run's spec's: :meth:`~engine.tasks.TaskSpec.run_options`;
     None: ``auto`` precision on the CPU) say where and how: the device (:func:`~engine.hardware.resolve_device`, the
-    one the task's model is on) and the precision (:func:`~engine.hardware.resolve_precision`) that
-    :func:`run_epoch` applies to the task's forward pass; a checkpoint resumes in the precision it was written in
-    (``auto`` follows it; an explicit other one is refused).
+    one the task's model is on), the precision (:func:`~engine.hardware.resolve_precision`) that
+    :func:`run_epoch` applies to the task's forward pass (a checkpoint resumes in the precision it was written in:
+    ``auto`` follows it, an explicit other one is refused) and whether the task trains compiled (``on``; ``auto``:
+    where its :meth:`~EpochTask.compile_pays`; ``off``), set before the checkpoint is read.
     Raises :class:`~engine.tasks.Cancelled` (checkpoint saved) when ``ctx.should_stop()`` turns true,
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
@@ -467,6 +477,8 @@ def epoch_steps(
     options = RunOptions(device="cpu") if options is None else options
     device = resolve_device(options.device)
     precision = resolve_precision(options.precision, device)
+    if options.compile == "on" or (options.compile == "auto" and task.compile_pays(device)):
+        task.compile()
     ckpt = checkpoints.load(device)
     if ckpt is not None:
         where = checkpoints.path

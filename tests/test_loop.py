@@ -361,3 +361,27 @@ def test_every_family_trains_in_bf16_with_fp32_weights(
         "gape": {(True, torch.bfloat16)},
         "properties": {(True, torch.bfloat16)},
     }
+
+
+class Compiling(Line):
+    """A task that says whether compiling pays and counts the loop's calls to compile it."""
+
+    def __init__(self, pays: bool) -> None:
+        super().__init__()
+        self.pays, self.compiled = pays, 0
+
+    def compile_pays(self, device: Any) -> bool:
+        return self.pays
+
+    def compile(self) -> None:
+        self.compiled += 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "pays", "compiled"), [("on", False, 1), ("off", True, 0), ("auto", True, 1), ("auto", False, 0)]
+)
+def test_the_loop_applies_the_compile_option(tmp_path: Path, mode: str, pays: bool, compiled: int) -> None:
+    task = Compiling(pays)
+    ctx = RunContext(tmp_path, Events(), lambda _text: None, lambda: False)
+    result = run_steps(epoch_steps(task, ctx, "run-hash", RunOptions(device="cpu", compile=mode)))
+    assert task.compiled == compiled and result.state.epoch == task.epochs

@@ -127,7 +127,6 @@ class AlignmentRun:
         with LapEvaluator(ks=spec.topk) as evaluator:
             task = AlignmentTraining(self, dataset, device, evaluator)
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
-            task.compile()
             result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
         metrics = result.metrics
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
@@ -188,13 +187,16 @@ class AlignmentTraining(EpochTask):
             features=spec.features,
         )
 
-    def compile(self) -> None:
-        from engine.alignment.training import compile_model, wants_compile
+    def compile_pays(self, device: Any) -> bool:
+        from engine.alignment.training import wants_compile
 
-        spec = self.spec
-        if wants_compile(spec.compile, self.device, spec.epochs * self.steps_per_epoch, spec.model):
-            self.trained = compile_model(self.model, spec.features, self.log)
-            self.siamese = self.siamese_step()
+        return wants_compile("auto", device, self.spec.epochs * self.steps_per_epoch, self.spec.model)
+
+    def compile(self) -> None:
+        from engine.alignment.training import compile_model
+
+        self.trained = compile_model(self.model, self.spec.features, self.log)
+        self.siamese = self.siamese_step()
 
     def parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.opt, "scheduler": self.sched}
