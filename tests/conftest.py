@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,23 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GAPTUI_OFFLINE", "1")
     monkeypatch.delenv("GAPTUI_WORKSPACE", raising=False)
     monkeypatch.delenv("GAPTUI_DATA", raising=False)
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The toy plug-in family of ``tests/toy_family.py`` registered in this process for one test, after the
+    built-in families (as ``GAPTUI_FAMILIES`` registers it; the variable is set for the subprocesses the test
+    starts), and dropped afterwards, so no other test sees it or a registry in another order."""
+    from engine.tasks import FAMILIES
+
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    FAMILIES.names()  # the built-ins first
+    import tests.toy_family
+
+    if "toy" not in FAMILIES:
+        FAMILIES.register(tests.toy_family.Toy())
+    yield
+    FAMILIES.unregister("toy")
 
 
 @pytest.fixture

@@ -160,13 +160,6 @@ def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: 
     assert "(resuming: 2 of 3 left)" in result.lines()[0]
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy plug-in family registered in this process (what GAPTUI_FAMILIES does in subprocesses)."""
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-
 def _finished(tmp_path: Path, spec, seconds: list[float], duration: float) -> dict:
     """A record of ``spec`` finished on this host, its events timing each unit."""
     from engine.hardware import cpu_name

@@ -39,13 +39,6 @@ def _count(record: dict, kind: str) -> int:
     return sum(e["event"] == kind for e in _events(record))
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy family registered in this process too (what GAPTUI_FAMILIES does in the subprocesses)."""
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-
 def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: None) -> None:
     ws = tmp_path / "ws"
     preset = _preset(tmp_path)
@@ -219,3 +212,13 @@ def test_a_plug_in_family_adds_its_own_commands(tmp_path: Path) -> None:
     assert res.stdout.split() == ["2", "3"]
     assert "toy" in run_cli("--help", env=ENV).stdout
     assert "no such command 'toy'" in run_cli("toy", "sizes", str(preset)).stderr  # without the plug-in: none
+
+
+def test_built_in_families_come_first_in_their_order_whichever_was_imported_first() -> None:
+    code = (
+        "import engine.properties.family, engine.gape.family\n"
+        "from engine.tasks import FAMILIES\n"
+        "print(','.join(FAMILIES.names()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["alignment,gape,properties"]

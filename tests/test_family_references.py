@@ -181,13 +181,6 @@ def test_report_compares_every_family_with_its_paper(workspace: Workspace, tmp_p
 # ------------------------------------------------------------------------------------------ a plug-in family
 
 
-@pytest.fixture
-def toy_family(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy family registered in this process (what GAPTUI_FAMILIES does in subprocesses)."""
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-
 def toy_records() -> list[dict[str, Any]]:
     values = {("mean", 2): 0.72, ("median", 2): 0.2, ("mean", 3): 0.8, ("median", 3): 0.3}
     return [
@@ -196,7 +189,7 @@ def toy_records() -> list[dict[str, Any]]:
     ]
 
 
-def test_a_plug_in_family_ships_its_reference_and_optimal_line(toy_family: None, tmp_path: Path) -> None:
+def test_a_plug_in_family_ships_its_reference_and_optimal_line(toy: None, tmp_path: Path) -> None:
     from tests.toy_family import REFERENCE
 
     assert reference.reference_names(task="toy") == ["paper"]

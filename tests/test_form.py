@@ -200,12 +200,7 @@ async def test_launch_properties_and_gape_from_the_form(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_the_toy_plug_in_gets_a_form_to_fill_save_and_launch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401 - registers the family in this process (the registry may be loaded)
-
+async def test_the_toy_plug_in_gets_a_form_to_fill_save_and_launch(tmp_path: Path, toy: None) -> None:
     ws = Workspace(tmp_path / "ws")
     app = GaptuiApp(ws)
     async with app.run_test(size=SIZE) as pilot:

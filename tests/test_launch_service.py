@@ -18,12 +18,6 @@ ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
 CPU = ("--gpus", "none", "--cpu-jobs", "1")
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401 - the toy family in this process too
-
-
 def _preset(tmp_path: Path, sizes: list[int]) -> Path:
     path = tmp_path / "toy.toml"
     doc = {"task": "toy", "sizes": sizes, "models": ["mean", "median"], "seeds": [0, 1], "steps": 1}

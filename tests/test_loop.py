@@ -242,10 +242,7 @@ def test_packed_property_seeds_take_turns_and_equal_separate_runs(tmp_path: Path
     _packed_equals_alone_and_alternates(tmp_path, in_process, [{**common, "seed": s} for s in (0, 1)])
 
 
-def test_packed_toy_seeds_take_turns(tmp_path: Path, in_process: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
+def test_packed_toy_seeds_take_turns(tmp_path: Path, in_process: Any, toy: None) -> None:
     common = {"task": "toy", "size": 3, "steps": 2, "datasets_dir": str(tmp_path / "datasets")}
     _packed_equals_alone_and_alternates(tmp_path, in_process, [{**common, "seed": s} for s in (0, 1)])
 

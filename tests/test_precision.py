@@ -89,7 +89,7 @@ def test_the_form_has_a_precision_choice_written_into_run_and_read_back(task: st
 # ------------------------------------------------------------------------------------------ gaptui train
 
 
-def test_train_precision_maps_onto_the_spec_of_any_family(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_precision_maps_onto_the_spec_of_any_family(toy: None) -> None:
     from gaptui.cli import with_precision
 
     props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
@@ -99,12 +99,9 @@ def test_train_precision_maps_onto_the_spec_of_any_family(monkeypatch: pytest.Mo
     assert with_precision(spec, "bf16").hash() != spec.hash()
     with pytest.raises(GaptuiError, match=r"^--precision: precision 'bf61' is not one of auto, fp32, bf16 \(did"):
         with_precision(spec, "bf61")
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-    toy = load_spec({"task": "toy", "size": 3, "steps": 2})
+    toy_spec = load_spec({"task": "toy", "size": 3, "steps": 2})
     with pytest.raises(GaptuiError, match="^--precision bf16: a toy run has no precision option$"):
-        with_precision(toy, "bf16")
+        with_precision(toy_spec, "bf16")
 
 
 def test_train_precision_is_recorded_in_the_history_and_shown(tmp_path: Path) -> None:

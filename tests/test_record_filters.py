@@ -48,12 +48,6 @@ def ids(found: list[Record]) -> list[int]:
     return [int(r["id"]) for r in found]
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-
 def test_filters_on_the_axes_of_every_family(toy: None) -> None:
     def only(**axes: str) -> list[int]:
         return ids(RecordFilter(axes=axes).apply(records()))

@@ -738,7 +738,7 @@ def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gap
     assert pre.model != BASELINE
 
 
-def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: Path) -> None:
+def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: Path, toy: None) -> None:
     from gaptui.scheduler import Job
     from tests.toy_family import ToySpec
 
@@ -784,7 +784,7 @@ def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: P
         sleeper.wait()
 
 
-def test_a_reattached_run_counts_its_timeout_from_the_start_its_worker_wrote_before(tmp_path: Path) -> None:
+def test_a_reattached_run_counts_its_timeout_from_the_start_its_worker_wrote_before(tmp_path: Path, toy: None) -> None:
     from gaptui.scheduler import Job
     from tests.toy_family import ToySpec
 
@@ -863,14 +863,10 @@ def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import tests.toy_family  # noqa: F401 - the toy family in this process too
+def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(tmp_path: Path, toy: None) -> None:
     from gaptui import launch
     from gaptui.presets import load_preset
 
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     ws = Workspace(tmp_path / "ws")
     preset = _toy_preset(tmp_path, ["mean"])
     specs = launch.plan(load_preset(str(preset), ws), ws, {}).specs
@@ -909,16 +905,14 @@ def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(
 
 
 def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_failed_submission(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, toy: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tests.toy_family  # noqa: F401 - the toy family in this process too
     from gaptui import launch
     from gaptui.presets import load_preset
     from gaptui.tui import manager
     from gaptui.tui.messages import ManagerNotice
     from gaptui.tui.planning import SlotConfig
 
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     ws = Workspace(tmp_path / "ws")
     preset = load_preset(str(_toy_preset(tmp_path, ["mean"])), ws)
     pre = launch.plan(preset, ws, {}).specs[0]
@@ -953,15 +947,13 @@ def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_fa
 
 
 def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_lost_its_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, toy: None
 ) -> None:
-    import tests.toy_family  # noqa: F401 - the toy family in this process too
     from gaptui import launch
     from gaptui.presets import load_preset
     from gaptui.tui import manager
     from gaptui.tui.messages import ManagerNotice
 
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     ws = Workspace(tmp_path / "ws")
     pre, _, mean, _ = launch.plan(load_preset(str(_toy_preset(tmp_path, ["mean"])), ws), ws, {}).specs
     assert mean.after == pre.hash()

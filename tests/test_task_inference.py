@@ -19,13 +19,6 @@ from tests.test_family_references import gape_records, properties_records, toy_r
 TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family"}
 
 
-@pytest.fixture
-def toy_family(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy family registered in this process (what GAPTUI_FAMILIES does in subprocesses)."""
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401
-
-
 def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Workspace:
     from gaptui.history import History
 
@@ -83,7 +76,7 @@ def test_a_history_of_two_families_with_the_task_given(tmp_path: Path) -> None:
     assert out.returncode == 2 and "pass --task NAME" in out.stderr and not (tmp_path / "x").exists()
 
 
-def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy_family: None) -> None:
+def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy: None) -> None:
     ws = _workspace(tmp_path, toy_records())
     where = ("--workspace", str(ws.root))
     table = run_cli("table", "--format", "json", *where, env=TOY_ENV)

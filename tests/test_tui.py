@@ -551,11 +551,7 @@ def test_snapshot_help(snap_compare: Any) -> None:
 
 
 @pytest.mark.asyncio
-async def test_family_pickers_switch_columns_tables_and_the_form(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
-    import tests.toy_family  # noqa: F401 - registers the family in this process (the registry may be loaded)
+async def test_family_pickers_switch_columns_tables_and_the_form(tmp_path: Path, toy: None) -> None:
     from engine.tasks import Placement, family
     from gaptui.scheduler import new_record
 
@@ -740,9 +736,8 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
 
 @pytest.mark.asyncio
 async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toy: None
 ) -> None:
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
     import tests.toy_family
 
     # a family without a form launches its preset file as loaded

@@ -73,6 +73,10 @@ class FamilyRegistry:
         self._items[family.name] = family
         return family
 
+    def unregister(self, name: str) -> None:
+        """Drop the family called ``name`` (a plug-in's tests register theirs for one test and drop it after)."""
+        self._items.pop(name, None)
+
     def _load(self) -> None:
         if self._loaded or self._loading:
             return
@@ -94,6 +98,11 @@ class FamilyRegistry:
 
             for entry in entry_points(group=ENTRY_POINT_GROUP):
                 entry.load()
+            # The built-ins first, in BUILTIN's order, whichever module was imported first (a stable sort keeps
+            # plug-ins in the order they registered).
+            rank = {module: i for i, module in enumerate(BUILTIN)}
+            ordered = sorted(self._items.items(), key=lambda item: rank.get(type(item[1]).__module__, len(rank)))
+            self._items = dict(ordered)
             self._loaded = True
         finally:
             self._loading = False
