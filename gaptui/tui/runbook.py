@@ -12,6 +12,7 @@ class RunBook:
 
     def __init__(self, records: Iterable[dict[str, Any]] = ()) -> None:
         self.records: dict[str, dict[str, Any]] = {}
+        self._tasks: list[str] | None = None
         self.load(records)
 
     def __len__(self) -> int:
@@ -30,6 +31,7 @@ class RunBook:
         changed = {h for h, r in fresh.items() if self.records.get(h) != r}
         changed |= set(self.records) - set(fresh)
         self.records = fresh
+        self._tasks = None
         return changed
 
     def add(self, records: Iterable[dict[str, Any]]) -> set[str]:
@@ -39,6 +41,8 @@ class RunBook:
             if self.records.get(record["hash"]) != record:
                 self.records[record["hash"]] = record
                 changed.add(record["hash"])
+        if changed:
+            self._tasks = None
         return changed
 
     def update(self, run_hash: str, fields: dict[str, Any]) -> bool:
@@ -47,4 +51,14 @@ class RunBook:
         if record is None:
             return False
         self.records[run_hash] = {**record, **fields}
+        self._tasks = None
         return True
+
+    def tasks(self) -> list[str]:
+        """The task families of the records (:func:`gaptui.analysis.record_tasks`), worked out once per change
+        rather than on each filter keystroke."""
+        if self._tasks is None:
+            from gaptui.analysis import record_tasks
+
+            self._tasks = record_tasks(self.records.values())
+        return self._tasks

@@ -1,0 +1,44 @@
+"""RecordTable's order: cached sort keys, numbers before text, missing values last in either direction."""
+
+from __future__ import annotations
+
+from gaptui.tui.widgets.record_table import Column, RecordTable
+
+VALUE = Column("value", "value", lambda r: str(r.get("value", "")), lambda r: r.get("value"))
+
+
+def table(reverse: bool = False) -> RecordTable:
+    out = RecordTable([VALUE])
+    out.sort_column, out.sort_reverse = "value", reverse
+    return out
+
+
+def records(*values: object) -> list[dict]:
+    return [{"hash": f"h{i}", "id": f"r{i}", "value": v} for i, v in enumerate(values)]
+
+
+def order(t: RecordTable, rows: list[dict]) -> list[object]:
+    return [r["value"] for r in t._ordered(rows)]
+
+
+def test_numbers_then_text_case_insensitive_missing_last_ties_in_order() -> None:
+    rows = records(3, "b", None, 1.5, "A", "", 3, "a")
+    assert order(table(), rows) == [1.5, 3, 3, "A", "a", "b", None, ""]
+    assert order(table(reverse=True), rows) == ["b", "A", "a", 3, 3, 1.5, None, ""]
+    # one kind only (the usual column) takes the plain sort; same answers
+    assert order(table(), records(2, 10, 1)) == [1, 2, 10]
+    assert order(table(reverse=True), records("x", "Y", "z")) == ["z", "Y", "x"]
+
+
+def test_a_replaced_record_is_keyed_again_a_kept_one_is_not() -> None:
+    t = table()
+    rows = records(2, 1)
+    assert order(t, rows) == [1, 2]
+    calls = []
+    t.table_columns["value"] = column = Column(
+        "value", "value", VALUE.render, lambda r: calls.append(r["hash"]) or r.get("value")
+    )
+    t._sort_values[column] = t._sort_values.pop(VALUE)
+    changed = {**rows[0], "value": 0}  # the run book replaces a changed record, never mutates it
+    assert order(t, [changed, rows[1]]) == [0, 1]
+    assert calls == ["h0"]
