@@ -218,11 +218,19 @@ class MemoryNeed:
 
 
 def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
-    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.cost.CostModel.memory`), in order."""
+    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.cost.CostModel.memory`), in order.
+
+    A run's need does not depend on its seed (sizes, not draws): runs of one cell (:meth:`TaskSpec.seedless`) are
+    asked once."""
     from engine.tasks.registry import family
 
     out: dict[str, MemoryNeed] = {}
+    asked: set[tuple[str, str]] = set()
     for spec in specs:
+        cell = (spec.task, spec.seedless())
+        if cell in asked:
+            continue
+        asked.add(cell)
         need = family(spec.task).costs.memory(spec)
         if need is not None:
             out.setdefault(f"{spec.task}:{need.key}", need)

@@ -34,7 +34,7 @@ import engine.cost
 from engine.cost import CalibrationCache, CellHistory, CostContext, CostReport, Profile
 from engine.tasks import LEGACY_TASK, Placement, TaskFamily, family
 from gaptui.durations import format_duration
-from gaptui.scheduler import Slot, group_packs, pack_key
+from gaptui.scheduler import Slot, group_packs
 from gaptui.workspace import Workspace
 
 #: Seconds of a run's duration besides its units and evaluations below which it was a run of a pack (whose
@@ -374,7 +374,7 @@ class Estimator(CostContext):
             cost = report.costs[h]
             result.runs.append(RunEstimate(spec, label, cost.seconds, cost.source, cost.shared))
         # Packs of seeds (one process each: their shared part paid once), then the schedule.
-        groups = group_packs([pack_key(r.spec) for r in result.runs], max(1, pack_seeds))
+        groups = group_packs([r.spec.seedless() for r in result.runs], max(1, pack_seeds))
         timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
         for group in groups:
             members = [result.runs[i] for i in group]

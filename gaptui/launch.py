@@ -456,11 +456,12 @@ class LaunchPlan:
             fam = family(task)
             parts = []
             keys = [k for k in (fam.table.group, fam.table.rows, fam.table.columns) if k is not None]
+            axes = _cell_axes(fam, specs)
             for key in dict.fromkeys(keys):
                 axis = fam.axis(key)
                 counts: dict[str, int] = {}
-                for spec in specs:
-                    value = axis.format(fam.record_axes(spec).get(key))
+                for values in axes:
+                    value = axis.format(values.get(key))
                     counts[value] = counts.get(value, 0) + 1
                 shown = [f"{v} {n}" for v, n in list(counts.items())[:SUMMARY_VALUES]]
                 more = len(counts) - SUMMARY_VALUES
@@ -492,6 +493,19 @@ class LaunchPlan:
             f"dependencies: {len(waiting)} run(s) wait for {len(upstream)} other run(s); "
             f"longest chain {max(depth.values())} runs"
         ]
+
+
+def _cell_axes(fam: Any, specs: list[TaskSpec]) -> list[dict[str, Any]]:
+    """Each spec's table axes (:meth:`TaskFamily.record_axes`), worked out once per cell: a seed is no axis."""
+    by_cell: dict[str, dict[str, Any]] = {}
+    out = []
+    for spec in specs:
+        cell = spec.seedless()
+        axes = by_cell.get(cell)
+        if axes is None:
+            axes = by_cell[cell] = fam.record_axes(spec)
+        out.append(axes)
+    return out
 
 
 def plan_launch(

@@ -52,7 +52,7 @@ from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
 from engine.tasks import TaskSpec, family, load_spec
 from gaptui.history import History, now
-from gaptui.packs import group_packs, pack_key
+from gaptui.packs import group_packs
 from gaptui.processes import pid_alive, tail, worker_gone
 from gaptui.run_records import PlannedSeeds, git_commit, new_record
 from gaptui.runner import run_id, signal_group, start_pack, write_spec
@@ -71,7 +71,6 @@ __all__ = [
     "group_packs",
     "make_slots",
     "new_record",
-    "pack_key",
     "pid_alive",
     "tail",
 ]
@@ -273,7 +272,7 @@ class Scheduler:
     def _cell(self, spec: TaskSpec) -> str:
         h = spec.hash()
         if h not in self._cells:
-            self._cells[h] = pack_key(spec)
+            self._cells[h] = spec.seedless()
         return self._cells[h]
 
     def take_ready(self, limit: int | None = None) -> list[TaskSpec]:

@@ -115,3 +115,37 @@ def test_dry_run_lists_the_plan(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "33 runs" in res.stdout and "to run 33" in res.stdout and "cpu#1" in res.stdout
     assert "estimate" not in res.stdout  # --no-estimate: no calibration either
+
+
+def test_a_grids_later_seeds_are_the_runs_their_specs_parse_to() -> None:
+    """Later seeds are derived from the first seed's spec (not parsed again): each must be the run its own dict
+    form parses to, with the same identity, dict form and cell key, and keep only caches that ignore the seed."""
+    from engine.alignment.spec import RunSpec
+
+    text = BASE.replace('["gcn"]', '["gcn", "gat+rwpe:8"]').replace("seeds = [0]", "seeds = [0, 7, 123456789]")
+    preset = parse_preset(tomllib.loads(text + "[model_options]\ngcn = { layers = 3 }\n"))
+    specs = [*grid(preset, Workspace(Path("/tmp/unused"))), *grid(load_preset("quick"), Workspace(Path("/w")))]
+    assert {s.seed for s in specs} >= {0, 7, 123456789}
+    for spec in specs:
+        parsed = RunSpec.from_dict(spec.to_dict())
+        assert (spec.hash(), spec.to_dict(), spec.seedless()) == (parsed.hash(), parsed.to_dict(), parsed.seedless())
+        assert spec.canonical() == parsed.canonical()
+    first, later = (next(s for s in specs if s.model == "gcn" and s.seed == seed) for seed in (0, 7))
+    assert later.dataset_spec() is first.dataset_spec()  # a SEED_FREE cache: shared
+    assert later.seedless() == first.seedless() and later.hash() != first.hash()
+    assert later.canonical()["seed"] == 7 and first.canonical()["seed"] == 0
+
+
+def test_runs_of_one_cell_are_asked_their_memory_once(monkeypatch) -> None:
+    from engine.memory import memory_needs
+    from engine.tasks import FAMILIES
+
+    costs = FAMILIES.get("alignment").costs
+    asked = []
+    real = costs.memory
+    monkeypatch.setattr(costs, "memory", lambda spec: asked.append(spec.seed) or real(spec))
+    text = BASE.replace('["gcn"]', '["gcn", "gin"]').replace("seeds = [0]", "seeds = [0, 1, 2]")
+    specs = grid(parse_preset(tomllib.loads(text)), Workspace(Path("/tmp/unused")))
+    needs = memory_needs(specs)
+    assert len(specs) == 6 and asked == [0, 0]  # gcn and gin, each asked for its first seed only
+    assert len(needs) == 1  # one dataset and batch: one need

@@ -202,7 +202,11 @@ class Alignment(TaskFamily):
         from engine.sources import check_source_files, data_root
 
         seen: set[str] = set()
+        cells: set[str] = set()
         for spec in specs:
+            if spec.seedless() in cells:  # the run's seed is not its dataset's
+                continue
+            cells.add(spec.seedless())
             ds = spec.dataset_spec()
             datasets_dir, raw_root = dataset_dirs(spec)
             key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)

@@ -347,7 +347,7 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                         template = first[d, e, m] = RunSpec.from_dict({**common, "dataset": dataset, **fields}, where)
                         cell.append(template)
                     else:
-                        cell.append(template.replace(seed=seed))
+                        cell.append(template.reseeded(seed))
                 for spec in cell:
                     if spec.hash() not in seen:
                         seen.add(spec.hash())

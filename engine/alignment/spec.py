@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.alignment.datasets import DatasetSpec
 from engine.alignment.recipes import (
@@ -89,6 +89,9 @@ class RunSpec(TaskSpec):
     device: str = "auto"
     datasets_dir: str | None = None
     data_root: str | None = None
+
+    #: The dataset spec is the ``dataset`` field's, which the seed of the run does not change.
+    SEED_FREE: ClassVar[tuple[str, ...]] = (*TaskSpec.SEED_FREE, "_dataset_spec")
 
     def __post_init__(self) -> None:
         # Registered model names are case-insensitive: canonicalise before hashing so GCN and gcn are one run.

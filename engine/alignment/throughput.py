@@ -416,7 +416,12 @@ def datasets_to_build(specs: Any, datasets_dir: Path) -> int:
     from engine.alignment.datasets import dataset_id
 
     missing = set()
+    asked: set[str] = set()
     for spec in specs:
+        cell = spec.seedless()  # the run's seed is not its dataset's
+        if cell in asked:
+            continue
+        asked.add(cell)
         ident = dataset_id(spec.dataset_spec().canonical())
         if not (Path(spec.datasets_dir or datasets_dir) / ident / "meta.json").exists():
             missing.add(ident)

@@ -30,6 +30,8 @@ class TaskSpec:
     seed: int
     #: Fields that say where or how a run executes, not what it computes: left out of the hash.
     PLACEMENT: ClassVar[tuple[str, ...]] = ("device", "datasets_dir", "data_root")
+    #: Attributes a spec caches that do not depend on its ``seed``: :meth:`reseeded` keeps them.
+    SEED_FREE: ClassVar[tuple[str, ...]] = ("_seedless",)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str = "run spec") -> Any:
@@ -51,10 +53,39 @@ class TaskSpec:
     def hash(self) -> str:
         known = self.__dict__.get("_hash")
         if known is None:  # specs are frozen: computed once (a grid's planning asks each spec many times)
-            blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-            known = hashlib.sha256(blob.encode()).hexdigest()
+            known = _digest(self.canonical())
             object.__setattr__(self, "_hash", known)
         return known
+
+    def seedless(self) -> str:
+        """The spec without its seed, as sorted JSON: specs with equal keys differ only by seed (one cell of a
+        grid, what a pack of ``pack_seeds`` may hold). Work that does not depend on the seed (a run's memory need,
+        its table axes) is done once per key."""
+        known = self.__dict__.get("_seedless")
+        if known is None:
+            known = json.dumps({k: v for k, v in self.to_dict().items() if k != "seed"}, sort_keys=True)
+            object.__setattr__(self, "_seedless", known)
+        return known
+
+    def reseeded(self, seed: int) -> Any:
+        """This spec with another ``seed``, neither parsed nor checked again: a grid's later seeds. For a spec whose
+        ``__post_init__`` and ``validate`` do not read the seed and whose canonical form holds it as ``seed`` only
+        (alignment's); the copy keeps the :data:`SEED_FREE` caches and its hash is this canonical form with the
+        new seed."""
+        state = self.__dict__
+        blob = state.get("_seeded_blob")
+        if blob is None:  # this canonical form's JSON around its seed, kept: every derived spec's hash is one join
+            blob = _seeded_blob(self.canonical())
+            object.__setattr__(self, "_seeded_blob", blob)
+        if blob is None:
+            return self.replace(seed=seed)
+        self.seedless()  # worked out here, once for every spec derived from this one
+        new = object.__new__(type(self))
+        kept = (*self.__dataclass_fields__, *self.SEED_FREE)  # type: ignore[attr-defined]
+        new.__dict__.update({k: state[k] for k in kept if k in state})  # fields, and the caches kept
+        new.__dict__["seed"] = seed
+        new.__dict__["_hash"] = hashlib.sha256(f"{blob[0]}{json.dumps(seed)}{blob[1]}".encode()).hexdigest()
+        return new
 
     def replace(self, **changes: Any) -> Any:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
@@ -68,6 +99,23 @@ class TaskSpec:
 
         names = [f.name for f in dataclasses.fields(RunOptions) if hasattr(self, f.name)]
         return RunOptions(**{name: getattr(self, name) for name in names})
+
+
+def _digest(canonical: dict[str, Any]) -> str:
+    """A run's identity: SHA-256 of its canonical form as sorted, compact JSON."""
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _seeded_blob(canonical: dict[str, Any]) -> tuple[str, str] | None:
+    """What :func:`_digest` hashes for ``canonical`` with any ``seed``, as the text before and after the seed's
+    value (None when it holds no ``seed``): sorted keys put the others on either side of it."""
+    if "seed" not in canonical:
+        return None
+    before = json.dumps({k: v for k, v in canonical.items() if k < "seed"}, sort_keys=True, separators=(",", ":"))
+    after = json.dumps({k: v for k, v in canonical.items() if k > "seed"}, sort_keys=True, separators=(",", ":"))
+    head = before[:-1] + ("," if len(before) > 2 else "") + '"seed":'
+    return head, ("," + after[1:] if len(after) > 2 else "}")
 
 
 @dataclass(frozen=True)
