@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gaptui.tui.widgets.record_table import Column, RecordTable
 
 VALUE = Column("value", "value", lambda r: str(r.get("value", "")), lambda r: r.get("value"))
@@ -42,3 +44,29 @@ def test_a_replaced_record_is_keyed_again_a_kept_one_is_not() -> None:
     changed = {**rows[0], "value": 0}  # the run book replaces a changed record, never mutates it
     assert order(t, [changed, rows[1]]) == [0, 1]
     assert calls == ["h0"]
+
+
+@pytest.mark.asyncio
+async def test_a_resort_shows_the_new_order_and_frees_the_old_rows_after_the_frame() -> None:
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield RecordTable([VALUE])
+
+    app = One()
+    async with app.run_test(size=(60, 20)) as pilot:
+        t = app.query_one(RecordTable)
+        t.set_records(records(*range(RecordTable.CHUNK_ROWS * 2 + 7)))
+        while t.filling:
+            await pilot.pause(0.05)
+        assert t.row_count == t.record_count == RecordTable.CHUNK_ROWS * 2 + 7
+        t.sort_by("value", reverse=True)
+        assert t._dropped and t.row_count < t.record_count  # a screenful first, the old rows kept until drawn
+        while t.filling:
+            await pilot.pause(0.05)
+        await pilot.pause()
+        assert t._dropped == []
+        shown = [t.get_row_at(i)[0] for i in range(t.row_count)]
+        assert shown == [str(v) for v in reversed(range(RecordTable.CHUNK_ROWS * 2 + 7))]
+        assert t.hashes()[0] == f"h{RecordTable.CHUNK_ROWS * 2 + 6}"
