@@ -149,3 +149,56 @@ def test_runs_of_one_cell_are_asked_their_memory_once(monkeypatch) -> None:
     needs = memory_needs(specs)
     assert len(specs) == 6 and asked == [0, 0]  # gcn and gin, each asked for its first seed only
     assert len(needs) == 1  # one dataset and batch: one need
+
+
+def test_a_reseeded_spec_hashes_as_its_own_canonical_form_whatever_keys_surround_the_seed() -> None:
+    """The derived hash joins the canonical JSON around the seed: keys on both sides of it, after it only, before it
+    only, none, and a canonical form without a seed (the copy is then made by ``replace``)."""
+    from dataclasses import dataclass
+
+    from engine.tasks.spec import TaskSpec
+
+    @dataclass(frozen=True)
+    class Around(TaskSpec):
+        alpha: float = 0.5
+        task: str = "a"
+        seed: int = 0
+
+    @dataclass(frozen=True)
+    class After(TaskSpec):
+        seed: int = 0
+        zeta: list = dataclasses.field(default_factory=lambda: [1, {"b": 2}])
+        task: str = "z"
+
+    @dataclass(frozen=True)
+    class Before(TaskSpec):
+        alpha: str = "x"
+        task: str = "b"
+        seed: int = 0
+
+        def canonical(self) -> dict:
+            return {"alpha": self.alpha, "seed": self.seed}
+
+    @dataclass(frozen=True)
+    class Alone(TaskSpec):
+        task: str = "s"
+        seed: int = 0
+
+        def canonical(self) -> dict:
+            return {"seed": self.seed}
+
+    @dataclass(frozen=True)
+    class Unseeded(TaskSpec):
+        task: str = "u"
+        seed: int = 0
+
+        def canonical(self) -> dict:
+            return {"task": self.task}
+
+    for spec in (Around(), After(), Before(), Alone(), Unseeded()):
+        for seed in (1, 0, 2**40):
+            derived = spec.reseeded(seed)
+            assert derived.seed == seed and derived == spec.replace(seed=seed)
+            assert derived.hash() == spec.replace(seed=seed).hash()
+            assert derived.seedless() == spec.seedless()
+    assert Around().reseeded(3).hash() != Around().hash() and Unseeded().reseeded(3).hash() == Unseeded().hash()
