@@ -70,3 +70,41 @@ async def test_a_resort_shows_the_new_order_and_frees_the_old_rows_after_the_fra
         shown = [t.get_row_at(i)[0] for i in range(t.row_count)]
         assert shown == [str(v) for v in reversed(range(RecordTable.CHUNK_ROWS * 2 + 7))]
         assert t.hashes()[0] == f"h{RecordTable.CHUNK_ROWS * 2 + 6}"
+
+
+def test_a_one_line_cell_is_drawn_as_rich_draws_it_through_datatables_wrappers() -> None:
+    """The fast cell path gives the very segments of DataTable's ``Styled(Padding(cell))`` (no_wrap, one line) for
+    every kind of cell the tables hold, at every width, under every style; what it does not cover it declines."""
+    from rich.console import Console
+    from rich.padding import Padding
+    from rich.style import Style
+    from rich.text import Text
+    from textual.renderables.styled import Styled
+
+    from gaptui.tui.widgets.record_table import one_line_cell
+
+    console = Console(width=120)
+    cells = [
+        Text("er[degree=8,n=100]", justify="right"),
+        Text("done", style="green"),
+        Text("a3f9c2d1e0b7", end=""),
+        Text(""),
+        Text("", style="bold"),
+        Text("0.8123", justify="right"),
+        Text("a long text that must be cropped to the column"),
+        Text("ab  ", justify="right"),
+        Text("abc", justify="left", style="red"),
+        Text.assemble(("ab", "red"), "cd", style="italic"),
+        Text.assemble(("数据", "red"), "cdefgh", style="italic", justify="right"),
+        Text("数据ab"),
+    ]
+    pre = Style(bgcolor="grey11") + Style.from_meta({"row": 3, "column": 2})
+    for cell in cells:
+        for post in (Style.null(), Style(color="red"), Style(bgcolor="blue")):
+            for width in (3, 4, 5, 7, 14, 50):
+                options = console.options.update_dimensions(width, 1).update(no_wrap=True)
+                rich = console.render_lines(Styled(Padding(cell, (0, 1)), pre_style=pre, post_style=post), options)
+                assert [one_line_cell(console, cell, width, 1, pre, post)] == rich, (cell, width, post)
+    for declined in (Text("two\nlines"), Text("a\tb"), Text("mid", justify="center")):
+        assert one_line_cell(console, declined, 10, 1, pre, Style.null()) is None
+    assert one_line_cell(console, Text("x"), 2, 1, pre, Style.null()) is None  # no room inside the padding
