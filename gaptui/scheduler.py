@@ -141,7 +141,6 @@ class Scheduler:
         self.retries = retries
         #: Runs of one cell started together in one worker process (1: one process per run).
         self.pack_seeds = pack_seeds
-        self._cells: dict[str, str] = {}
         self.listener = listener
         self.queue: deque[TaskSpec] = deque()
         #: Dependencies of queued runs (run hash -> the hashes it needs), from their families.
@@ -264,16 +263,10 @@ class Scheduler:
         if self.pack_seeds <= 1:
             return [[spec] for spec in self.take_ready(limit)]
         ready = self.take_ready()
-        groups = group_packs([self._cell(spec) for spec in ready], self.pack_seeds)[:limit]
+        groups = group_packs([spec.seedless() for spec in ready], self.pack_seeds)[:limit]
         taken = {i for group in groups for i in group}
         self.queue.extendleft(reversed([spec for i, spec in enumerate(ready) if i not in taken]))
         return [[ready[i] for i in group] for group in groups]
-
-    def _cell(self, spec: TaskSpec) -> str:
-        h = spec.hash()
-        if h not in self._cells:
-            self._cells[h] = spec.seedless()
-        return self._cells[h]
 
     def take_ready(self, limit: int | None = None) -> list[TaskSpec]:
         """Take up to ``limit`` queued specs whose dependencies are done, in queue order; a spec whose dependency
