@@ -643,11 +643,12 @@ def show_cmd(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one run: its axes, spec, metrics, reproducibility record and training curves."""
+    """Show one run: its axes, spec, metrics, reproducibility record, training curves and probes."""
     from engine.events import read_events
     from engine.tasks import family
     from gaptui.history import History
     from gaptui.plots import curves_plot
+    from gaptui.probe_view import probe_tables, probes_heading, read_probes
     from gaptui.record import record_family, record_metrics, record_task
 
     ws = Workspace.resolve(workspace)
@@ -662,8 +663,9 @@ def show_cmd(
         else:
             record = history.get(run)
     events = read_events(Path(record["run_dir"]) / "events.jsonl")[0] if record.get("run_dir") else []
+    probes = read_probes(record.get("run_dir"))
     if as_json:
-        print_json({**record, "events": events})
+        print_json({**record, "events": events, **({"probes": probes} if probes else {})})
         return
     fam = record_family(record)
     head = Table(title=f"run {record['id']} ({record_task(record)}, {record['status']})", show_header=False)
@@ -701,6 +703,10 @@ def show_cmd(
     epochs = [e for e in events if e.get("event") == "epoch"]
     if epochs:
         console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
+    if probes:  # written by a family's probe command (gaptui probe)
+        console.print(escape(probes_heading(probes)), highlight=False)
+        for probe_table in probe_tables(probes):
+            console.print(probe_table)
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(

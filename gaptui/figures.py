@@ -40,7 +40,9 @@ MANIFEST = ".gaptui-figures.json"
 COLOURS = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#999999")
 
 
-def _matplotlib() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend with the house style (sizes for a two-column paper, embedded
+    fonts, deterministic files); a GaptuiError naming the extra when matplotlib is missing."""
     try:
         import matplotlib
     except ImportError:
@@ -80,7 +82,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-") or "all"
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (its suffix is the format) without dates or versions, atomically; closes it."""
     import io
 
     fmt = path.suffix.lstrip(".")
@@ -118,7 +121,7 @@ def _title(table: analysis.RankingTable) -> str:
 
 def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     """The metric against the columns: one line per row (centre over seeds) with its min-max seed band."""
-    plt = _matplotlib()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.4))
     scale = _scale(table.metric)
     numeric = _numeric_columns(table.columns)
@@ -141,12 +144,12 @@ def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(f"{_title(table)}: {table.layout.statistic} over seeds, band = min-max")
     ax.grid(alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
     """Each row's gap to the worst trained row per column, with the optimal column (largest spread) marked."""
-    plt = _matplotlib()
+    plt = pyplot()
     gap = analysis.gap_analysis(table)
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.4))
     scale = _scale(table.metric)
@@ -169,12 +172,12 @@ def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(f"{_title(table)}: gap to the worst trained row")
     ax.grid(alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_bars(table: analysis.RankingTable, path: Path) -> Path:
     """Grouped bars: one group per column, one bar per row (centre), error bars = sample std over seeds."""
-    plt = _matplotlib()
+    plt = pyplot()
     width = COLUMN_WIDTH if len(table.columns) * len(table.rows) <= 24 else FULL_WIDTH
     fig, ax = plt.subplots(figsize=(width, 2.4))
     scale = _scale(table.metric)
@@ -197,12 +200,12 @@ def draw_bars(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(f"{_title(table)}: {what}")
     ax.grid(axis="y", alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=min(4, n), loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
     """Rows x columns of cell centres, annotated (viridis: readable in greyscale), best per column in bold."""
-    plt = _matplotlib()
+    plt = pyplot()
     scale = _scale(table.metric)
     grid = [
         [(c.median * scale if (c := table.cell(r, col)) else math.nan) for col in table.columns] for r in table.rows
@@ -225,12 +228,12 @@ def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
             ax.text(j, i, text, ha="center", va="center", fontsize=5, color=colour, fontweight=weight)
     fig.colorbar(image, ax=ax, label=_metric_label(table.metric), fraction=0.03, pad=0.01)
     ax.set_title(f"{_title(table)}: {table.layout.statistic} over seeds; bold = best per column")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]], fig_spec: Figure, path: Path) -> Path:
     """Metrics named ``<prefix><x>`` against x, per row: the mean over every finished run of the row in the table."""
-    plt = _matplotlib()
+    plt = pyplot()
     pattern = re.compile(re.escape(fig_spec.prefix) + r"(\d+(?:\.\d+)?)$")
     layout = table.layout
     by_row: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -254,7 +257,7 @@ def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     ax.set_title(f"{_title(table)}: accuracy by {fig_spec.label or fig_spec.prefix}")
     ax.grid(alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def learning_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -296,7 +299,7 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     columns = [c for c in table.columns if c in curves][:8]
     if not columns:
         return None
-    plt = _matplotlib()
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, len(columns), figsize=(FULL_WIDTH, 3.2), squeeze=False, sharex="col")
@@ -323,7 +326,7 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     fig.legend(handles, labels, loc="upper center", ncols=min(6, max(1, len(labels))), frameon=False,
                bbox_to_anchor=(0.5, 1.06))  # fmt: skip
     fig.suptitle(f"{_title(table)}: learning curves, median over seeds", y=1.12)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 0.05) -> Path | None:
@@ -335,7 +338,7 @@ def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 
     ranks = rank_test(plain, plain[0].metric.higher_is_better, alpha)
     if len(ranks.average_ranks) < 2 or ranks.critical_difference is None:
         return None
-    plt = _matplotlib()
+    plt = pyplot()
     k = len(ranks.average_ranks)
     ordered = sorted(ranks.average_ranks.items(), key=lambda kv: kv[1])
     cd = ranks.critical_difference["value"]
@@ -373,7 +376,7 @@ def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 
     friedman = ranks.friedman
     note = f"; Friedman p = {friedman['p']:.3g}" if friedman and friedman.get("p") is not None else ""
     ax.set_title(f"{plain[0].task}: average ranks over {ranks.cells} cells{note}")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ driver

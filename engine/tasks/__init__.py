@@ -58,7 +58,7 @@ from engine.tasks.registry import (
     load_spec_file,
     task_of,
 )
-from engine.tasks.run import RESULT, Cancelled, Input, Outcome, RunContext, RunFailed, run_steps
+from engine.tasks.run import PROBES, RESULT, Cancelled, Input, Outcome, RunContext, RunFailed, run_steps
 from engine.tasks.spec import Placement, TaskSpec
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "ENV_FAMILIES",
     "FAMILIES",
     "FORM_KINDS",
+    "PROBES",
     "RESULT",
     "Axis",
     "Cancelled",
