@@ -123,7 +123,13 @@ def test_a_dataset_of_real_pairs_is_relabelled_and_counts_the_real_noise(mice, t
     )
     again = synthetic.split("train")
     assert np.array_equal(again.num_nodes, train.num_nodes) and np.array_equal(again.edge_index_g, train.edge_index_g)
-    assert synthetic.stats["train"]["removed_fraction"] == pytest.approx(0.2, abs=0.05)
+    # every mouse for training (14 pairs within genotypes, 266 edges): the realised noise is close to --noise
+    every, _ = build_dataset(
+        DatasetSpec("connectome", 0.2, seed=1, params={"path": str(folder), "val_subjects": "0", "partner": "self"}),
+        tmp_path / "ds",
+    )
+    assert every.stats["train"]["pairs"] == 14 and every.stats["val"]["pairs"] == 0
+    assert every.stats["train"]["removed_fraction"] == pytest.approx(0.2, abs=0.1)
 
 
 @pytest.mark.parametrize(
@@ -187,3 +193,12 @@ def test_the_installed_graspologic_data_is_found_without_importing_it(tmp_path: 
     doc = json.loads(res.stdout)
     assert doc["spec"]["base"] == "connectome" and doc["stats"]["train"]["pairs"] > 0
     assert any(key.endswith("files of graspologic/datasets/mice") for key in doc["stats"]["val"]["source_files"])
+
+
+def test_the_pair_count_is_known_before_any_edge_list_is_read(mice) -> None:
+    folder, _ = mice
+    cls = SOURCES.get("connectome")
+    params = parse_params(cls, {"path": str(folder), "val_subjects": "4"})
+    splits = source(path=folder, val_subjects=4).load(None, None, np.random.default_rng(0), folder)
+    assert cls.count_hint(params) == len(splits.train) + len(splits.val)
+    assert cls.count_hint(parse_params(cls, {"path": str(folder / "nowhere")})) is None

@@ -218,6 +218,16 @@ class Connectome(Source):
         share = params.density or 0.65
         return float(ATLAS_NODES), share * (ATLAS_NODES - 1), False
 
+    @classmethod
+    def count_hint(cls, params: Any) -> int | None:
+        """The pairs of both splits, from ``participants.csv`` alone (no edge list read); None without the data."""
+        try:
+            mice = chosen_mice(params, MICE.locate(params.path))
+        except GaptuiError:
+            return None
+        train, val = split_mice(mice, params.val_subjects, np.random.default_rng(params.split_seed))
+        return len(ordered_pairs(train, params.pairing)) + len(ordered_pairs(val, params.pairing))
+
     def check_files(self, root: Path) -> None:
         chosen_mice(self.params, MICE.locate(self.params.path))
 
