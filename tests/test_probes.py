@@ -333,3 +333,17 @@ async def test_the_run_detail_shows_the_probes_and_reads_them_again(trained) -> 
         text = _text(detail.query_one("#probes", Static))
         assert "edge reconstruction from the output embeddings" in text and "block 3" in text, text
         await pilot.press("ctrl+q")
+
+
+def test_runs_of_different_depths_line_up_at_their_input_and_output() -> None:
+    from gaptui.families.alignment.probe_figures import layer_axis
+
+    def report(*names: str) -> dict:
+        return {"layers": [{"layer": n} for n in names]}
+
+    deep = report("features", "input", "block 1", "block 2", "block 3", "block 4", "output")
+    shallow = report("features", "input", "block 1", "block 2", "block 3", "output")
+    plain = report("features", "output")  # a user's model without layer_states
+    axis = layer_axis([shallow, plain, deep])
+    assert axis == ["features", "input", "block 1", "block 2", "block 3", "block 4", "output"]
+    assert axis.index("output") == 6  # every run's output at the same place, whatever its depth

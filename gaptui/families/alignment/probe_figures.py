@@ -2,7 +2,7 @@
 
 One figure per run (``probe-<run id>.<fmt>``) and, for several runs, one figure comparing them
 (``probes-compare.<fmt>``); four panels each: the Dirichlet energy relative to noise, the stability of a node's
-state under the pair's noise (beside the cosine to a node that is not its counterpart), the share of nodes whose
+state under the pair's noise (beside, thin, the cosine to a node that is not its counterpart), the share of nodes whose
 nearest state in G~ is their counterpart, and the AUC of the edge-reconstruction probe.
 """
 
@@ -22,7 +22,7 @@ PANELS = (
     ("energy_ratio", "Dirichlet energy / noise", "ratio (1 = no smoother than noise)", 1.0, (1.0, "noise")),
     (
         "stability",
-        "stability under the pair's noise\n(solid: to its counterpart, dotted: to another node)",
+        "stability under the pair's noise\n(cosine to its counterpart; thin, x: to another node)",
         "cosine",
         1.0,
         None,
@@ -36,21 +36,32 @@ def run_label(report: dict[str, Any]) -> str:
     return f"{report.get('describe', '?')} ({str(report.get('run', ''))[:12]})"
 
 
+def layer_axis(reports: Sequence[dict[str, Any]]) -> list[str]:
+    """The layers of every report on one axis: ``features``, ``input``, the blocks of the deepest model, ``output``
+    (models of different depths line up at their input and their output), then any other name in order."""
+    names = [str(row.get("layer")) for report in reports for row in report.get("layers") or []]
+    blocks = sorted({n for n in names if n.startswith("block ")}, key=lambda n: int(n.split()[1]))
+    ordered = [n for n in ("features", "input") if n in names] + blocks + (["output"] if "output" in names else [])
+    return ordered + [n for n in dict.fromkeys(names) if n not in ordered]
+
+
 def draw_probes(reports: Sequence[dict[str, Any]], path: Path) -> Path:
     """The four panels for ``reports`` (one line per run) into ``path``."""
     plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH, 4.8), sharex=True)
-    names = max((r.get("layers") or [] for r in reports), key=len)
-    ticks = [str(row.get("layer")) for row in names]
+    ticks = layer_axis(reports)
     for ax, (key, title, ylabel, scale, line) in zip(axes.flat, PANELS, strict=True):
         for i, report in enumerate(reports):
-            rows = report.get("layers") or []
+            rows = [row for row in report.get("layers") or [] if row.get(key) is not None]
             s = style(i)
-            xs = [x for x, row in enumerate(rows) if row.get(key) is not None]
-            ax.plot(xs, [rows[x][key] * scale for x in xs], label=run_label(report), **s)
+            xs = [ticks.index(str(row.get("layer"))) for row in rows]
+            ax.plot(xs, [row[key] * scale for row in rows], label=run_label(report), **s)
             if key == "stability":
-                other = [x for x in xs if rows[x].get("unmatched") is not None]
-                ax.plot(other, [rows[x]["unmatched"] for x in other], color=s["color"], linestyle=":", linewidth=0.8)
+                kept = [
+                    (x, row["unmatched"]) for x, row in zip(xs, rows, strict=True) if row.get("unmatched") is not None
+                ]
+                thin = {**s, "marker": "x", "linewidth": 0.6, "alpha": 0.6}
+                ax.plot([x for x, _ in kept], [y for _, y in kept], **thin)
         if line is not None:
             ax.axhline(line[0], color="#777777", linewidth=0.6, linestyle="--")
             ax.annotate(line[1], (0, line[0]), xytext=(2, 2), textcoords="offset points", fontsize=5, color="#555555")
