@@ -148,7 +148,7 @@ def test_runs_of_one_cell_are_asked_their_memory_once(monkeypatch) -> None:
     specs = grid(parse_preset(tomllib.loads(text)), Workspace(Path("/tmp/unused")))
     needs = memory_needs(specs)
     assert len(specs) == 6 and asked == [0, 0]  # gcn and gin, each asked for its first seed only
-    assert len(needs) == 1  # one dataset and batch: one need
+    assert len(needs) == 2  # one dataset and batch, but each model holds its own tensors in a step
 
 
 def test_a_reseeded_spec_hashes_as_its_own_canonical_form_whatever_keys_surround_the_seed() -> None:
