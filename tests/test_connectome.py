@@ -3,7 +3,6 @@ graspologic wheel lays them out (a small fixture: CI does not install graspologi
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from pathlib import Path
 
@@ -159,12 +158,28 @@ def test_a_mouse_that_does_not_exist_is_refused_on_the_command_line(mice, tmp_pa
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(
-    any(d.metadata["Name"] == "graspologic" for d in importlib.metadata.distributions()),
-    reason="graspologic is installed here",
-)
+def hidden_distributions(tmp_path: Path, *names: str) -> dict[str, str]:
+    """An environment whose Python sees the distributions ``names`` as not installed (a ``sitecustomize`` that makes
+    :func:`importlib.metadata.distribution` refuse them), so a test of the missing-extra line runs whether or not
+    the extra is installed here."""
+    folder = tmp_path / "hide-dists"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import importlib.metadata as m\n"
+        f"_hidden = {set(names)!r}\n"
+        "_real = m.distribution\n"
+        "def _distribution(name):\n"
+        "    if name in _hidden:\n"
+        "        raise m.PackageNotFoundError(name)\n"
+        "    return _real(name)\n"
+        "m.distribution = _distribution\n"
+    )
+    return {"PYTHONPATH": str(folder)}
+
+
 def test_without_graspologic_the_line_says_what_to_install(tmp_path: Path) -> None:
-    res = run_cli("datasets", "build", "connectome", "--noise", "0", "-w", str(tmp_path / "ws"))
+    env = hidden_distributions(tmp_path, "graspologic")
+    res = run_cli("datasets", "build", "connectome", "--noise", "0", "-w", str(tmp_path / "ws"), env=env)
     assert res.returncode == 2
     line = res.stderr.strip()
     assert line.startswith("error: connectome reads the data files of the graspologic package, which is not installed")

@@ -265,6 +265,16 @@ def test_a_probe_of_another_family_s_run_is_one_error_line(trained) -> None:
     assert res.stderr.strip() == "error: run fakegape0000: a gape run; probes read finished alignment runs only"
 
 
+def test_a_probe_of_a_run_that_has_not_finished_is_one_error_line(trained, tmp_path: Path) -> None:
+    ws, gin, _ = trained
+    folder = tmp_path / "unfinished"
+    folder.mkdir()
+    (folder / "spec.json").write_text((gin / "spec.json").read_text())  # a run started, no result yet
+    res = run_cli("probe", str(folder), "-w", str(ws))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip() == "error: run unfinished has not finished (status: no result yet)"
+
+
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
