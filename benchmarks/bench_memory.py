@@ -108,7 +108,7 @@ def main() -> int:
         peak = measured["peak"]
         assert after is not None and after.batch_bytes is not None
         rows.append((model, peak, before, after.batch_bytes))
-        print(f"  {model}: peak {gb(peak)} GB", flush=True)
+        print(f"  {model}: peak {gb(peak)} GB, {gb(measured['before_step'])} GB before its first step", flush=True)
     print()
     print(f"{'model':10s} {'peak GB':>8s} {'before GB':>10s} {'peak/before':>12s} {'after GB':>9s} {'peak/after':>11s}")
     for model, peak, before, after in rows:

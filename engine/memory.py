@@ -121,9 +121,10 @@ def machine_memory() -> int | None:
 #: :meth:`engine.models.base.ResidualGNN.batch_bytes`), for ``graphs`` graphs of about ``nodes`` nodes and mean
 #: degree ``degree``.
 ModelBytes = Callable[[int, float, float], int]
-#: A worker's own resident memory before any batch: Python, torch, PyG and the run's code (``gaptui train`` of a
-#: finished run peaks at 0.34 GB).
-PROCESS_BYTES = 450 << 20
+#: A worker's own resident memory besides its batch: Python, torch, PyG, the run's code and its dataset (0.34 GB for
+#: ``gaptui train`` of a finished run; 0.45-0.55 GB before the first step on connectome-sized pairs, whose GCN and GIN
+#: steps peaked 0.08 GB above the estimate with 0.45 GB: benchmarks/bench_memory.py).
+PROCESS_BYTES = 550 << 20
 #: The peak of a step over the tensors it saves: the gradients flowing back beside them, and the freed blocks the
 #: allocator keeps for the next step. Measured peak RSS less the process, over the saved tensors and similarities,
 #: 1.53 (GATv2) to 1.64 (GIN) on connectome-sized batches (benchmarks/bench_memory.py).
