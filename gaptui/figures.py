@@ -129,6 +129,10 @@ def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
             continue
         x = [xs_of[c.column] for c in cells]
         s = style(i)
+        if row in table.bounds:  # a ceiling: a black dashed line, no band
+            s = {**s, "color": "#000000", "linestyle": "--", "marker": None, "linewidth": 0.9}
+            ax.plot(x, [c.median * scale for c in cells], label=row, **s)
+            continue
         if row in table.baselines:
             s = {**s, "color": "#777777", "linestyle": ":"}
         ax.plot(x, [c.median * scale for c in cells], label=row, **s)

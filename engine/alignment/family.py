@@ -1,10 +1,12 @@
 """The ``alignment`` task family: siamese GNN training for graph alignment (paper sections 3-5, Table D.3).
 
-Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and model, a model or the training-free
-``laplacian`` baseline). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset
-label x noise x model x recipe; tables: one per dataset, models as rows, noise levels as columns, the Laplacian
-baseline never marked, a cell whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`)
-expand datasets x noise x models x seeds (see :class:`Preset`).
+Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and model, a model, the training-free
+``laplacian`` baseline or a solver of :mod:`engine.alignment.solvers`, optionally a decoder searching on top of a
+trained model). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset label x noise x
+model x recipe; tables: one per dataset, models as rows, noise levels as columns, the reference rows (Laplacian
+baseline, solvers, search on a model) never marked, the dataset's symmetry ceilings as rows of their own, a cell
+whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`) expand datasets x noise x models x
+seeds (see :class:`Preset`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,21 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.alignment.preset import BASELINE, ROW_ORDER, Preset, dataset_label, grid, model_label, parse_preset
+from engine.alignment.preset import (
+    REFERENCE_ORDER,
+    ROW_ORDER,
+    Preset,
+    dataset_label,
+    grid,
+    is_reference_row,
+    model_label,
+    parse_preset,
+)
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
-from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, TrainFlags, Tunable
+from engine.tasks.declarations import Axis, Bound, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
@@ -30,7 +41,12 @@ from engine.tasks.spec import Placement
 
 
 def is_baseline(spec: RunSpec) -> bool:
-    return spec.model == BASELINE
+    """A run planned once per cell: the Laplacian baseline and the solvers, which draw nothing from the seed."""
+    return not spec.trained
+
+
+#: The metrics the symmetry ceilings bound (any method's accuracy; not orbit_acc, solved or edge overlap).
+BOUNDED = ("val_lap_acc", "val_argmax_acc", "val_top1_acc")
 
 
 def noise_problem(coordinates: Mapping[str, Any]) -> str:
@@ -86,10 +102,10 @@ class AlignmentCosts(CostModel):
         return cell_key(spec)
 
     def units(self, spec: RunSpec) -> float | None:
-        return 0 if is_baseline(spec) else spec.epochs
+        return spec.epochs if spec.trains else 0
 
     def steps(self, spec: RunSpec) -> int | None:
-        if is_baseline(spec):
+        if not spec.trains:
             return 0
         pairs = spec.dataset.get("n_train") or 1  # a real dataset's split is known once it is built: one batch
         return spec.epochs * -(-int(pairs) // spec.batch_size)
@@ -100,7 +116,7 @@ class AlignmentCosts(CostModel):
         return run_evaluations(spec)
 
     def label(self, spec: RunSpec) -> str:
-        return BASELINE if is_baseline(spec) else model_label(spec)
+        return model_label(spec)
 
     def estimate(self, specs: list[RunSpec], ctx: Any) -> Any:
         from engine.alignment.throughput import estimate_costs
@@ -119,8 +135,8 @@ class AlignmentCosts(CostModel):
         from engine.errors import GaptuiError
         from engine.memory import pairs_need
 
-        if is_baseline(spec):
-            return None
+        if not spec.trains:
+            return spec.solver_need(self._built_order(spec))
         canonical = spec.dataset_spec().canonical()
         built = None
         folder = dataset_dirs(spec)[0] / dataset_id(canonical)
@@ -135,6 +151,20 @@ class AlignmentCosts(CostModel):
         what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
         return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
 
+    def _built_order(self, spec: RunSpec) -> float | None:
+        """The largest graph order of a built dataset (what a solver's per-pair memory grows with), else None."""
+        from engine.alignment.datasets import dataset_id, open_dataset
+        from engine.errors import GaptuiError
+
+        folder = dataset_dirs(spec)[0] / dataset_id(spec.dataset_spec().canonical())
+        if not (folder / "meta.json").exists():
+            return None
+        try:
+            stats = open_dataset(folder).stats
+            return float(max(stats[s].get("max_order", stats[s]["mean_order"]) for s in ("train", "val")))
+        except (GaptuiError, KeyError, TypeError, ValueError):
+            return None
+
 
 class Alignment(TaskFamily):
     name = "alignment"
@@ -145,17 +175,33 @@ class Alignment(TaskFamily):
         Metric("val_argmax_acc", "argmax acc", True, "%"),
         Metric("val_top5_acc", "top-5 acc", True, "%"),
         Metric("val_top10_acc", "top-10 acc", True, "%"),
+        Metric("val_solved", "solved pairs", True, "%"),
+        Metric("val_edge_overlap", "edge overlap", True),
+        Metric("val_orbit_acc", "orbit acc", True, "%"),
         Metric("val_loss", "val loss", False),
         Metric("train_loss", "train loss", False),
+        Metric("seconds_per_pair", "seconds per pair", False, "s"),
     )
     default_metric = "val_lap_acc"
     axes = (
         Axis("dataset", "dataset"),
         Axis("noise", "noise", numeric=True, prefix="η="),
-        Axis("model", "model", order=(BASELINE, *ROW_ORDER)),
+        Axis("model", "model", order=(*REFERENCE_ORDER, *ROW_ORDER)),
         Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
     )
-    table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,), uniform=("recipe",))
+    table = TableLayout(
+        group="dataset",
+        rows="model",
+        columns="noise",
+        baselines=(REFERENCE_ORDER[0],),
+        reference=is_reference_row,
+        reference_note="reference: training-free, or search on a trained model",
+        bounds=(
+            Bound("val_orbit_ceiling", "ceiling: orbits", BOUNDED, "expected accuracy of any method at most"),
+            Bound("val_wl_ceiling", "ceiling: 1-WL", BOUNDED, "of message passing on structural inputs"),
+        ),
+        uniform=("recipe",),
+    )
     tunable = {
         "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
         "weight_decay": Tunable("weight_decay", "float", {"log": [1e-6, 1e-2]}, "AdamW weight decay"),
@@ -186,11 +232,15 @@ class Alignment(TaskFamily):
     def is_baseline(self, spec: RunSpec) -> bool:
         return is_baseline(spec)
 
+    def dependencies(self, spec: RunSpec) -> tuple[str, ...]:
+        # Search on top of a model reads the trained run of the same spec without its decoder.
+        return (spec.undecoded().hash(),) if spec.decoder else ()
+
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
         from engine.loop import CHECKPOINT
 
-        # A GAPE run embeds with the trained model; the training-free baseline has none.
-        return () if self.is_baseline(spec) else (CHECKPOINT,)
+        # A GAPE or decoding run embeds with the trained model; the training-free runs have none.
+        return (CHECKPOINT,) if spec.trains else ()
 
     def describe(self, spec: RunSpec) -> str:
         axes = self.record_axes(spec)

@@ -42,7 +42,17 @@ from __future__ import annotations
 
 from engine.cost import CostModel
 from engine.presets import PresetBase, check_run_options, list_of, seeds_of, unique_values, unknown_keys
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, TrainFlags, Tunable
+from engine.tasks.declarations import (
+    Axis,
+    Bound,
+    DerivedTable,
+    Figure,
+    Metric,
+    References,
+    TableLayout,
+    TrainFlags,
+    Tunable,
+)
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FORM_KINDS, FamilyForm, FormField, FormModule, drop_blank, form_table, table_values
 from engine.tasks.registry import (
@@ -87,6 +97,7 @@ __all__ = [
     "RunContext",
     "RunFailed",
     "TableLayout",
+    "Bound",
     "TaskFamily",
     "TaskSpec",
     "TrainFlags",

@@ -73,23 +73,49 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """A ceiling a family reports with its runs: the largest value of the metrics in ``bounds`` any row can reach
+    (alignment: the orbit ceiling of a dataset's symmetry). Each run reports it as the metric ``key`` (the same for
+    every run of one cell); tables of a bounded metric show it as a row called ``name``, never marked, and the
+    figure of such a table draws it as a dashed line."""
+
+    key: str
+    name: str
+    bounds: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class TableLayout:
     """How ranking tables are formed from run records.
 
     One table per value of ``group`` (``None``: a single table), rows = values of ``rows``, columns = values of
     ``columns``; a cell is the ``statistic`` (median or mean) over seeds. Row values in ``baselines`` are
-    training-free references: shown, never marked, never the best.
+    training-free references: shown, never marked, never the best; ``reference`` says the same of row values
+    that are not known in advance (a solver with its options), ``reference_note`` what those rows are (the
+    legend under a table). ``bounds`` are the ceilings shown under the rows of the metrics they bound.
     """
 
     group: str | None
     rows: str
     columns: str
     baselines: tuple[str, ...] = ()
+    reference: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    reference_note: str = "training-free baseline"
+    bounds: tuple[Bound, ...] = ()
     #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
     statistic: str = "median"
     #: Axes outside the table's own whose value every run of a cell should share (alignment: the recipe). A
     #: table says which value its runs have, and marks a cell whose runs differ in one.
     uniform: tuple[str, ...] = ()
+
+    def is_baseline(self, row: str) -> bool:
+        """Whether the row is a reference (listed in ``baselines`` or recognised by ``reference``), never ranked."""
+        return row in self.baselines or (self.reference is not None and self.reference(str(row)))
+
+    def bounds_of(self, metric: str) -> tuple[Bound, ...]:
+        """The ceilings that bound ``metric``."""
+        return tuple(b for b in self.bounds if metric in b.bounds)
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,14 @@ def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
         (WITHIN_1, f"{MARKERS[WITHIN_1]} within 1 {unit}"),
         (WITHIN_3, f"{MARKERS[WITHIN_3]} within 3"),
     ]
-    if table.baselines:
-        names = ", ".join(table.baselines)
-        parts.append(("", f"({names} = training-free baseline, never marked; (k/n) = k of n planned seeds)"))
+    references = [r for r in table.baselines if r not in table.bounds]
+    for bound in table.layout.bounds_of(table.metric.key) if table.bounds else ():
+        if bound.name in table.bounds:
+            parts.append(("", f"{bound.name}: {bound.note}" if bound.note else bound.name))
+    if references:
+        names = ", ".join(references)
+        note = table.layout.reference_note
+        parts.append(("", f"({names} = {note}, never marked; (k/n) = k of n planned seeds)"))
     else:
         parts.append(("", "((k/n) = k of n planned seeds)"))
     if any(c.tied for c in table.cells.values()):
@@ -275,10 +280,15 @@ def render_latex(tables: Sequence[RankingTable]) -> str:
         header = " & ".join(_latex_header(table, c) for c in table.columns)
         out.append(f"{latex_escape(table.group or table.row_axis.name)} & {header} \\\\")
         out.append("\\midrule")
-        for row in table.rows:
+        baselines = set(table.baselines)
+        for i, row in enumerate(table.rows):
             cells = " & ".join(_latex_cell(table.cell(row, c), table.metric) for c in table.columns)
             out.append(f"{latex_escape(row)} & {cells} \\\\")
-            if row in table.baselines and len(table.rows) > 1:
+            after = table.rows[i + 1] if i + 1 < len(table.rows) else None
+            # A rule between reference rows and trained ones, and before the ceilings.
+            if after is not None and (
+                (row in baselines) != (after in baselines) or after == (table.bounds or ("",))[0]
+            ):
                 out.append("\\midrule")
         out.append("\\bottomrule")
         out.append("\\end{tabular}")
