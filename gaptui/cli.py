@@ -168,8 +168,16 @@ def train_cmd(
         spec = _generic_spec(ws, flags, task, preset, where, spec_file, overrides, recipe, precision)
     else:
         spec = _flags_spec(ws, flags, task, where, overrides)
+    train_one(ws, spec, out.expanduser().resolve() if out else None, force=force, as_json=as_json)
+
+
+def train_one(
+    ws: Workspace, spec: Any, folder: Path | None = None, *, force: bool = False, as_json: bool = False
+) -> None:
+    """What ``gaptui train`` does with its run: check it, build its inputs, run it in the foreground (recorded in
+    the history) and print its final metrics; a family's own commands run their runs through it too."""
     fam = family(spec.task)
-    folder = out.expanduser().resolve() if out else ws.runs / run_id(spec)
+    folder = folder or ws.runs / run_id(spec)
     _check_train_run(ws, spec, fam, folder, force)
     _prepare_inputs(spec, fam, as_json)
     result = _run_foreground(spec, folder, ws, show_progress=not as_json)

@@ -23,6 +23,7 @@ SHIPPED_RUN_IDS = {
     "properties": (2400, "3e19bf0aa7af7b02e5847e874a32b0077d361c1498ea211e4e62e669d6c2f64e"),
     "quick": (33, "dfa6af5c9c719909438e1e3ab3a6f66c6c1577232e1fab0c7d597bcc304159bc"),
     "smoke": (4, "5e3de54513ce9d4d168bf7bbf30462e7565cbba2e5da4eadd54a8c2d5e1a9813"),
+    "solvers": (40, "99b15c11e2320d40b86710bb22159eacd43ead866eda2bf2efd6eb62926e1d48"),
     "zoo": (172, "57c3d31eb02b886880a5010f3eb921eaff0a4724350ebd630b082b1eae75ed7c"),
     "zoo-smoke": (43, "f15947f9fd341fec8da3f856726377e12fb2641792079c27e951fee2596b4da5"),
     "zoo-cpu": (86, "3f019fd0d6fe032241055d91415309a8765bbf812ec45b93759bf9bcfcf9100a"),

@@ -183,7 +183,11 @@ def build_dataset(
         }
 
     built = write_entry(final, write, force=force)
-    return open_dataset(final), built
+    dataset = open_dataset(final)
+    from engine.alignment.symmetry import dataset_symmetry
+
+    dataset_symmetry(dataset)  # the ceilings, computed once and cached with the dataset
+    return dataset, built
 
 
 def open_verified(path: Path) -> Dataset | None:

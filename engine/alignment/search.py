@@ -109,7 +109,7 @@ def decoder_run(run: Any, dataset: Any) -> Outcome:
     t0 = time.perf_counter()
     metrics: dict[str, float] = {}
     if len(val):
-        model_scores = model_lap(frozen, val, spec.topk)
+        model_scores = model_lap(frozen, val, spec.batch_size, spec.topk)
         scores, seconds = score_split(val, "faq", FaqOptions(), ks=spec.topk, starts=model_scores.assignment)
         pairs = structure(val, scores, symmetry_of(run, dataset), seconds)
         metrics = {**scores_metrics(scores, False), **pairs.summary(), "val_model_lap_acc": model_scores.lap_acc}
@@ -123,19 +123,15 @@ def decoder_run(run: Any, dataset: Any) -> Outcome:
     return _outcome(run, dataset, metrics, params=params, width=frozen.out_dim)
 
 
-def model_lap(frozen: Any, split: PairSplit, ks: Any) -> AlignmentScores:
-    """A frozen model's scores on ``split``: ``S = X_G X_H^T`` per pair, the LAP (its matchings kept)."""
-    from engine.evaluation import LapEvaluator, pad_batch
+def model_lap(frozen: Any, split: PairSplit, batch_size: int, ks: Any) -> AlignmentScores:
+    """A frozen model's scores on ``split`` exactly as its run evaluated them (the same batches of pairs, so a
+    model normalising over a whole batch sees the same batches; the LAP's matchings kept)."""
+    from engine.alignment.training import PairTensors, evaluate
+    from engine.evaluation import LapEvaluator
 
-    x_g = frozen.embed(split.num_nodes, split.edge_index_g, split.edge_ptr_g)
-    x_h = frozen.embed(split.num_nodes, split.edge_index_h, split.edge_ptr_h)
-    ptr = split.node_ptr
+    data = PairTensors(split, frozen.device, features=frozen.features)
     with LapEvaluator(ks=ks) as evaluator:
-        for start in range(0, len(split), 128):
-            pairs = range(start, min(len(split), start + 128))
-            sims = [x_g[ptr[p] : ptr[p + 1]] @ x_h[ptr[p] : ptr[p + 1]].T for p in pairs]
-            evaluator.submit(*pad_batch(sims, [split.perm[ptr[p] : ptr[p + 1]] for p in pairs]))
-        return evaluator.result()
+        return evaluate(frozen.model, data, batch_size, evaluator, frozen.features)[0]
 
 
 def _emit_start(run: Any, dataset: Any, model: str, pairs: int, *, width: int, params: int = 0) -> None:

@@ -55,8 +55,9 @@ def automorphism_generators(num_nodes: int, edge_index: np.ndarray) -> np.ndarra
 
     n = int(num_nodes)
     ei = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
-    keep = ei[0] < ei[1]
-    graph = igraph.Graph(n=n, edges=np.stack([ei[0, keep], ei[1, keep]], axis=1).tolist())
+    ei = ei[:, ei[0] != ei[1]]
+    edges = np.unique(np.sort(ei, axis=0), axis=1)  # each undirected edge once, whichever way it was given
+    graph = igraph.Graph(n=n, edges=edges.T.tolist())
     return np.asarray(graph.automorphism_group(), dtype=np.int64).reshape(-1, n)
 
 
@@ -243,7 +244,13 @@ def _split_prints(dataset: Any) -> dict[str, str]:
     }
 
 
-def ceilings(dataset: Any) -> dict[str, float]:
-    """The validation split's ceilings as run metrics: ``val_orbit_ceiling`` and ``val_wl_ceiling``."""
-    stats = dataset_symmetry(dataset)["stats"]["val"]  # type: ignore[index]
-    return {"val_orbit_ceiling": stats["orbit_ceiling"], "val_wl_ceiling": stats["wl_ceiling"]}
+def cached_stats(dataset: Any) -> dict[str, Any] | None:
+    """The symmetry statistics per split of a dataset if they are cached (a listing reads them without checking
+    or computing anything), else None."""
+    from engine.cache import read_meta
+    from engine.errors import GaptuiError
+
+    try:
+        return read_meta(Path(dataset.path) / FOLDER, ("stats",))["stats"]  # type: ignore[no-any-return]
+    except GaptuiError:
+        return None

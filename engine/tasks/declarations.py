@@ -60,10 +60,16 @@ class Axis:
         return f"{self.prefix}{self.format(value)}"
 
     def sort_key(self, value: Any) -> tuple[Any, ...]:
+        """Numbers by value; others by ``order``, a listed value with options (``faq[init=barycenter]``) right after
+        the value itself, the rest alphabetically."""
         if self.numeric and isinstance(value, (int, float)):
             return (0, float(value), "")
         rank = {v: i for i, v in enumerate(self.order)}
-        return (1, rank.get(str(value), len(rank)), str(value))
+        text = str(value)
+        if text in rank:
+            return (1, rank[text], "")
+        base = text.partition("[")[0]
+        return (1, rank[base] + 0.5, text) if base in rank else (1, len(rank), text)
 
     def key_of(self, value: Any) -> Any:
         """The grouping key of a value (numeric values rounded, so 0.12 computed two ways is one column)."""
