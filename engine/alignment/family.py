@@ -197,8 +197,8 @@ class Alignment(TaskFamily):
         reference=is_reference_row,
         reference_note="reference: training-free, or search on a trained model",
         bounds=(
-            Bound("val_orbit_ceiling", "ceiling: orbits", BOUNDED, "expected accuracy of any method at most"),
-            Bound("val_wl_ceiling", "ceiling: 1-WL", BOUNDED, "of message passing on structural inputs"),
+            Bound("val_orbit_ceiling", "ceiling: orbits", BOUNDED, "the most any method can expect: orbits / nodes"),
+            Bound("val_wl_ceiling", "ceiling: 1-WL", BOUNDED, "the same for message passing: 1-WL classes / nodes"),
         ),
         uniform=("recipe",),
     )

@@ -154,7 +154,7 @@ def fields() -> tuple[FormField, ...]:
             "training-free rows; with options: faq[init=barycenter]",
             choices_from=_solvers,
             free=True,
-            section="Solvers and search (docs/solvers.md)",
+            section="Solvers (docs/solvers.md)",
         ),
         FormField(
             "decoders",
@@ -163,7 +163,7 @@ def fields() -> tuple[FormField, ...]:
             [],
             "FAQ started from each trained run's matching (row gcn+faq)",
             choices_from=_decoders,
-            section="Solvers and search (docs/solvers.md)",
+            section="Search on each model",
         ),
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-9 or 0,3", section=section),
         *(

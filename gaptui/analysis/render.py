@@ -47,7 +47,7 @@ def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
     references = [r for r in table.baselines if r not in table.bounds]
     for bound in table.layout.bounds_of(table.metric.key) if table.bounds else ():
         if bound.name in table.bounds:
-            parts.append(("", f"{bound.name}: {bound.note}" if bound.note else bound.name))
+            parts.append(("", f"({bound.name} = {bound.note})" if bound.note else f"({bound.name})"))
     if references:
         names = ", ".join(references)
         note = table.layout.reference_note
