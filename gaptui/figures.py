@@ -133,18 +133,28 @@ def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
             s = {**s, "color": "#000000", "linestyle": "--", "marker": None, "linewidth": 0.9}
             ax.plot(x, [c.median * scale for c in cells], label=row, **s)
             continue
-        if row in table.baselines:
-            s = {**s, "color": "#777777", "linestyle": ":"}
+        if row in table.baselines:  # a reference row: dotted and thin, grey when it is the only one
+            grey = len(table.baselines) - len(table.bounds) == 1
+            s = {**s, "linestyle": ":", "linewidth": 0.9, **({"color": "#777777"} if grey else {})}
+        elif len(table.baselines) > len(table.bounds):  # beside reference rows, trained rows are solid
+            s = {**s, "linestyle": "-"}
         ax.plot(x, [c.median * scale for c in cells], label=row, **s)
         lo, hi = [min(c.values) * scale for c in cells], [max(c.values) * scale for c in cells]
         ax.fill_between(x, lo, hi, color=s["color"], alpha=0.15, linewidth=0)
     ax.set_xlabel(table.column_axis.name)
     labels = [table.column_axis.format(c) for c in table.columns]
-    ax.set_xticks(list(xs_of.values()), labels, rotation=0 if numeric else 45)
+    xs = list(xs_of.values())
+    # Numeric columns closer than a twelfth of their range (0.04, 0.06, 0.08 of 0.04-0.30) would print on each other.
+    gaps = [b - a for a, b in zip(xs, xs[1:], strict=False)]
+    crowded = numeric and bool(gaps) and min(gaps) < (xs[-1] - xs[0]) / 12
+    ax.set_xticks(xs, labels, rotation=45 if crowded or not numeric else 0)
     ax.set_ylabel(_metric_label(table.metric))
     ax.set_title(f"{_title(table)}: {table.layout.statistic} over seeds, band = min-max")
     ax.grid(alpha=0.3, linewidth=0.5)
-    ax.legend(frameon=False, ncols=2)
+    if len(table.rows) > 6:  # many rows (solvers, searches, ceilings): the legend beside the plot, not over it
+        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(frameon=False, ncols=2)
     return _save(fig, path)
 
 

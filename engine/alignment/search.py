@@ -153,10 +153,11 @@ def _emit_start(run: Any, dataset: Any, model: str, pairs: int, *, width: int, p
 
 
 def _outcome(run: Any, dataset: Any, metrics: dict[str, float], *, params: int, width: int) -> Outcome:
-    from engine.alignment.run import device_fields
+    from engine.hardware import device_fields, resolve_device
 
     spec = run.spec
-    extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": width, "epochs": 0}
+    extra = {**device_fields(resolve_device(spec.device)), "dataset": dataset.id, "model": spec.model}
+    extra |= {"width": width, "epochs": 0}
     extra["dataset_seed"] = spec.dataset.get("seed", 0)
     if spec.decoder:
         extra["decoder"] = spec.decoder

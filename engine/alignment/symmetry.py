@@ -200,26 +200,26 @@ def split_symmetry(split: PairSplit) -> SplitSymmetry:
 def dataset_symmetry(dataset: Any, log: Any = None) -> dict[str, SplitSymmetry | dict[str, Any]]:
     """``{split: SplitSymmetry}`` of a cached alignment dataset (:class:`engine.alignment.datasets.Dataset`), read
     from ``<dataset>/symmetry/`` or computed and cached there; plus ``"stats"``: ``{split: stats}``."""
-    from engine.alignment.datasets import SPLITS
     from engine.cache import open_entry, write_entry
 
+    splits = tuple(dataset.stats)  # the dataset's splits, as it recorded them (train, val)
     final = Path(dataset.path) / FOLDER
-    files = tuple(f"{s}/{a}.npy" for s in SPLITS for a in ARRAYS)
+    files = tuple(f"{s}/{a}.npy" for s in splits for a in ARRAYS)
     key = {"version": SYMMETRY_VERSION, "dataset": dataset.id, "files": _split_prints(dataset)}
     meta = open_entry(final, "cached dataset symmetry", required=("key", "stats"), files=files)
     if meta is not None and meta["key"] == key:
         out: dict[str, Any] = {}
-        for s in SPLITS:
+        for s in splits:
             arrays = {a: np.load(final / s / f"{a}.npy", allow_pickle=False).astype(np.int64) for a in ARRAYS}
             out[s] = SplitSymmetry(dataset.split(s).num_nodes, arrays["orbits"], arrays["wl"])
         return {**out, "stats": meta["stats"]}
     started = time.perf_counter()
-    computed = {s: split_symmetry(dataset.split(s)) for s in SPLITS}
+    computed = {s: split_symmetry(dataset.split(s)) for s in splits}
     seconds = round(time.perf_counter() - started, 3)
-    stats = {s: {**computed[s].stats(), "seconds": seconds} for s in SPLITS}
+    stats = {s: {**computed[s].stats(), "seconds": seconds} for s in splits}
 
     def write(tmp: Path) -> dict[str, Any]:
-        for s in SPLITS:
+        for s in splits:
             (tmp / s).mkdir(parents=True, exist_ok=True)
             for a in ARRAYS:
                 np.save(tmp / s / f"{a}.npy", getattr(computed[s], a).astype(np.int32), allow_pickle=False)
