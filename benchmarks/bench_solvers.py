@@ -16,6 +16,7 @@ accuracy, which must be the same for every pool (the solvers are deterministic).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ def main() -> None:
     split = correlate(graphs, "add_remove", args.noise, rng)[0]
     workers = args.workers or usable_cpus()
     print(f"{args.pairs} pairs of ER({args.nodes}, {args.degree:g}) at noise {args.noise:g}; {workers} workers")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
     print(f"{'solver':<10}{'pool':<9}{'cell s':>9}{'s/pair':>9}{'vs serial':>11}{'LAP acc':>9}")
     for name in args.solvers.split(","):
         options = solver_options(name, {})
@@ -62,6 +64,7 @@ def main() -> None:
             serial = best if pool == "serial" else serial
             ratio = f"{serial / best:.2f}x" if serial else "-"
             print(f"{name:<10}{pool:<9}{best:>9.2f}{best / args.pairs:>9.4f}{ratio:>11}{acc:>9.3f}")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
