@@ -33,7 +33,8 @@ def _open_tui_without_command(ctx: typer.Context, workspace: WorkspaceOpt = None
     if ctx.invoked_subcommand is None:
         from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
 
-        run_app(workspace)
+        if run_app(workspace):
+            raise typer.Exit(1)
     elif workspace is not None:
         # `gaptui --workspace X history` means what `gaptui history --workspace X` means.
         os.environ[ENV_WORKSPACE] = str(workspace)
@@ -44,7 +45,8 @@ def tui_cmd(workspace: WorkspaceOpt = None) -> None:
     """Open the terminal UI on the workspace (the same as `gaptui` without a command)."""
     from gaptui.tui.app import run_app
 
-    run_app(workspace)
+    if run_app(workspace):
+        raise typer.Exit(1)
 
 
 #: The parameters of ``gaptui train`` that describe a run alone, by the flag name a family's ``TrainFlags`` reads.

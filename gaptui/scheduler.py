@@ -104,6 +104,8 @@ class Job:
     stderr: Path | None = None
     #: Put back in the queue when it ends cancelled (another run of its pack was cancelled, not this one).
     requeue: bool = False
+    #: The status (and error) a stop files instead of ``cancelled`` (``interrupted``: no one chose to stop it).
+    stopped_as: tuple[str, str | None] = ("cancelled", None)
 
     @property
     def packed(self) -> bool:
@@ -428,7 +430,9 @@ class Scheduler:
         self.running.pop(job.run_hash, None)
         job.slot.busy = None
         fields = self.outcome(job, code)
-        if fields["status"] == "cancelled" and job.requeue:
+        if fields["status"] == "cancelled" and job.stopped_as[0] != "cancelled":
+            fields.update(status=job.stopped_as[0], error=job.stopped_as[1])
+        elif fields["status"] == "cancelled" and job.requeue:
             # Stopped because another run of its pack was cancelled: it resumes from its checkpoint later.
             self.queue.appendleft(job.spec)
             self._status(job.run_hash, **{**fields, "status": "queued"})
@@ -506,12 +510,17 @@ class Scheduler:
             self._terminate(job)
         return True
 
-    def stop_all(self, wait: float = GRACE) -> None:
-        """Cancel everything: queued runs are dropped, workers get SIGTERM, then SIGKILL after ``wait`` s."""
+    def stop_all(self, wait: float = GRACE, status: str = "cancelled", reason: str | None = None) -> None:
+        """Cancel everything: queued runs are dropped, workers get SIGTERM, then SIGKILL after ``wait`` s.
+
+        Every run is filed ``status`` with ``reason`` as its error: ``cancelled`` when a user chose to stop them,
+        ``interrupted`` when no one did (the app went away); either resumes from its checkpoint when queued again.
+        """
         for spec in list(self.queue):
-            self._status(spec.hash(), status="cancelled")
+            self._status(spec.hash(), status=status, error=reason)
         self.queue.clear()
         for job in self.running.values():
+            job.stopped_as = (status, reason)
             if job.stopping is None:
                 self._terminate(job)
         deadline = time.monotonic() + wait

@@ -49,7 +49,7 @@ from gaptui.tui.manager import (
 )
 from gaptui.tui.messages import (
     LogTail,
-    ManagerClosed,
+    ManagerMessage,
     ManagerNotice,
     RecordsAdded,
     RecordsLoaded,
@@ -148,7 +148,6 @@ class GaptuiApp(App[None]):
         self.state = SchedulerState((), (), ())
         #: Hashes of runs launched, retried or seen running in this session (the Runs screen shows them).
         self.session: set[str] = set()
-        self.detached: list[str] = []
         self.recovered: Recovered | None = None
         self._quitting = ""
         self._manager_worker: Worker[str] | None = None
@@ -191,7 +190,16 @@ class GaptuiApp(App[None]):
     @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
     def _run_manager(self) -> str:
         worker = get_current_worker()
-        return self.manager.run(lambda: worker.is_cancelled)
+
+        def abandoned() -> str | None:
+            """Why the app went away without a quit choice (its worker was cancelled), else None."""
+            if not worker.is_cancelled:
+                return None
+            if self.return_code:
+                return "the terminal app stopped on an error; resume with r in Runs or the same `gaptui run`"
+            return "the terminal app closed without a quit choice; resume with r in Runs or the same `gaptui run`"
+
+        return self.manager.run(abandoned)
 
     @work(thread=True, group="warm-up", name="import models", exit_on_error=False)
     def _warm_up(self) -> None:
@@ -344,6 +352,27 @@ class GaptuiApp(App[None]):
 
     # -------------------------------------------------------------------------------------- messages
 
+    #: The handler of each kind of :class:`ManagerMessage` (reached only through :meth:`_from_manager`).
+    MANAGER_HANDLERS: ClassVar[dict[type[ManagerMessage], str]] = {
+        RecordsLoaded: "_records_loaded",
+        RecordsAdded: "_records_added",
+        RunUpdated: "_run_updated",
+        RunEvents: "_run_events",
+        LogTail: "_log_tail",
+        SchedulerState: "_scheduler_state",
+        ManagerNotice: "_manager_notice",
+        Recovered: "_recovered",
+    }
+
+    @on(ManagerMessage)
+    def _from_manager(self, message: ManagerMessage) -> None:
+        """Every message of the manager thread (and of background tasks) arrives here. One that arrives while the
+        app is being torn down (quitting uninstalls the sections one by one, and the manager may still post) is
+        dropped: nothing is left to show it, and what it says is in the history already."""
+        if not self.is_running:
+            return
+        getattr(self, self.MANAGER_HANDLERS[type(message)])(message)
+
     def _changed(self, hashes: set[str]) -> None:
         if not hashes:
             return
@@ -357,36 +386,36 @@ class GaptuiApp(App[None]):
                 screen.records_changed(hashes)
         self._update_subtitle()
 
-    def on_records_loaded(self, message: RecordsLoaded) -> None:
+    def _records_loaded(self, message: RecordsLoaded) -> None:
         self._changed(self.book.load(message.records))
 
-    def on_records_added(self, message: RecordsAdded) -> None:
+    def _records_added(self, message: RecordsAdded) -> None:
         self._changed(self.book.add(message.records))
 
-    def on_run_updated(self, message: RunUpdated) -> None:
+    def _run_updated(self, message: RunUpdated) -> None:
         if self.book.update(message.run_hash, message.fields):
             self._changed({message.run_hash})
 
-    def on_run_events(self, message: RunEvents) -> None:
+    def _run_events(self, message: RunEvents) -> None:
         self.runs_screen.add_events(message.run_hash, message.events, message.reset)
         for screen in RunDetailScreen.open_screens(message.run_hash):
             screen.add_events(message.events, message.reset)
 
-    def on_log_tail(self, message: LogTail) -> None:
+    def _log_tail(self, message: LogTail) -> None:
         self.runs_screen.show_log(message.run_hash, message.lines)
         for screen in RunDetailScreen.open_screens(message.run_hash):
             screen.show_log(message.lines)
 
-    def on_scheduler_state(self, message: SchedulerState) -> None:
+    def _scheduler_state(self, message: SchedulerState) -> None:
         self.state = message
         self.session.update(message.running, message.queued)
         self.runs_screen.scheduler_changed(message)
         self._update_subtitle()
 
-    def on_manager_notice(self, message: ManagerNotice) -> None:
+    def _manager_notice(self, message: ManagerNotice) -> None:
         self.notify(message.text, severity=message.severity, markup=False, timeout=8)  # type: ignore[arg-type]
 
-    def on_recovered(self, message: Recovered) -> None:
+    def _recovered(self, message: Recovered) -> None:
         self.recovered = message
         parts = []
         if message.reattached:
@@ -400,8 +429,10 @@ class GaptuiApp(App[None]):
             )
         self.notify("; ".join(parts), title="Recovered", markup=False, timeout=12)
 
-    def on_manager_closed(self, message: ManagerClosed) -> None:
-        self.detached = message.detached
+    @property
+    def detached(self) -> list[str]:
+        """Run ids the manager left running (Quit's "Leave running"), for the next start to re-attach."""
+        return self.manager.detached
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -475,8 +506,9 @@ def _lock_holder(ws: Workspace) -> str:
         return "another process"
 
 
-def run_app(workspace: str | Path | None = None) -> None:
-    """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``)."""
+def run_app(workspace: str | Path | None = None) -> int:
+    """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``); returns the exit
+    status: 1 when the app stopped on an error (Textual prints its traceback), after saying which runs it stopped."""
     from gaptui.cli_common import err_console
 
     app = GaptuiApp(Workspace.resolve(workspace))
@@ -487,3 +519,15 @@ def run_app(workspace: str | Path | None = None) -> None:
             "start gaptui on this workspace again to re-attach them",
             highlight=False,
         )
+    interrupted = app.manager.interrupted
+    if app.return_code:
+        stopped = (
+            f"; {len(interrupted)} run(s) stopped or not started were recorded interrupted "
+            f"({', '.join(interrupted[:8])}{' ...' if len(interrupted) > 8 else ''}): resume them with r in Runs "
+            "or the same `gaptui run --preset`"
+            if interrupted
+            else ""
+        )
+        err_console.print(f"[red]error:[/] gaptui stopped on an error (above){stopped}", highlight=False)
+        return 1
+    return 0

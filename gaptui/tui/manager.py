@@ -36,7 +36,6 @@ from gaptui.presets import parse_preset
 from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
     LogTail,
-    ManagerClosed,
     ManagerNotice,
     RecordsAdded,
     RecordsLoaded,
@@ -170,7 +169,10 @@ class ManagerLoop:
     _history_stamp: tuple[Any, ...] | None = None
     _next_history_poll: float = 0.0
     _finished: str | None = None
-    _detached: list[str] = field(default_factory=list)
+    #: Run ids left running by a ``detach`` shutdown (the next manager re-attaches them).
+    detached: list[str] = field(default_factory=list)
+    #: Run ids filed ``interrupted`` because the app went away without a choice (:meth:`run`).
+    interrupted: list[str] = field(default_factory=list)
 
     def submit(self, command: Command) -> None:
         """Queue a command for the loop (thread-safe)."""
@@ -178,15 +180,19 @@ class ManagerLoop:
 
     # -------------------------------------------------------------------------------------- lifecycle
 
-    def run(self, cancelled: Callable[[], bool]) -> str:
-        """Loop until a :class:`Shutdown` (or ``cancelled()``: the app went away without choosing, so stop every
-        run rather than orphan it). Returns how it ended. Closes the history (releases the workspace lock)."""
+    def run(self, abandoned: Callable[[], str | None]) -> str:
+        """Loop until a :class:`Shutdown`, or until ``abandoned()`` says why the app went away without choosing
+        (an error in the app, a test that ended): local workers then stop with a checkpoint and, like the runs
+        still queued, are filed ``interrupted`` with that reason (resumable, never passed off as the user's
+        cancellation); runs on Slurm are left to it. Returns how it ended. Closes the history (releases the
+        workspace lock)."""
         try:
             self._start()
             next_tick = time.monotonic()
             while self._finished is None:
-                if cancelled():
-                    self._shutdown("stop")
+                reason = abandoned()
+                if reason is not None:
+                    self._shutdown("interrupt", reason)
                     break
                 try:
                     command = self.commands.get(timeout=max(0.0, next_tick - time.monotonic()))
@@ -238,18 +244,28 @@ class ManagerLoop:
     def _backends(self) -> list[Scheduler]:
         return [b for b in (self.scheduler, self.slurm) if b is not None]
 
-    def _shutdown(self, how: str) -> None:
+    def _shutdown(self, how: str, reason: str | None = None) -> None:
+        """``stop``: stop every run; ``detach``: leave workers running for the next manager (queued runs are
+        cancelled); ``interrupt`` (no one chose): stop local workers and file them and the queued runs
+        ``interrupted`` with ``reason``, leaving Slurm's runs to it."""
         for backend in self._backends():
-            if how == "detach":
-                # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
+            if how == "interrupt" and backend is not self.slurm:
+                ids = {h: self.history.find(h) for h in (*backend.running, *(s.hash() for s in backend.queue))}
+                backend.stop_all(status="interrupted", reason=reason)
+                self.interrupted += [r["id"] for r in ids.values() if r is not None]
+            elif how in ("detach", "interrupt"):
+                # Queued runs have no worker to leave behind: file them so history does not claim they are queued.
                 for spec in list(backend.queue):
-                    backend.cancel(spec.hash())
-                self._detached += backend.detach()
+                    if how == "detach":
+                        backend.cancel(spec.hash())
+                    else:
+                        backend.queue.remove(spec)
+                        self.history.update(spec.hash(), status="interrupted", error=reason)
+                self.detached += backend.detach()
             elif backend.pending():
                 backend.stop_all()
         self._flush_events()
         self._finished = how
-        self.post(ManagerClosed(how, list(self._detached)))
 
     # -------------------------------------------------------------------------------------- commands
 
