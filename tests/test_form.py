@@ -43,8 +43,10 @@ async def choose(form: NewExperimentScreen, key: str, values: list[Any]) -> None
 
 
 async def switch_task(pilot: Any, form: NewExperimentScreen, task: str, field: str) -> None:
+    """Choose ``task`` in the picker and wait until its form is drawn, every field and row composed."""
     form.query_one("#task", Select).value = task
-    await wait_until(pilot, lambda: form.task_name == task and bool(form.query(f"#{field}")), what=f"{task} form")
+    await wait_until(pilot, lambda: form.built_task == task, what=f"{task} form")
+    assert form.query(f"#{field}")
 
 
 async def load(pilot: Any, form: NewExperimentScreen, name: str) -> None:
