@@ -457,7 +457,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from engine.worker import ENV_STOP_WITH_PARENT, LOCK
     from gaptui.history import History
-    from gaptui.processes import worker_gone
+    from gaptui.processes import FOREGROUND, worker_gone
     from gaptui.scheduler import Scheduler, Slot, new_record
 
     progress = Progress(
@@ -514,7 +514,8 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         elif Path(record["run_dir"]) != folder:
             history.update(h, run_dir=str(folder))
         slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
-        scheduler = Scheduler(ws, history, [slot], listener=on_event)
+        # Recorded as the run's driver: no manager adopts, stops or files it while this command lives.
+        scheduler = Scheduler(ws, history, [slot], listener=on_event, driver=FOREGROUND)
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
             with progress:
@@ -545,9 +546,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_slurm, commands_tune, families
+    from gaptui import commands_analysis, commands_manager, commands_queue, commands_slurm, commands_tune, families
 
     commands_manager.register(app)
+    commands_queue.register(app)
     commands_tune.register(app)
     commands_analysis.register(app)
     families.register_commands(app)

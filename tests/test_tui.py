@@ -370,6 +370,11 @@ async def test_cancel_a_running_run(tmp_path: Path) -> None:
         assert resumed["resumed_from"] is not None and app.book.get(run_hash)["attempts"] == 2
         await pilot.press("c")
         await wait_until(pilot, lambda: app.book.get(run_hash)["status"] == "cancelled", 60, "the second cancellation")
+        # its duration counts both parts: the first from its start to its cancel, the second from its spawn
+        record, events = app.book.get(run_hash), epoch_events(app.book.get(run_hash))
+        first = [e for e in events if e["event"] in ("start", "cancelled")][:2]
+        expected = (events[-1]["t"] - record["started_ts"]) + (first[1]["t"] - first[0]["t"])
+        assert record["duration"] == pytest.approx(expected, abs=0.05)
         await pilot.press("o")  # open in history: the run's details over the History section
         await pilot.pause()
         assert app.current_mode == "history" and isinstance(app.screen, RunDetailScreen)

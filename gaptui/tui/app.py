@@ -45,6 +45,7 @@ from gaptui.tui.manager import (
     ManagerLoop,
     Retry,
     Shutdown,
+    Steer,
     StopAll,
 )
 from gaptui.tui.messages import (
@@ -253,6 +254,16 @@ class GaptuiApp(App[None]):
         yield SystemCommand("History", "Every run of the workspace: filter, sort, details (F4)", self._goto("history"))
         yield SystemCommand("Ranking", "Table D.3 per dataset and the accuracy-gap plot (F5)", self._goto("ranking"))
         yield SystemCommand("Export ranking table", "Write the current table to <workspace>/exports", self._export)
+        if self.state.paused:
+            yield SystemCommand("Resume the queue", "Start queued runs again (p in Runs)", self.action_pause_queue)
+        else:
+            yield SystemCommand(
+                "Pause the queue", "Start no more runs; running ones go on (p in Runs)", self.action_pause_queue
+            )
+        if self.state.draining:
+            yield SystemCommand(
+                "Undrain every slot", f"Give {', '.join(self.state.draining)} runs again", self.action_undrain_all
+            )
         yield SystemCommand("Stop all runs", "Cancel every queued and running run", self.action_stop_all)
         yield SystemCommand("Keys", "Every key binding (F1)", self.action_help)
         yield SystemCommand("Quit", "Quit gaptui, asking about runs in flight (Ctrl+Q)", self.action_quit)
@@ -334,6 +345,18 @@ class GaptuiApp(App[None]):
     def follow_log(self, owner: str, run_hash: str | None, run_dir: str | None = None) -> None:
         """Have ``owner`` (a view) follow the log of one run; ``None`` stops."""
         self.manager.submit(FollowLog(owner, run_hash, run_dir))
+
+    def steer(self, action: str, slots: Iterable[str] = ()) -> None:
+        """Pause or resume the queue (``pause``, ``resume``), drain slots or give them runs again (``drain``,
+        ``resume`` with slots): runs already running go on."""
+        if self.writable():
+            self.manager.submit(Steer(action, tuple(slots)))
+
+    def action_pause_queue(self) -> None:
+        self.steer("resume" if self.state.paused else "pause")
+
+    def action_undrain_all(self) -> None:
+        self.steer("resume", self.state.draining)
 
     def action_stop_all(self) -> None:
         if not self.writable():
@@ -422,6 +445,8 @@ class GaptuiApp(App[None]):
             parts.append(f"re-attached {len(message.reattached)} run(s) still running: {', '.join(message.reattached)}")
         if message.refiled:
             parts.append(f"{len(message.refiled)} run(s) finished while gaptui was closed: their results are filed")
+        if message.foreground:
+            parts.append(message.foreground)
         waiting = [r for r in message.interrupted if r not in message.refiled]
         if waiting:
             parts.append(

@@ -33,6 +33,8 @@ from gaptui.backends.slurm import (
 )
 from gaptui.history import History, history_stamp
 from gaptui.presets import parse_preset
+from gaptui.queue_control import ControlChannel
+from gaptui.recovery import foreground_line
 from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
     LogTail,
@@ -113,6 +115,14 @@ class FollowLog:
 
 
 @dataclass(frozen=True)
+class Steer:
+    """Pause or resume the queue, drain slots or give them runs again (:meth:`QueueControl.apply`'s request)."""
+
+    action: str
+    slots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StopAll:
     """Cancel everything in flight (SIGTERM, checkpoint, marked cancelled) and keep the loop going."""
 
@@ -124,7 +134,7 @@ class Shutdown:
     how: str = "stop"
 
 
-Command = Launch | Cancel | Retry | EditRecord | Follow | FollowLog | StopAll | Shutdown
+Command = Launch | Cancel | Retry | EditRecord | Follow | FollowLog | Steer | StopAll | Shutdown
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -173,6 +183,8 @@ class ManagerLoop:
     detached: list[str] = field(default_factory=list)
     #: Run ids filed ``interrupted`` because the app went away without a choice (:meth:`run`).
     interrupted: list[str] = field(default_factory=list)
+    #: Requests of `gaptui queue` in another terminal, and the state it reads (:mod:`gaptui.queue_control`).
+    channel: ControlChannel | None = None
 
     def submit(self, command: Command) -> None:
         """Queue a command for the loop (thread-safe)."""
@@ -205,6 +217,8 @@ class ManagerLoop:
                 next_tick = time.monotonic() + POLL_SECONDS
             return self._finished or "stopped"
         finally:
+            if self.channel is not None:
+                self.channel.close()
             self.history.close()
             self.closed.set()
 
@@ -213,11 +227,15 @@ class ManagerLoop:
             self._poll_history(force=True)
             return
         self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
+        self.channel = ControlChannel(self.ws, "the gaptui app")
         reattached, interrupted = self.scheduler.recover()
         reattached += self._reattach_slurm()
         refiled = list(self.scheduler.refiled)
-        if reattached or interrupted or refiled:
-            self.post(Recovered(reattached, interrupted, refiled))
+        # A foreground `gaptui train` files its own run: followed here (its end updates the book), never adopted.
+        self.scheduler.watch(self.scheduler.foreground)
+        foreground = foreground_line(self.scheduler.foreground, "followed here, never stopped from here")
+        if reattached or interrupted or refiled or foreground:
+            self.post(Recovered(reattached, interrupted, refiled, foreground))
         self._post_state()
         # The history this manager read (its cache: every record) lives as long as the app: out of the
         # collector's full passes, each of which would otherwise walk it (half a second at 20,000 records).
@@ -255,12 +273,7 @@ class ManagerLoop:
                 self.interrupted += [r["id"] for r in ids.values() if r is not None]
             elif how in ("detach", "interrupt"):
                 # Queued runs have no worker to leave behind: file them so history does not claim they are queued.
-                for spec in list(backend.queue):
-                    if how == "detach":
-                        backend.cancel(spec.hash())
-                    else:
-                        backend.queue.remove(spec)
-                        self.history.update(spec.hash(), status="interrupted", error=reason)
+                backend.withdraw_queued("cancelled" if how == "detach" else "interrupted", reason)
                 self.detached += backend.detach()
             elif backend.pending():
                 backend.stop_all()
@@ -295,6 +308,8 @@ class ManagerLoop:
             elif isinstance(command, StopAll):
                 for backend in self._backends():
                     backend.stop_all()
+            elif isinstance(command, Steer):
+                self._steer({"action": command.action, "slots": list(command.slots)})
         except GaptuiError as exc:
             self.post(ManagerNotice(str(exc), "error"))
         except Exception as exc:  # noqa: BLE001 - one failed command must not end the supervision of running workers
@@ -363,6 +378,8 @@ class ManagerLoop:
             parts.append(f"{len(grid_plan.failed)} failed before (skipped; tick 'retry failed' to rerun)")
         if launched.in_flight:
             parts.append(f"{launched.in_flight} already in flight")
+        if launched.foreground:
+            parts.append(f"{len(launched.foreground)} of them trained by `gaptui train` elsewhere (waited for)")
         if launched.failed:
             parts.append(f"{len(launched.failed)} failed to prepare")
         where = "Slurm" if target is self.slurm else f"{len(self.scheduler.slots)} slot(s)"
@@ -375,6 +392,11 @@ class ManagerLoop:
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
+        foreground = [h for h in hashes if h in self.scheduler.watched]
+        if foreground:
+            line = foreground_line([self.history.find(h) or {"id": h[:12]} for h in foreground], "stop it there")
+            self.post(ManagerNotice(line, "warning"))
+        hashes = tuple(h for h in hashes if h not in foreground)
         missed = [h[:12] for h in hashes if not any(b.cancel(h) for b in self._backends())]
         if missed:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
@@ -441,7 +463,19 @@ class ManagerLoop:
             if events:
                 self.post(RunEvents(run_hash, events))
 
+    def _steer(self, request: dict[str, Any]) -> None:
+        """Apply a request (the app's keys, or `gaptui queue` in another terminal) to the local slots; a pause or a
+        resume of the whole queue holds for Slurm too."""
+        assert self.scheduler is not None
+        line = self.scheduler.control.apply(request, (s.name for s in self.scheduler.slots))
+        if self.slurm is not None and not request.get("slots"):
+            self.slurm.control.apply(request, ())
+        self.post(ManagerNotice(f"queue: {line}", "warning" if line.startswith("ignored") else "information"))
+
     def _tick(self) -> None:
+        if self.channel is not None and self.scheduler is not None:
+            for request in self.channel.poll():
+                self._steer(request)
         for backend in self._backends():
             if backend.pending():
                 try:
@@ -460,6 +494,9 @@ class ManagerLoop:
         if self.read_only:
             self._poll_history()
         self._post_state()
+        if self.channel is not None and self.scheduler is not None:
+            running, queued = (len(x) for x in self._state_fields()[:2])
+            self.channel.publish(self.scheduler.control, self.scheduler.slots, running, queued)
 
     def _tail_logs(self) -> None:
         for target in self._logs.values():
@@ -498,7 +535,14 @@ class ManagerLoop:
         )
 
     def _post_state(self) -> None:
-        state = SchedulerState(*self._state_fields(), building=self._building)
+        control = self.scheduler.control if self.scheduler is not None else None
+        state = SchedulerState(
+            *self._state_fields(),
+            building=self._building,
+            paused=bool(control and control.paused),
+            draining=tuple(sorted(control.draining)) if control else (),
+            control=control.state_line() if control else "",
+        )
         if self._state is None or state != self._state:
             self._state = state
             self.post(state)

@@ -58,12 +58,17 @@ class LogTail(ManagerMessage):
 
 @dataclass
 class SchedulerState(ManagerMessage):
-    """What the scheduler holds after a step: running and queued run hashes, and its slot names."""
+    """What the scheduler holds after a step: running and queued run hashes, its slot names, how it is steered."""
 
     running: tuple[str, ...]
     queued: tuple[str, ...]
     slots: tuple[str, ...] = ()
     building: str = ""
+    #: The queue is paused (no run starts); these local slots are draining (finish their run, take no other).
+    paused: bool = False
+    draining: tuple[str, ...] = ()
+    #: What steers the queue, in words ("paused · draining cpu#1 · halted (...)"), "" when nothing does.
+    control: str = ""
 
 
 @dataclass
@@ -81,3 +86,5 @@ class Recovered(ManagerMessage):
     reattached: list[str]
     interrupted: list[str]
     refiled: list[str] = field(default_factory=list)
+    #: One line on the runs a foreground ``gaptui train`` trains ("" when none): followed, never adopted.
+    foreground: str = ""
