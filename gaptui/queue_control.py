@@ -95,17 +95,17 @@ class QueueControl:
             return f"ignored {action} of unknown slot(s) {', '.join(unknown)} (slots: {', '.join(sorted(names))})"
         if action == "pause":
             self.paused = True
-            return "queue paused: running runs go on, no run starts"
+            return "paused: running runs go on, no run starts"
         if action == "drain":
             self.draining |= set(slots)
             return f"draining {', '.join(slots)}: each finishes its run and takes no other"
         if action == "resume" and slots:
             self.draining -= set(slots)
-            return f"{', '.join(slots)} take runs again"
+            return f"taking runs again: {', '.join(slots)}"
         if action == "resume":
             self.paused = False
-            drained = f" (still draining: {', '.join(sorted(self.draining))})" if self.draining else ""
-            return f"queue resumed{drained}"
+            drained = f" ({', '.join(sorted(self.draining))} still draining)" if self.draining else ""
+            return f"resumed{drained}"
         return f"ignored unknown request {action!r}"
 
     def state_line(self) -> str:

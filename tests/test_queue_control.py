@@ -58,10 +58,10 @@ def test_pause_drain_and_resume_decide_which_slots_take_runs() -> None:
     assert [s.name for s in control.free_slots(slots)] == ["cpu#0", "cpu#1"]
     assert "draining cpu#1" in control.apply({"action": "drain", "slots": ["cpu#1"]}, names)
     assert [s.name for s in control.free_slots(slots)] == ["cpu#0"]
-    assert control.apply({"action": "pause"}, names).startswith("queue paused")
+    assert control.apply({"action": "pause"}, names).startswith("paused")
     assert control.free_slots(slots) == [] and control.state_line() == "paused · draining cpu#1"
-    assert control.apply({"action": "resume"}, names) == "queue resumed (still draining: cpu#1)"
-    assert control.apply({"action": "resume", "slots": ["cpu#1"]}, names) == "cpu#1 take runs again"
+    assert control.apply({"action": "resume"}, names) == "resumed (cpu#1 still draining)"
+    assert control.apply({"action": "resume", "slots": ["cpu#1"]}, names) == "taking runs again: cpu#1"
     assert len(control.free_slots(slots)) == 2 and control.state_line() == ""
     assert control.apply({"action": "drain", "slots": ["gpu9"]}, names).startswith("ignored drain of unknown slot")
 
@@ -106,7 +106,7 @@ def test_a_request_reaches_the_manager_of_the_workspace_and_waits_for_it(tmp_pat
         channel.close()
     assert said == [
         "draining cpu#1: each finishes its run and takes no other",
-        "queue paused: running runs go on, no run starts",
+        "paused: running runs go on, no run starts",
     ]
     assert read_state(ws) is None  # the manager ended: no state
 
@@ -189,7 +189,7 @@ def test_gaptui_queue_pauses_drains_and_resumes_a_running_grid(tmp_path: Path) -
         if manager.poll() is None:
             manager.kill()
             manager.wait()
-    assert "queue: queue paused" in stderr and "queue: draining cpu#1" in stderr and "queue: queue resumed" in stderr
+    assert "queue: paused" in stderr and "queue: draining cpu#1" in stderr and "queue: resumed (cpu#1" in stderr
     records = read_records(Workspace(ws))
     assert all(r["status"] == "done" for r in records)
     assert {r["slot"] for r in records if r["hash"] not in started} == {"cpu#0"}  # cpu#1 took no other run

@@ -33,7 +33,7 @@ async def test_pause_drain_and_resume_from_the_runs_section(tmp_path: Path) -> N
         await wait_until(pilot, lambda: len(running()) == 2, 120, "two runs on two slots")
         await pilot.press("p")
         await wait_until(pilot, lambda: app.state.paused, 30, "the pause")
-        assert any("queue paused" in n for n in notices(app))
+        assert any(n.startswith("queue: paused") for n in notices(app))
         assert "paused" in str(runs.query_one("#runs-state").render())
         assert "Resume the queue" in {c.title for c in app.get_system_commands(app.screen)}
         status = run_cli("queue", "status", "--workspace", str(ws.root))
@@ -55,7 +55,7 @@ async def test_pause_drain_and_resume_from_the_runs_section(tmp_path: Path) -> N
         res = run_cli("queue", "resume", drained["slot"], "--workspace", str(ws.root))  # another terminal
         assert res.returncode == 0, res.stderr
         await wait_until(pilot, lambda: app.state.draining == (), 30, "the slot given runs again")
-        assert any(f"{drained['slot']} take runs again" in n for n in notices(app))
+        assert any(f"taking runs again: {drained['slot']}" in n for n in notices(app))
 
         await pilot.press("f1")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), 10, "the help screen")

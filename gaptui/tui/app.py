@@ -482,6 +482,8 @@ class GaptuiApp(App[None]):
             parts.append(f"{len(self.state.running)} running, {len(self.state.queued)} queued")
         if self.state.building:
             parts.append(self.state.building)
+        if self.state.control:
+            parts.append(self.state.control)
         if self.read_only:
             parts.append("READ-ONLY")
         self.sub_title = " · ".join(parts)
