@@ -130,16 +130,16 @@ async def test_the_app_follows_a_foreground_run_and_quits_without_touching_it(tm
         theirs = _training(ws)
         app = GaptuiApp(Workspace(ws))
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.recovered is not None, 60, "the manager's start")
+            await wait_until(pilot, lambda: app.recovered is not None, what="the manager's start")
             assert not app.recovered.reattached and theirs["id"] in app.recovered.foreground
             assert any("trained in the foreground by `gaptui train`" in n for n in notices(app))
             assert app.state.running == ()  # not the app's: quitting has nothing of its own to stop
             await pilot.press("f3")
             app.runs_screen.table.move_to(theirs["hash"])
             await pilot.press("c")  # cancelling it is refused, with where to stop it
-            await wait_until(pilot, lambda: any("stop it there" in n for n in notices(app)), 30, "the refusal")
+            await wait_until(pilot, lambda: any("stop it there" in n for n in notices(app)), what="the refusal")
             await pilot.press("ctrl+q")
-            await wait_until(pilot, lambda: not app.is_running, 60, "the app to exit")
+            await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
         assert _alive(theirs["pid"]) and train.poll() is None
         now = {r["id"]: r for r in read_records(Workspace(ws))}[theirs["id"]]
         assert now["status"] == "running" and now["pid"] == theirs["pid"]

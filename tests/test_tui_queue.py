@@ -30,9 +30,9 @@ async def test_pause_drain_and_resume_from_the_runs_section(tmp_path: Path) -> N
         def running() -> list[dict]:
             return [r for r in app.book if r["status"] == "running"]
 
-        await wait_until(pilot, lambda: len(running()) == 2, 120, "two runs on two slots")
+        await wait_until(pilot, lambda: len(running()) == 2, what="two runs on two slots")
         await pilot.press("p")
-        await wait_until(pilot, lambda: app.state.paused, 30, "the pause")
+        await wait_until(pilot, lambda: app.state.paused, what="the pause")
         assert any(n.startswith("queue: paused") for n in notices(app))
         assert "paused" in str(runs.query_one("#runs-state").render())
         assert "Resume the queue" in {c.title for c in app.get_system_commands(app.screen)}
@@ -42,27 +42,27 @@ async def test_pause_drain_and_resume_from_the_runs_section(tmp_path: Path) -> N
         drained, other = running()
         runs.table.move_to(drained["hash"])
         await pilot.press("d")
-        await wait_until(pilot, lambda: app.state.draining == (drained["slot"],), 30, "the drain")
+        await wait_until(pilot, lambda: app.state.draining == (drained["slot"],), what="the drain")
         runs.table.move_to(other["hash"])
         await pilot.press("c")  # its slot frees; paused, nothing takes it
-        await wait_until(pilot, lambda: app.book.get(other["hash"])["status"] == "cancelled", 60, "the cancel")
-        await wait_until(pilot, lambda: len(app.state.running) == 1, 30, "one run left running")
+        await wait_until(pilot, lambda: app.book.get(other["hash"])["status"] == "cancelled", what="the cancel")
+        await wait_until(pilot, lambda: len(app.state.running) == 1, what="one run left running")
         (queued,) = [r for r in app.book if r["status"] == "queued"]
         await pilot.press("p")  # resumed: the queued run starts on the free slot, never on the drained one
-        await wait_until(pilot, lambda: app.book.get(queued["hash"])["status"] == "running", 120, "the queued run")
+        await wait_until(pilot, lambda: app.book.get(queued["hash"])["status"] == "running", what="the queued run")
         assert app.book.get(queued["hash"])["slot"] == other["slot"] != drained["slot"]
 
         res = run_cli("queue", "resume", drained["slot"], "--workspace", str(ws.root))  # another terminal
         assert res.returncode == 0, res.stderr
-        await wait_until(pilot, lambda: app.state.draining == (), 30, "the slot given runs again")
+        await wait_until(pilot, lambda: app.state.draining == (), what="the slot given runs again")
         assert any(f"taking runs again: {drained['slot']}" in n for n in notices(app))
 
         await pilot.press("f1")
-        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), 10, "the help screen")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
         runs_keys = dict(app.screen.sections)["Runs"]
         assert {"Pause/resume queue", "Drain slot"} <= {b.description for b in runs_keys}
         await pilot.press("escape", "ctrl+q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ChoiceScreen), 10, "the quit question")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChoiceScreen), what="the quit question")
         await pilot.press("s")
-        await wait_until(pilot, lambda: not app.is_running, 90, "the app to stop its runs and exit")
+        await wait_until(pilot, lambda: not app.is_running, what="the app to stop its runs and exit")
     assert not (ws.root / "queue-state.json").exists()

@@ -47,8 +47,7 @@ async def launch_from_form(pilot, app: GaptuiApp, seeds: str, total: int) -> Non
     await wait_until(
         pilot,
         lambda: len(app.book) == total and all(r["status"] in ("done", "failed") for r in app.book),
-        240,
-        f"{total} runs filed",
+        what=f"{total} runs filed",
     )
 
 
@@ -140,9 +139,9 @@ def test_an_error_in_the_app_files_its_runs_interrupted_and_exits_1(
     async def crash(pilot) -> None:
         app = pilot.app
         assert app.launch(tiny_preset(epochs=5000), SlotConfig(cpu_jobs=1))  # two runs on one slot
-        await wait_until(pilot, lambda: any(r["status"] == "running" for r in app.book), 120, "a run started")
+        await wait_until(pilot, lambda: any(r["status"] == "running" for r in app.book), what="a run started")
         run = next(r for r in app.book if r["status"] == "running")
-        await wait_until(pilot, lambda: len(epoch_lines(run)) >= 2, 120, "its first epoch")
+        await wait_until(pilot, lambda: len(epoch_lines(run)) >= 2, what="its first epoch")
 
         def boom() -> None:
             raise RuntimeError("a bug in a handler")
@@ -202,7 +201,7 @@ async def test_messages_of_the_manager_that_arrive_while_the_app_is_torn_down_ar
                 await app.switch_mode(mode)
                 await pilot.pause()
             thread.start()
-            await wait_until(pilot, lambda: len(posted) > 100, 30, "messages flowing")
+            await wait_until(pilot, lambda: len(posted) > 100, what="messages flowing")
             # leaving the context tears the app down while the thread keeps posting
     finally:
         stop.set()
