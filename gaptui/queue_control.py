@@ -130,7 +130,10 @@ class ControlChannel:
 
     def poll(self) -> list[dict[str, Any]]:
         """The whole request lines appended since the last call."""
-        if _size(self.requests) <= self.offset:
+        size = _size(self.requests)
+        if size < self.offset:  # the file was removed (and written anew): what it holds now is new
+            self.offset = 0
+        if size <= self.offset:
             return []
         with open(self.requests, "rb") as fh:
             fh.seek(self.offset)

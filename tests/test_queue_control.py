@@ -111,6 +111,24 @@ def test_a_request_reaches_the_manager_of_the_workspace_and_waits_for_it(tmp_pat
     assert read_state(ws) is None  # the manager ended: no state
 
 
+def test_the_channel_reads_whole_new_lines_only(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    ws.root.mkdir()
+    requests = ws.root / "queue-requests.jsonl"
+    requests.write_text('{"action": "pause"}\n')
+    channel = ControlChannel(ws, "test")
+    assert channel.poll() == []  # written before the manager started
+    with open(requests, "a") as fh:
+        fh.write('{"action": "drain", "slots": ["cpu#0"]}\nnot json\n{"action": "res')  # the last one half written
+    assert channel.poll() == [{"action": "drain", "slots": ["cpu#0"]}]
+    with open(requests, "a") as fh:
+        fh.write('ume"}\n')
+    assert channel.poll() == [{"action": "resume"}]
+    requests.unlink()
+    requests.write_text('{"action": "pause"}\n')  # removed and written anew: read from its start
+    assert channel.poll() == [{"action": "pause"}]
+
+
 # ------------------------------------------------------------------------------------------ gaptui run, steered
 
 
