@@ -94,7 +94,8 @@ def tiny_preset(epochs: int = 2, noise: tuple[float, ...] = (0.05, 0.2), models:
 
 
 def notices(app: GaptuiApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    """Every notification the app showed, oldest first, expired ones too (``tests/conftest.py`` keeps them)."""
+    return list(app.__dict__.get("notice_log", []))
 
 
 def epoch_events(record: dict[str, Any]) -> list[dict[str, Any]]:
