@@ -33,7 +33,8 @@ def _open_tui_without_command(ctx: typer.Context, workspace: WorkspaceOpt = None
     if ctx.invoked_subcommand is None:
         from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
 
-        run_app(workspace)
+        if run_app(workspace):
+            raise typer.Exit(1)
     elif workspace is not None:
         # `gaptui --workspace X history` means what `gaptui history --workspace X` means.
         os.environ[ENV_WORKSPACE] = str(workspace)
@@ -44,7 +45,8 @@ def tui_cmd(workspace: WorkspaceOpt = None) -> None:
     """Open the terminal UI on the workspace (the same as `gaptui` without a command)."""
     from gaptui.tui.app import run_app
 
-    run_app(workspace)
+    if run_app(workspace):
+        raise typer.Exit(1)
 
 
 #: The parameters of ``gaptui train`` that describe a run alone, by the flag name a family's ``TrainFlags`` reads.
@@ -463,7 +465,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from engine.worker import ENV_STOP_WITH_PARENT, LOCK
     from gaptui.history import History
-    from gaptui.processes import worker_gone
+    from gaptui.processes import FOREGROUND, worker_gone
     from gaptui.scheduler import Scheduler, Slot, new_record
 
     progress = Progress(
@@ -520,7 +522,8 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         elif Path(record["run_dir"]) != folder:
             history.update(h, run_dir=str(folder))
         slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
-        scheduler = Scheduler(ws, history, [slot], listener=on_event)
+        # Recorded as the run's driver: no manager adopts, stops or files it while this command lives.
+        scheduler = Scheduler(ws, history, [slot], listener=on_event, driver=FOREGROUND)
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
             with progress:
@@ -551,9 +554,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_slurm, commands_tune, families
+    from gaptui import commands_analysis, commands_manager, commands_queue, commands_slurm, commands_tune, families
 
     commands_manager.register(app)
+    commands_queue.register(app)
     commands_tune.register(app)
     commands_analysis.register(app)
     families.register_commands(app)

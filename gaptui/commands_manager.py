@@ -114,10 +114,20 @@ def run_cmd(
         bool,
         typer.Option("--list", help="With --dry-run: also list every run in start order and every dataset's memory."),
     ] = False,
+    fail_fast: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--fail-fast",
+            metavar="N",
+            help="Stop queuing once N runs failed with the same error (running ones finish; the rest is recorded "
+            "cancelled): exit 1 naming the error.",
+        ),
+    ] = None,
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
 
-    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
+    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them.
+    From another terminal, `gaptui queue pause`, `resume` and `drain SLOT` steer the grid while it runs."""
     from gaptui import launch
     from gaptui.preset_code import review_preset
 
@@ -146,6 +156,7 @@ def run_cmd(
         retry_failed=retry_failed,
         slurm=slurm_settings,
         force=force,
+        fail_fast=fail_fast,
     )
     settings = launch.launch_settings(spec_preset, options, ws)
 
@@ -242,8 +253,12 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
     # Before anything is recorded: a grid that would run for months is refused (--force insists).
     records = read_records(ws)
     duration = launch.plan_launch(spec_preset, ws, records, settings).duration_lines(ws, records, force)[1]
-    with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
+    from gaptui.queue_control import ControlChannel
+
+    purpose = f"gaptui run --preset {spec_preset.name}"
+    with History(ws, write=True, purpose=purpose) as history, ControlChannel(ws, purpose) as channel:
         scheduler = launch.make_backend(settings, ws, history)
+        channel.publish(scheduler.control, scheduler.slots, 0, 0)  # `gaptui queue` finds it while inputs are built
         recover_runs(scheduler)
         launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
         grid_plan = launch_plan.plan
@@ -259,10 +274,17 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
         if detach:
             _detach(scheduler, spec_preset.name)
             return
-        _drive(scheduler, history, hashes, spec_preset.name)
+        _drive(scheduler, history, hashes, spec_preset.name, channel)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, grid_plan.specs, spec_preset.task)
+    if scheduler.control.halted:
+        err_console.print(
+            f"[red]fail-fast:[/] {escape(scheduler.control.halted)}; the runs not started were recorded cancelled: "
+            "fix the cause, then the same command runs them",
+            highlight=False,
+            soft_wrap=True,
+        )
     _exit_if_failed(failed, skipped_failed)
 
 
@@ -314,16 +336,30 @@ def _print_launched(
     retry_failed: bool,
 ) -> None:
     """The runs that failed before starting, then the grid's counts: done, failed before, to run and where."""
+    from gaptui.recovery import foreground_line
+
     for run_hash, error in launched.failed.items():
         err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
     where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
+    grid = {s.hash() for s in grid_plan.specs}
+    # The grid's runs only: runs re-attached from another grid, or trained by a `gaptui train`, are not its own.
+    to_run = len(launched.queued) + len(set(scheduler.running) & grid) + len(elsewhere & grid)
+    foreground = f", {len(launched.foreground)} trained by `gaptui train` (waited for)" if launched.foreground else ""
     err_console.print(
         f"preset {preset}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
         f"{len(grid_plan.failed)} failed before"
         f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-        f"{len(launched.queued) + len(scheduler.running) + len(elsewhere)} to run on {where}",
+        f"{to_run} to run on {where}{foreground}",
         highlight=False,
+        markup=False,
     )
+    others = [r for r in scheduler.foreground if r["hash"] not in grid]
+    for line in (
+        foreground_line(launched.foreground, "this grid waits for it (its result is the grid's)"),
+        foreground_line(others, "not in this grid: left to it"),
+    ):
+        if line:
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _detach(scheduler: Any, preset: str) -> None:
@@ -385,15 +421,21 @@ def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate
             return [f"estimate: not available: {exc}"]
 
 
-def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
+def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel: Any) -> None:
     """Run the scheduler with a live display; Ctrl-C (or SIGTERM) stops every worker cleanly."""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    from gaptui.queue_control import steer
+
     previous = signal.signal(signal.SIGTERM, on_term)
     started = time.time()
     live_display = console.is_terminal
+
+    def say(line: str) -> None:
+        err_console.print(f"queue: {line}", highlight=False, markup=False, soft_wrap=True)
+
     try:
         with (
             Live(
@@ -407,6 +449,7 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
         ):
             seen = 0
             while scheduler.pending():
+                steer(channel, scheduler, say)
                 scheduler.step()
                 if live_display:
                     live.update(_progress(scheduler, history, hashes, preset, started), refresh=True)
@@ -469,6 +512,7 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
         f"[bold]{escape(preset)}[/]: "
         + " · ".join(f"{s} {counts[s]}" for s in statuses if counts[s] or s in ("done", "running", "queued"))
         + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+        + (f" · [yellow]{escape(control)}[/]" if (control := scheduler.control.state_line()) else "")
     )
     table = Table(box=None, pad_edge=False)
     for col in ("run", "run of", "seed", "epoch", "last", "slot"):

@@ -38,7 +38,7 @@ from tinydb.table import Table
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from engine.tasks import task_of
-from gaptui.processes import worker_gone
+from gaptui.processes import in_foreground, worker_gone
 from gaptui.record import STATUSES, Record, record_family
 from gaptui.workspace import Workspace
 
@@ -761,8 +761,9 @@ def _with_declared_axes(record: Record) -> Record:
 def shown(record: Record) -> Record:
     """``record`` as readers show it: ``interrupted`` when it is stored ``running`` and its local worker is gone
     (:func:`gaptui.processes.worker_gone`: the ``gaptui train`` or manager that drove it was killed); nothing is
-    written (the next manager records it, :meth:`gaptui.scheduler.Scheduler.recover`)."""
-    if record.get("status") == "running" and worker_gone(record):
+    written (the next manager records it, :meth:`gaptui.scheduler.Scheduler.recover`). A foreground ``gaptui train``
+    still alive files its run itself, its worker gone or not (:func:`gaptui.processes.in_foreground`)."""
+    if record.get("status") == "running" and worker_gone(record) and not in_foreground(record):
         return {**record, "status": "interrupted"}  # type: ignore[typeddict-item]
     return record
 

@@ -26,6 +26,23 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GAPTUI_DATA", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _notice_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notification a Textual app shows, kept in its ``notice_log`` for the test to read: the app's own list
+    drops a notification once it times out (5 s), which a loaded machine reaches before the test looks."""
+    if "textual.app" not in sys.modules:  # not a test of an app
+        return
+    from textual.app import App
+
+    shown = App.notify
+
+    def notify(self: App, message: str, *args: object, **kwargs: object) -> None:
+        self.__dict__.setdefault("notice_log", []).append(str(message))
+        shown(self, message, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(App, "notify", notify)
+
+
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The toy plug-in family of ``tests/toy_family.py`` registered in this process for one test, after the

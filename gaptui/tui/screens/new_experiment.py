@@ -222,6 +222,8 @@ class NewExperimentScreen(SectionScreen):
         self._choices: dict[tuple[str, str, str], list[Any]] = {}
         #: Where the grid summary is computed (one at a time; quitting never waits for it).
         self._summaries = OneAtATime("grid summary")
+        #: The family whose form is drawn, every field and row composed (None while a family's form is built).
+        self.built_task: str | None = None
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -306,6 +308,7 @@ class NewExperimentScreen(SectionScreen):
     async def _show_family(self, values: dict[str, Any] | None = None) -> None:
         """Build the chosen family's form holding ``values`` (typed; default: the fields' defaults), or, for a
         family without fields, a note on the preset to launch."""
+        self.built_task = None
         fam = family(self.task_name)
         self.fields = () if fam.form is None else fam.form.fields()
         self.query_one("#tune-form").display = bool(self.fields and fam.tunable)
@@ -321,11 +324,13 @@ class NewExperimentScreen(SectionScreen):
                 preset = self.family_preset
                 about = preset.description or "no description"
                 note.update(f"{fam.name}: preset {preset.name} ({preset.path}) — {about}")
+            self.built_task = fam.name
             return
         note.update(f"{fam.name}: {fam.title}")
         shown = form_fields_of(default_values(self.fields) if values is None else values, self.fields)
-        await container.mount_all(list(self._layout(self.fields, shown)))
+        await container.mount_all(list(self._layout(self.fields, shown)))  # returns once every row is composed
         self._fill_choices()
+        self.built_task = fam.name
 
     def _layout(self, fields: tuple[FormField, ...], values: dict[str, Any]) -> list[Widget]:
         """Section titles; consecutive checkbox lists side by side; short fields as cells of a grid."""
