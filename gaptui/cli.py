@@ -555,13 +555,34 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def literal_help(command: Any) -> Any:
+    """``command`` (a Click command or group, with every sub-command) with its help texts escaped for Rich, which
+    Typer reads them as: a bracketed phrase written in a help (``[default: 300]``, ``a [tune] table``) is shown as
+    written instead of being taken for a style tag and dropped. Returns ``command``."""
+    for attr in ("help", "short_help", "epilog"):
+        if isinstance(getattr(command, attr, None), str):
+            setattr(command, attr, escape(getattr(command, attr)))
+    for param in command.params:
+        if isinstance(getattr(param, "help", None), str):
+            param.help = escape(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        literal_help(sub)
+    return command
+
+
+def command() -> Any:
+    """The ``gaptui`` Click command that :func:`main` runs: the Typer app with every help text kept literal
+    (:func:`literal_help`)."""
+    return literal_help(typer.main.get_command(app))
+
+
 def main() -> None:
     """Console entry point: bad input -> one ``error:`` line on stderr and exit status 2."""
     from engine.files import describe_os_error
 
     try:
         # Click's own errors come back to us (not as its usage box) so that they read like every other error.
-        code = app(standalone_mode=False)
+        code = command()(standalone_mode=False)
     except GaptuiError as exc:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)

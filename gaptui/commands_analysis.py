@@ -26,7 +26,7 @@ DatasetOpt = Annotated[
     typer.Option(
         "--dataset",
         "-d",
-        help=r"Only this table group (alignment: dataset label, e.g. er or 'er\[n=50,degree=6]'; default: all).",
+        help="Only this table group (alignment: dataset label, e.g. er or 'er[n=50,degree=6]'; default: all).",
     ),
 ]
 ReferenceOpt = Annotated[
