@@ -471,7 +471,8 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
         + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
     )
     table = Table(box=None, pad_edge=False)
-    for col in ("run", "run of", "seed", "epoch", "last", "slot"):
+    table.add_column("run", no_wrap=True, min_width=12)  # an id to copy into `gaptui show`: never cut
+    for col in ("run of", "seed", "epoch", "last", "slot"):
         table.add_column(col)
     by_hash = {r["hash"]: r for r in records}
     # Started runs first; a Slurm grid follows thousands of pending ones, which the counts above cover.
@@ -583,6 +584,7 @@ def history_cmd(
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
+    from gaptui.cli_tables import print_table
     from gaptui.columns import aligned, record_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
@@ -626,12 +628,7 @@ def history_cmd(
         print(title)
         sys.stdout.write("\n".join(aligned([header, *cells], right)) + "\n")
         return
-    table = Table(title=title)
-    for i, name in enumerate(header):
-        table.add_column(escape(name), justify="right" if i in right else "left")
-    for row in cells:
-        table.add_row(*(row[:2] + [escape(c) for c in row[2:]]))
-    console.print(table)
+    print_table(console, title, header, cells, right=right)
 
 
 def show_cmd(

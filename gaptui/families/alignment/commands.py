@@ -118,23 +118,24 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
     if not found:
         console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
         return
-    table = Table(title=f"datasets in {ws.datasets}")
-    for col in ("id", "base", "params", "model", "eta", "seed", "train", "val", "created"):
-        table.add_column(col, justify="right" if col in ("eta", "seed", "train", "val") else "left")
-    for d in found:
-        s = d.spec
-        table.add_row(
+    from gaptui.cli_tables import print_table
+
+    header = ("id", "base", "params", "model", "eta", "seed", "train", "val", "created")
+    cells = [
+        [
             d.id,
-            s["base"],
-            " ".join(f"{k}={v}" for k, v in s["params"].items()),
-            s["noise_model"],
-            f"{s['noise']:g}",
-            str(s["seed"]),
+            d.spec["base"],
+            " ".join(f"{k}={v}" for k, v in d.spec["params"].items()),
+            d.spec["noise_model"],
+            f"{d.spec['noise']:g}",
+            str(d.spec["seed"]),
             str(d.stats["train"]["pairs"]),
             str(d.stats["val"]["pairs"]),
-            d.meta.get("created", ""),
-        )
-    console.print(table)
+            str(d.meta.get("created", "")),
+        ]
+        for d in found
+    ]
+    print_table(console, f"datasets in {ws.datasets}", header, cells, right=(4, 5, 6, 7))
 
 
 @datasets_app.command("stats")
