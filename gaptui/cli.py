@@ -584,7 +584,8 @@ def main() -> None:
         # Click's own errors come back to us (not as its usage box) so that they read like every other error.
         code = command()(standalone_mode=False)
     except GaptuiError as exc:
-        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        for line in str(exc).splitlines() or [""]:  # a check that found several culprits: one line each
+            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except _click_exception() as exc:
         line = _usage_error_line(exc)

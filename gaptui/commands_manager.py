@@ -314,8 +314,16 @@ def _print_launched(
     retry_failed: bool,
 ) -> None:
     """The runs that failed before starting, then the grid's counts: done, failed before, to run and where."""
-    for run_hash, error in launched.failed.items():
-        err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
+    by_error: dict[str, list[str]] = {}
+    for run_hash, error in launched.failed.items():  # an input that failed fails every run it feeds: said once
+        by_error.setdefault(error, []).append(run_hash[:12])
+    for error, runs in by_error.items():
+        which = (
+            f"run {runs[0]}"
+            if len(runs) == 1
+            else f"{len(runs)} runs ({', '.join(runs[:3])}{', ...' * (len(runs) > 3)})"
+        )
+        err_console.print(f"[red]{which} failed before starting:[/] {escape(error)}", highlight=False, soft_wrap=True)
     where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
     err_console.print(
         f"preset {preset}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "

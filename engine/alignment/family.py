@@ -197,12 +197,14 @@ class Alignment(TaskFamily):
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
 
     def check(self, specs: list[RunSpec]) -> list[str]:
-        """The files of each base dataset not yet in the cache (a molecule file...), once per dataset."""
+        """The files of each base dataset not yet in the cache (a molecule file, a real dataset's raw files that
+        cannot be downloaded now...), once per dataset."""
         from engine.alignment.datasets import dataset_id
-        from engine.sources import check_source_files, data_root
+        from engine.sources import check_sources_files, data_root
 
         seen: set[str] = set()
         cells: set[str] = set()
+        datasets = []
         for spec in specs:
             if spec.seedless() in cells:  # the run's seed is not its dataset's
                 continue
@@ -213,7 +215,8 @@ class Alignment(TaskFamily):
             if key in seen or (datasets_dir / dataset_id(ds.canonical()) / "meta.json").exists():
                 continue
             seen.add(key)
-            check_source_files(ds.base, ds.params, data_root(raw_root))
+            datasets.append((ds.base, ds.params, data_root(raw_root)))
+        check_sources_files(datasets)  # every dataset missing its files named, one line each
         return []
 
     def inputs(self, spec: RunSpec) -> list[Input]:
