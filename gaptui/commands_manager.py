@@ -488,8 +488,7 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
     for job in shown:
         last = job.last
         record = by_hash.get(job.run_hash, {})
-        epochs = getattr(job.spec, "epochs", None)
-        epoch = f"{last.get('epoch', 0)}/{epochs}" if last and epochs else "starting" if not last else ""
+        epoch = run_position(last, job.progress, last.get("epochs") or getattr(job.spec, "epochs", None))
         fam = record_family(record)
         key = result_metric(fam).key if fam else ""
         value = last.get(key, last.get("val_acc") if last.get("event") == "epoch" else None)

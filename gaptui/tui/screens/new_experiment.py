@@ -335,9 +335,13 @@ class NewExperimentScreen(SectionScreen):
         while i < len(fields):
             spec = fields[i]
             if spec.kind == "multi":
-                group = []
+                group, titles = [], set()
                 while i < len(fields) and fields[i].kind == "multi":
+                    # a column's title is its section, or its own label when a column beside it has that section
                     title = fields[i].section or fields[i].label
+                    if title in titles:
+                        title = fields[i].label[:1].upper() + fields[i].label[1:]
+                    titles.add(title)
                     group.append(
                         Vertical(Static(title, classes="section-title", markup=False), self._widget(fields[i], values))
                     )
