@@ -249,12 +249,10 @@ def _check_train_run(ws: Workspace, spec: Any, fam: Any, folder: Path, force: bo
 def _prepare_inputs(spec: Any, fam: Any, as_json: bool) -> None:
     """Build the run's inputs (``launch.prepare_checked``), under a status line unless --json."""
     from gaptui import launch
+    from gaptui.cli_progress import step_progress
 
-    if as_json:
-        launch.prepare_checked([spec])
-    else:
-        with err_console.status(f"preparing the inputs of {escape(fam.describe(spec))} ..."):
-            launch.prepare_checked([spec])
+    with step_progress(f"preparing the inputs of {fam.describe(spec)}", quiet=as_json) as update:
+        launch.prepare_checked([spec], lambda done, total, label: update(label, done, total))
 
 
 def _print_train_result(spec: Any, fam: Any, result: dict[str, Any], folder: Path, as_json: bool) -> None:
@@ -445,6 +443,40 @@ def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _train_events(progress: Any, task: Any, fam: Any) -> Any:
+    """The listener that moves ``gaptui train``'s bar with the worker's events: preparing, then batches of epochs
+    (a ``progress`` event every few seconds within an epoch), each epoch's loss and validation metrics."""
+    metrics = {m.key: m for m in fam.metrics}
+    plan: dict[str, int] = {"epochs": 0, "batches": 1}
+
+    def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
+        if kind != "event":
+            return
+        what = event.get("event")
+        if what == "progress" and event.get("phase") == "preparing":
+            progress.update(task, where=f"preparing: {event.get('what') or 'its data, inputs and model'}")
+        elif what == "start" and isinstance(event.get("epochs"), int):
+            plan["epochs"], plan["batches"] = event["epochs"], int(event.get("steps_per_epoch") or 1)
+            resumed = event.get("resumed_from") or {}
+            done = int(resumed.get("epoch") or 0) * plan["batches"] + int(resumed.get("batch") or 0)
+            where = f"{resumed.get('epoch') or 0}/{plan['epochs']} epochs"
+            progress.update(task, total=plan["epochs"] * plan["batches"], completed=done, where=where)
+        elif what == "progress" and event.get("phase") == "training":
+            epoch, batch = int(event["epoch"]), int(event.get("batch") or 0)
+            where = f"epoch {epoch}/{plan['epochs']} · batch {batch}/{plan['batches']}"
+            progress.update(task, completed=(epoch - 1) * plan["batches"] + batch, where=where)
+        elif what == "epoch":
+            info = f"loss {event['train_loss']:.3f}" if isinstance(event.get("train_loss"), float) else ""
+            for key, value in event.items():
+                if key.startswith("val_") and isinstance(value, float):
+                    name = metrics[key].name if key in metrics else key.replace("_", " ")
+                    info += f"  {name} {value:.3f}"
+            where = f"{event['epoch']}/{plan['epochs']} epochs"
+            progress.update(task, completed=event["epoch"] * plan["batches"], info=info.strip(), where=where)
+
+    return on_event
+
+
 def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool) -> dict[str, Any]:
     """Run one worker through the scheduler (so the run is in the history), mirror its events in a progress bar;
     SIGINT, SIGTERM and SIGHUP stop it with a checkpoint, and it never outlives this process. Returns
@@ -461,7 +493,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} epochs"),
+        TextColumn("{task.fields[where]}"),
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
@@ -472,25 +504,9 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     from engine.tasks import family
 
     fam = family(spec.task)
-    # The total comes from the worker's start event (its epochs), so every family's run shows its own.
-    task = progress.add_task(fam.costs.label(spec), total=None, info="")
-    metrics = {m.key: m for m in fam.metrics}
-
-    def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
-        if kind != "event":
-            return
-        if event.get("event") == "start":
-            if isinstance(event.get("epochs"), int):
-                progress.update(task, total=event["epochs"])
-            if event.get("resumed_from"):
-                progress.update(task, completed=event["resumed_from"]["epoch"])
-        elif event.get("event") == "epoch":
-            info = f"loss {event['train_loss']:.3f}" if isinstance(event.get("train_loss"), float) else ""
-            for key, value in event.items():
-                if key.startswith("val_") and isinstance(value, float):
-                    name = metrics[key].name if key in metrics else key.replace("_", " ")
-                    info += f"  {name} {value:.3f}"
-            progress.update(task, completed=event["epoch"], info=info.strip())
+    # The total (batches of every epoch) comes from the worker's start event, so every family's run shows its own.
+    task = progress.add_task(fam.costs.label(spec), total=None, info="", where="starting the worker")
+    on_event = _train_events(progress, task, fam)
 
     def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

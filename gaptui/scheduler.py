@@ -98,6 +98,8 @@ class Job:
     stopping: float | None = None
     timed_out: bool = False
     last: dict[str, Any] = field(default_factory=dict)
+    #: The last ``progress`` event (where the run is within an epoch, or that it prepares), kept apart from ``last``.
+    progress: dict[str, Any] = field(default_factory=dict)
     #: Run hashes trained by the same worker process (packed seeds), this one included; () when alone.
     pack: tuple[str, ...] = ()
     #: The worker process's stderr file (a pack writes one, in its first run's folder).
@@ -371,7 +373,10 @@ class Scheduler:
     def _follow(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
-            job.last = event
+            if event.get("event") == "progress":
+                job.progress = event
+            else:
+                job.last = event
             # This attempt's start. A job spawned here ignores earlier attempts' starts in the folder; a re-attached
             # one (its worker began before this manager) reads the folder from the beginning, and the last start wins.
             if event.get("event") == "start" and (job.proc is None or float(event.get("t") or 0) >= job.started - 1.0):

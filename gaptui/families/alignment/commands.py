@@ -77,15 +77,13 @@ def datasets_build(
     """Build an alignment dataset (or find it in the cache) and print its id and statistics."""
     from engine.alignment.datasets import DatasetSpec, build_dataset
     from engine.sources import parse_param_args
+    from gaptui.cli_progress import step_progress
 
     ws = Workspace.resolve(workspace)
     spec = DatasetSpec(base, noise, noise_model, train, val, seed, parse_param_args(param))
     spec.canonical()  # validate before any work or spinner
-    if as_json:
+    with step_progress(f"building {base} at noise {noise:g}", quiet=as_json):
         dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
-    else:
-        with err_console.status(f"building {base} at noise {noise:g} ..."):
-            dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
     _note(dataset.meta.get("normalisation_note", ""))
     if as_json:
         print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **_dataset_record(dataset)})
