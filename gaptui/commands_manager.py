@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from gaptui.commands_slurm import (
     SlurmRunOpts,
     TimeOpt,
 )
+from gaptui.durations import format_duration
 from gaptui.workspace import Workspace
 
 #: Rows of live runs in the progress display.
@@ -218,20 +218,24 @@ def _dry_run(
     _print_plan_notes(launch_plan.plan)
     for line in launch_plan.summary(list_all):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    over, lines = launch_plan.duration_lines(ws, records, force=True)
-    if over:
-        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
+    estimate = None
     if no_estimate:
-        return
-    if settings.backend == "slurm":
+        pass
+    elif settings.backend == "slurm":
         console.print(
             "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
             "cluster's nodes)",
             highlight=False,
         )
-        return
-    for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    else:
+        estimate, lines = _estimate(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds)
+        for line in lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    # The guard `gaptui run` applies, with the estimate just printed when there is one (else the cached one or
+    # the floor of the optimiser steps): over the limit, said as a warning.
+    over, lines = launch_plan.duration_lines(ws, records, force=True, estimate=estimate)
+    if over:
+        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
 
 
 def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool, detach: bool, force: bool) -> None:
@@ -259,7 +263,10 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
         if detach:
             _detach(scheduler, spec_preset.name)
             return
-        _drive(scheduler, history, hashes, spec_preset.name)
+        from gaptui.eta import Countdown
+
+        countdown = Countdown(ws, settings.pack_seeds) if settings.backend == "local" else None
+        _drive(scheduler, history, hashes, spec_preset.name, countdown)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, grid_plan.specs, spec_preset.task)
@@ -295,13 +302,12 @@ def _in_flight_elsewhere(settings: Any, history: Any, grid_plan: Any, preset: st
 def _start_runs(launch_plan: Any, scheduler: Any, elsewhere: set[str]) -> Any:
     """Prepare the runs' inputs under a status line and queue them (``launch.start``)."""
     from gaptui import launch
+    from gaptui.cli_progress import step_progress
 
-    with err_console.status("preparing inputs ...") as status:
-
-        def progress(done: int, total: int, label: str) -> None:
-            status.update(f"inputs {done}/{total}: {escape(label)} ready")
-
-        return launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+    with step_progress("preparing the grid's inputs (datasets, caches)") as update:
+        return launch.start(
+            launch_plan, scheduler, lambda done, total, label: update(label, done, total), leave=elsewhere
+        )
 
 
 def _print_launched(
@@ -369,9 +375,13 @@ def _print_plan_notes(grid_plan: Any) -> None:
         err_console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int) -> list[str]:
-    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
+def _estimate(
+    ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int
+) -> tuple[Any, list[str]]:
+    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed, and its
+    lines (the estimate None when it failed)."""
     from engine.cost import CalibrationCache
+    from gaptui.cli_progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
 
@@ -379,22 +389,21 @@ def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate
         err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
     records = read_records(ws)
-    with err_console.status("estimating ...") as status:
+    with step_progress("estimating") as progress:
         estimator = Estimator(
-            CalibrationCache(calibration_path(ws), warn),
-            records,
-            recalibrate=recalibrate,
-            progress=lambda text: status.update(escape(text) + " ..."),
+            CalibrationCache(calibration_path(ws), warn), records, recalibrate=recalibrate, progress=progress
         )
         try:
-            return estimator.estimate(grid_plan, slots, ws, pack_seeds).lines()
+            found = estimator.estimate(grid_plan, slots, ws, pack_seeds)
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
-            return [f"estimate: not available: {exc}"]
+            return None, [f"estimate: not available: {exc}"]
+    return found, found.lines()
 
 
-def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
-    """Run the scheduler with a live display; Ctrl-C (or SIGTERM) stops every worker cleanly."""
+def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, countdown: Any = None) -> None:
+    """Run the scheduler with a live display (piped: a line per finished run), its ETA from ``countdown`` (a
+    :class:`gaptui.eta.Countdown`; None on Slurm); Ctrl-C (or SIGTERM) stops every worker cleanly."""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -405,7 +414,7 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
     try:
         with (
             Live(
-                _progress(scheduler, history, hashes, preset, started),
+                _progress(scheduler, history, hashes, preset, started, countdown),
                 console=console,
                 auto_refresh=False,
                 transient=False,
@@ -416,16 +425,18 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
             seen = 0
             while scheduler.pending():
                 scheduler.step()
+                if countdown is not None:
+                    countdown.refresh(scheduler, history.records)
                 if live_display:
-                    live.update(_progress(scheduler, history, hashes, preset, started), refresh=True)
+                    live.update(_progress(scheduler, history, hashes, preset, started, countdown), refresh=True)
                 for item in scheduler.finished[seen:]:
                     seen += 1
                     if not live_display:
-                        _print_finished(history, item)
+                        _print_finished(history, item, countdown)
                 time.sleep(0.25)
             for item in scheduler.finished[seen:]:
                 if not live_display:
-                    _print_finished(history, item)
+                    _print_finished(history, item, None)
     except KeyboardInterrupt:
         err_console.print("stopping: asking workers to checkpoint and exit ...")
         scheduler.stop_all()
@@ -443,13 +454,16 @@ class _NullLive:
         pass
 
 
-def _print_finished(history: Any, item: dict[str, Any]) -> None:
+def _print_finished(history: Any, item: dict[str, Any], countdown: Any) -> None:
+    """One line for a run that ended (output piped: no live display), with the grid's ETA while runs are left."""
     from gaptui.columns import describe, record_family, result_metric, result_text
 
     record = history.by_hash().get(item["hash"], {})
     fam = record_family(record)
     result = result_text(record)
     extra = f"{result_metric(fam).name} {result}" if result and fam else (record.get("error") or "")
+    if countdown is not None and countdown.left:
+        extra += f"  ({countdown.text()})"
     console.print(
         f"{record.get('status', '?'):>9}  {record.get('id')}  {describe(record)} seed {record.get('seed')}  {extra}",
         highlight=False,
@@ -458,25 +472,22 @@ def _print_finished(history: Any, item: dict[str, Any]) -> None:
     )
 
 
-def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, started: float) -> Group:
+def _progress(
+    scheduler: Any, history: Any, hashes: set[str], preset: str, started: float, countdown: Any = None
+) -> Group:
     from gaptui import analysis
-    from gaptui.columns import describe, record_family, result_metric
+    from gaptui.columns import describe, record_family, result_metric, run_position
 
     records = [r for r in history.records() if r["hash"] in hashes]
     statuses = ("done", "running", "failed", "blocked", "queued")
     counts = {s: sum(1 for r in records if r["status"] == s) for s in statuses}
     total = len(hashes)
-    finished_now = [f for f in scheduler.finished if f.get("duration")]
     remaining = total - counts["done"] - counts["failed"] - counts["blocked"]
-    eta = ""
-    if finished_now and remaining:
-        mean = statistics.fmean(f["duration"] for f in finished_now)
-        seconds = mean * remaining / max(1, len(scheduler.slots))
-        eta = f" · ETA {time.strftime('%H:%M:%S', time.gmtime(seconds))}"
+    eta = f" · {countdown.text()}" if countdown is not None and remaining else ""
     head = Text.from_markup(
         f"[bold]{escape(preset)}[/]: "
         + " · ".join(f"{s} {counts[s]}" for s in statuses if counts[s] or s in ("done", "running", "queued"))
-        + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+        + f" · total {total} · elapsed {format_duration(time.time() - started)}{escape(eta)}"
     )
     table = Table(box=None, pad_edge=False)
     table.add_column("run", no_wrap=True, min_width=12)  # an id to copy into `gaptui show`: never cut
@@ -702,9 +713,9 @@ def show_cmd(
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
             head.add_row(f"repro.{key}", escape(value))
     console.print(head)
-    epochs = [e for e in events if e.get("event") == "epoch"]
-    if epochs:
-        console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
+    if any(e.get("event") == "epoch" for e in events):
+        plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
+        console.print(Text.from_ansi(plot))
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(

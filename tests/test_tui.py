@@ -30,7 +30,7 @@ from engine.errors import GaptuiError
 from gaptui.history import History, read_records
 from gaptui.presets import load_preset
 from gaptui.tui.app import GaptuiApp
-from gaptui.tui.planning import FormDraft, SlotConfig, estimate_seconds, form_fields_of, parse_seeds
+from gaptui.tui.planning import FormDraft, SlotConfig, form_fields_of, parse_seeds
 from gaptui.tui.screens.confirm import ChoiceScreen
 from gaptui.tui.screens.history import HistoryScreen, matches
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
@@ -213,19 +213,6 @@ def test_form_parsers() -> None:
         FormDraft("alignment", fields={**values, "datasets": [{**row, "params": "m=3"}]}).preset()
     with pytest.raises(GaptuiError, match="key 'models' is empty"):
         FormDraft("alignment", fields={**values, "models": []}).preset()
-
-
-def test_estimate_uses_the_model_mean_else_every_run() -> None:
-    records = [
-        {"status": "done", "axes": {"model": "gcn"}, "duration": 10.0},
-        {"status": "done", "axes": {"model": "gcn"}, "duration": 30.0},
-        {"status": "done", "axes": {"model": "gin"}, "duration": 50.0},
-        {"status": "failed", "axes": {"model": "gin"}, "duration": 999.0},
-    ]
-    # gcn: 20 each; gat unknown: the mean of every finished run, 30; two slots halve the wall time
-    assert estimate_seconds(["gcn", "gcn", "gat"], records, 1) == pytest.approx(70.0)
-    assert estimate_seconds(["gcn", "gcn", "gat"], records, 2) == pytest.approx(35.0)
-    assert estimate_seconds(["gcn"], [], 1) is None
 
 
 def test_history_filter_matches_every_word() -> None:

@@ -166,6 +166,8 @@ class ManagerLoop:
     _logs: dict[str, _LogTarget] = field(default_factory=dict)
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _state: SchedulerState | None = None
+    #: The ETA of the runs in flight and queued (:class:`gaptui.eta.Countdown`), once there are some.
+    _countdown: Any = None
     _building: str = ""
     _history_stamp: tuple[Any, ...] | None = None
     _next_history_poll: float = 0.0
@@ -445,6 +447,18 @@ class ManagerLoop:
             self._poll_history()
         self._post_state()
 
+    def _eta(self) -> str:
+        """The time left of the runs this manager drives: ``gaptui run``'s ETA (:class:`gaptui.eta.Countdown`)."""
+        from gaptui.eta import Countdown
+
+        if self.scheduler is None or not (self.scheduler.running or self.scheduler.queue):
+            return ""
+        if self._countdown is None:
+            self._countdown = Countdown(self.ws)
+        self._countdown.pack_seeds = self.scheduler.pack_seeds
+        self._countdown.refresh(self.scheduler, self.history.records)
+        return self._countdown.text()
+
     def _tail_logs(self) -> None:
         for target in self._logs.values():
             try:
@@ -482,7 +496,7 @@ class ManagerLoop:
         )
 
     def _post_state(self) -> None:
-        state = SchedulerState(*self._state_fields(), building=self._building)
+        state = SchedulerState(*self._state_fields(), building=self._building, eta=self._eta())
         if self._state is None or state != self._state:
             self._state = state
             self.post(state)

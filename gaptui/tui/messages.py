@@ -59,6 +59,8 @@ class SchedulerState(Message):
     queued: tuple[str, ...]
     slots: tuple[str, ...] = ()
     building: str = ""
+    #: The time left of the runs running and queued (``ETA 43 min``; "" when there are none).
+    eta: str = ""
 
 
 @dataclass

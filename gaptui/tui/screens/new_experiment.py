@@ -535,7 +535,15 @@ class NewExperimentScreen(SectionScreen):
         found = estimate_from_cache(grid_plan, slots, ws, records.values(), pack)
         if found is None:
             return summary
-        return replace(summary, estimate_seconds=found.plan.wall, estimate_source="measured")
+        measured = any(r.source.startswith("calibration") for r in found.runs)
+        notes = [f"{len(found.runs)} of {len(found.runs) + len(found.missing)} runs"] if found.missing else []
+        notes += [f"calibration {found.stale[0]}: the dry run measures again"] if found.stale else []
+        return replace(
+            summary,
+            estimate_seconds=found.plan.wall,
+            estimate_source="measured" if measured else "history",
+            estimate_note="; ".join(notes),
+        )
 
     def on_plan_computed(self, message: PlanComputed) -> None:
         self.summary = message.summary

@@ -169,6 +169,8 @@ class RunsScreen(SectionScreen):
         if not self.ready:
             return
         parts = [f"{len(state.running)} running", f"{len(state.queued)} queued"]
+        if state.eta:
+            parts.append(state.eta)
         if state.slots:
             parts.append(f"slots {', '.join(state.slots)}")
         if state.building:
