@@ -102,3 +102,34 @@ def test_a_hub_dataset_without_network_fails_at_once_in_one_line(tmp_path: Path)
         "error: pairs: hub=NAME: there is no network (cannot reach 127.0.0.1); place train-orders.safetensors"
     ), res.stderr
     assert not (tmp_path / "history.json").exists()  # refused before the run was recorded
+
+
+#: A GAPE chain whose pretraining model cannot meet its budget: no alignment preset checked it at parse.
+UNBUILDABLE = """
+task = "gape"
+name = "unbuildable"
+pes = ["none", "gape"]
+seeds = [0]
+
+[[datasets]]
+base = "ringmol"
+params = { count = 40 }
+
+[datasets.pretrain]
+model = "gin"
+out_dim = 8
+budget = 3000
+epochs = 1
+"""
+
+
+def test_a_model_no_width_can_build_is_refused_before_the_grid_records_anything(tmp_path: Path) -> None:
+    preset = tmp_path / "unbuildable.toml"
+    preset.write_text(UNBUILDABLE)
+    ws = tmp_path / "ws"
+    for dry in (["--dry-run", "--no-estimate"], []):
+        res = run_cli("run", "--preset", str(preset), "-w", str(ws), *dry)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stdout + res.stderr
+        assert lines[0].startswith("error: gin on ringmol[count=40]: model 'gin': no width gives 3,000 trainable")
+        assert not (ws / "history.json").exists()

@@ -9,6 +9,7 @@ expand datasets x noise x models x seeds (see :class:`Preset`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
+from engine.errors import GaptuiError
 from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
@@ -116,7 +118,6 @@ class AlignmentCosts(CostModel):
         """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
         its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
         from engine.memory import pairs_need
 
         if is_baseline(spec):
@@ -134,6 +135,29 @@ class AlignmentCosts(CostModel):
         noise = f"noise {canonical['noise']:g}"
         what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
         return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
+
+
+def check_model(spec: RunSpec) -> None:
+    """Build the model of ``spec`` as its worker will (its width searched for its budget), once per distinct
+    model: GaptuiError naming the run and what is wrong. Baselines and ``module.path:Class`` models (smoke-tested
+    by their worker, in its environment) are not built here."""
+    from engine.alignment.features import feature_dim
+    from engine.alignment.throughput import out_dim
+
+    if is_baseline(spec) or ":" in spec.model:
+        return
+    options = json.dumps(spec.model_options(), sort_keys=True, default=str)
+    try:
+        _build_once(spec.model, out_dim(spec), spec.budget, feature_dim(spec.features), options)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{model_label(spec)} on {dataset_label(spec.dataset_spec().canonical())}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _build_once(model: str, out_dim: int, budget: int, in_dim: int, options: str) -> None:
+    from engine import models
+
+    models.build(model, out_dim=out_dim, budget=budget, in_dim=in_dim, **json.loads(options))
 
 
 class Alignment(TaskFamily):
@@ -198,7 +222,8 @@ class Alignment(TaskFamily):
 
     def check(self, specs: list[RunSpec]) -> list[str]:
         """The files of each base dataset not yet in the cache (a molecule file, a real dataset's raw files that
-        cannot be downloaded now...), once per dataset."""
+        cannot be downloaded now...), once per dataset; and each model as its runs build it (a budget no width
+        meets, a bad option), once per model: a GAPE grid's pretraining runs come from no alignment preset."""
         from engine.alignment.datasets import dataset_id
         from engine.sources import check_sources_files, data_root
 
@@ -209,6 +234,7 @@ class Alignment(TaskFamily):
             if spec.seedless() in cells:  # the run's seed is not its dataset's
                 continue
             cells.add(spec.seedless())
+            check_model(spec)
             ds = spec.dataset_spec()
             datasets_dir, raw_root = dataset_dirs(spec)
             key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)
