@@ -138,10 +138,11 @@ def fixed_records(ws: Workspace) -> list[dict[str, Any]]:
         run_dir = Path(record["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
         lines = [{"v": 1, "event": "start", "epochs": 3, "t": 0.0}]
-        lines += [
-            {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
-            for e in (1, 2, 3)
-        ]
+        for e in (1, 2, 3):  # as the worker writes them: each epoch's evaluation, then the epoch
+            lines.append({"v": 1, "event": "eval", "epoch": e, "val_lap_acc": acc * e / 3, "t": float(e)})
+            lines.append(
+                {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
+            )
         (run_dir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
         records.append(record)
     return records
