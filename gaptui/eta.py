@@ -20,6 +20,9 @@ from gaptui.workspace import Workspace
 
 #: What the progress says when no estimate holds every run left (a cell never run here and never calibrated).
 NOT_ESTIMATED = "ETA not estimated yet (`gaptui run --dry-run` measures this machine)"
+#: Seconds between two estimates at the least: a grid of 2,000 runs takes a few seconds to estimate on a loaded
+#: machine, and the loop that drives the workers waits meanwhile.
+REFRESH_EVERY = 30.0
 
 
 @dataclass
@@ -48,12 +51,12 @@ class Countdown:
         self._ended = -1
 
     def refresh(self, scheduler: Any, records: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
-        """Estimate the scheduler's runs again if one ended (or started: a first estimate) since the last time."""
-        ended = len(scheduler.finished)
-        if ended == self._ended:
+        """Estimate the scheduler's runs again if one ended since the last estimate (at most every
+        :data:`REFRESH_EVERY` seconds), or for the first time."""
+        ended, now = len(scheduler.finished), self.clock()
+        if ended == self._ended or (self._ended >= 0 and now - self.at < REFRESH_EVERY):
             return
         self._ended = ended
-        now = self.clock()
         running = list(scheduler.running.values())
         specs = [job.spec for job in running] + list(scheduler.queue)
         elapsed = {job.run_hash: now - (job.run_started or job.started) for job in running}

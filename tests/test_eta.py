@@ -24,7 +24,7 @@ from gaptui.estimate import (
     calibration_path,
     check_duration,
 )
-from gaptui.eta import Countdown
+from gaptui.eta import REFRESH_EVERY, Countdown
 from gaptui.workspace import Workspace
 from tests.test_estimate import CPU1, CPU2, Counting, _smoke_plan
 
@@ -140,11 +140,14 @@ def test_the_run_counts_down_from_the_dry_runs_estimate(tmp_path: Path) -> None:
 
     # One run in flight for a second, the others queued: what is left of it, and the rest scheduled as before.
     first, *rest = plan.to_run
-    job = SimpleNamespace(spec=first, run_hash=first.hash(), started=T0 - 1.0, run_started=None)
+    job = SimpleNamespace(spec=first, run_hash=first.hash(), started=T0 + 29.0, run_started=None)
     scheduler.running, scheduler.queue = {first.hash(): job}, deque(rest)
     countdown.refresh(scheduler, lambda: [])
     assert countdown.left == pytest.approx(dry.plan.wall)  # nothing ended: the first estimate counts down
     scheduler.finished.append({"hash": "another"})
+    countdown.refresh(scheduler, lambda: [])
+    assert countdown.left == pytest.approx(dry.plan.wall)  # a run ended, but within REFRESH_EVERY of the last
+    clock[0] = T0 + REFRESH_EVERY
     countdown.refresh(scheduler, lambda: [])
     per_run = dry.runs[0].seconds[Profile("cpu", "cpu", 1)]
     assert countdown.left == pytest.approx(max(per_run - 1.0 + per_run, 2 * per_run))
