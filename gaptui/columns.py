@@ -57,7 +57,8 @@ def describe(record: Record) -> str:
     axes = record.get("axes") or {}
     if fam is None:
         return " ".join(f"{k}={v}" for k, v in axes.items())
-    return " ".join(a.header(axes.get(a.key)) if a.prefix else a.format(axes.get(a.key)) for a in fam.axes)
+    shown = [a for a in fam.axes if not a.derived]
+    return " ".join(a.header(axes.get(a.key)) if a.prefix else a.format(axes.get(a.key)) for a in shown)
 
 
 def _axis_column(fam: TaskFamily, key: str) -> RecordColumn:

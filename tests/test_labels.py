@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import Static
 
 from engine.tasks import family
+from gaptui.columns import describe
 from gaptui.history import History, read_records
 from gaptui.plots import curves_of, curves_plot, epoch_rows
 from gaptui.tui.app import GaptuiApp
@@ -71,4 +72,6 @@ def test_the_property_class_is_recorded_and_read_from_old_records(tmp_path: Path
     }
     with History(ws, write=True) as history:
         history.put_many([old])
-    assert read_records(ws)[0]["axes"]["property_class"] == "function"
+    record = read_records(ws)[0]
+    assert record["axes"]["property_class"] == "function"
+    assert describe(record) == "sensitivity mean surjective"  # derived: in its own column, not in the run's line

@@ -126,7 +126,13 @@ class Properties(TaskFamily):
         Axis("property", "property", order=PROPERTY_NAMES),
         # A property's class (seed 001's Table 1), the columns of the pooling-advice table; records filed before it
         # was recorded read it from their spec.
-        Axis("property_class", "property class", order=tuple(PROPERTY_CLASSES), of_spec=property_class_of),
+        Axis(
+            "property_class",
+            "property class",
+            order=tuple(PROPERTY_CLASSES),
+            of_spec=property_class_of,
+            derived=True,
+        ),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
     tunable = {
