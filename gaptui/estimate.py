@@ -11,8 +11,12 @@ The :class:`Estimator` offers them what they ask for (:class:`engine.cost.CostCo
 2. **calibration**: measurements of a family's cost keys taken in one process per slot of the grid side by side
    (``python -m <the family's calibration_module>``), each in its slot's environment (so concurrent runs slow each
    other as they will), and the per-run ``overhead`` timed on tiny runs of the family
-   (:meth:`~engine.cost.CostModel.overhead_probe`) through the real scheduler and worker, one per slot at once.
-   Both are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
+   (:meth:`~engine.cost.CostModel.overhead_probe`) through the real scheduler and worker, one per slot at once
+   (:mod:`gaptui.calibration`). Both are cached in ``<workspace>/calibration.json`` with when and under what load
+   they were taken (:class:`engine.cost.Conditions`), and measured again when missing, stale (older than a week,
+   or taken while a run got another share of a core) or with ``--recalibrate``; an estimate that measures nothing
+   (:func:`estimate_from_cache`: the app's form, a running grid's countdown in :mod:`gaptui.eta`) uses a stale
+   one and says so.
 
 The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
 after the runs it depends on): the same greedy order the scheduler follows. Runs a family cannot estimate (a real
