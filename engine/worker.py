@@ -213,6 +213,7 @@ class Run:
     def steps(self) -> Generator[None, None, int]:
         """The family's steps (yielding between epochs), ending in the worker's exit status for this run."""
         ctx = RunContext(self.out, self.emit, self.log, self.stop, self.shared)
+        self.events.emit("progress", phase="preparing")  # reading data, computing inputs, building the model
         try:
             outcome = yield from family(self.spec.task).steps(self.spec, ctx)
         except Cancelled as stop:

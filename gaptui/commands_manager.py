@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from gaptui.commands_slurm import (
     SlurmRunOpts,
     TimeOpt,
 )
+from gaptui.durations import format_duration
 from gaptui.workspace import Workspace
 
 #: Rows of live runs in the progress display.
@@ -229,20 +229,24 @@ def _dry_run(
     _print_plan_notes(launch_plan.plan)
     for line in launch_plan.summary(list_all):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    over, lines = launch_plan.duration_lines(ws, records, force=True)
-    if over:
-        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
+    estimate = None
     if no_estimate:
-        return
-    if settings.backend == "slurm":
+        pass
+    elif settings.backend == "slurm":
         console.print(
             "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
             "cluster's nodes)",
             highlight=False,
         )
-        return
-    for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    else:
+        estimate, lines = _estimate(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds)
+        for line in lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    # The guard `gaptui run` applies, with the estimate just printed when there is one (else the cached one or
+    # the floor of the optimiser steps): over the limit, said as a warning.
+    over, lines = launch_plan.duration_lines(ws, records, force=True, estimate=estimate)
+    if over:
+        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
 
 
 def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool, detach: bool, force: bool) -> None:
@@ -274,7 +278,10 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
         if detach:
             _detach(scheduler, spec_preset.name)
             return
-        _drive(scheduler, history, hashes, spec_preset.name, channel)
+        from gaptui.eta import Countdown
+
+        countdown = Countdown(ws, settings.pack_seeds) if settings.backend == "local" else None
+        _drive(scheduler, history, hashes, spec_preset.name, channel, countdown)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, grid_plan.specs, spec_preset.task)
@@ -317,13 +324,12 @@ def _in_flight_elsewhere(settings: Any, history: Any, grid_plan: Any, preset: st
 def _start_runs(launch_plan: Any, scheduler: Any, elsewhere: set[str]) -> Any:
     """Prepare the runs' inputs under a status line and queue them (``launch.start``)."""
     from gaptui import launch
+    from gaptui.cli_progress import step_progress
 
-    with err_console.status("preparing inputs ...") as status:
-
-        def progress(done: int, total: int, label: str) -> None:
-            status.update(f"inputs {done}/{total}: {escape(label)} ready")
-
-        return launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+    with step_progress("preparing the grid's inputs (datasets, caches)") as update:
+        return launch.start(
+            launch_plan, scheduler, lambda done, total, label: update(label, done, total), leave=elsewhere
+        )
 
 
 def _print_launched(
@@ -338,8 +344,16 @@ def _print_launched(
     """The runs that failed before starting, then the grid's counts: done, failed before, to run and where."""
     from gaptui.recovery import foreground_line
 
-    for run_hash, error in launched.failed.items():
-        err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
+    by_error: dict[str, list[str]] = {}
+    for run_hash, error in launched.failed.items():  # an input that failed fails every run it feeds: said once
+        by_error.setdefault(error, []).append(run_hash[:12])
+    for error, runs in by_error.items():
+        which = (
+            f"run {runs[0]}"
+            if len(runs) == 1
+            else f"{len(runs)} runs ({', '.join(runs[:3])}{', ...' * (len(runs) > 3)})"
+        )
+        err_console.print(f"[red]{which} failed before starting:[/] {escape(error)}", highlight=False, soft_wrap=True)
     where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
     grid = {s.hash() for s in grid_plan.specs}
     # The grid's runs only: runs re-attached from another grid, or trained by a `gaptui train`, are not its own.
@@ -397,9 +411,13 @@ def _print_plan_notes(grid_plan: Any) -> None:
         err_console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int) -> list[str]:
-    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
+def _estimate(
+    ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int
+) -> tuple[Any, list[str]]:
+    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed, and its
+    lines (the estimate None when it failed)."""
     from engine.cost import CalibrationCache
+    from gaptui.cli_progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
 
@@ -407,22 +425,22 @@ def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate
         err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
     records = read_records(ws)
-    with err_console.status("estimating ...") as status:
+    with step_progress("estimating") as progress:
         estimator = Estimator(
-            CalibrationCache(calibration_path(ws), warn),
-            records,
-            recalibrate=recalibrate,
-            progress=lambda text: status.update(escape(text) + " ..."),
+            CalibrationCache(calibration_path(ws), warn), records, recalibrate=recalibrate, progress=progress
         )
         try:
-            return estimator.estimate(grid_plan, slots, ws, pack_seeds).lines()
+            found = estimator.estimate(grid_plan, slots, ws, pack_seeds)
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
-            return [f"estimate: not available: {exc}"]
+            return None, [f"estimate: not available: {exc}"]
+    return found, found.lines()
 
 
-def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel: Any) -> None:
-    """Run the scheduler with a live display; Ctrl-C (or SIGTERM) stops every worker cleanly."""
+def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel: Any, countdown: Any = None) -> None:
+    """Run the scheduler with a live display (piped: a line per finished run), its ETA from ``countdown`` (a
+    :class:`gaptui.eta.Countdown`; None on Slurm), steered by ``channel`` (``gaptui queue``); Ctrl-C (or SIGTERM)
+    stops every worker cleanly."""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -439,7 +457,7 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel:
     try:
         with (
             Live(
-                _progress(scheduler, history, hashes, preset, started),
+                _progress(scheduler, history, hashes, preset, started, countdown),
                 console=console,
                 auto_refresh=False,
                 transient=False,
@@ -451,16 +469,18 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel:
             while scheduler.pending():
                 steer(channel, scheduler, say)
                 scheduler.step()
+                if countdown is not None:
+                    countdown.refresh(scheduler, history.records)
                 if live_display:
-                    live.update(_progress(scheduler, history, hashes, preset, started), refresh=True)
+                    live.update(_progress(scheduler, history, hashes, preset, started, countdown), refresh=True)
                 for item in scheduler.finished[seen:]:
                     seen += 1
                     if not live_display:
-                        _print_finished(history, item)
+                        _print_finished(history, item, countdown)
                 time.sleep(0.25)
             for item in scheduler.finished[seen:]:
                 if not live_display:
-                    _print_finished(history, item)
+                    _print_finished(history, item, None)
     except KeyboardInterrupt:
         err_console.print("stopping: asking workers to checkpoint and exit ...")
         scheduler.stop_all()
@@ -478,13 +498,16 @@ class _NullLive:
         pass
 
 
-def _print_finished(history: Any, item: dict[str, Any]) -> None:
+def _print_finished(history: Any, item: dict[str, Any], countdown: Any) -> None:
+    """One line for a run that ended (output piped: no live display), with the grid's ETA while runs are left."""
     from gaptui.columns import describe, record_family, result_metric, result_text
 
     record = history.by_hash().get(item["hash"], {})
     fam = record_family(record)
     result = result_text(record)
     extra = f"{result_metric(fam).name} {result}" if result and fam else (record.get("error") or "")
+    if countdown is not None and countdown.left:
+        extra += f"  ({countdown.text()})"
     console.print(
         f"{record.get('status', '?'):>9}  {record.get('id')}  {describe(record)} seed {record.get('seed')}  {extra}",
         highlight=False,
@@ -493,29 +516,27 @@ def _print_finished(history: Any, item: dict[str, Any]) -> None:
     )
 
 
-def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, started: float) -> Group:
+def _progress(
+    scheduler: Any, history: Any, hashes: set[str], preset: str, started: float, countdown: Any = None
+) -> Group:
     from gaptui import analysis
-    from gaptui.columns import describe, record_family, result_metric
+    from gaptui.columns import describe, record_family, result_metric, run_position
 
     records = [r for r in history.records() if r["hash"] in hashes]
     statuses = ("done", "running", "failed", "blocked", "queued")
     counts = {s: sum(1 for r in records if r["status"] == s) for s in statuses}
     total = len(hashes)
-    finished_now = [f for f in scheduler.finished if f.get("duration")]
     remaining = total - counts["done"] - counts["failed"] - counts["blocked"]
-    eta = ""
-    if finished_now and remaining:
-        mean = statistics.fmean(f["duration"] for f in finished_now)
-        seconds = mean * remaining / max(1, len(scheduler.slots))
-        eta = f" · ETA {time.strftime('%H:%M:%S', time.gmtime(seconds))}"
+    eta = f" · {countdown.text()}" if countdown is not None and remaining else ""
     head = Text.from_markup(
         f"[bold]{escape(preset)}[/]: "
         + " · ".join(f"{s} {counts[s]}" for s in statuses if counts[s] or s in ("done", "running", "queued"))
-        + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+        + f" · total {total} · elapsed {format_duration(time.time() - started)}{escape(eta)}"
         + (f" · [yellow]{escape(control)}[/]" if (control := scheduler.control.state_line()) else "")
     )
     table = Table(box=None, pad_edge=False)
-    for col in ("run", "run of", "seed", "epoch", "last", "slot"):
+    table.add_column("run", no_wrap=True, min_width=12)  # an id to copy into `gaptui show`: never cut
+    for col in ("run of", "seed", "epoch", "last", "slot"):
         table.add_column(col)
     by_hash = {r["hash"]: r for r in records}
     # Started runs first; a Slurm grid follows thousands of pending ones, which the counts above cover.
@@ -523,8 +544,7 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
     for job in shown:
         last = job.last
         record = by_hash.get(job.run_hash, {})
-        epochs = getattr(job.spec, "epochs", None)
-        epoch = f"{last.get('epoch', 0)}/{epochs}" if last and epochs else "starting" if not last else ""
+        epoch = run_position(last, job.progress, last.get("epochs") or getattr(job.spec, "epochs", None))
         fam = record_family(record)
         key = result_metric(fam).key if fam else ""
         value = last.get(key, last.get("val_acc") if last.get("event") == "epoch" else None)
@@ -627,6 +647,7 @@ def history_cmd(
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
+    from gaptui.cli_tables import print_table
     from gaptui.columns import aligned, record_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
@@ -670,12 +691,7 @@ def history_cmd(
         print(title)
         sys.stdout.write("\n".join(aligned([header, *cells], right)) + "\n")
         return
-    table = Table(title=title)
-    for i, name in enumerate(header):
-        table.add_column(escape(name), justify="right" if i in right else "left")
-    for row in cells:
-        table.add_row(*(row[:2] + [escape(c) for c in row[2:]]))
-    console.print(table)
+    print_table(console, title, header, cells, right=right)
 
 
 def show_cmd(
@@ -742,9 +758,9 @@ def show_cmd(
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
             head.add_row(f"repro.{key}", escape(value))
     console.print(head)
-    epochs = [e for e in events if e.get("event") == "epoch"]
-    if epochs:
-        console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
+    if any(e.get("event") == "epoch" for e in events):
+        plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
+        console.print(Text.from_ansi(plot))
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(

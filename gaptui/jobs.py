@@ -28,6 +28,8 @@ class Job:
     stopping: float | None = None
     timed_out: bool = False
     last: dict[str, Any] = field(default_factory=dict)
+    #: The last ``progress`` event (where the run is within an epoch, or that it prepares), kept apart from ``last``.
+    progress: dict[str, Any] = field(default_factory=dict)
     #: Run hashes trained by the same worker process (packed seeds), this one included; () when alone.
     pack: tuple[str, ...] = ()
     #: The worker process's stderr file (a pack writes one, in its first run's folder).

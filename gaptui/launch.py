@@ -429,17 +429,18 @@ class LaunchPlan:
         return self.plan.preset
 
     def duration_lines(
-        self, ws: Workspace, records: Iterable[dict[str, Any]], force: bool = False
+        self, ws: Workspace, records: Iterable[dict[str, Any]], force: bool = False, estimate: Any = None
     ) -> tuple[bool, list[str]]:
         """Refuse (GaptuiError) the runs left to do when their wall time on the slots is over
-        :data:`gaptui.estimate.DURATION_LIMIT` unless ``force``: the estimate from history and cached calibrations
-        when there is one, else the floor of their optimiser steps; returns whether they are over it and the line
-        to print first (:func:`gaptui.estimate.check_duration`)."""
+        :data:`gaptui.estimate.DURATION_LIMIT` unless ``force``: ``estimate`` (the dry run's, just measured) or the
+        estimate from history and cached calibrations when there is one, else the floor of their optimiser steps;
+        returns whether they are over it and the line to print first (:func:`gaptui.estimate.check_duration`)."""
         from gaptui.estimate import check_duration, estimate_from_cache
 
         p, slots = self.plan, self.settings.slots
         local = self.settings.backend == "local"
-        estimate = estimate_from_cache(p, slots, ws, records, self.settings.pack_seeds) if local else None
+        if estimate is None and local:
+            estimate = estimate_from_cache(p, slots, ws, records, self.settings.pack_seeds)
         width = len(slots) if local else max(1, len(p.to_run))  # Slurm: as many at once as it grants
         return check_duration(p.to_run, width, f"preset {self.preset.name}", force, estimate)
 

@@ -332,7 +332,10 @@ class Scheduler(Recovery):
     def _follow(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
-            job.last = event
+            if event.get("event") == "progress":
+                job.progress = event
+            else:
+                job.last = event
             # This attempt's start. A job spawned here ignores earlier attempts' starts in the folder; a re-attached
             # one (its worker began before this manager) reads the folder from the beginning, and the last start wins.
             if event.get("event") == "start" and (job.proc is None or float(event.get("t") or 0) >= job.started - 1.0):

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from tests.test_analysis import rec
 
 TINY_PRESET = """
 noise = [0.1]
@@ -489,12 +488,6 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         "header lacks column(s) dataset, model, noise, median, std",
     ),
     (
-        "reference that has none of the history",
-        lambda t: _history_of(t, [rec("gcn", 0.5, 0.05, dataset="tree")]),
-        ["table", "--reference", "paper", "-w", "{}"],
-        "the history's finished runs cover datasets tree, models gcn, noise 0.5; the reference covers datasets er",
-    ),
-    (
         "binary run spec",
         lambda t: (t / "run").mkdir() or (t / "run" / "spec.json").write_bytes(b"\x80\x81") and str(t / "run"),
         ["gape", "embed", "{}", "--dataset", "er", "--out", "{}/e.npz"],
@@ -563,17 +556,6 @@ def _single_atoms(tmp: Path) -> str:
         "smiles\n" + "\n".join(["C", "O", "[Na+]", "N", "[Na+].[Cl-]", "Cl", "[NH4+]", "I", "F", "S"]) + "\n"
     )
     return str(path)
-
-
-def _history_of(tmp: Path, records: list[dict]) -> str:
-    from gaptui.history import History
-    from gaptui.workspace import Workspace
-
-    ws = Workspace.resolve(tmp / "ws")
-    ws.root.mkdir(parents=True)
-    with History(ws, write=True) as history:
-        history.put_many(records)
-    return str(ws.root)
 
 
 @pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -30,7 +30,7 @@ from engine.errors import GaptuiError
 from gaptui.history import History, read_records
 from gaptui.presets import load_preset
 from gaptui.tui.app import GaptuiApp
-from gaptui.tui.planning import FormDraft, SlotConfig, estimate_seconds, form_fields_of, parse_seeds
+from gaptui.tui.planning import FormDraft, SlotConfig, form_fields_of, parse_seeds
 from gaptui.tui.screens.confirm import ChoiceScreen
 from gaptui.tui.screens.history import HistoryScreen, matches
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
@@ -146,10 +146,11 @@ def fixed_records(ws: Workspace) -> list[dict[str, Any]]:
         run_dir = Path(record["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
         lines = [{"v": 1, "event": "start", "epochs": 3, "t": 0.0}]
-        lines += [
-            {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
-            for e in (1, 2, 3)
-        ]
+        for e in (1, 2, 3):  # as the worker writes them: each epoch's evaluation, then the epoch
+            lines.append({"v": 1, "event": "eval", "epoch": e, "val_lap_acc": acc * e / 3, "t": float(e)})
+            lines.append(
+                {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
+            )
         (run_dir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
         records.append(record)
     return records
@@ -221,19 +222,6 @@ def test_form_parsers() -> None:
         FormDraft("alignment", fields={**values, "datasets": [{**row, "params": "m=3"}]}).preset()
     with pytest.raises(GaptuiError, match="key 'models' is empty"):
         FormDraft("alignment", fields={**values, "models": []}).preset()
-
-
-def test_estimate_uses_the_model_mean_else_every_run() -> None:
-    records = [
-        {"status": "done", "axes": {"model": "gcn"}, "duration": 10.0},
-        {"status": "done", "axes": {"model": "gcn"}, "duration": 30.0},
-        {"status": "done", "axes": {"model": "gin"}, "duration": 50.0},
-        {"status": "failed", "axes": {"model": "gin"}, "duration": 999.0},
-    ]
-    # gcn: 20 each; gat unknown: the mean of every finished run, 30; two slots halve the wall time
-    assert estimate_seconds(["gcn", "gcn", "gat"], records, 1) == pytest.approx(70.0)
-    assert estimate_seconds(["gcn", "gcn", "gat"], records, 2) == pytest.approx(35.0)
-    assert estimate_seconds(["gcn"], [], 1) is None
 
 
 def test_history_filter_matches_every_word() -> None:

@@ -11,6 +11,7 @@ seeds (see :class:`Preset`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
+from engine.errors import GaptuiError
 from engine.tasks.declarations import Axis, Bound, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
@@ -132,7 +134,6 @@ class AlignmentCosts(CostModel):
         """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
         its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
         from engine.memory import pairs_need
 
         if not spec.trains:
@@ -154,7 +155,6 @@ class AlignmentCosts(CostModel):
     def _built_order(self, spec: RunSpec) -> float | None:
         """The largest graph order of a built dataset (what a solver's per-pair memory grows with), else None."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
 
         folder = dataset_dirs(spec)[0] / dataset_id(spec.dataset_spec().canonical())
         if not (folder / "meta.json").exists():
@@ -164,6 +164,29 @@ class AlignmentCosts(CostModel):
             return float(max(stats[s].get("max_order", stats[s]["mean_order"]) for s in ("train", "val")))
         except (GaptuiError, KeyError, TypeError, ValueError):
             return None
+
+
+def check_model(spec: RunSpec) -> None:
+    """Build the model of ``spec`` as its worker will (its width searched for its budget), once per distinct
+    model: GaptuiError naming the run and what is wrong. Baselines and ``module.path:Class`` models (smoke-tested
+    by their worker, in its environment) are not built here."""
+    from engine.alignment.features import feature_dim
+    from engine.alignment.throughput import out_dim
+
+    if is_baseline(spec) or ":" in spec.model:
+        return
+    options = json.dumps(spec.model_options(), sort_keys=True, default=str)
+    try:
+        _build_once(spec.model, out_dim(spec), spec.budget, feature_dim(spec.features), options)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{model_label(spec)} on {dataset_label(spec.dataset_spec().canonical())}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _build_once(model: str, out_dim: int, budget: int, in_dim: int, options: str) -> None:
+    from engine import models
+
+    models.build(model, out_dim=out_dim, budget=budget, in_dim=in_dim, **json.loads(options))
 
 
 class Alignment(TaskFamily):
@@ -247,23 +270,28 @@ class Alignment(TaskFamily):
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
 
     def check(self, specs: list[RunSpec]) -> list[str]:
-        """The files of each base dataset not yet in the cache (a molecule file...), once per dataset."""
+        """The files of each base dataset not yet in the cache (a molecule file, a real dataset's raw files that
+        cannot be downloaded now...), once per dataset; and each model as its runs build it (a budget no width
+        meets, a bad option), once per model: a GAPE grid's pretraining runs come from no alignment preset."""
         from engine.alignment.datasets import dataset_id
-        from engine.sources import check_source_files, data_root
+        from engine.sources import check_sources_files, data_root
 
         seen: set[str] = set()
         cells: set[str] = set()
+        datasets = []
         for spec in specs:
             if spec.seedless() in cells:  # the run's seed is not its dataset's
                 continue
             cells.add(spec.seedless())
+            check_model(spec)
             ds = spec.dataset_spec()
             datasets_dir, raw_root = dataset_dirs(spec)
             key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)
             if key in seen or (datasets_dir / dataset_id(ds.canonical()) / "meta.json").exists():
                 continue
             seen.add(key)
-            check_source_files(ds.base, ds.params, data_root(raw_root))
+            datasets.append((ds.base, ds.params, data_root(raw_root)))
+        check_sources_files(datasets)  # every dataset missing its files named, one line each
         return []
 
     def inputs(self, spec: RunSpec) -> list[Input]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -133,6 +133,20 @@ def check_source_files(base: str, params: Mapping[str, Any], root: Path) -> None
     """:meth:`Source.check_files` of the source ``base`` with ``params`` (a planning-time check)."""
     cls = SOURCES.get(base)
     cls(parse_params(cls, params)).check_files(root)
+
+
+def check_sources_files(datasets: Iterable[tuple[str, Mapping[str, Any], Path]]) -> None:
+    """:func:`check_source_files` of each ``(base, params, data root)``, every failing dataset said: one
+    GaptuiError of one line per dataset (a grid missing four real datasets names the four)."""
+    problems: list[str] = []
+    for base, params, root in datasets:
+        try:
+            check_source_files(base, params, root)
+        except GaptuiError as exc:
+            if str(exc) not in problems:
+                problems.append(str(exc))
+    if problems:
+        raise GaptuiError("\n".join(problems))
 
 
 def _json_or_text(value: Any) -> Any:

@@ -21,6 +21,7 @@ order.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from engine.errors import GaptuiError
 from engine.files import fingerprint, staged_files
 from engine.graphs import Graph, NormalisationReport, simple_graph
 from engine.sources.base import BaseSplits, Source, register_source, split_counts
-from engine.sources.fetch import error_reason, offline, pick
+from engine.sources.fetch import download_blocked, error_reason, pick
 
 SPLITS = ("train", "val")
 KINDS = ("orders", "base-graphs", "corrupted-graphs")
@@ -183,6 +184,11 @@ def missing_layout(folder: Path) -> list[str]:
     return [name for name in FILES if not (folder / name).is_file()]
 
 
+def hub_endpoint() -> str:
+    """The Hugging Face Hub's address (``HF_ENDPOINT``, as huggingface_hub reads it)."""
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
 def fetch_hub(params: PairsParams, root: Path) -> Path:
     """The folder of the Hub dataset ``params.hub``, its missing files downloaded first (only those six)."""
     folder = pairs_folder(params, root)
@@ -190,8 +196,8 @@ def fetch_hub(params: PairsParams, root: Path) -> Path:
     if not missing:
         return folder
     place = f"place {', '.join(missing)} (from {params.repo}, folder {params.hub}) in {folder}"
-    if offline():
-        raise GaptuiError(f"pairs: hub={params.hub}: downloads are off (GAPTUI_OFFLINE=1); {place}")
+    if why := download_blocked(hub_endpoint()):  # at once: huggingface_hub would retry for half a minute
+        raise GaptuiError(f"pairs: hub={params.hub}: {why}; {place}")
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
@@ -238,7 +244,7 @@ class PreparedPairs(Source):
         self.params.check(named=True)
         if self.params.hub:
             folder = pairs_folder(self.params, root)
-            if missing_layout(folder) and offline():
+            if missing_layout(folder) and download_blocked(hub_endpoint()):
                 fetch_hub(self.params, root)  # raises the line naming the folder and the files
             return
         folder = self.folder(root)

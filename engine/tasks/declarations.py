@@ -50,6 +50,9 @@ class Axis:
     order: tuple[str, ...] = ()
     #: The value from a record's spec dict, for records filed before the family declared this axis.
     of_spec: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    #: Computed from the other axes (a property's class): filters and columns show it, a run's one-line
+    #: description leaves it out.
+    derived: bool = False
 
     def format(self, value: Any) -> str:
         if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -362,22 +362,33 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
 _PLOT_MARKERS = ("•", "x", "+", "o", "*", "#", "@", "%", "&", "=")
 
 
-def draw_gap_plot(plt: Any, gap: GapAnalysis, short: bool = False) -> None:
-    """Draw the gap of each row against the column axis on a plotext module or a widget's ``plt``.
+def draw_gap_plot(plt: Any, gap: GapAnalysis, short: bool = False, rows: int = 20) -> None:
+    """Draw the gap of each row against the column axis on a plotext module or a widget's ``plt`` (``rows``
+    high).
 
     Numeric columns (noise) are placed at their values, others one tick apart; each row has its own marker so
     the plot reads without colour; the optimal column is a red vertical line. ``short`` titles fit 80 columns.
+    The y range leaves the top rows to plotext's legend (drawn over the plot's top left), so it hides no point.
     """
     table = gap.table
     axis = table.column_axis
     scale = display_scale(gap.metric)
     numeric = axis.numeric
     position = {c: (float(c) if numeric else float(i)) for i, c in enumerate(gap.columns)}
+    drawn: list[float] = []
+    legend = 0  # lines of plotext's legend: one per row drawn
     for i, row in enumerate(gap.rows):
         xs = [c for c in gap.columns if c in gap.gaps[row]]
         if xs:
             ys = [gap.gaps[row][c] * scale for c in xs]
             plt.plot([position[c] for c in xs], ys, label=row, marker=_PLOT_MARKERS[i % len(_PLOT_MARKERS)])
+            drawn += ys
+            legend += 1
+    if drawn:
+        low, high = min(*drawn, 0.0), max(drawn)
+        span = (high - low) or 1.0
+        free = max(3, rows - 7 - legend)  # the plot's rows under the legend (title, ticks and labels take ~7)
+        plt.ylim(low, high + span * (legend + 1) / free)
     if gap.optimal is not None:
         plt.vline(position[gap.optimal], "red")
         if short:
@@ -406,7 +417,7 @@ def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: 
     plt.clear_figure()
     plt.plot_size(width, height)
     plt.theme("pro" if color else "clear")  # "pro" colours the lines without painting a background
-    draw_gap_plot(plt, gap)
+    draw_gap_plot(plt, gap, rows=height)
     text = plt.build()
     plt.clear_figure()
     return text if color else plt.uncolorize(text)

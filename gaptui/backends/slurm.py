@@ -220,7 +220,10 @@ class SlurmScheduler(Scheduler):
     def _read_events(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
-            job.last = event
+            if event.get("event") == "progress":
+                job.progress = event
+            else:
+                job.last = event
             if self.listener:
                 self.listener("event", job.run_hash, event)
 

@@ -175,6 +175,8 @@ class ManagerLoop:
     _logs: dict[str, _LogTarget] = field(default_factory=dict)
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _state: SchedulerState | None = None
+    #: The ETA of the runs in flight and queued (:class:`gaptui.eta.Countdown`), once there are some.
+    _countdown: Any = None
     _building: str = ""
     _history_stamp: tuple[Any, ...] | None = None
     _next_history_poll: float = 0.0
@@ -498,6 +500,18 @@ class ManagerLoop:
             running, queued = (len(x) for x in self._state_fields()[:2])
             self.channel.publish(self.scheduler.control, self.scheduler.slots, running, queued)
 
+    def _eta(self) -> str:
+        """The time left of the runs this manager drives: ``gaptui run``'s ETA (:class:`gaptui.eta.Countdown`)."""
+        from gaptui.eta import Countdown
+
+        if self.scheduler is None or not (self.scheduler.running or self.scheduler.queue):
+            return ""
+        if self._countdown is None:
+            self._countdown = Countdown(self.ws)
+        self._countdown.pack_seeds = self.scheduler.pack_seeds
+        self._countdown.refresh(self.scheduler, self.history.records)
+        return self._countdown.text()
+
     def _tail_logs(self) -> None:
         for target in self._logs.values():
             try:
@@ -542,6 +556,7 @@ class ManagerLoop:
             paused=bool(control and control.paused),
             draining=tuple(sorted(control.draining)) if control else (),
             control=control.state_line() if control else "",
+            eta=self._eta(),
         )
         if self._state is None or state != self._state:
             self._state = state

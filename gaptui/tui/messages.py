@@ -69,6 +69,8 @@ class SchedulerState(ManagerMessage):
     draining: tuple[str, ...] = ()
     #: What steers the queue, in words ("paused · draining cpu#1 · halted (...)"), "" when nothing does.
     control: str = ""
+    #: The time left of the runs running and queued (``ETA 43 min``; "" when there are none).
+    eta: str = ""
 
 
 @dataclass

@@ -95,15 +95,13 @@ def datasets_build(
     """Build an alignment dataset (or find it in the cache) and print its id and statistics."""
     from engine.alignment.datasets import DatasetSpec, build_dataset
     from engine.sources import parse_param_args
+    from gaptui.cli_progress import step_progress
 
     ws = Workspace.resolve(workspace)
     spec = DatasetSpec(base, noise, noise_model, train, val, seed, parse_param_args(param))
     spec.canonical()  # validate before any work or spinner
-    if as_json:
+    with step_progress(f"building {base} at noise {noise:g}", quiet=as_json):
         dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
-    else:
-        with err_console.status(f"building {base} at noise {noise:g} ..."):
-            dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
     _note(dataset.meta.get("normalisation_note", ""))
     if as_json:
         record = _dataset_record(dataset, _symmetry(dataset))
@@ -140,27 +138,28 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
     if not found:
         console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
         return
-    table = Table(title=f"datasets in {ws.datasets}")
-    numeric = ("eta", "seed", "train", "val", "orbits", "1-WL")
-    for col in ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created"):
-        table.add_column(col, justify="right" if col in numeric else "left")
+    from gaptui.cli_tables import print_table
+
+    header = ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created")
+    cells = []
     for d in found:
-        s = d.spec
         val = (cached_stats(d) or {}).get("val") or {}
-        table.add_row(
-            d.id,
-            s["base"],
-            " ".join(f"{k}={v}" for k, v in s["params"].items()),
-            s["noise_model"],
-            f"{s['noise']:g}",
-            str(s["seed"]),
-            str(d.stats["train"]["pairs"]),
-            str(d.stats["val"]["pairs"]),
-            f"{val['orbit_ceiling']:.1%}" if "orbit_ceiling" in val else "–",
-            f"{val['wl_ceiling']:.1%}" if "wl_ceiling" in val else "–",
-            d.meta.get("created", ""),
+        cells.append(
+            [
+                d.id,
+                d.spec["base"],
+                " ".join(f"{k}={v}" for k, v in d.spec["params"].items()),
+                d.spec["noise_model"],
+                f"{d.spec['noise']:g}",
+                str(d.spec["seed"]),
+                str(d.stats["train"]["pairs"]),
+                str(d.stats["val"]["pairs"]),
+                f"{val['orbit_ceiling']:.1%}" if "orbit_ceiling" in val else "–",
+                f"{val['wl_ceiling']:.1%}" if "wl_ceiling" in val else "–",
+                str(d.meta.get("created", "")),
+            ]
         )
-    console.print(table)
+    print_table(console, f"datasets in {ws.datasets}", header, cells, right=(4, 5, 6, 7, 8, 9))
 
 
 @datasets_app.command("stats")

@@ -141,16 +141,23 @@ def properties_build(
         ]
         print_json({"datasets": rows, "built": built, "cached": len(reports) - built, "seconds": round(seconds, 3)})
         return
-    table = Table(title="property datasets")
-    for col in ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build"):
-        table.add_column(col, justify="left" if col in ("property", "family", "id") else "right", no_wrap=True)
-    for r in sorted(reports, key=lambda r: (r.spec.property, r.spec.family, r.spec.n)):
-        table.add_row(
-            r.spec.property, r.spec.family, str(r.spec.n), str(r.stats["graphs"]),
-            str(r.stats["resampled"]) if r.spec.family == "perturb" else "-", f"{r.stats['density_accuracy']:.3f}",
-            r.dataset_id, f"{r.seconds:.1f} s" if r.built else "cached",
-        )  # fmt: skip
-    console.print(table)
+    from gaptui.cli_tables import print_table
+
+    header = ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build")
+    cells = [
+        [
+            r.spec.property,
+            r.spec.family,
+            str(r.spec.n),
+            str(r.stats["graphs"]),
+            str(r.stats["resampled"]) if r.spec.family == "perturb" else "-",
+            f"{r.stats['density_accuracy']:.3f}",
+            r.dataset_id,
+            f"{r.seconds:.1f} s" if r.built else "cached",
+        ]  # fmt: skip
+        for r in sorted(reports, key=lambda r: (r.spec.property, r.spec.family, r.spec.n))
+    ]
+    print_table(console, "property datasets", header, cells, ids=(6,), right=(2, 3, 4, 5, 7))
     console.print(f"{len(reports)} datasets ({built} built, {len(reports) - built} cached) in {seconds:.1f} s")
 
 

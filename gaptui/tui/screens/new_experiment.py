@@ -340,9 +340,13 @@ class NewExperimentScreen(SectionScreen):
         while i < len(fields):
             spec = fields[i]
             if spec.kind == "multi":
-                group = []
+                group, titles = [], set()
                 while i < len(fields) and fields[i].kind == "multi":
+                    # a column's title is its section, or its own label when a column beside it has that section
                     title = fields[i].section or fields[i].label
+                    if title in titles:
+                        title = fields[i].label[:1].upper() + fields[i].label[1:]
+                    titles.add(title)
                     group.append(
                         Vertical(Static(title, classes="section-title", markup=False), self._widget(fields[i], values))
                     )
@@ -536,7 +540,15 @@ class NewExperimentScreen(SectionScreen):
         found = estimate_from_cache(grid_plan, slots, ws, records.values(), pack)
         if found is None:
             return summary
-        return replace(summary, estimate_seconds=found.plan.wall, estimate_source="measured")
+        measured = any(r.source.startswith("calibration") for r in found.runs)
+        notes = [f"{len(found.runs)} of {len(found.runs) + len(found.missing)} runs"] if found.missing else []
+        notes += [f"calibration {found.stale[0]}: the dry run measures again"] if found.stale else []
+        return replace(
+            summary,
+            estimate_seconds=found.plan.wall,
+            estimate_source="measured" if measured else "history",
+            estimate_note="; ".join(notes),
+        )
 
     def on_plan_computed(self, message: PlanComputed) -> None:
         self.summary = message.summary

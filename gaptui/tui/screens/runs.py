@@ -171,6 +171,8 @@ class RunsScreen(SectionScreen):
         if not self.ready:
             return
         parts = [f"{len(state.running)} running", f"{len(state.queued)} queued"]
+        if state.eta:
+            parts.append(state.eta)
         if state.slots:
             parts.append(f"slots {', '.join(state.slots)}")
         if state.building:
@@ -232,13 +234,14 @@ class RunsScreen(SectionScreen):
         if self._curves_dirty and self.is_current:
             self._curves_dirty = False
             book = self.gapp.book.records
-            runs = {}
+            runs, tasks = {}, []
             for run_hash in self._plotted:
                 record = book.get(run_hash)
                 if record is not None:
                     label = f"{describe(record)} s{record['seed']} {record['id'][:6]}"
                     runs[label] = self.feeds.get(run_hash, RunFeed()).curve()
-            self.query_one(CurvesPanel).draw(runs)
+                    tasks.append(record_task(record))
+            self.query_one(CurvesPanel).draw(runs, tasks[0] if tasks else None)  # the first run's family
 
     # -------------------------------------------------------------------------------------- selection
 
