@@ -186,7 +186,7 @@ def _table_with_reference(
         sys.stdout.write(ref.render_markdown(comparisons))
         return
     if not tables:
-        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False, markup=False)
         return
     for table, comparison in pairs:
         if comparison is None:
@@ -211,7 +211,7 @@ def gap_cmd(
         print_json([g.as_dict() for g in gaps])
         return
     if not gaps:
-        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False, markup=False)
         return
     color = console.is_terminal and console.color_system is not None
     width = max(40, min(console.width, 100))
@@ -309,9 +309,11 @@ def export_cmd(
     key = declared.key if declared is not None else metric
     written = analysis.export_all(records, out, key, force=force, task=task)
     if not analysis.done_groups(records, task):
-        err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
+        err_console.print(
+            f"[yellow]note:[/] no finished runs in {escape(str(ws.history))}; the tables are empty", highlight=False
+        )
     for path in written:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _export_wandb(records: list[dict[str, Any]], project: str, entity: str | None, folder: Path) -> None:
@@ -390,10 +392,12 @@ def figures_cmd(
     task = analysis.infer_task(records, task)
     if task is None or not analysis.done_groups(records, task):
         runs = f"{task} runs" if task else "runs"
-        err_console.print(f"[yellow]note:[/] no finished {runs} in {ws.history}; no figures", highlight=False)
+        err_console.print(
+            f"[yellow]note:[/] no finished {runs} in {escape(str(ws.history))}; no figures", highlight=False
+        )
         return
     for path in figures.figure_files(records, out, task, fmt, metric, force=force):
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def report_cmd(
@@ -410,7 +414,7 @@ def report_cmd(
 
     ws, records = _load(workspace, tuned=None)
     for path in report.write_report(records, out, ws, force=force, tuned=tuned):
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

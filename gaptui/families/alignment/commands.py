@@ -37,7 +37,9 @@ def _stats_table(dataset: Any) -> Table:
     spec = dataset.spec
     params = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
     table = Table(
-        title=f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        title=escape(
+            f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        )
     )
     table.add_column("statistic")
     for split in dataset.stats:
@@ -52,7 +54,7 @@ def _print_stats(dataset: Any) -> None:
     console.print(_stats_table(dataset))
     files = {k: v for s in dataset.stats.values() for k, v in (s.get("source_files") or {}).items()}
     for name, digest in sorted(files.items()):
-        console.print(f"  read from {name}  sha256 {digest}", highlight=False)
+        console.print(f"  read from {name}  sha256 {digest}", highlight=False, markup=False)
 
 
 @datasets_app.command("build")
@@ -92,7 +94,7 @@ def datasets_build(
         return
     _print_stats(dataset)
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
-    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {dataset.path}", highlight=False)
+    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {escape(str(dataset.path))}", highlight=False)
 
 
 def _dataset_record(dataset: Any) -> dict[str, Any]:
@@ -116,9 +118,13 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
         print_json([{"id": d.id, **_dataset_record(d)} for d in found])
         return
     if not found:
-        console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
+        console.print(
+            f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`",
+            highlight=False,
+            markup=False,
+        )
         return
-    table = Table(title=f"datasets in {ws.datasets}")
+    table = Table(title=escape(f"datasets in {ws.datasets}"))
     for col in ("id", "base", "params", "model", "eta", "seed", "train", "val", "created"):
         table.add_column(col, justify="right" if col in ("eta", "seed", "train", "val") else "left")
     for d in found:
@@ -126,7 +132,7 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
         table.add_row(
             d.id,
             s["base"],
-            " ".join(f"{k}={v}" for k, v in s["params"].items()),
+            escape(" ".join(f"{k}={v}" for k, v in s["params"].items())),
             s["noise_model"],
             f"{s['noise']:g}",
             str(s["seed"]),
@@ -177,7 +183,7 @@ def datasets_export(
     ws = Workspace.resolve(workspace)
     dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
     path = export_dataset(dataset, out, fmt, force=force)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @datasets_app.command("sources")
