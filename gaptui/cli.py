@@ -282,7 +282,7 @@ def _print_train_result(spec: Any, fam: Any, result: dict[str, Any], folder: Pat
     for key, value in result.get("metrics", {}).items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
-    console.print(f"run folder: {folder}", highlight=False)
+    console.print(f"run folder: {folder}", highlight=False, markup=False)
 
 
 def with_recipe(spec: Any, recipe: str | None) -> Any:
@@ -324,7 +324,7 @@ def _chosen_spec(
         from gaptui.preset_code import review_preset
         from gaptui.presets import grid
 
-        loaded = review_preset(preset, ws).load_noted(note)
+        loaded = review_preset(preset, ws).load(note)
         # A grid may hold runs of other families (a GAPE grid's pretraining runs are alignment runs): --task
         # chooses among them, the preset's own family by default.
         name = family(task).name if task is not None else loaded.task
@@ -560,7 +560,11 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     if status == "done":
         return json.loads((folder / "result.json").read_text())
     if status == "cancelled":
-        err_console.print(f"cancelled; checkpoint saved in {folder}: run the same command again to resume")
+        err_console.print(
+            f"cancelled; checkpoint saved in {folder}: run the same command again to resume",
+            highlight=False,
+            markup=False,
+        )
         raise typer.Exit(130)
     message = record.get("error") or f"worker exited with status {record.get('exit_code')}"
     if record.get("exit_code") == 2:

@@ -202,7 +202,7 @@ def _table_with_reference(
         sys.stdout.write(ref.render_markdown(comparisons))
         return
     if not tables:
-        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False, markup=False)
         return
     for table, comparison in pairs:
         if comparison is None:
@@ -227,7 +227,7 @@ def gap_cmd(
         print_json([g.as_dict() for g in gaps])
         return
     if not gaps:
-        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False, markup=False)
         return
     color = console.is_terminal and console.color_system is not None
     width = max(40, min(console.width, 100))
@@ -331,10 +331,11 @@ def export_cmd(
         written = analysis.export_all(records, folder, key, force=force, task=name)
         if not analysis.done_groups(records, name):
             err_console.print(
-                f"[yellow]note:[/] no finished {name or ''} runs in {ws.history}; the tables are empty", highlight=False
+                f"[yellow]note:[/] no finished {name or ''} runs in {escape(str(ws.history))}; the tables are empty",
+                highlight=False,
             )
         for path in written:
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _export_wandb(records: list[dict[str, Any]], project: str, entity: str | None, folder: Path) -> None:
@@ -420,11 +421,13 @@ def figures_cmd(
     finished = [name for name in tasks if analysis.done_groups(records, name)]
     if not finished:
         runs = f"{tasks[0]} runs" if len(tasks) == 1 else "runs"
-        err_console.print(f"[yellow]note:[/] no finished {runs} in {ws.history}; no figures", highlight=False)
+        err_console.print(
+            f"[yellow]note:[/] no finished {runs} in {escape(str(ws.history))}; no figures", highlight=False
+        )
         return
     for name in finished:  # each family's figures are named after it: one folder holds them all
         for path in figures.figure_files(records, out, name, fmt, metric, force=force):
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def report_cmd(
@@ -441,7 +444,7 @@ def report_cmd(
 
     ws, records = _load(workspace, tuned=None)
     for path in report.write_report(records, out, ws, force=force, tuned=tuned):
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

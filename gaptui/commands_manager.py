@@ -133,7 +133,7 @@ def run_cmd(
 
     ws = Workspace.resolve(workspace)
     # Before validation imports it: the user code this preset runs (the command was typed, so it runs).
-    spec_preset = review_preset(preset, ws).load_noted(note)
+    spec_preset = review_preset(preset, ws).load(note)
     for line in spec_preset.notes:
         note(f"{spec_preset.path or spec_preset.name}: {line}")
     slurm_settings = None
@@ -664,7 +664,9 @@ def history_cmd(
         print_json([_record_row(r) for r in records])
         return
     if not records:
-        console.print(f"no runs in {ws.history}" + (" matching the filters" if chosen else ""))
+        console.print(
+            f"no runs in {ws.history}" + (" matching the filters" if chosen else ""), highlight=False, markup=False
+        )
         return
     tasks = analysis.record_tasks(records)
     columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
@@ -844,7 +846,7 @@ def note_cmd(
     with History(Workspace.resolve(workspace), write=True, exclusive=False, purpose="gaptui note") as history:
         record = history.get(run)
         history.update(record["hash"], note=text)
-    console.print(f"{record['id']}: note saved", highlight=False)
+    console.print(f"{record['id']}: note saved", highlight=False, markup=False)
 
 
 def _stdout_is_tty() -> bool:

@@ -258,7 +258,7 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
     live = in_flight_on_slurm(everything)
     records = [r for r in everything if r["hash"] in live]
     if not records:
-        console.print(f"no run of {ws.root} is queued or running on Slurm", highlight=False)
+        console.print(f"no run of {ws.root} is queued or running on Slurm", highlight=False, markup=False)
         return
     if not sbatch_available():
         raise GaptuiError("sbatch/sacct not found on PATH; run `gaptui slurm status` on a Slurm login node")

@@ -418,11 +418,13 @@ DURATION_LIMIT = 30 * 86400.0
 STEP_FLOOR = 1e-3
 
 
-def duration_floor(specs: Iterable[Any], slots: int) -> tuple[float, int]:
-    """The least wall seconds ``specs`` can take on ``slots`` slots in parallel, and the optimiser steps behind it."""
+def duration_floor(specs: Iterable[Any], slots: int, times: int = 1) -> tuple[float, int]:
+    """The least wall seconds ``specs``, run ``times`` times, can take on ``slots`` slots in parallel, and the
+    optimiser steps behind it."""
     steps = 0
     for spec in specs:
         steps += family(spec.task).costs.steps(spec) or 0
+    steps *= times
     return steps * STEP_FLOOR / max(1, slots), steps
 
 
@@ -433,14 +435,15 @@ def check_duration(
     force: bool = False,
     estimate: GridEstimate | None = None,
     limit: float = DURATION_LIMIT,
+    times: int = 1,
 ) -> tuple[bool, list[str]]:
-    """Whether ``specs`` take longer than ``limit`` on ``slots`` slots in parallel, and the lines to print before
-    they start: the ``estimate`` when there is one (history, cached calibration), else the floor of their
-    optimiser steps (:func:`duration_floor`, said when it is over a day). Over the limit and without ``force``:
-    one GaptuiError line with the estimate, the limit and ``--force``."""
+    """Whether ``specs`` (each ``times`` times) take longer than ``limit`` on ``slots`` slots in parallel, and the
+    lines to print before they start: the ``estimate`` when there is one (history, cached calibration), else the
+    floor of their optimiser steps (:func:`duration_floor`, said when it is over a day). Over the limit and without
+    ``force``: one GaptuiError line with the estimate, the limit and ``--force``."""
     from engine.errors import GaptuiError
 
-    floor, steps = duration_floor(specs, slots)
+    floor, steps = duration_floor(specs, slots, times)
     floor_said = f"{steps:,} optimiser steps, at least {format_duration(floor)} at {STEP_FLOOR * 1000:g} ms a step"
     floor_said += f" on {slots} slots" if slots > 1 else ""
     if estimate is not None and estimate.runs and not estimate.missing:

@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
+from engine.typed import ascii_count
 from gaptui.backends import BACKENDS
 from gaptui.history import now
 from gaptui.processes import in_foreground
@@ -51,7 +52,7 @@ def parse_gpus(text: str | None) -> list[str] | None:
         return []
     gpus = [g.strip() for g in text.split(",") if g.strip()]
     for g in gpus:
-        if not g.isdigit():
+        if ascii_count(g) is None:
             raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
     return gpus
 
@@ -250,10 +251,12 @@ def _enqueue_prepared(
     return good, errors
 
 
-def enqueue_prepared(scheduler: Scheduler, specs: list[TaskSpec], preset: str | None = None) -> dict[str, str]:
+def enqueue_prepared(
+    scheduler: Scheduler, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None
+) -> dict[str, str]:
     """Build the inputs of ``specs`` and queue them (runs given one by one, such as ``gaptui tune``'s trials); a
     run whose input could not be built is recorded ``failed`` with the reason. Returns those reasons by hash."""
-    return _enqueue_prepared(scheduler, specs, None, preset)[1]
+    return _enqueue_prepared(scheduler, specs, None, preset, planned_seeds)[1]
 
 
 def launch(

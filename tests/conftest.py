@@ -19,9 +19,10 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 
 @pytest.fixture(autouse=True)
-def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Never try a download in tests, and never touch the user's default workspace.
+def _offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Never try a download in tests, and never touch the user's default workspace or settings (trusted presets).
     monkeypatch.setenv("GAPTUI_OFFLINE", "1")
+    monkeypatch.setenv("GAPTUI_CONFIG", str(tmp_path_factory.mktemp("config")))
     monkeypatch.delenv("GAPTUI_WORKSPACE", raising=False)
     monkeypatch.delenv("GAPTUI_DATA", raising=False)
 

@@ -167,6 +167,28 @@ def _study(
     return str(tmp / "s.toml")
 
 
+def _huge_pairs(tmp: Path) -> str:
+    """A pairs folder whose first training pair declares 10^12 nodes."""
+    from safetensors.numpy import load_file, save_file
+
+    from tests.test_pairs_layout import write_folder
+
+    write_folder(tmp / "pairs")
+    orders = load_file(str(tmp / "pairs" / "train-orders.safetensors"))
+    orders["0"] = np.array([10**12, 10**12], dtype=np.int64)
+    save_file(orders, str(tmp / "pairs" / "train-orders.safetensors"))
+    return str(tmp / "pairs")
+
+
+def _bad_tune(tmp: Path) -> str:
+    from tests.test_tune import PRESET
+
+    (tmp / "t.toml").write_text(
+        PRESET.format(models='["gcn"]', trials=2).replace("layers = [2, 3]", "dropout = { range = [0.1, 5.0] }")
+    )
+    return str(tmp / "t.toml")
+
+
 TRAIN = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4", "-p", "n=12"]
 
 #: (case id, setup(tmp) -> the values its arguments use, arguments, expected text of the one error line)
@@ -546,6 +568,26 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     ),
     # runs are chosen alike everywhere: numbers as numbers, a base name for its parameterised datasets, case
     ("--filter seed not a number", lambda t: "", ["history", "--filter", "seed=x", "-w", "{}ws"], "seed takes a"),
+    # the newest surfaces, as a subprocess: the exit status and no traceback (the in-process cases are in
+    # test_reliability_inputs.py and test_reliability_records.py)
+    (
+        "score /dev/zero",
+        lambda t: "",
+        ["properties", "score", "r1", "/dev/zero", "-w", "{}ws"],
+        "/dev/zero: not a regular file (a character device)",
+    ),  # fmt: skip
+    (
+        "pairs of 10^12 nodes",
+        _huge_pairs,
+        ["datasets", "build", "pairs", "--noise", "0.1", "-p", "path={}", "-w", "ws"],
+        "train-orders.safetensors: pair 0 needs about",
+    ),  # fmt: skip
+    (
+        "tune bound no model accepts",
+        _bad_tune,
+        ["tune", "--preset", "{}", "--dry-run", "-w", "ws"],
+        "[tune] space: key 'dropout' = 5.0",
+    ),  # fmt: skip
 ]
 
 

@@ -673,7 +673,7 @@ async def test_loading_without_a_chosen_preset_points_at_the_list(tmp_path: Path
 async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gaptui.preset_code import TRUST_FILE
+    from gaptui.preset_code import TRUST_FILE, trust_path
 
     module = "gaptui_probe_user_model"
     code = tmp_path / "code"
@@ -708,7 +708,7 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
             await tasks_done(app)
             assert not marker.exists() and module not in sys.modules
             assert form.query_one("#name", Input).value != "shared"
-            assert not (ws.root / TRUST_FILE).exists()
+            assert not trust_path().exists()
 
             # Allow: imported and loaded, and remembered by the file's SHA-256
             await pilot.press("ctrl+o", "enter")  # the picker opens on the preset chosen in the list
@@ -717,8 +717,9 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
             await wait_until(pilot, lambda: form.query_one("#name", Input).value == "shared", what="preset loaded")
             await tasks_done(app)
             assert marker.exists() and module in sys.modules
-            trusted = json.loads((ws.root / TRUST_FILE).read_text())
-            assert list(trusted) == [hashlib.sha256(shared.read_bytes()).hexdigest()]
+            trusted = json.loads(trust_path().read_text())
+            assert trusted[str(shared.resolve())]["sha256"] == hashlib.sha256(shared.read_bytes()).hexdigest()
+            assert not (ws.root / TRUST_FILE).exists()  # never in the workspace
 
             # The same file again: loaded without a question
             await type_into(pilot, form.query_one("#name", Input), "renamed")

@@ -38,6 +38,7 @@ from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
 from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
+from engine.typed import ascii_count
 
 # ------------------------------------------------------------------------------------------------ the family
 
@@ -243,7 +244,7 @@ class Alignment(TaskFamily):
 
     def metric(self, key: str) -> Metric:
         # Any other top-k accuracy a spec asked for (topk = [3]) is a share like the declared ones.
-        if key.startswith("val_top") and key.endswith("_acc") and key[7:-4].isdigit():
+        if key.startswith("val_top") and key.endswith("_acc") and ascii_count(key[7:-4]) is not None:
             return Metric(key, f"top-{key[7:-4]} acc", True, "%")
         return super().metric(key)
 
@@ -298,10 +299,17 @@ class Alignment(TaskFamily):
         from functools import partial
 
         from engine.alignment.datasets import build_dataset
+        from engine.alignment.features import parse_features, prepare_positional
 
         ds = spec.dataset_spec()
         key = "alignment-dataset:" + json.dumps(ds.canonical(), sort_keys=True)
-        return [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        out = [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        positional = parse_features(spec.features).positional
+        if positional:  # cached here, before workers start: a cache that fails its check is said here, not in a log
+            parts = "+".join(p.text for p in positional)
+            build = partial(prepare_positional, ds, parts, *dataset_dirs(spec))
+            out.append(Input(f"{key}:positional:{parts}", f"{parts} of {ds.base} at noise {ds.noise:g}", build))
+        return out
 
     def steps(self, spec: RunSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         return AlignmentRun(spec, ctx).steps()

@@ -75,6 +75,11 @@ class Source:
         """Check the files this source reads (present, text, readable records) before any run is planned on it:
         GaptuiError naming the file and what is wrong. Sources that read no user file check nothing."""
 
+    def source_files(self, root: Path) -> dict[str, str]:
+        """``{file name: SHA-256}`` of the user's files this source reads (empty for a source that reads none, or
+        whose files are gone): recorded with a dataset built from them, which is built again once they change."""
+        return {}
+
     @classmethod
     def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
         """``(nodes per graph, mean degree, draws an n x n matrix per graph)`` known from the parameters alone,

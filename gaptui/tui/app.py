@@ -158,6 +158,7 @@ class GaptuiApp(App[None]):
     async def on_mount(self) -> None:
         # Read once before the manager thread starts; afterwards only the manager touches the history.
         self.book.load(self.history.records())
+        self._say_left_out()
         # The records live as long as the app: out of the collector's full passes from now on, or the first one
         # (drawing the first screen allocates enough to trigger it) walks them all, 0.15 s at 20,000 runs.
         gc.freeze()
@@ -169,6 +170,13 @@ class GaptuiApp(App[None]):
         # sections are mounted on their first visit (their handlers wait for ``ready``).
         await self.switch_mode("history" if len(self.book) else "new")
         self.call_after_refresh(self._start_background)
+
+    def _say_left_out(self) -> None:
+        """Name the history records left out of every screen (a field of the wrong type), as the CLI warns."""
+        lines = list(self.history.left_out.values())
+        if lines:
+            more = f" (and {len(lines) - 1} more; `gaptui history` names each)" if len(lines) > 1 else ""
+            self.notify(f"{lines[0]}{more}", severity="warning", markup=False, timeout=15)
 
     def _start_background(self) -> None:
         self._manager_worker = self._run_manager()

@@ -32,7 +32,7 @@ from gaptui.backends.slurm import (
     sbatch_available,
 )
 from gaptui.history import History, history_stamp
-from gaptui.presets import parse_preset
+from gaptui.preset_code import is_trusted, review_preset
 from gaptui.queue_control import ControlChannel
 from gaptui.recovery import foreground_line
 from gaptui.scheduler import Scheduler, tail
@@ -49,11 +49,6 @@ from gaptui.tui.messages import (
 from gaptui.tui.planning import RETRYABLE, SlotConfig
 from gaptui.workspace import Workspace
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 #: Seconds between scheduler steps (the CLI's pace).
 POLL_SECONDS = 0.25
 #: Seconds between checks of the history file when another manager writes it (read-only mode).
@@ -62,6 +57,19 @@ HISTORY_POLL_SECONDS = 1.0
 TERMINAL_EVENTS = ("done", "cancelled", "error")
 #: Runs whose files are tailed at once besides the scheduler's own (the selection of the UI).
 MAX_FOLLOWED = 32
+
+
+def _reviewed(path: Path, ws: Workspace) -> Any:
+    """The preset file ``path`` validated again at launch (as ``gaptui run --preset`` would), from its bytes as
+    they are now: local code it names is imported only when the user allowed this very content (the file may have
+    changed since it was loaded)."""
+    review = review_preset(str(path), ws)
+    if review.local_code and not is_trusted(review):
+        raise GaptuiError(
+            f"{path} changed since it was loaded and names local code that was not allowed in this form; load the "
+            "preset again (ctrl+o) to review its code"
+        )
+    return review.load(lambda line: None)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -329,7 +337,7 @@ class ManagerLoop:
         # A preset without a file was parsed from the form's document just before (FormDraft.preset()).
         preset = command.preset
         if preset.path is not None:
-            preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
+            preset = _reviewed(preset.path, self.ws)
         options = launch.LaunchOptions(
             gpus=command.slots.gpus,
             jobs_per_gpu=command.slots.jobs_per_gpu,

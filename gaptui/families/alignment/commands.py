@@ -52,7 +52,9 @@ def _stats_table(dataset: Any) -> Table:
     spec = dataset.spec
     params = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
     table = Table(
-        title=f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        title=escape(
+            f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        )
     )
     table.add_column("statistic")
     for split in dataset.stats:
@@ -70,7 +72,7 @@ def _print_stats(dataset: Any) -> None:
     console.print(_stats_table(dataset))
     files = {k: v for s in dataset.stats.values() for k, v in (s.get("source_files") or {}).items()}
     for name, digest in sorted(files.items()):
-        console.print(f"  read from {name}  sha256 {digest}", highlight=False)
+        console.print(f"  read from {name}  sha256 {digest}", highlight=False, markup=False)
 
 
 @datasets_app.command("build")
@@ -109,7 +111,7 @@ def datasets_build(
         return
     _print_stats(dataset)
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
-    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {dataset.path}", highlight=False)
+    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {escape(str(dataset.path))}", highlight=False)
 
 
 def _dataset_record(dataset: Any, symmetry: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -136,7 +138,11 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
         print_json([{"id": d.id, **_dataset_record(d, cached_stats(d))} for d in found])
         return
     if not found:
-        console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
+        console.print(
+            f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`",
+            highlight=False,
+            markup=False,
+        )
         return
     from gaptui.cli_tables import print_table
 
@@ -202,7 +208,7 @@ def datasets_export(
     ws = Workspace.resolve(workspace)
     dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
     path = export_dataset(dataset, out, fmt, force=force)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @datasets_app.command("sources")

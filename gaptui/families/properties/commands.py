@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
@@ -191,7 +193,7 @@ def properties_export(
     if as_json:
         print_json({"out": str(out), "files": files})
         return
-    console.print(f"wrote {len(files)} files under {out}", highlight=False)
+    console.print(f"wrote {len(files)} files under {out}", highlight=False, markup=False)
 
 
 def _scoring_model(run: str, workspace: Path | None):  # noqa: ANN202 - (record, spec, model)
@@ -262,12 +264,12 @@ def properties_score(
         print_json(rows)
         return
     title = f"run {record['id']}: {prop.name} ({prop.definition}), {spec.pooling}"
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("file", "relation", "nodes", "edges", "P(holds)", "checker"):
         table.add_column(col, justify="right" if col in ("nodes", "edges", "P(holds)") else "left")
     for r in rows:
-        table.add_row(
-            r["file"], r["relation"] or "-", str(r["nodes"]), str(r["edges"]), f"{r['probability']:.3f}",
+        table.add_row(  # file and relation names are the user's: shown as they are, never read as markup
+            Text(r["file"]), Text(r["relation"] or "-"), str(r["nodes"]), str(r["edges"]), f"{r['probability']:.3f}",
             "holds" if r["exact"] else "fails",
         )  # fmt: skip
     console.print(table)

@@ -619,7 +619,7 @@ class NewExperimentScreen(SectionScreen):
 
         def read() -> None:
             review = review_preset(name, ws)
-            self.post_message(PresetReviewed(review, is_trusted(ws, review)))
+            self.post_message(PresetReviewed(review, is_trusted(review)))
 
         self.gapp.run_task(read, name=f"read preset {name}", group="preset")
 
@@ -649,12 +649,11 @@ class NewExperimentScreen(SectionScreen):
 
     def _load_reviewed(self, review: PresetReview, allowed: bool) -> None:
         """Validate the preset from the bytes that were reviewed (this imports its code), remembering an Allow."""
-        ws = self.gapp.ws
 
         def load() -> None:
             if allowed:
-                trust(ws, review)
-            self.post_message(PresetLoaded(review.load(), review.sha256, review.raw))
+                trust(review)
+            self.post_message(PresetLoaded(review.load(lambda line: None), review.sha256, review.raw))  # listed above
 
         self.notify(f"loading preset {review.path.stem} ...", markup=False)
         self.gapp.run_task(load, name=f"load preset {review.path.stem}", group="preset")
