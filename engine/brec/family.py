@@ -94,9 +94,7 @@ class BrecCosts(CostModel):
             detail = f"{'2-FWL arrays of 2 n^3 integers' if spec.model == '3-wl' else 'colour rows'} at n = {nodes}"
             hint = f"leave {spec.model} out of the preset's wl, or lower pairs below the largest {spec.category} pairs"
             what = f"{spec.model} on {spec.category} (pairs up to {nodes} nodes)"
-            return MemoryNeed(
-                what, f"brec {spec.model}", need, f"{detail}, {human(need)}", hint, f"{spec.model}:{nodes}"
-            )
+            return MemoryNeed(what, f"brec {spec.model}", need, detail, hint, f"{spec.model}:{nodes}")
         from engine.alignment.features import feature_dim
         from engine.models import MODELS
 

@@ -117,7 +117,8 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> BrecPreset:
     )
     if not preset.models and not preset.wl:
         raise GaptuiError(f"{where}: key 'models' names no model and 'wl' no test: the grid would have no runs")
-    grid(preset, Placement(".", "."), limit=len(preset.wl) + 1)  # the worker's own checks, once, at parse time
+    # The worker's own checks, once, at parse time: every exact row and the first trained run.
+    grid(preset, Placement(".", "."), limit=len(preset.wl) * len(preset.categories) + 1)
     _check_models(preset, where)
     return preset
 
