@@ -28,30 +28,34 @@ def _models() -> list[str]:
 def fields() -> tuple[FormField, ...]:
     from engine.brec.rpc import STATISTICS
 
+    models = ["gcn", "gin", "graphgps+rwpe:16"]
     return (
         FormField(
             "models",
             "models",
             "multi",
-            ["gcn", "gin", "graphgps+rwpe:16"],
+            models,
             "model, or model+rwpe:K",
             choices_from=_models,
             free=True,
             section="Models",
         ),  # fmt: skip
-        FormField("wl", "exact rows", "multi", list(WL_ROWS), choices=WL_ROWS, section="Models"),
+        FormField("wl", "exact rows", "multi", list(WL_ROWS), choices=WL_ROWS, section="Exact rows"),
         FormField("categories", "categories", "multi", list(CATEGORY_KEYS), choices=CATEGORY_KEYS, section="Pairs"),
         FormField(
-            "pairs", "pairs per category", "int", None, "the first N pairs of each", placeholder="all", section="Pairs"
+            "pairs", "pairs each", "int", None, "the first N pairs of each category", placeholder="all", section="Pairs"
         ),  # fmt: skip
-        FormField("seeds", "seeds", "seeds", [0, 1, 2], placeholder="0-9 or 0,3", section="Runs"),
-        FormField("relabellings", "relabellings q", "int", None, placeholder="32", section="RPC"),
-        FormField("epochs", "epochs per pair", "int", None, placeholder="20", section="RPC"),
-        FormField("batch_size", "batch (graphs)", "int", None, placeholder="16", section="RPC"),
+        FormField(
+            "relabellings", "relabellings", "int", None, "q copies of each graph", placeholder="32", section="RPC"
+        ),  # fmt: skip
+        FormField(
+            "epochs", "epochs/pair", "int", None, "passes over a pair's copies", placeholder="20", section="RPC"
+        ),  # fmt: skip
+        FormField("batch_size", "batch graphs", "int", None, placeholder="16", section="RPC"),
         FormField("lr", "learning rate", "number", None, placeholder="1e-4", section="RPC"),
         FormField(
             "statistic",
-            "T^2 statistic",
+            "T² statistic",
             "choice",
             None,
             "reference: BREC's code; hotelling: q x it",
@@ -59,6 +63,7 @@ def fields() -> tuple[FormField, ...]:
             placeholder="reference",
             section="RPC",
         ),  # fmt: skip
+        FormField("seeds", "seeds", "seeds", [0, 1, 2], placeholder="0-9 or 0,3", section="Runs"),
         precision_field("Runs"),
         FormField("timeout", "timeout (s)", "number", None, placeholder="none", section="Runs"),
         FormField("retries", "retries", "int", None, placeholder="0 (on failure)", section="Runs"),
