@@ -119,6 +119,9 @@ def test_a_folder_of_brecs_layout_is_read_and_bad_files_are_named_with_the_pair(
     np.save(folder / "dr.npy", np.array(["A_", "A_", "A_"]))
     with pytest.raises(GaptuiError, match=r"dr\.npy: shape \(3,\): expected pairs, an \(N, 2\) array"):
         load_category("distance-regular", str(folder))
+    np.save(folder / "4vtx.npy", np.array([], dtype=str))
+    with pytest.raises(GaptuiError, match=r"4vtx\.npy: holds no graph6 strings"):
+        load_category("4-vertex", str(folder))
     np.save(folder / "4vtx.npy", np.arange(4))
     with pytest.raises(GaptuiError, match=r"4vtx\.npy: holds int64, expected graph6 strings"):
         load_category("4-vertex", str(folder))

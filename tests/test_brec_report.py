@@ -98,3 +98,12 @@ def test_without_alignment_runs_the_report_says_what_to_run() -> None:
     text = "\n".join(report_sections(history(), history()))
     assert "no finished alignment runs" in text and "zoo-smoke" in text
     assert not math.isnan(table.cells[("gin", "basic")].median)
+
+
+def test_brecs_table_regroups_the_categories_and_never_marks_the_exact_rows() -> None:
+    (paper,) = [t for t in analysis.build_tables(history(), task="brec") if t.derived]
+    assert paper.group == "BREC's table: pairs distinguished per category of the paper"
+    assert paper.columns == ("basic", "regular", "extension", "cfi", "total")
+    assert paper.cell("3-wl", "regular").median == 50 / 140 and paper.cell("3-wl", "total").median == 270 / 400
+    assert paper.cell("3-wl", "total").mark == "" and paper.cell("gcn+rwpe:16", "total").mark == "best"
+    assert paper.cell("gcn+rwpe:16", "basic").values == (50 / 60, 51 / 60)  # one value per seed

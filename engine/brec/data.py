@@ -130,6 +130,8 @@ def _pairs_array(path: Path) -> np.ndarray:
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "SU":
         kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
         raise GaptuiError(f"{path}: holds {kind}, expected graph6 strings (str or bytes)")
+    if array.size == 0:
+        raise GaptuiError(f"{path}: holds no graph6 strings (a category needs at least one pair)")
     if array.ndim == 1 and array.size % 2 == 0:
         return array.reshape(-1, 2)
     if array.ndim == 2 and array.shape[1] == 2:

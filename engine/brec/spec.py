@@ -65,6 +65,10 @@ class BrecSpec(TaskSpec):
         from engine.alignment.features import canonical_features
 
         object.__setattr__(self, "features", canonical_features(self.features))
+        if isinstance(self.data, str) and self.data:  # workers (and cluster nodes) read it from any folder
+            from pathlib import Path
+
+            object.__setattr__(self, "data", str(Path(self.data).expanduser().absolute()))
 
     @property
     def is_wl(self) -> bool:
