@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.preset import ROW_ORDER
-from engine.brec.data import CATEGORIES, CATEGORY_KEYS, PAPER_PARTS, TOTAL, load_pairs
+from engine.brec.data import CATEGORY_KEYS, PAPER_PARTS, TOTAL, load_pairs
 from engine.brec.preset import BrecPreset, grid, parse_preset
 from engine.brec.spec import BrecSpec, model_label
 from engine.brec.wl import WL_ROWS, wl_bytes
@@ -50,12 +50,11 @@ def subset_of(pairs: int | None) -> str:
     return "first pair" if pairs == 1 else f"first {pairs} pairs"
 
 
-def subset_label(spec: BrecSpec) -> str:
-    return subset_of(spec.pairs)
-
-
 def datasets_dir(spec: BrecSpec) -> Path:
-    return Path(spec.datasets_dir or Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets")
+    """Where the exact rows' verdicts are cached: the grid's datasets folder (the worker's default without one)."""
+    from engine.worker import default_datasets_dir
+
+    return Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
 
 
 class BrecCosts(CostModel):
@@ -149,7 +148,7 @@ class Brec(TaskFamily):
     report = "gaptui.families.brec.report"
 
     def record_axes(self, spec: BrecSpec) -> dict[str, Any]:
-        return {"subset": subset_label(spec), "model": model_label(spec), "category": spec.category}
+        return {"subset": subset_of(spec.pairs), "model": model_label(spec), "category": spec.category}
 
     def is_baseline(self, spec: BrecSpec) -> bool:
         return spec.is_wl
@@ -257,8 +256,5 @@ class Brec(TaskFamily):
     def grid(self, preset: BrecPreset, placement: Placement, limit: int | None = None) -> list[BrecSpec]:
         return grid(preset, placement, limit)
 
-
-#: Every category, for pickers.
-CATEGORY_TITLES = {c.key: c.title for c in CATEGORIES}
 
 FAMILIES.register(Brec())
