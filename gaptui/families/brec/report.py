@@ -31,12 +31,12 @@ from gaptui import analysis
 TASK = "brec"
 RELIABILITY_MARK = "!"
 CAVEAT = (
-    "Every BREC pair is 1-WL-indistinguishable, and a message-passing model with degree inputs is at most as "
-    "expressive as 1-WL: in exact arithmetic it embeds both graphs of a pair alike, so its BREC total is 0 and "
-    "anything above 0 is numerical (the reliability check is there to catch that). Such models tie on BREC and "
-    "tau-b counts their ties as neither agreeing nor disagreeing; the correlation is carried by the models that "
-    "can exceed 1-WL (positional inputs: rwpe, lap) and says nothing about how message-passing models rank "
-    "among themselves."
+    "Every BREC pair is 1-WL-indistinguishable, and a message-passing model that sums over neighbours, with degree "
+    "inputs, is at most as expressive as 1-WL: in exact arithmetic it embeds both graphs of a pair alike, so its "
+    "BREC total is 0 and anything above 0 is numerical (the reliability check is there to catch that). Such models "
+    "tie at 0 on BREC, tau-b counts their ties as neither agreeing nor disagreeing, and the correlation is carried "
+    "by the few models that can exceed 1-WL (positional inputs rwpe and lap; PAN, whose layers weight closed walks, "
+    "which 1-WL cannot count): it says nothing about how the message-passing models rank among themselves."
 )
 
 
