@@ -252,7 +252,8 @@ def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
             colour = "black" if light else "white"
             ax.text(j, i, text, ha="center", va="center", fontsize=5, color=colour, fontweight=weight)
     fig.colorbar(image, ax=ax, label=_metric_label(table.metric), fraction=0.03, pad=0.01)
-    ax.set_title(_fit(f"{_title(table)}: {table.layout.statistic} over seeds; bold = best per column", FULL_WIDTH))
+    what = table.statistic if table.derived else f"{table.layout.statistic} over seeds"
+    ax.set_title(_fit(f"{_title(table)}: {what}; bold = best per column", FULL_WIDTH))
     return _save(fig, path)
 
 

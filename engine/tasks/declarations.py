@@ -146,6 +146,8 @@ class DerivedTable:
     #: Mark the cells not significantly different from their column's best (Holm-corrected Welch over the values),
     #: as the ranking tables do.
     ties: bool = False
+    #: Row values that are training-free references: shown, never marked, never the best (as a layout's).
+    baselines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def optimal_line(gap: GapAnalysis) -> str:
     return f"{words}: {table.column_axis.format(gap.optimal)}"
 
 
-def _split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list[list[int]]:
+def split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list[list[int]]:
     """Indices of columns grouped so that each group plus the ``fixed`` first column fits in ``width``."""
     if width is None:
         return [list(range(len(widths)))]
@@ -125,7 +125,7 @@ def render_rich(table: RankingTable, gap: GapAnalysis | None = None, width: int 
         for h, col in zip(headers, table.columns, strict=True)
     ]
     fixed = 4 + max(len(row_name), *map(len, table.rows))
-    groups = _split_columns(widths, fixed, width)
+    groups = split_columns(widths, fixed, width)
     label = table.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
@@ -341,7 +341,7 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
     }
     values[spread_label] = [f"{gap.spread[c] * scale:.1f}" for c in gap.columns]
     widths = [3 + max(len(h), *(len(v[i]) for v in values.values())) for i, h in enumerate(headers)]
-    groups = _split_columns(widths, 4 + max(map(len, values)), width)
+    groups = split_columns(widths, 4 + max(map(len, values)), width)
     label = gap.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
