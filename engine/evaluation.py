@@ -77,6 +77,9 @@ class AlignmentScores:
     - ``num_pairs``: pairs evaluated; ``num_nodes``: their nodes (rows) in total.
     - ``lap_correct`` / ``argmax_correct``: rows whose LAP / row-argmax match is the true one.
     - ``topk_correct``: ``{k: rows whose true match ranks among the top k}`` (conservative ties, see module).
+    - ``pair_nodes`` / ``pair_lap_correct``: int64 ``[num_pairs]``, per pair in the order scored; ``assignment``:
+      int64 ``[num_nodes]``, the LAP's match of every row, per pair in that order (local column ids). What the
+      structural metrics of :mod:`engine.alignment.pair_metrics` read, so that the LAP is solved once.
 
     ``lap_acc``, ``argmax_acc`` and ``topk_acc`` are fractions in ``[0, 1]`` of *all nodes pooled over pairs*;
     0.0 when nothing was evaluated. Merge batches with :meth:`merge` (or ``+``, or :meth:`total`).
@@ -87,6 +90,9 @@ class AlignmentScores:
     lap_correct: int = 0
     argmax_correct: int = 0
     topk_correct: dict[int, int] = field(default_factory=dict)
+    pair_nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
+    pair_lap_correct: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
+    assignment: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
 
     @property
     def lap_acc(self) -> float:
@@ -114,6 +120,9 @@ class AlignmentScores:
             lap_correct=self.lap_correct + other.lap_correct,
             argmax_correct=self.argmax_correct + other.argmax_correct,
             topk_correct={k: self.topk_correct.get(k, 0) + other.topk_correct.get(k, 0) for k in sorted(keys)},
+            pair_nodes=np.concatenate([self.pair_nodes, other.pair_nodes]),
+            pair_lap_correct=np.concatenate([self.pair_lap_correct, other.pair_lap_correct]),
+            assignment=np.concatenate([self.assignment, other.assignment]),
         )
 
     def __add__(self, other: AlignmentScores) -> AlignmentScores:
@@ -259,9 +268,12 @@ def _rank_counts(batch: _Batch, ks: Sequence[int]) -> _Ranks:
     return argmax_ok, topk
 
 
-def _lap_correct_range(sim: np.ndarray, num_nodes: np.ndarray, perm: np.ndarray) -> np.ndarray:
-    """LAP-correct rows of each pair of a (sub-)batch, ``[b]`` int64; runs in a worker thread or process."""
+def _lap_correct_range(sim: np.ndarray, num_nodes: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LAP-correct rows of each pair of a (sub-)batch ``[b]`` int64, and the matches of all their rows
+    ``[sum n]`` int64; runs in a worker thread or process."""
     out = np.zeros(sim.shape[0], dtype=np.int64)
+    matches = np.zeros(int(num_nodes.sum()), dtype=np.int64)
+    at = 0
     for b in range(sim.shape[0]):
         n = int(num_nodes[b])
         if n == 0:
@@ -269,7 +281,9 @@ def _lap_correct_range(sim: np.ndarray, num_nodes: np.ndarray, perm: np.ndarray)
         # Only the real n x n block: padding can never be matched.
         _, cols = linear_sum_assignment(sim[b, :n, :n], maximize=True)
         out[b] = int((cols == perm[b, :n]).sum())
-    return out
+        matches[at : at + n] = cols
+        at += n
+    return out, matches
 
 
 def _lap_chunks(num_nodes: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -286,15 +300,22 @@ def _lap_chunks(num_nodes: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
-def _assemble(batch: _Batch, ks: Sequence[int], lap: np.ndarray, ranks: _Ranks) -> AlignmentScores:
-    """Sum per-pair counts (LAP ``[B]``, argmax ``[B]``, top-k ``{k: [B]}``) into scores of the batch."""
+def _assemble(
+    batch: _Batch, ks: Sequence[int], laps: Sequence[tuple[np.ndarray, np.ndarray]], ranks: _Ranks
+) -> AlignmentScores:
+    """Sum per-pair counts (LAP ``[B]`` with the matches of each chunk of pairs, argmax ``[B]``, top-k
+    ``{k: [B]}``) into scores of the batch."""
     argmax_ok, topk = ranks
+    lap = np.concatenate([c for c, _ in laps]) if laps else np.zeros(0, np.int64)
     return AlignmentScores(
         num_pairs=int(batch.num_nodes.shape[0]),
         num_nodes=int(batch.num_nodes.sum()),
         lap_correct=int(lap.sum()),
         argmax_correct=int(argmax_ok.sum()),
         topk_correct={k: int(topk[k].sum()) for k in ks},
+        pair_nodes=batch.num_nodes.astype(np.int64),
+        pair_lap_correct=lap,
+        assignment=np.concatenate([m for _, m in laps]) if laps else np.zeros(0, np.int64),
     )
 
 
@@ -319,13 +340,12 @@ def evaluate_batch(
     ks = _check_ks(ks)
     batch = _prepare(sim, num_nodes, perm)
     if executor is None:
-        return _assemble(batch, ks, _lap_correct_range(*_slice(batch, 0, None)), _rank_counts(batch, ks))
+        return _assemble(batch, ks, [_lap_correct_range(*_slice(batch, 0, None))], _rank_counts(batch, ks))
     workers = int(getattr(executor, "_max_workers", 1) or 1)
     chunks = _lap_chunks(batch.num_nodes, 4 * workers)
     futs = [executor.submit(_lap_correct_range, *_slice(batch, a, b)) for a, b in chunks]
     ranks = _rank_counts(batch, ks)  # in this thread, while the pool solves the LAPs
-    lap = np.concatenate([f.result() for f in futs]) if futs else np.zeros(0, np.int64)
-    return _assemble(batch, ks, lap, ranks)
+    return _assemble(batch, ks, [f.result() for f in futs], ranks)
 
 
 def _slice(batch: _Batch, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -416,7 +436,7 @@ class LapEvaluator:
                 raise RuntimeError("LapEvaluator is closed")
             fut: Future = Future()
             fut.set_running_or_notify_cancel()
-            fut.set_result(_assemble(batch, ks, _lap_correct_range(*_slice(batch, 0, None)), _rank_counts(batch, ks)))
+            fut.set_result(_assemble(batch, ks, [_lap_correct_range(*_slice(batch, 0, None))], _rank_counts(batch, ks)))
             return fut
         # Ranks first: the FIFO queue starts them before the LAP chunks, so they never wait behind them.
         ranks = self._rank_pool.submit(_rank_counts, batch, ks)
@@ -424,8 +444,7 @@ class LapEvaluator:
         laps = [self._lap_pool.submit(_lap_correct_range, *_slice(batch, a, b)) for a, b in chunks]
 
         def combine(results: list[Any]) -> AlignmentScores:
-            lap = np.concatenate(results[1:]) if len(results) > 1 else np.zeros(0, np.int64)
-            return _assemble(batch, ks, lap, results[0])
+            return _assemble(batch, ks, results[1:], results[0])
 
         return _gather([ranks, *laps], combine)
 

@@ -172,7 +172,7 @@ def laplacian_embedding(
 
 
 @contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
+def single_threaded_blas() -> Iterator[None]:
     """Limit BLAS / LAPACK to one thread while many small eigenproblems run side by side.
 
     OpenBLAS' threads cost far more than they save on ``100 x 100`` matrices, and on a loaded machine their
@@ -215,7 +215,7 @@ def laplacian_scores(
     serial = workers == 1
     evaluator = LapEvaluator("serial" if serial else "thread", workers=workers, ks=ks)
     pool = None if serial else ThreadPoolExecutor(evaluator.workers, thread_name_prefix="laplacian")
-    with evaluator, _single_threaded_blas():
+    with evaluator, single_threaded_blas():
         try:
             for start in range(0, len(split), _BATCH):
                 pairs = range(start, min(len(split), start + _BATCH))

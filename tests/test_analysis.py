@@ -211,7 +211,7 @@ def test_text_rendering_shows_markers_and_legend() -> None:
     assert "\x1b[" not in text
     assert "95.0 ± 3.4 **" in text and "94.5 ± 0.0 (1/4) *" in text and "93.0 ± 0.0 (2/4) +" in text
     assert "99.0 ± 0.0 *" not in text and "99.0 ± 0.0 +" not in text
-    assert "training-free baseline, never marked" in text
+    assert "training-free, or search on a trained model, never marked" in text
     assert "optimal noise (largest best − worst spread): 0.1" in text
 
 

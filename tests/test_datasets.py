@@ -14,8 +14,11 @@ from engine.pairs import ARRAYS
 
 
 def _files_digest(folder: Path) -> dict[str, str]:
+    """The dataset's own arrays (the caches derived from them, such as ``symmetry/``, left out)."""
     return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.npy"))
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*.npy"))
+        if p.relative_to(folder).parts[0] in ("train", "val")
     }
 
 

@@ -1,36 +1,55 @@
 """The ``alignment`` task family: siamese GNN training for graph alignment (paper sections 3-5, Table D.3).
 
-Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and model, a model or the training-free
-``laplacian`` baseline). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset
-label x noise x model x recipe; tables: one per dataset, models as rows, noise levels as columns, the Laplacian
-baseline never marked, a cell whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`)
-expand datasets x noise x models x seeds (see :class:`Preset`).
+Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and model, a model, the training-free
+``laplacian`` baseline or a solver of :mod:`engine.alignment.solvers`, optionally a decoder searching on top of a
+trained model). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset label x noise x
+model x recipe; tables: one per dataset, models as rows, noise levels as columns, the reference rows (Laplacian
+baseline, solvers, search on a model) never marked, the dataset's symmetry ceilings as rows of their own, a cell
+whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`) expand datasets x noise x models x
+seeds (see :class:`Preset`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.alignment.preset import BASELINE, ROW_ORDER, Preset, dataset_label, grid, model_label, parse_preset
+from engine.alignment.preset import (
+    REFERENCE_ORDER,
+    ROW_ORDER,
+    Preset,
+    dataset_label,
+    grid,
+    is_reference_row,
+    model_label,
+    parse_preset,
+)
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
-from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, TrainFlags, Tunable
+from engine.errors import GaptuiError
+from engine.tasks.declarations import Axis, Bound, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
 from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
+from engine.typed import ascii_count
 
 # ------------------------------------------------------------------------------------------------ the family
 
 
 def is_baseline(spec: RunSpec) -> bool:
-    return spec.model == BASELINE
+    """A run planned once per cell: the Laplacian baseline and the solvers, which draw nothing from the seed."""
+    return not spec.trained
+
+
+#: The metrics the symmetry ceilings bound (any method's accuracy; not orbit_acc, solved or edge overlap).
+BOUNDED = ("val_lap_acc", "val_argmax_acc", "val_top1_acc")
 
 
 def noise_problem(coordinates: Mapping[str, Any]) -> str:
@@ -86,10 +105,10 @@ class AlignmentCosts(CostModel):
         return cell_key(spec)
 
     def units(self, spec: RunSpec) -> float | None:
-        return 0 if is_baseline(spec) else spec.epochs
+        return spec.epochs if spec.trains else 0
 
     def steps(self, spec: RunSpec) -> int | None:
-        if is_baseline(spec):
+        if not spec.trains:
             return 0
         pairs = spec.dataset.get("n_train") or 1  # a real dataset's split is known once it is built: one batch
         return spec.epochs * -(-int(pairs) // spec.batch_size)
@@ -100,7 +119,7 @@ class AlignmentCosts(CostModel):
         return run_evaluations(spec)
 
     def label(self, spec: RunSpec) -> str:
-        return BASELINE if is_baseline(spec) else model_label(spec)
+        return model_label(spec)
 
     def estimate(self, specs: list[RunSpec], ctx: Any) -> Any:
         from engine.alignment.throughput import estimate_costs
@@ -116,11 +135,10 @@ class AlignmentCosts(CostModel):
         """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
         its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
         from engine.memory import pairs_need
 
-        if is_baseline(spec):
-            return None
+        if not spec.trains:
+            return spec.solver_need(self._built_order(spec))
         canonical = spec.dataset_spec().canonical()
         built = None
         folder = dataset_dirs(spec)[0] / dataset_id(canonical)
@@ -135,6 +153,42 @@ class AlignmentCosts(CostModel):
         what = f"{model_label(spec)} on {dataset_label(canonical)} at {noise} (batch {spec.batch_size})"
         return pairs_need(canonical, spec.batch_size, what, built, spec.model_bytes(), spec.node_bytes())
 
+    def _built_order(self, spec: RunSpec) -> float | None:
+        """The largest graph order of a built dataset (what a solver's per-pair memory grows with), else None."""
+        from engine.alignment.datasets import dataset_id, open_dataset
+
+        folder = dataset_dirs(spec)[0] / dataset_id(spec.dataset_spec().canonical())
+        if not (folder / "meta.json").exists():
+            return None
+        try:
+            stats = open_dataset(folder).stats
+            return float(max(stats[s].get("max_order", stats[s]["mean_order"]) for s in ("train", "val")))
+        except (GaptuiError, KeyError, TypeError, ValueError):
+            return None
+
+
+def check_model(spec: RunSpec) -> None:
+    """Build the model of ``spec`` as its worker will (its width searched for its budget), once per distinct
+    model: GaptuiError naming the run and what is wrong. Baselines and ``module.path:Class`` models (smoke-tested
+    by their worker, in its environment) are not built here."""
+    from engine.alignment.features import feature_dim
+    from engine.alignment.throughput import out_dim
+
+    if is_baseline(spec) or ":" in spec.model:
+        return
+    options = json.dumps(spec.model_options(), sort_keys=True, default=str)
+    try:
+        _build_once(spec.model, out_dim(spec), spec.budget, feature_dim(spec.features), options)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{model_label(spec)} on {dataset_label(spec.dataset_spec().canonical())}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _build_once(model: str, out_dim: int, budget: int, in_dim: int, options: str) -> None:
+    from engine import models
+
+    models.build(model, out_dim=out_dim, budget=budget, in_dim=in_dim, **json.loads(options))
+
 
 class Alignment(TaskFamily):
     name = "alignment"
@@ -145,17 +199,33 @@ class Alignment(TaskFamily):
         Metric("val_argmax_acc", "argmax acc", True, "%"),
         Metric("val_top5_acc", "top-5 acc", True, "%"),
         Metric("val_top10_acc", "top-10 acc", True, "%"),
+        Metric("val_solved", "solved pairs", True, "%"),
+        Metric("val_edge_overlap", "edge overlap", True),
+        Metric("val_orbit_acc", "orbit acc", True, "%"),
         Metric("val_loss", "val loss", False),
         Metric("train_loss", "train loss", False),
+        Metric("seconds_per_pair", "seconds per pair", False, "s"),
     )
     default_metric = "val_lap_acc"
     axes = (
         Axis("dataset", "dataset"),
         Axis("noise", "noise", numeric=True, prefix="η="),
-        Axis("model", "model", order=(BASELINE, *ROW_ORDER)),
+        Axis("model", "model", order=(*REFERENCE_ORDER, *ROW_ORDER)),
         Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
     )
-    table = TableLayout(group="dataset", rows="model", columns="noise", baselines=(BASELINE,), uniform=("recipe",))
+    table = TableLayout(
+        group="dataset",
+        rows="model",
+        columns="noise",
+        baselines=(REFERENCE_ORDER[0],),
+        reference=is_reference_row,
+        reference_note="reference: training-free, or search on a trained model",
+        bounds=(
+            Bound("val_orbit_ceiling", "ceiling: orbits", BOUNDED, "the most any method can expect: orbits / nodes"),
+            Bound("val_wl_ceiling", "ceiling: 1-WL", BOUNDED, "the same for message passing: 1-WL classes / nodes"),
+        ),
+        uniform=("recipe",),
+    )
     tunable = {
         "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
         "weight_decay": Tunable("weight_decay", "float", {"log": [1e-6, 1e-2]}, "AdamW weight decay"),
@@ -174,7 +244,7 @@ class Alignment(TaskFamily):
 
     def metric(self, key: str) -> Metric:
         # Any other top-k accuracy a spec asked for (topk = [3]) is a share like the declared ones.
-        if key.startswith("val_top") and key.endswith("_acc") and key[7:-4].isdigit():
+        if key.startswith("val_top") and key.endswith("_acc") and ascii_count(key[7:-4]) is not None:
             return Metric(key, f"top-{key[7:-4]} acc", True, "%")
         return super().metric(key)
 
@@ -186,44 +256,60 @@ class Alignment(TaskFamily):
     def is_baseline(self, spec: RunSpec) -> bool:
         return is_baseline(spec)
 
+    def dependencies(self, spec: RunSpec) -> tuple[str, ...]:
+        # Search on top of a model reads the trained run of the same spec without its decoder.
+        return (spec.undecoded().hash(),) if spec.decoder else ()
+
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
         from engine.loop import CHECKPOINT
 
-        # A GAPE run embeds with the trained model; the training-free baseline has none.
-        return () if self.is_baseline(spec) else (CHECKPOINT,)
+        # A GAPE or decoding run embeds with the trained model; the training-free runs have none.
+        return (CHECKPOINT,) if spec.trains else ()
 
     def describe(self, spec: RunSpec) -> str:
         axes = self.record_axes(spec)
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
 
     def check(self, specs: list[RunSpec]) -> list[str]:
-        """The files of each base dataset not yet in the cache (a molecule file...), once per dataset."""
+        """The files of each base dataset not yet in the cache (a molecule file, a real dataset's raw files that
+        cannot be downloaded now...), once per dataset; and each model as its runs build it (a budget no width
+        meets, a bad option), once per model: a GAPE grid's pretraining runs come from no alignment preset."""
         from engine.alignment.datasets import dataset_id
-        from engine.sources import check_source_files, data_root
+        from engine.sources import check_sources_files, data_root
 
         seen: set[str] = set()
         cells: set[str] = set()
+        datasets = []
         for spec in specs:
             if spec.seedless() in cells:  # the run's seed is not its dataset's
                 continue
             cells.add(spec.seedless())
+            check_model(spec)
             ds = spec.dataset_spec()
             datasets_dir, raw_root = dataset_dirs(spec)
             key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)
             if key in seen or (datasets_dir / dataset_id(ds.canonical()) / "meta.json").exists():
                 continue
             seen.add(key)
-            check_source_files(ds.base, ds.params, data_root(raw_root))
+            datasets.append((ds.base, ds.params, data_root(raw_root)))
+        check_sources_files(datasets)  # every dataset missing its files named, one line each
         return []
 
     def inputs(self, spec: RunSpec) -> list[Input]:
         from functools import partial
 
         from engine.alignment.datasets import build_dataset
+        from engine.alignment.features import parse_features, prepare_positional
 
         ds = spec.dataset_spec()
         key = "alignment-dataset:" + json.dumps(ds.canonical(), sort_keys=True)
-        return [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        out = [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        positional = parse_features(spec.features).positional
+        if positional:  # cached here, before workers start: a cache that fails its check is said here, not in a log
+            parts = "+".join(p.text for p in positional)
+            build = partial(prepare_positional, ds, parts, *dataset_dirs(spec))
+            out.append(Input(f"{key}:positional:{parts}", f"{parts} of {ds.base} at noise {ds.noise:g}", build))
+        return out
 
     def steps(self, spec: RunSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         return AlignmentRun(spec, ctx).steps()

@@ -70,6 +70,18 @@ def _models() -> list[str]:
     return [*names(), *POSITIONAL_ENTRIES, BASELINE]
 
 
+def _solvers() -> list[str]:
+    from engine.alignment.solvers import SOLVERS
+
+    return list(SOLVERS)
+
+
+def _decoders() -> list[str]:
+    from engine.alignment.spec import DECODERS
+
+    return list(DECODERS)
+
+
 def _noise_models() -> list[str]:
     from engine.alignment.noise import NOISE_MODELS
 
@@ -134,6 +146,25 @@ def fields() -> tuple[FormField, ...]:
             free=True,
             section="Models (laplacian: no training)",
         ),
+        FormField(
+            "solvers",
+            "solvers",
+            "multi",
+            [],
+            "training-free rows; with options: faq[init=barycenter]",
+            choices_from=_solvers,
+            free=True,
+            section="Solvers (docs/solvers.md)",
+        ),
+        FormField(
+            "decoders",
+            "search on each model",
+            "multi",
+            [],
+            "FAQ started from each trained run's matching (row gcn+faq)",
+            choices_from=_decoders,
+            section="Search on each model",
+        ),
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-9 or 0,3", section=section),
         *(
             FormField(key, key.replace("_", " "), "int", None, placeholder=str(getattr(defaults, key)), section=section)
@@ -161,12 +192,19 @@ def fields() -> tuple[FormField, ...]:
 def preset_from_form(values: dict[str, Any]) -> dict[str, Any]:
     models = [str(m) for m in values.get("models") or []]
     trained = [m for m in models if m != BASELINE]
+    solvers = [str(m) for m in values.get("solvers") or []]
     doc: dict[str, Any] = {
         "noise": [float(n) for n in values.get("noise") or []],
         "models": trained or [m for m in models if m == BASELINE],
         "seeds": list(values.get("seeds") or []),
         "laplacian": BASELINE in models,
     }
+    if solvers:
+        doc["solvers"] = solvers
+        if not trained:
+            del doc["models"]  # a grid without trained models: the solvers (and the laplacian flag) are its rows
+    if values.get("decoders"):
+        doc["decoders"] = [str(d) for d in values["decoders"]]
     run = form_table(values, RUN_FIELDS, "run_more")
     if run:
         doc["run"] = run
@@ -187,6 +225,8 @@ def form_values(raw: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {
         "noise": list(raw.get("noise") or []),
         "models": models,
+        "solvers": list(raw.get("solvers") or []),
+        "decoders": list(raw.get("decoders") or []),
         "seeds": list(raw.get("seeds") or []),
         **table_values(raw.get("run"), RUN_FIELDS, "run_more"),
     }

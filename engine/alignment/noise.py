@@ -105,6 +105,7 @@ class NoiseStats:
         return {
             "pairs": self.pairs,
             "mean_order": float(n.mean()) if len(n) else 0.0,
+            "max_order": int(n.max()) if len(n) else 0,
             "mean_degree": float(deg_g.mean()) if len(n) else 0.0,
             "mean_degree_h": float(deg_h.mean()) if len(n) else 0.0,
             "edges": self.edges,

@@ -26,6 +26,8 @@ from engine.presets import (
 from engine.tasks.spec import Placement
 
 BASELINE = "laplacian"
+#: The training-free rows, in table order: the Laplacian baseline, then the solvers.
+REFERENCE_ORDER = (BASELINE, "grampa", "umeyama", "faq", "rrwm")
 #: Row order of Table D.3; models not listed follow alphabetically.
 PAPER_ORDER = ("gcn", "gin", "gatedgcn", "ggnn", "gat", "gatv2")
 #: Row order of ranking tables: the paper's models, the other message-passing ones, then the graph transformer (a
@@ -36,12 +38,62 @@ ROW_ORDER = (*PAPER_ORDER, "sage", "pna", "tagcn", "sgc", "pan", "graphgps")
 def model_label(spec: RunSpec) -> str:
     """``model`` plus its model options and positional inputs, e.g. ``ggnn[steps=2]`` or ``graphgps+rwpe:16``: the
     row of ranking tables, so that two option sets (or two positional encodings) of one model are two rows rather
-    than one cell. The base inputs (``degree``, ``ones``) are the recipe's, named by the recipe axis."""
+    than one cell. The base inputs (``degree``, ``ones``) are the recipe's, named by the recipe axis. A solver's
+    options that differ from its defaults show the same way (``faq[init=barycenter]``); a search on top of a model
+    adds its decoder (``gin+faq``)."""
     label = spec.model
     if spec.model_kwargs:
         label += "[" + ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items())) + "]"
-    positional = positional_text(spec.features)
-    return f"{label}+{positional}" if positional else label
+    positional = positional_text(spec.features) if spec.trained else ""
+    label = f"{label}+{positional}" if positional else label
+    return f"{label}+{spec.decoder}" if spec.decoder else label
+
+
+def is_reference_row(label: str) -> bool:
+    """Whether a table row is a reference rather than a trained model (never marked, never the best): the
+    Laplacian baseline, a solver with or without options (``faq[init=barycenter]``), a model with search on top
+    (``gin+faq``)."""
+    from engine.alignment.solvers import SOLVERS
+    from engine.alignment.spec import DECODERS
+
+    return label == BASELINE or label.partition("[")[0] in SOLVERS or any(label.endswith(f"+{d}") for d in DECODERS)
+
+
+def solver_entry(entry: str, where: str) -> tuple[str, dict[str, Any]]:
+    """A preset's ``solvers`` entry, ``faq`` or ``faq[init=barycenter,maxiter=50]`` (the row label's form), as the
+    solver and its options (typed: integers, numbers, true/false, else text)."""
+    from engine.alignment.solvers import SOLVERS, solver_options
+
+    name, bracket, rest = entry.partition("[")
+    name = name.strip().lower()
+    if name not in SOLVERS:
+        known = list(SOLVERS)
+        raise GaptuiError(
+            f"{where}: key 'solvers' value '{entry}' is not a solver{did_you_mean(name, known)}; known: "
+            f"{', '.join(known)}"
+        )
+    options: dict[str, Any] = {}
+    if bracket:
+        if not rest.endswith("]"):
+            raise GaptuiError(f"{where}: key 'solvers' value '{entry}': expected name[key=value,...]")
+        for item in filter(None, (i.strip() for i in rest[:-1].split(","))):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise GaptuiError(f"{where}: key 'solvers' value '{entry}': option '{item}' is not key=value")
+            options[key.strip()] = _typed(value.strip())
+    solver_options(name, options, f"{where}: key 'solvers' value '{entry}'")
+    return name, options
+
+
+def _typed(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def positional_text(features: Any) -> str:
@@ -143,6 +195,8 @@ class Preset(PresetBase):
     models = ["gcn", "gatv2"]
     seeds = [0, 1]
     laplacian = true            # add the training-free baseline once per (dataset, noise)
+    solvers = ["faq", "grampa"] # training-free solvers, once per (dataset, noise); options as faq[init=barycenter]
+    decoders = ["faq"]          # every trained run again with FAQ started from its alignment (row gcn+faq)
 
     [model_options]             # optional: options of one model, for every run of that model
     gatv2 = { heads = 4 }
@@ -162,6 +216,10 @@ class Preset(PresetBase):
     noise: tuple[float, ...]
     models: tuple[str, ...]
     laplacian: bool = False
+    #: Solver entries (``faq``, ``faq[init=barycenter]``), each a row planned once per cell.
+    solvers: tuple[str, ...] = ()
+    #: Decoders (``faq``) run on top of every trained run of the grid.
+    decoders: tuple[str, ...] = ()
     #: Model name -> its model options (``RunSpec.model_kwargs`` of every run of that model).
     model_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     run: RunOptions = field(default_factory=RunOptions)
@@ -171,7 +229,8 @@ class Preset(PresetBase):
     @property
     def size(self) -> int:
         trained = len(self.datasets) * len(self.noise) * len(self.models) * len(self.seeds)
-        return trained + (len(self.datasets) * len(self.noise) if self.laplacian else 0)
+        once = int(self.laplacian) + len(self.solvers)
+        return trained * (1 + len(self.decoders)) + len(self.datasets) * len(self.noise) * once
 
     @property
     def policy(self) -> Any:
@@ -180,14 +239,16 @@ class Preset(PresetBase):
 
 
 #: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.presets`').
-OWN_KEYS = ("noise", "models", "laplacian", "model_options", "datasets")
+OWN_KEYS = ("noise", "models", "laplacian", "solvers", "decoders", "model_options", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name in RunOptions().spec_fields())
 
 
 def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
     """Validate an alignment preset document. Errors name the file, the key and the value, with a did-you-mean."""
-    head = parse_head(raw, path, "alignment", OWN_KEYS, RUN_KEYS, required=("noise", "models", "datasets"), slurm=True)
+    head = parse_head(raw, path, "alignment", OWN_KEYS, RUN_KEYS, required=("noise", "datasets"), slurm=True)
+    if "models" not in head.own and "solvers" not in head.own:
+        raise GaptuiError(f"{head.where}: missing key 'models'")
     return preset_of(head)
 
 
@@ -203,9 +264,15 @@ def preset_of(head: PresetHead) -> Preset:
     noise = list_of(where, "noise", raw["noise"], (int, float), "noise levels in [0, 1)")
     for eta in noise:
         check_noise(eta, where=f"{where}: key 'noise' value")
-    entries = list_of(where, "models", raw["models"], str, "model names")
+    entries = list_of(where, "models", raw["models"], str, "model names") if "models" in raw else []
+    solvers = []
+    if "solvers" in raw:
+        solvers = [solver_entry(e, where) for e in list_of(where, "solvers", raw["solvers"], str, "solver entries")]
     models = []
     for entry in entries:
+        if entry.partition("[")[0].lower() in _solver_names():  # a solver among the models is a solver row
+            solvers.append(solver_entry(entry, where))
+            continue
         model, positional = model_entry(entry, where)
         model = _canonical_model(model)
         models.append(f"{model}+{positional}" if positional else model)
@@ -216,7 +283,7 @@ def preset_of(head: PresetHead) -> Preset:
             except GaptuiError as exc:
                 raise GaptuiError(f"{where}: key 'models' value '{model}': {exc}") from None
         elif model.lower() != BASELINE and model not in MODELS:
-            known = [*MODELS.names(), BASELINE]
+            known = [*MODELS.names(), BASELINE, *_solver_names()]
             raise GaptuiError(
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
@@ -236,7 +303,13 @@ def preset_of(head: PresetHead) -> Preset:
     models = unique_values(models, str, "models", notes)
     notes += head.notes  # repeated seeds: notes follow the file's usual key order
     datasets = unique_values(datasets, _dataset_key, "datasets", notes)
-    model_options = _model_options(where, raw.get("model_options", {}), models)
+    solver_names = {name for name, _ in solvers}
+    model_options = _model_options(where, raw.get("model_options", {}), models + sorted(solver_names))
+    labels = [_solver_label(name, model_options.get(name, {}) | options) for name, options in solvers]
+    solver_labels = unique_values(labels, str, "solvers", notes)
+    for label in solver_labels:  # the options [model_options] added are checked too
+        solver_entry(label, where)
+    decoders = _decoders(where, raw.get("decoders", []))
     run = parse_dataclass(RunOptions, {**head.run, **dataclasses.asdict(head.policy)}, f"{where}: [run]")
     laplacian = raw.get("laplacian", False)
     if not isinstance(laplacian, bool):
@@ -247,11 +320,13 @@ def preset_of(head: PresetHead) -> Preset:
         noise=tuple(float(x) for x in noise),
         models=tuple(m for m in models if m != BASELINE),
         laplacian=laplacian or BASELINE in models,
+        solvers=tuple(solver_labels),
+        decoders=tuple(decoders),
         model_options=model_options,
         run=run,
         slurm=head.slurm,
     )
-    if not preset.models and not preset.laplacian:
+    if not preset.models and not preset.laplacian and not preset.solvers:
         raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")
     # Validate the run options once through the same checks the worker applies, and build each model once so an
     # impossible budget or a bad model option fails here rather than in every worker of the grid.
@@ -279,6 +354,35 @@ def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[st
             raise GaptuiError(f"{here}: key '{name}' = {options!r}: expected a table of options, e.g. {{ layers = 3 }}")
         out[model] = dict(options)
     return out
+
+
+def _solver_names() -> tuple[str, ...]:
+    from engine.alignment.solvers import SOLVERS
+
+    return tuple(SOLVERS)
+
+
+def _solver_label(name: str, options: dict[str, Any]) -> str:
+    """The row label of a solver with ``options`` (defaults left out), which is also its preset entry."""
+    from engine.alignment.solvers import non_default
+
+    changed = non_default(name, options)
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + "]" if changed else "")
+
+
+def _decoders(where: str, raw: Any) -> list[str]:
+    from engine.alignment.spec import DECODERS
+
+    if raw == []:
+        return []
+    names = [str(d).lower() for d in list_of(where, "decoders", raw, str, "decoder names")]
+    for name in names:
+        if name not in DECODERS:
+            raise GaptuiError(
+                f"{where}: key 'decoders' value '{name}' is not a decoder{did_you_mean(name, DECODERS)}; "
+                f"known: {', '.join(DECODERS)}"
+            )
+    return list(dict.fromkeys(names))
 
 
 def _canonical_model(name: str) -> str:
@@ -330,16 +434,24 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
     seen: set[str] = set()
     where = str(preset.path or preset.name)
     common = {**preset.run.spec_fields(), "datasets_dir": placement.datasets_dir, "data_root": placement.data_root}
+    baseline = dict(common)  # the training-free baseline reads no positional inputs: none in its spec
+    if isinstance(common.get("features"), str) and positional_text(common["features"]):
+        baseline["features"] = "+".join(p for p in common["features"].split("+") if ":" not in p) or None
+        if baseline["features"] is None:
+            del baseline["features"]
     # The first seed's specs are parsed and checked; a later seed's differ from them only by ``seed`` (what a
     # 20,000-run grid would otherwise parse 20,000 times).
     first: dict[tuple[int, int, int], RunSpec] = {}
+    decoded: dict[tuple[int, int, int, str], RunSpec] = {}
     for seed_index, seed in enumerate(preset.seeds):
         for d, entry in enumerate(preset.datasets):
             for e, eta in enumerate(preset.noise):
                 dataset = entry.dataset_dict(eta)
                 cell: list[RunSpec] = []
                 if preset.laplacian and seed_index == 0:
-                    cell.append(RunSpec.from_dict({**common, "dataset": dataset, "model": BASELINE}, where))
+                    cell.append(RunSpec.from_dict({**baseline, "dataset": dataset, "model": BASELINE}, where))
+                if seed_index == 0:
+                    cell += [_solver_spec(baseline, dataset, label, where) for label in preset.solvers]
                 for m, model in enumerate(preset.models):
                     template = first.get((d, e, m))
                     if template is None:
@@ -348,6 +460,11 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                         cell.append(template)
                     else:
                         cell.append(template.reseeded(seed))
+                    for decoder in preset.decoders:  # right after the run it decodes (its dependency)
+                        key = (d, e, m, decoder)
+                        if key not in decoded:
+                            decoded[key] = RunSpec.from_dict({**template.to_dict(), "decoder": decoder}, where)
+                        cell.append(decoded[key].reseeded(seed))
                 for spec in cell:
                     if spec.hash() not in seen:
                         seen.add(spec.hash())
@@ -355,6 +472,11 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                 if limit is not None and len(specs) >= limit:
                     return specs
     return specs
+
+
+def _solver_spec(common: dict[str, Any], dataset: dict[str, Any], label: str, where: str) -> RunSpec:
+    name, options = solver_entry(label, where)
+    return RunSpec.from_dict({**common, "dataset": dataset, "model": name, "model_kwargs": options}, where)
 
 
 def _entry_fields(preset: Preset, entry: str, seed: int, where: str) -> dict[str, Any]:
@@ -373,8 +495,10 @@ def dump_preset(preset: Preset) -> str:
         f"models = {toml_value(list(preset.models))}",
         f"seeds = {toml_value(list(preset.seeds))}",
         f"laplacian = {toml_value(preset.laplacian)}",
-        "",
     ]
+    lines += [f"solvers = {toml_value(list(preset.solvers))}"] if preset.solvers else []
+    lines += [f"decoders = {toml_value(list(preset.decoders))}"] if preset.decoders else []
+    lines.append("")
     if preset.model_options:
         lines += ["[model_options]"]
         for model, options in preset.model_options.items():

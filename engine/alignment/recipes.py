@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.alignment.solvers import SOLVERS
 from engine.errors import GaptuiError, did_you_mean
 
 #: The spec fields a recipe sets: node inputs, the scaffold's model options and the optimiser.
@@ -113,8 +114,9 @@ DEFAULT_RECIPE = "gaptui"
 #: The recipe of a spec that names none: it was written before recipes existed.
 LEGACY_RECIPE = "legacy"
 #: The models whose runs no recipe trains: the training-free baseline, whose recipe reads ``-`` (its spec still
-#: holds the recipe's values, as it held the grid's run options before recipes, so its id is what it was).
-UNTRAINED = ("laplacian",)
+#: holds the recipe's values, as it held the grid's run options before recipes, so its id is what it was), and the
+#: training-free solvers.
+UNTRAINED = ("laplacian", *SOLVERS)
 
 
 def check_recipe(name: Any, where: str) -> Recipe:

@@ -1,15 +1,14 @@
-"""The alignment worker loop: the training loop of one run, or the training-free Laplacian baseline."""
+"""The alignment worker loop: the training loop of one run, or a run that trains nothing
+(:mod:`engine.alignment.search`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.alignment.preset import BASELINE
 from engine.alignment.spec import RunSpec
 from engine.loop import EpochTask, TrainState
 from engine.tasks.run import Outcome, RunContext
@@ -34,7 +33,8 @@ def device_fields(spec: RunSpec) -> dict[str, Any]:
 
 
 class AlignmentRun:
-    """One alignment worker execution: the training loop, or the Laplacian baseline."""
+    """One alignment worker execution: the training loop, or a run that trains nothing (the Laplacian baseline, a
+    solver, search on top of a trained model)."""
 
     def __init__(self, spec: RunSpec, ctx: RunContext) -> None:
         self.spec = spec
@@ -50,6 +50,7 @@ class AlignmentRun:
             dataset = self.ctx.shared[key]
             self.ctx.log(f"dataset {dataset.id} (loaded by another run of this worker) at {dataset.path}")
             return dataset
+        self.ctx.emit("progress", phase="preparing", what="reading its dataset")
         dataset, built = build_dataset(self.spec.dataset_spec(), *dataset_dirs(self.spec))
         self.ctx.log(f"dataset {dataset.id} ({'built' if built else 'cached'}) at {dataset.path}")
         self.ctx.shared[key] = dataset
@@ -66,6 +67,8 @@ class AlignmentRun:
         key = f"alignment-pairs:{dataset.id}:{split}:{device}:{positional}"
         if key not in self.ctx.shared:
             pairs = dataset.split(split)
+            if positional:
+                self.ctx.emit("progress", phase="preparing", what=f"positional inputs {positional} ({split})")
             arrays = dataset_positional(dataset, split, pairs, features, self.ctx.log)
             self.ctx.shared[key] = PairTensors(pairs, device, positional=arrays)
         return self.ctx.shared[key]
@@ -79,42 +82,15 @@ class AlignmentRun:
         """The run, yielding after each epoch (the turn of the next run of a pack)."""
         self.spec.check_memory()
         dataset = self.dataset()
-        if self.spec.model == BASELINE:
-            return self.run_laplacian(dataset)
+        if self.spec.decoder:
+            from engine.alignment.search import decoder_run
+
+            return decoder_run(self, dataset)
+        if not self.spec.trained:
+            from engine.alignment.search import reference_run
+
+            return reference_run(self, dataset)
         return (yield from self.run_training(dataset))
-
-    def run_laplacian(self, dataset: Any) -> Outcome:
-        from engine.alignment.training import metrics_of
-        from engine.laplacian import laplacian_scores
-
-        k = self.out_dim(dataset)
-        val = dataset.split("val")
-        self.ctx.emit(
-            "start",
-            run=self.spec.hash(),
-            model=BASELINE,
-            params=0,
-            width=k,
-            device="cpu",
-            dataset=dataset.id,
-            n_train=0,
-            n_val=len(val),
-            epochs=0,
-            steps_per_epoch=0,
-            resumed_from=None,
-            pid=os.getpid(),
-        )
-        t0 = time.perf_counter()
-        metrics: dict[str, float] = {}
-        if len(val):  # without validation pairs there is no metric: it stays missing, never a 0 % score
-            scores = laplacian_scores(val, k=k, ks=self.spec.topk)
-            metrics = metrics_of(scores, float("nan"))
-            metrics.pop("val_loss")
-            self.ctx.emit("eval", epoch=0, seconds=round(time.perf_counter() - t0, 3), **metrics)
-        self.ctx.log(f"laplacian baseline (k={k}): val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
-        extra = {**device_fields(self.spec), "dataset": dataset.id, "model": BASELINE, "width": k, "epochs": 0}
-        extra["dataset_seed"] = self.spec.dataset.get("seed", 0)
-        return Outcome(metrics=metrics, params=0, extra=extra)
 
     def run_training(self, dataset: Any) -> Generator[None, None, Outcome]:
         from engine.evaluation import LapEvaluator
@@ -129,6 +105,11 @@ class AlignmentRun:
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
             result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
         metrics = result.metrics
+        if task.last_pairs is not None:
+            from engine.alignment.search import ceiling_metrics, symmetry_of, write_pairs
+
+            write_pairs(self, task.last_pairs)
+            metrics = {**metrics, **ceiling_metrics(symmetry_of(self, dataset))}
         ctx.log(f"done: val LAP accuracy {metrics.get('val_lap_acc', float('nan')):.4f}")
         extra = {**device_fields(spec), "dataset": dataset.id, "model": spec.model, "width": task.width}
         extra["compiled"] = task.trained is not task.model
@@ -161,6 +142,7 @@ class AlignmentTraining(EpochTask):
         self.width = int(getattr(self.model, "width", 0) or 0)
         self.train = run.pairs(dataset, "train", device)
         self.val = run.pairs(dataset, "val", device)
+        self.val_split = dataset.split("val")
         self.epochs = spec.epochs
         self.steps_per_epoch = -(-len(self.train) // spec.batch_size)
         total = spec.epochs * self.steps_per_epoch
@@ -168,6 +150,9 @@ class AlignmentTraining(EpochTask):
             self.model, spec.lr, spec.weight_decay, total, spec.warmup_steps, spec.schedule
         )
         self.log = run.ctx.log
+        self.run = run
+        #: The per-pair metrics of the latest evaluation (``val_pairs.csv`` of the finished run).
+        self.last_pairs: Any = None
         self.siamese = self.siamese_step()
 
     def siamese_step(self) -> SiameseStep:
@@ -217,8 +202,11 @@ class AlignmentTraining(EpochTask):
         # Without validation pairs there is no metric: it stays missing (never a 0 % that could rank).
         if not len(self.val) or (epoch % spec.eval_every and epoch != spec.epochs):
             return None
+        from engine.alignment.search import structure, symmetry_of
+
         scores, val_loss = evaluate(self.model, self.val, spec.batch_size, self.evaluator, spec.features)
-        return {**metrics_of(scores, val_loss), "train_loss": summary["train_loss"]}
+        self.last_pairs = structure(self.val_split, scores, symmetry_of(self.run, self.dataset))
+        return {**metrics_of(scores, val_loss), **self.last_pairs.summary(), "train_loss": summary["train_loss"]}
 
     def epoch_fields(self, evaluated: dict[str, float] | None) -> dict[str, Any]:
         return {"val_acc": None if evaluated is None else evaluated["val_lap_acc"]}

@@ -34,7 +34,14 @@ _HASHED_WHEN_SET = {
     **{k: RECIPES[LEGACY_RECIPE].values[k] for k in ("input_layer", "norm", "activation", "block", "schedule")},
     "compile": "auto",
     "precision": "auto",
+    "decoder": None,
 }
+#: What a solver run's identity holds (the rest of a spec are training options it does not read).
+SOLVER_FIELDS = ("task", "dataset", "model", "model_kwargs", "topk", "seed")
+#: The training-free baseline of the paper (:mod:`engine.laplacian`).
+LAPLACIAN = "laplacian"
+#: What may decode a trained run's alignment beyond its LAP (``decoder``): FAQ started from the LAP's matching.
+DECODERS = ("faq",)
 #: Spec fields that are model options of the built-in scaffold (see engine.models.base.COMMON_OPTIONS).
 MODEL_FIELDS = SCAFFOLD_FIELDS
 
@@ -43,8 +50,13 @@ MODEL_FIELDS = SCAFFOLD_FIELDS
 class RunSpec(TaskSpec):
     """One run of the alignment benchmark.
 
-    ``model`` is a registered model name, ``laplacian`` (the training-free baseline) or ``module.path:Factory``.
+    ``model`` is a registered model name, ``laplacian`` (the training-free baseline), a training-free solver
+    (``grampa``, ``umeyama``, ``faq``, ``rrwm``: :mod:`engine.alignment.solvers`, whose options are its
+    ``model_kwargs``, hashed only where they differ from the solver's defaults) or ``module.path:Factory``.
     ``seed`` seeds training (initialisation, batch order); the dataset has its own seed in ``dataset``.
+    ``decoder`` (``faq``; None by default, hashed only when set) makes the run a *search on top of a model*: it
+    trains nothing, loads the run of the same spec without ``decoder`` (its dependency), matches the validation
+    pairs by that model's LAP and refines each matching with FAQ started from it.
 
     ``recipe`` (:mod:`engine.alignment.recipes`: ``gaptui``, the default, ``ngab``, ``paper``, ``legacy``) fills
     in each training field left ``None``: ``features`` (``degree``: ``(1, log(1 + degree))`` inputs, or
@@ -85,6 +97,7 @@ class RunSpec(TaskSpec):
     precision: str = "auto"
     eval_every: int = 1
     topk: tuple[int, ...] = (5, 10)
+    decoder: str | None = None
     seed: int = 0
     device: str = "auto"
     datasets_dir: str | None = None
@@ -97,6 +110,11 @@ class RunSpec(TaskSpec):
         # Registered model names are case-insensitive: canonicalise before hashing so GCN and gcn are one run.
         if isinstance(self.model, str) and ":" not in self.model:
             object.__setattr__(self, "model", self.model.lower())
+        from engine.alignment.solvers import is_solver, non_default
+
+        if is_solver(self.model) and isinstance(self.model_kwargs, dict):
+            # A solver's options at their defaults are no options: the run id and the row label leave them out.
+            object.__setattr__(self, "model_kwargs", non_default(self.model, self.model_kwargs))
         # The recipe fills in what was left unset; a bad recipe name is refused by validate (after parsing).
         if self.recipe in RECIPES and isinstance(self.model, str):
             given = {k: getattr(self, k) for k in RECIPE_FIELDS}
@@ -120,6 +138,22 @@ class RunSpec(TaskSpec):
         check_recipe(recipe, where)
         raw = {**self.to_dict(), **dict.fromkeys(RECIPE_FIELDS), "recipe": recipe}
         return RunSpec.from_dict(raw, where)
+
+    @property
+    def trained(self) -> bool:
+        """Whether the run's model learns (False for the Laplacian baseline and the solvers)."""
+        from engine.alignment.solvers import is_solver
+
+        return self.model != LAPLACIAN and not is_solver(self.model)
+
+    @property
+    def trains(self) -> bool:
+        """Whether the run trains a model (not the baseline, a solver or a search on top of a trained run)."""
+        return self.trained and not self.decoder
+
+    def undecoded(self) -> RunSpec:
+        """The run whose model a decoding run refines: this spec without ``decoder`` (its dependency)."""
+        return RunSpec.from_dict({**self.to_dict(), "decoder": None})
 
     @property
     def recipe_label(self) -> str:
@@ -154,7 +188,6 @@ class RunSpec(TaskSpec):
         )
 
     def validate(self, where: str = "run spec") -> None:
-        from engine.models import MODELS
 
         if self.task != "alignment":
             raise GaptuiError(f"{where}: task '{self.task}' is not alignment")
@@ -167,8 +200,7 @@ class RunSpec(TaskSpec):
                 + (f"; unknown: {', '.join(sorted(extra))}" if extra else "")
             )
         self.dataset_spec().canonical()
-        if self.model != "laplacian" and self.model not in MODELS:
-            MODELS.get(self.model)  # raises the did-you-mean error
+        self._validate_model(where)
         for key, low in (("epochs", 1), ("batch_size", 1), ("budget", 1), ("eval_every", 1), ("warmup_steps", 0)):
             if getattr(self, key) < low:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
@@ -183,7 +215,13 @@ class RunSpec(TaskSpec):
         from engine.loop import SCHEDULES
         from engine.models.base import ACTIVATIONS, BLOCKS, INPUT_LAYERS, NORMS
 
-        parse_features(self.features, where)
+        positional = parse_features(self.features, where).positional
+        if self.model == "laplacian" and (self.model_kwargs or positional):
+            given = "+".join(p.text for p in positional) or ", ".join(sorted(self.model_kwargs))
+            raise GaptuiError(
+                f"{where}: model laplacian with {given}: the training-free baseline takes no model options or "
+                "positional inputs (it would be a second baseline row); leave them out for it"
+            )
         for key, choices in (
             ("input_layer", INPUT_LAYERS),
             ("norm", NORMS),
@@ -204,17 +242,84 @@ class RunSpec(TaskSpec):
                 raise GaptuiError(
                     f"{where}: {key} = '{getattr(self, key)}' applies to built-in models only, not '{self.model}'"
                 )
+        if self.model != "laplacian" and ":" not in self.model:
+            from engine.models import check_options
+
+            try:
+                check_options(self.model, self.budget, **self.model_options())
+            except GaptuiError as exc:
+                raise GaptuiError(f"{where}: {exc}") from None
         if any(k < 1 for k in self.topk):
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
         self.run_options().check(where)
 
+    def _validate_model(self, where: str) -> None:
+        """The model is known; a solver's options, and its package, are; a decoder decodes a trained model."""
+        from engine.alignment.solvers import SOLVERS, check_package, is_solver, solver_options
+        from engine.models import MODELS
+
+        if is_solver(self.model):
+            solver_options(self.model, self.model_kwargs, where)
+            check_package(self.model, where)
+        elif self.model != LAPLACIAN and self.model not in MODELS:
+            try:
+                MODELS.get(self.model)  # raises the did-you-mean error
+            except GaptuiError as exc:
+                if ":" in self.model:
+                    raise
+                known = [*MODELS.names(), LAPLACIAN, *SOLVERS]
+                raise GaptuiError(
+                    f"{where}: model '{self.model}' is not a model{did_you_mean(self.model, known)}; "
+                    f"known: {', '.join(known)} or module.path:Factory"
+                ) from exc
+        if self.decoder is None:
+            return
+        if self.decoder not in DECODERS:
+            raise GaptuiError(
+                f"{where}: decoder '{self.decoder}' is not one of {', '.join(DECODERS)}"
+                f"{did_you_mean(self.decoder, DECODERS)}"
+            )
+        if not self.trained:
+            raise GaptuiError(
+                f"{where}: decoder '{self.decoder}' refines a trained model's alignment, and '{self.model}' trains "
+                f'none; use the solver row instead (e.g. faq with init = "grampa")'
+            )
+
     def check_memory(self) -> None:
-        """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory."""
+        """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory, or a
+        solver whose per-pair matrices cannot."""
         from engine.memory import check_fits
 
-        if self.model != "laplacian":
+        if not self.trained:
+            need = self.solver_need()
+            if need is not None:
+                need.check()
+        if self.trained:
             what = f"{self.model} on {self.dataset['base']}"
             check_fits(self.dataset_spec().canonical(), self.batch_size, what, self.model_bytes(), self.node_bytes())
+
+    def solver_need(self, nodes: float | None = None) -> Any:
+        """The memory a solver run holds per pair at once (:class:`engine.memory.MemoryNeed`; RRWM's affinity
+        matrices, one per pool worker), None for the others and while the graph order is unknown."""
+        from engine.alignment.solvers import rrwm_bytes
+        from engine.memory import MemoryNeed, human
+
+        if self.model != "rrwm":
+            return None
+        if nodes is None:
+            from engine.sources import SOURCES, parse_params
+
+            source = SOURCES.get(self.dataset_spec().canonical()["base"])
+            hint = source.size_hint(parse_params(source, self.dataset_spec().canonical()["params"]))
+            if hint is None:
+                return None
+            nodes = hint[0]
+        per_pair = rrwm_bytes(nodes)
+        detail = f"an n^2 x n^2 affinity matrix of {human(per_pair)} per pair at n = {nodes:,.0f}"
+        return MemoryNeed(
+            f"solver rrwm on {self.dataset['base']}", f"rrwm on {self.dataset['base']}", per_pair, detail,
+            "use faq or grampa on graphs this large, or smaller graphs (n)", f"rrwm:{nodes:.0f}",
+        )  # fmt: skip
 
     def node_bytes(self) -> int:
         """Bytes a run keeps per node of a pair beside the dataset: its positional inputs, fp32, of G and G~."""
@@ -235,7 +340,7 @@ class RunSpec(TaskSpec):
         from engine.models import MODELS
         from engine.models.footprint import step_footprint
 
-        if self.model == "laplacian" or ":" in self.model or self.model not in MODELS:
+        if not self.trained or ":" in self.model or self.model not in MODELS:
             return None
         cls = MODELS.get(self.model)
         options = cls.resolve_options(self.model_options())
@@ -259,6 +364,10 @@ class RunSpec(TaskSpec):
             if k != "recipe" and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])
         }
         out["dataset"] = self.dataset_spec().canonical()
+        from engine.alignment.solvers import is_solver
+
+        if is_solver(self.model):  # a solver trains nothing: the grid's training options are not what it computes
+            out = {k: v for k, v in out.items() if k in SOLVER_FIELDS}
         return out
 
     def model_options(self) -> dict[str, Any]:

@@ -9,9 +9,11 @@ clipping, AdamW and the one-cycle step), :func:`~engine.alignment.training.evalu
 for the validation pairs, and one checkpoint save (the worker writes one per epoch). One warm-up step comes first;
 then steps are timed for about
 ``seconds`` and their median kept. The Laplacian baseline is timed through
-:func:`~engine.laplacian.laplacian_scores`. ``python -m engine.alignment.throughput`` measures a list of keys in a fresh
+:func:`~engine.laplacian.laplacian_scores`, a solver through :func:`~engine.alignment.solvers.score_split` on pairs
+at the run's noise level (a search's iterations grow with it); search on top of a model is costed as its FAQ.
+``python -m engine.alignment.throughput`` measures a list of keys in a fresh
 process, which is how the dry run measures one process per slot side by side
-(:func:`gaptui.estimate.measure_on_slots`).
+(:func:`gaptui.calibration.measure_on_slots`).
 
 :class:`CalibrationCache` keeps the measurements in one JSON file (``<workspace>/calibration.json``), keyed by the
 machine (:func:`machine`: host, CPU model, device name, torch version) and the cost key, so a second dry run does
@@ -33,6 +35,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engine.alignment.solvers import is_solver
 from engine.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
 from engine.cost import CellHistory, CostContext, CostReport, Profile, RunCost
 from engine.typed import json_fields
@@ -51,7 +54,8 @@ class CostKey:
     keywords of :func:`engine.models.build` (``RunSpec.model_options()``); ``device`` is the device type (``cpu``
     or ``cuda``: which GPU is the machine's part of the cache key); ``threads`` is the torch intra-op thread count
     a worker on that slot uses. ``model = "laplacian"`` keys the training-free baseline (``out_dim`` eigenvectors;
-    model fields unused).
+    model fields unused); a solver's name keys that solver (``model_options``: its options; ``noise``: the noise
+    level of the pairs it is timed on, left out of the key's dict when 0 so that the other keys stay as they were).
     """
 
     model: str
@@ -66,15 +70,22 @@ class CostKey:
     model_options: dict[str, Any] = field(default_factory=dict)
     #: Whether the run trains through ``torch.compile`` (``engine.alignment.training.wants_compile``).
     compile: bool = False
+    noise: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(json_fields(self), sort_keys=True, default=str))
+        out = json.loads(json.dumps(json_fields(self), sort_keys=True, default=str))
+        if not self.noise:
+            out.pop("noise")
+        return out
 
     def describe(self) -> str:
         graph = f"{self.nodes} nodes, degree {self.degree:g}"
         where = f"{self.device}, {self.threads} thread{'s' if self.threads != 1 else ''}"
         if self.model == "laplacian":
             return f"laplacian k={self.out_dim} ({graph}; {where})"
+        if is_solver(self.model):
+            options = ",".join(f"{k}={v}" for k, v in sorted(self.model_options.items()))
+            return f"{self.model}{f'[{options}]' if options else ''} ({graph}, noise {self.noise:g}; {where})"
         options = ",".join(f"{k}={v}" for k, v in sorted(self.model_options.items()))
         label = f"{self.model}[{options}]" if options else self.model
         return f"{label} ({graph}, batch {self.batch_size}; {where})"
@@ -112,9 +123,9 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def synthetic_pairs(nodes: int, degree: float, count: int, seed: int = 0) -> Any:
-    """``count`` Erdos-Renyi pairs of ``nodes`` nodes and mean degree ``degree`` (H a relabelled copy of G):
-    the shapes a training batch of such graphs has, built in milliseconds."""
+def synthetic_pairs(nodes: int, degree: float, count: int, seed: int = 0, noise: float = 0.0) -> Any:
+    """``count`` Erdos-Renyi pairs of ``nodes`` nodes and mean degree ``degree`` (H a relabelled copy of G, noised
+    by ``noise``): the shapes a training batch of such graphs has, built in milliseconds."""
     import numpy as np
 
     from engine.alignment.noise import correlate
@@ -124,7 +135,7 @@ def synthetic_pairs(nodes: int, degree: float, count: int, seed: int = 0) -> Any
     p = min(1.0, max(float(degree), 1.0) / (nodes - 1))
     rng = np.random.default_rng(seed)
     graphs = bernoulli_graphs(nodes, p, count, rng)
-    split, _ = correlate(graphs, "add_remove", 0.0, rng)
+    split, _ = correlate(graphs, "add_remove", noise, rng)
     return split
 
 
@@ -141,6 +152,8 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
     with torch_threads(key.threads):
         if key.model == "laplacian":
             return _measure_laplacian(key, seconds)
+        if is_solver(key.model):
+            return _measure_solver(key, seconds)
         return _measure_training(key, device or key.device, seconds)
 
 
@@ -250,20 +263,34 @@ def _measure_laplacian(key: CostKey, seconds: float) -> Throughput:
     return Throughput(step_s=0.0, val_pair_s=per_pair, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
+def _measure_solver(key: CostKey, seconds: float) -> Throughput:
+    """Wall seconds per pair of a solver scoring pairs as a worker does (a pool of the usable CPUs)."""
+    from engine.alignment.solvers import score_split, solver_options
+
+    options = solver_options(key.model, key.model_options)
+    pairs = synthetic_pairs(key.nodes, key.degree, 8, noise=key.noise)
+    rounds, t0 = 0, time.perf_counter()
+    while rounds < 1 or time.perf_counter() - t0 < seconds / 2:
+        score_split(pairs, key.model, options, ks=(1,))
+        rounds += 1
+    per_pair = (time.perf_counter() - t0) / (rounds * len(pairs))
+    return Throughput(step_s=0.0, val_pair_s=per_pair, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m engine.alignment.throughput``: measure the keys of a JSON request on stdin (``{"keys": [...],
-    "device":
-    ..., "seconds": ...}``) and print their :class:`Throughput` as a JSON list: how the dry run measures in as many
-    processes as a grid has slots, each in its slot's environment, so that concurrent runs slow each other as
-    they will."""
+    "device": ..., "seconds": ...}``) and print each one's :class:`Throughput` as one JSON line as soon as it is
+    measured (the dry run shows how far it got): how the dry run measures in as many processes as a grid has
+    slots, each in its slot's environment, so that concurrent runs slow each other as they will."""
     from engine.memory import flush_denormals, tune_allocator
 
     flush_denormals()  # as a worker does
     tune_allocator()
     request = json.loads(sys.stdin.read() if argv is None else argv[0])
     keys = [CostKey(**raw) for raw in request["keys"]]
-    out = [asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS)))) for key in keys]
-    print(json.dumps(out))
+    for key in keys:
+        print(json.dumps(asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS))))))
+        sys.stdout.flush()
     return 0
 
 
@@ -322,15 +349,15 @@ def cell_key(spec: Any) -> str:
 
 
 def run_evaluations(spec: Any) -> int:
-    """Validation passes of a run (the training-free baseline evaluates once)."""
-    if spec.model == "laplacian":
+    """Validation passes of a run (a run that trains nothing evaluates once)."""
+    if not spec.trains:
         return 1
     return evaluations(spec.epochs, spec.eval_every, int(spec.dataset_spec().canonical()["n_val"] or 0))
 
 
 def run_profile(spec: Any, profile: Profile) -> Profile:
-    """Where a run computes on a slot: its own ``device = "cpu"`` and the training-free baseline stay on the CPU."""
-    if spec.model == "laplacian" or spec.device == "cpu":
+    """Where a run computes on a slot: its own ``device = "cpu"`` and the runs that train nothing stay on the CPU."""
+    if not spec.trains or spec.device == "cpu":
         return Profile("cpu", "cpu", profile.threads)
     return profile
 
@@ -339,7 +366,7 @@ def calibrated_seconds(spec: Any, t: Throughput, overhead: float) -> float:
     """Seconds of one alignment run from its calibration and the per-run overhead."""
     canonical = spec.dataset_spec().canonical()
     train, val = int(canonical["n_train"] or 0), int(canonical["n_val"] or 0)
-    if spec.model == "laplacian":
+    if not spec.trains:
         return overhead + val * t.val_pair_s
     return training_seconds(
         t,
@@ -363,6 +390,10 @@ def cost_key(spec: Any, size: tuple[int, float], profile: Profile) -> CostKey:
     nodes, degree = size
     if spec.model == "laplacian":
         return CostKey("laplacian", nodes, degree, spec.batch_size, "cpu", profile.threads, out_dim=out_dim(spec))
+    if not spec.trains:  # a solver, or search on top of a model: FAQ from GRAMPA stands for it
+        name, options = (spec.model, dict(spec.model_kwargs)) if not spec.decoder else (spec.decoder, {})
+        noise = float(spec.dataset_spec().canonical()["noise"])
+        return CostKey(name, nodes, degree, 1, "cpu", profile.threads, model_options=options, noise=noise)
     return CostKey(
         model=spec.model,
         nodes=nodes,
@@ -475,8 +506,8 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
         sources: list[str] = []
         for profile, need in per.items():
             if isinstance(need, CellHistory):
-                laplacian = spec.model == "laplacian"
-                cost.seconds[profile] = need.seconds(0 if laplacian else spec.epochs, run_evaluations(spec), overhead)
+                epochs = spec.epochs if spec.trains else 0
+                cost.seconds[profile] = need.seconds(epochs, run_evaluations(spec), overhead)
                 cost.shared[profile] = overhead if need.overhead_s is None else need.overhead_s
                 sources.append(f"history ({need.runs} run(s))")
             else:

@@ -105,10 +105,13 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     result = result if isinstance(result, dict) else {}
     if result.get("status") != "done":
         raise GaptuiError(f"run {run_dir.name} has not finished (status: {result.get('status', 'no result yet')})")
-    if spec.model == "laplacian":
-        raise GaptuiError(
-            f"run {run_dir.name} is the training-free Laplacian baseline: there is no model to embed with"
+    if not spec.trains:
+        what = (
+            "the training-free Laplacian baseline"
+            if spec.model == "laplacian"
+            else f"{spec.model}, which trains no model"
         )
+        raise GaptuiError(f"run {run_dir.name} is {what}: there is no model to embed with")
     ckpt_path = run_dir / "checkpoint.pt"
     if not ckpt_path.is_file():
         raise GaptuiError(f"run {run_dir.name} has no checkpoint.pt to take the model from")

@@ -14,8 +14,8 @@ declare ``name``, ``spec_type`` (a :class:`TaskSpec` dataclass), ``metrics`` (:c
 ``grid(preset, placement, limit)``. The rest is optional (see :mod:`engine.tasks.family`): declarations with
 defaults, hooks of the run model (dependencies, inputs to prepare, checks of a plan, derived tables) and
 capabilities a family opts into: a New-experiment form (:class:`FamilyForm`), a cost model
-(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own and the flags
-of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
+(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own, parts of
+its own in ``gaptui report`` and the flags of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
 ``docs/families.md`` holds a complete plug-in family. Training loops share :mod:`engine.loop` (resume at the exact
 batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events, the
 run's precision around the forward pass): a family writes its step (batches, forward, update) and its evaluation.
@@ -42,7 +42,17 @@ from __future__ import annotations
 
 from engine.cost import CostModel
 from engine.presets import PresetBase, check_run_options, list_of, seeds_of, unique_values, unknown_keys
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, TrainFlags, Tunable
+from engine.tasks.declarations import (
+    Axis,
+    Bound,
+    DerivedTable,
+    Figure,
+    Metric,
+    References,
+    TableLayout,
+    TrainFlags,
+    Tunable,
+)
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FORM_KINDS, FamilyForm, FormField, FormModule, drop_blank, form_table, table_values
 from engine.tasks.registry import (
@@ -88,6 +98,7 @@ __all__ = [
     "RunContext",
     "RunFailed",
     "TableLayout",
+    "Bound",
     "TaskFamily",
     "TaskSpec",
     "TrainFlags",

@@ -50,6 +50,9 @@ class Axis:
     order: tuple[str, ...] = ()
     #: The value from a record's spec dict, for records filed before the family declared this axis.
     of_spec: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    #: Computed from the other axes (a property's class): filters and columns show it, a run's one-line
+    #: description leaves it out.
+    derived: bool = False
 
     def format(self, value: Any) -> str:
         if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -60,10 +63,16 @@ class Axis:
         return f"{self.prefix}{self.format(value)}"
 
     def sort_key(self, value: Any) -> tuple[Any, ...]:
+        """Numbers by value; others by ``order``, a listed value with options (``faq[init=barycenter]``) right after
+        the value itself, the rest alphabetically."""
         if self.numeric and isinstance(value, (int, float)):
             return (0, float(value), "")
         rank = {v: i for i, v in enumerate(self.order)}
-        return (1, rank.get(str(value), len(rank)), str(value))
+        text = str(value)
+        if text in rank:
+            return (1, rank[text], "")
+        base = text.partition("[")[0]
+        return (1, rank[base] + 0.5, text) if base in rank else (1, len(rank), text)
 
     def key_of(self, value: Any) -> Any:
         """The grouping key of a value (numeric values rounded, so 0.12 computed two ways is one column)."""
@@ -73,23 +82,49 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """A ceiling a family reports with its runs: the largest value of the metrics in ``bounds`` any row can reach
+    (alignment: the orbit ceiling of a dataset's symmetry). Each run reports it as the metric ``key`` (the same for
+    every run of one cell); tables of a bounded metric show it as a row called ``name``, never marked, and the
+    figure of such a table draws it as a dashed line."""
+
+    key: str
+    name: str
+    bounds: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class TableLayout:
     """How ranking tables are formed from run records.
 
     One table per value of ``group`` (``None``: a single table), rows = values of ``rows``, columns = values of
     ``columns``; a cell is the ``statistic`` (median or mean) over seeds. Row values in ``baselines`` are
-    training-free references: shown, never marked, never the best.
+    training-free references: shown, never marked, never the best; ``reference`` says the same of row values
+    that are not known in advance (a solver with its options), ``reference_note`` what those rows are (the
+    legend under a table). ``bounds`` are the ceilings shown under the rows of the metrics they bound.
     """
 
     group: str | None
     rows: str
     columns: str
     baselines: tuple[str, ...] = ()
+    reference: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    reference_note: str = "training-free baseline"
+    bounds: tuple[Bound, ...] = ()
     #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
     statistic: str = "median"
     #: Axes outside the table's own whose value every run of a cell should share (alignment: the recipe). A
     #: table says which value its runs have, and marks a cell whose runs differ in one.
     uniform: tuple[str, ...] = ()
+
+    def is_baseline(self, row: str) -> bool:
+        """Whether the row is a reference (listed in ``baselines`` or recognised by ``reference``), never ranked."""
+        return row in self.baselines or (self.reference is not None and self.reference(str(row)))
+
+    def bounds_of(self, metric: str) -> tuple[Bound, ...]:
+        """The ceilings that bound ``metric``."""
+        return tuple(b for b in self.bounds if metric in b.bounds)
 
 
 @dataclass(frozen=True)
@@ -111,6 +146,8 @@ class DerivedTable:
     #: Mark the cells not significantly different from their column's best (Holm-corrected Welch over the values),
     #: as the ranking tables do.
     ties: bool = False
+    #: Row values that are training-free references: shown, never marked, never the best (as a layout's).
+    baselines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

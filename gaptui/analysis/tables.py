@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,8 @@ class Cell:
     tied: bool = False
     #: For each of the layout's ``uniform`` axes on which this cell's runs differ, the values they have.
     mixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: A ceiling (:class:`engine.tasks.Bound`), not a row's result: its distinct values, shown without a spread.
+    bound: bool = False
 
     @property
     def runs(self) -> int:
@@ -68,6 +70,8 @@ class Cell:
 
     def text(self, metric: Metric) -> str:
         """Display text without mark, e.g. ``97.6 ± 0.4`` or ``97.6 ± 0.4 (3/10)``."""
+        if self.bound and len(self.values) == 1:
+            return format_number(self.median, metric)
         body = f"{format_number(self.median, metric)} ± {format_number(self.std, metric)}"
         return f"{body} ({self.runs}/{self.planned})" if self.incomplete else body
 
@@ -97,6 +101,8 @@ class RankingTable:
     statistic: str = "median ± std over seeds"
     #: For each of the layout's ``uniform`` axes, the values the table's runs have (sorted; one when uniform).
     uniform_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The rows that are ceilings (:class:`engine.tasks.Bound` names), after the others.
+    bounds: tuple[str, ...] = ()
 
     @property
     def family(self) -> TaskFamily:
@@ -116,7 +122,8 @@ class RankingTable:
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        return self.layout.baselines
+        """The rows never ranked: the layout's references present in this table, and the ceilings."""
+        return tuple(r for r in self.rows if r in self.bounds or self.layout.is_baseline(r))
 
     def cell(self, row: str, column: Any) -> Cell | None:
         """The cell, or None when the row has no finished run in this column."""
@@ -211,6 +218,8 @@ def build_tables(
     per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
     planned: dict[tuple[str, str, Any], int] = {}
     uniform = layout.uniform
+    bounds = layout.bounds_of(m.key)
+    bound_values: dict[tuple[str, str, Any], set[float]] = defaultdict(set)
     for rec in records:
         if record_task(rec) != task:
             continue
@@ -229,6 +238,9 @@ def build_tables(
             planned[key] = max(p, planned.get(key, 0))
         if rec.get("status") != "done":
             continue
+        for bound in bounds:
+            if (limit := numeric_value((rec.get("metrics") or {}).get(bound.key))) is not None:
+                bound_values[(key[0], bound.name, key[2])].add(limit)
         value = numeric_value((rec.get("metrics") or {}).get(m.key))
         if value is None:
             continue
@@ -248,7 +260,7 @@ def build_tables(
         mixed: dict[str, tuple[str, ...]] = {}
         for i, axis in enumerate(uniform):
             values = {u[i] for _, u in seeds if u[i] is not None}  # None: a record without the axis
-            if row not in layout.baselines:
+            if not layout.is_baseline(row):
                 table_values[label][axis] |= values
             if len(values) > 1:
                 mixed[axis] = tuple(sorted(values))
@@ -262,11 +274,11 @@ def build_tables(
         # "median" keeps its name for either statistic: it is the cell's centre (the layout says which).
         centre = statistics.mean if layout.statistic == "mean" else statistics.median
         medians = {k: centre(v) for k, v in cells_values.items()}
-        best_at = _best_per_column(medians, m, layout.baselines)
+        best_at = _best_per_column(medians, m, layout.is_baseline)
         cells = {}
         for (row, column), values in cells_values.items():
             median = medians[(row, column)]
-            mark = "" if row in layout.baselines or column not in best_at else _mark(median, best_at[column], m)
+            mark = "" if layout.is_baseline(row) or column not in best_at else _mark(median, best_at[column], m)
             cells[(row, column)] = Cell(
                 group=label,
                 row=row,
@@ -280,13 +292,38 @@ def build_tables(
                 mixed=mixed_of[(label, row, column)],
             )
         uniform_values = {a: tuple(sorted(v)) for a, v in table_values[label].items() if v}
-        table = RankingTable(task, label, m, rows, columns, cells, uniform_values=uniform_values)
+        bound_rows = _bound_cells(label, columns, bounds, bound_values, cells)
+        table = RankingTable(
+            task, label, m, rows + bound_rows, columns, cells, uniform_values=uniform_values, bounds=bound_rows
+        )
         tables.append(_with_ties(table))
     done = [r for r in records if record_task(r) == task and r.get("status") == "done"]
     for derived in fam.derived_tables(done, m.key) if done else []:
         if group is None or group == derived.name:
             tables.append(_derived_table(task, derived))
     return tables
+
+
+def _bound_cells(
+    label: str,
+    columns: tuple[Any, ...],
+    bounds: tuple[Any, ...],
+    values: dict[tuple[str, str, Any], set[float]],
+    cells: dict[tuple[str, Any], Cell],
+) -> tuple[str, ...]:
+    """Add the ceiling cells of one table to ``cells`` (their distinct values per column); returns their rows."""
+    rows = []
+    for bound in bounds:
+        found = {c: tuple(sorted(v)) for c in columns if (v := values.get((label, bound.name, c)))}
+        if not found:
+            continue
+        rows.append(bound.name)
+        for column, v in found.items():
+            std = statistics.stdev(v) if len(v) > 1 else 0.0
+            cells[(bound.name, column)] = Cell(
+                label, bound.name, column, v, statistics.median(v), std, None, bound=True
+            )
+    return tuple(rows)
 
 
 def _text(value: Any) -> str | None:
@@ -308,7 +345,7 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
     row_axis, col_axis = fam.axis(derived.rows), fam.axis(derived.columns)
     values = {k: tuple(v) for k, v in derived.values.items() if v}
     means = {k: statistics.fmean(v) for k, v in values.items()}
-    best_at = _best_per_column(means, derived.metric, ())
+    best_at = _best_per_column(means, derived.metric, derived.baselines)
     cells = {
         (row, column): Cell(
             group=derived.name,
@@ -318,7 +355,9 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
             median=means[(row, column)],
             std=statistics.stdev(v) if len(v) > 1 else 0.0,
             planned=None,
-            mark=_mark(means[(row, column)], best_at[column], derived.metric),
+            mark=""
+            if row in derived.baselines or column not in best_at
+            else _mark(means[(row, column)], best_at[column], derived.metric),
         )
         for (row, column), v in values.items()
     }
@@ -330,16 +369,18 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
         tuple(sorted({c for _, c in values}, key=col_axis.sort_key)),
         cells,
         derived=True,
-        layout_override=TableLayout(None, derived.rows, derived.columns),
+        layout_override=TableLayout(None, derived.rows, derived.columns, baselines=derived.baselines),
         statistic=derived.statistic,
     )
     return _with_ties(table) if derived.ties else table
 
 
-def _best_per_column(medians: dict[tuple[str, Any], float], metric: Metric, baselines: tuple[str, ...]) -> dict:
+def _best_per_column(
+    medians: dict[tuple[str, Any], float], metric: Metric, is_baseline: Callable[[str], bool] = lambda _row: False
+) -> dict:
     pick = max if metric.higher_is_better else min
     by_column: dict[Any, list[float]] = defaultdict(list)
     for (row, column), median in medians.items():
-        if row not in baselines:
+        if not is_baseline(row):
             by_column[column].append(median)
     return {column: pick(values) for column, values in by_column.items()}

@@ -34,17 +34,37 @@ STAT_LABELS = (
 )
 
 
+#: The symmetry statistics of a split (engine.alignment.symmetry), as the statistics table shows them.
+SYMMETRY_LABELS = (
+    ("orbit_ceiling", "ceiling: orbits", "{:.2%}"),
+    ("wl_ceiling", "ceiling: 1-WL", "{:.2%}"),
+    ("symmetric_graphs", "graphs with symmetry", "{:d}"),
+)
+
+
+def _symmetry(dataset: Any) -> dict[str, Any]:
+    """The dataset's symmetry statistics per split, computed (and cached) now for a dataset built before them."""
+    from engine.alignment.symmetry import dataset_symmetry
+
+    return dataset_symmetry(dataset)["stats"]  # type: ignore[no-any-return]
+
+
 def _stats_table(dataset: Any) -> Table:
     spec = dataset.spec
     params = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
     table = Table(
-        title=f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        title=escape(
+            f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        )
     )
     table.add_column("statistic")
     for split in dataset.stats:
         table.add_column(split, justify="right")
     for key, label, fmt in STAT_LABELS:
         table.add_row(label, *(fmt.format(dataset.stats[s].get(key, 0)) for s in dataset.stats))
+    symmetry = _symmetry(dataset)
+    for key, label, fmt in SYMMETRY_LABELS:
+        table.add_row(label, *(fmt.format(symmetry[s][key]) if s in symmetry else "–" for s in dataset.stats))
     return table
 
 
@@ -53,7 +73,7 @@ def _print_stats(dataset: Any) -> None:
     console.print(_stats_table(dataset))
     files = {k: v for s in dataset.stats.values() for k, v in (s.get("source_files") or {}).items()}
     for name, digest in sorted(files.items()):
-        console.print(f"  read from {name}  sha256 {digest}", highlight=False)
+        console.print(f"  read from {name}  sha256 {digest}", highlight=False, markup=False)
 
 
 @datasets_app.command("build")
@@ -78,28 +98,28 @@ def datasets_build(
     """Build an alignment dataset (or find it in the cache) and print its id and statistics."""
     from engine.alignment.datasets import DatasetSpec, build_dataset
     from engine.sources import parse_param_args
+    from gaptui.cli_progress import step_progress
 
     ws = Workspace.resolve(workspace)
     spec = DatasetSpec(base, noise, noise_model, train, val, seed, parse_param_args(param))
     spec.canonical()  # validate before any work or spinner
-    if as_json:
+    with step_progress(f"building {base} at noise {noise:g}", quiet=as_json):
         dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
-    else:
-        with err_console.status(f"building {base} at noise {noise:g} ..."):
-            dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
     _note(dataset.meta.get("normalisation_note", ""))
     if as_json:
-        print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **_dataset_record(dataset)})
+        record = _dataset_record(dataset, _symmetry(dataset))
+        print_json({"id": dataset.id, "path": str(dataset.path), "built": built, **record})
         return
     _print_stats(dataset)
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
-    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {dataset.path}", highlight=False)
+    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {escape(str(dataset.path))}", highlight=False)
 
 
-def _dataset_record(dataset: Any) -> dict[str, Any]:
+def _dataset_record(dataset: Any, symmetry: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "spec": dataset.spec,
         "stats": dataset.stats,
+        "symmetry": symmetry,
         "normalisation": dataset.meta.get("normalisation", {}),
         "build_seconds": dataset.meta.get("build_seconds"),
         "created": dataset.meta.get("created"),
@@ -112,30 +132,41 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
     from engine.alignment.datasets import list_datasets
 
     ws = Workspace.resolve(workspace)
+    from engine.alignment.symmetry import cached_stats
+
     found = list_datasets(ws.datasets)
     if as_json:
-        print_json([{"id": d.id, **_dataset_record(d)} for d in found])
+        print_json([{"id": d.id, **_dataset_record(d, cached_stats(d))} for d in found])
         return
     if not found:
-        console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
-        return
-    table = Table(title=f"datasets in {ws.datasets}")
-    for col in ("id", "base", "params", "model", "eta", "seed", "train", "val", "created"):
-        table.add_column(col, justify="right" if col in ("eta", "seed", "train", "val") else "left")
-    for d in found:
-        s = d.spec
-        table.add_row(
-            d.id,
-            s["base"],
-            " ".join(f"{k}={v}" for k, v in s["params"].items()),
-            s["noise_model"],
-            f"{s['noise']:g}",
-            str(s["seed"]),
-            str(d.stats["train"]["pairs"]),
-            str(d.stats["val"]["pairs"]),
-            d.meta.get("created", ""),
+        console.print(
+            f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`",
+            highlight=False,
+            markup=False,
         )
-    console.print(table)
+        return
+    from gaptui.cli_tables import print_table
+
+    header = ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created")
+    cells = []
+    for d in found:
+        val = (cached_stats(d) or {}).get("val") or {}
+        cells.append(
+            [
+                d.id,
+                d.spec["base"],
+                " ".join(f"{k}={v}" for k, v in d.spec["params"].items()),
+                d.spec["noise_model"],
+                f"{d.spec['noise']:g}",
+                str(d.spec["seed"]),
+                str(d.stats["train"]["pairs"]),
+                str(d.stats["val"]["pairs"]),
+                f"{val['orbit_ceiling']:.1%}" if "orbit_ceiling" in val else "–",
+                f"{val['wl_ceiling']:.1%}" if "wl_ceiling" in val else "–",
+                str(d.meta.get("created", "")),
+            ]
+        )
+    print_table(console, f"datasets in {ws.datasets}", header, cells, right=(4, 5, 6, 7, 8, 9))
 
 
 @datasets_app.command("stats")
@@ -149,7 +180,7 @@ def datasets_stats(
 
     dataset = find_dataset(Workspace.resolve(workspace).datasets, ident)
     if as_json:
-        print_json({"id": dataset.id, "path": str(dataset.path), **_dataset_record(dataset)})
+        print_json({"id": dataset.id, "path": str(dataset.path), **_dataset_record(dataset, _symmetry(dataset))})
         return
     _print_stats(dataset)
 
@@ -178,7 +209,7 @@ def datasets_export(
     ws = Workspace.resolve(workspace)
     dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
     path = export_dataset(dataset, out, fmt, force=force)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @datasets_app.command("sources")
@@ -223,7 +254,8 @@ def models_cmd(
     as_json: JsonOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """List the registered models with their width and parameter count at a budget, as a recipe builds them."""
+    """List the registered models with their width and parameter count at a budget, as a recipe builds them, then
+    the training-free rows (the Laplacian baseline and the solvers)."""
     from engine import models
     from engine.alignment.features import feature_dim
     from engine.alignment.recipes import SCAFFOLD_FIELDS, check_recipe, resolve
@@ -243,6 +275,11 @@ def models_cmd(
             }
         )
     rows.append({"name": "laplacian", "params": 0, "width": out_dim, "description": LAPLACIAN_NOTE})
+    from engine.alignment.solvers import SOLVERS
+
+    for solver in SOLVERS.values():
+        extra = " (needs pip install 'gaptui[solvers]')" if solver.package else ""
+        rows.append({"name": solver.name, "params": 0, "width": 0, "description": solver.description + extra})
     if as_json:
         print_json(rows)
         return
@@ -257,9 +294,42 @@ def models_cmd(
 LAPLACIAN_NOTE = "training-free baseline: Laplacian eigenvector embeddings, then the same LAP"
 
 
+def evaluate_cmd(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A finished alignment run: id, unique id prefix or hash.")],
+    decoder: Annotated[str, typer.Option("--decoder", help="What refines the run's LAP matching: faq.")] = "faq",
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search on top of a trained model: its LAP matching of each validation pair, refined by FAQ started from it.
+
+    Recorded as a run of its own (row MODEL+faq of the tables, next to MODEL and the solver rows), which depends
+    on RUN; the same command again shows it without running it twice.
+    """
+    from engine.alignment.spec import RunSpec
+    from engine.errors import GaptuiError
+    from gaptui.cli import train_one
+    from gaptui.history import History
+    from gaptui.record import record_task
+
+    ws = Workspace.resolve(workspace)
+    with History(ws) as history:
+        record = history.get(run)
+    if record_task(record) != "alignment":
+        raise GaptuiError(f"run {record['id']} is a {record_task(record)} run; --decoder refines alignment runs")
+    if record.get("status") != "done":
+        raise GaptuiError(f"run {record['id']} is {record.get('status')}, not done: train it to the end first")
+    spec = RunSpec.from_dict(record["spec"], f"run {record['id']}")
+    if spec.decoder:
+        raise GaptuiError(f"run {record['id']} is already a search ({spec.decoder}) on top of a model")
+    decoded = RunSpec.from_dict({**spec.to_dict(), "decoder": decoder}, f"--decoder {decoder}")
+    decoded.validate(f"--decoder {decoder} on run {record['id']}")
+    train_one(ws, decoded, as_json=as_json)
+
+
 def register(app: typer.Typer) -> None:
     from gaptui.families.alignment.probe_command import probe_cmd
 
     app.add_typer(datasets_app, name="datasets")
     app.command("models")(models_cmd)
     app.command("probe")(probe_cmd)
+    app.command("evaluate")(evaluate_cmd)
