@@ -578,12 +578,20 @@ def history_cmd(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
+    hide: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--hide",
+            help="Hide these protocol columns (repeatable or comma-separated): a setting such as epochs, pairs, "
+            "batch, or 'protocol' for all of them.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
-    from gaptui.columns import aligned, record_columns
+    from gaptui.columns import aligned, record_columns, visible_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
 
@@ -602,7 +610,7 @@ def history_cmd(
         console.print(f"no runs in {ws.history}" + (" matching the filters" if chosen else ""))
         return
     tasks = analysis.record_tasks(records)
-    columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
+    columns = visible_columns(record_columns(task or (tasks[0] if len(tasks) == 1 else None)), hide or [])
     total = len(records)
     if limit and total > limit:
         records = sorted(records, key=lambda r: r.get("created") or "")[-limit:]
@@ -648,6 +656,7 @@ def show_cmd(
     from engine.tasks import family
     from gaptui.history import History
     from gaptui.plots import curves_plot
+    from gaptui.protocol import settings_texts
     from gaptui.record import record_family, record_metrics, record_task
 
     ws = Workspace.resolve(workspace)
@@ -672,6 +681,10 @@ def show_cmd(
     axes = record.get("axes") or {}
     for axis in fam.axes if fam else ():
         head.add_row(axis.name, escape(axis.format(axes.get(axis.key))))
+    texts = settings_texts(record)
+    for setting in fam.settings() if fam else ():
+        if texts.get(setting.key):
+            head.add_row(setting.name, escape(texts[setting.key]))
     for key in ("seed", "depends", "params", "duration", "preset", "tags", "note", "error", "run_dir"):
         value = record.get(key)
         if value not in (None, "", []):
