@@ -392,6 +392,9 @@ def stats_cmd(
         print_json(result.as_dict())
         return
     render = {"text": statistics.render_text, "md": statistics.render_markdown, "latex": statistics.render_latex}
+    lines = [line.removeprefix("- ") for line in analysis.protocol_lines([t for t in tables if not t.derived])]
+    prefix = "% " if fmt == "latex" else ""
+    sys.stdout.write("".join(f"{prefix}{line}\n" for line in lines if line))
     sys.stdout.write(render[fmt](result))
 
 

@@ -236,3 +236,37 @@ def test_an_old_history_keeps_its_run_ids_and_states_its_protocol(tmp_path: Path
     assert ws.history.read_bytes() == FIXTURE_V1.read_bytes()  # read without a migration written
     res = run_cli("history", *where)
     assert res.returncode == 0 and "epochs" in res.stdout
+
+
+@pytest.mark.asyncio
+async def test_the_app_hides_the_protocol_columns_and_splits_the_ranking_by_a_key(
+    workspace: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    from gaptui.tui.app import GaptuiApp
+    from gaptui.tui.screens.history import HistoryScreen
+    from gaptui.tui.screens.ranking import RankingScreen
+
+    root, _ = workspace
+    app = GaptuiApp(Workspace.resolve(root))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("f4")
+        await pilot.pause()
+        history = app.screen
+        assert isinstance(history, HistoryScreen)
+        history.table.focus()
+        assert {"epochs", "pairs", "batch"} <= set(history.table.table_columns)
+        await pilot.press("p")
+        await pilot.pause()
+        assert not {"epochs", "pairs", "batch"} & set(history.table.table_columns)
+        assert history.table.row_count == 3
+        await pilot.press("f5")
+        await pilot.pause()
+        ranking = app.screen
+        assert isinstance(ranking, RankingScreen) and ranking.table is not None
+        assert "gatv2 (epochs 5, pairs 1000/200, batch 50)" in ranking.table.rows
+        while ranking.by != "budget":
+            await pilot.press("b")
+            await pilot.pause()
+        assert "gin (epochs 20, pairs 5000/500, batch 100, budget 60000)" in ranking.table.rows
+        assert "protocol: epochs 5 | 20" in str(ranking.query_one("#ranking-legend").render())
+        await pilot.press("ctrl+q")

@@ -65,6 +65,16 @@ def protocol_line(table: RankingTable) -> str:
     return table.protocol.line() if table.protocol is not None else ""
 
 
+def protocol_lines(tables: Sequence[RankingTable]) -> list[str]:
+    """What the runs of a section were run with: one line per table (``er: protocol: epochs 20 · ...``), then a
+    blank line; none for tables without a protocol."""
+    lines = []
+    for table in tables:
+        if line := protocol_line(table):
+            lines.append(f"- {table.group}: {line}" if table.group else f"- {line}")
+    return [*lines, ""] if lines else []
+
+
 def legend(table: RankingTable) -> str:
     """The meaning of marks and counts, in words (used by every renderer)."""
     parts = [words for _, words in legend_parts(table)]
