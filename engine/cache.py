@@ -65,8 +65,9 @@ class Entry:
         return self.meta["stats"]  # type: ignore[no-any-return]
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
+def say_stderr(line: str) -> None:
+    """A cache's one-line ``warning:`` to whoever runs the process (the CLI's stderr, a worker's ``stderr.txt``)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------- folders
@@ -240,7 +241,7 @@ def discard(path: Path, what: str, problem: str, warn: Warn | None = None, then:
         return  # a concurrent reader moved it aside first (and said so)
     except OSError as exc:
         raise os_error(exc, f"moving the corrupt {what} {path} aside ({problem})") from None
-    (warn or _stderr)(f"warning: {what} {path} is corrupt ({problem}); moved aside to {aside.name}; {then}")
+    (warn or say_stderr)(f"warning: {what} {path} is corrupt ({problem}); moved aside to {aside.name}; {then}")
 
 
 def _is_fingerprint(value: Any) -> bool:

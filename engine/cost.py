@@ -227,6 +227,63 @@ def _digest(obj: Any) -> str:
     return content_digest(obj)
 
 
+#: Seconds after which a cached measurement is taken again (the software and the machine around it change).
+CALIBRATION_MAX_AGE = 7 * 86400.0
+#: How much the share of a core a run gets may differ between a measurement and now (a factor) before it is taken
+#: again: a throughput measured while other work kept every core busy estimated a grid at 6 h that took 43 min.
+LOAD_TOLERANCE = 1.5
+
+
+def load_per_core() -> float:
+    """The machine's 1-minute load average over its cores: how busy it is with other work (0: idle, 1: every
+    core busy, above 1: work waiting for a core)."""
+    import os
+
+    return os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """When a measurement was taken (Unix seconds) and under what load (:func:`load_per_core`, sampled before the
+    measurement started, so that it counts the machine's other work and not the measurement's own)."""
+
+    at: float
+    load: float
+
+    @classmethod
+    def now(cls) -> Conditions:
+        import time
+
+        return cls(time.time(), round(load_per_core(), 2))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"at": self.at, "load": self.load}
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Conditions | None:
+        if not isinstance(raw, dict) or not all(isinstance(raw.get(k), (int, float)) for k in ("at", "load")):
+            return None
+        return cls(float(raw["at"]), float(raw["load"]))
+
+    @property
+    def crowding(self) -> float:
+        """How many runnable processes share each core (at least 1): a run gets about one over this of a core."""
+        return max(1.0, self.load)
+
+    def stale(self, now: Conditions) -> str:
+        """Why a measurement taken in these conditions should be taken again ``now`` ("" when it holds): older
+        than :data:`CALIBRATION_MAX_AGE`, or taken while a run got a share of a core that differs from what it
+        gets now by more than :data:`LOAD_TOLERANCE` times (a load per core under 1 leaves a core free: any such
+        load is the same)."""
+        age = now.at - self.at
+        if age > CALIBRATION_MAX_AGE:
+            return f"measured {age / 86400:.0f} days ago (measurements are kept {CALIBRATION_MAX_AGE / 86400:.0f} days)"
+        ratio = self.crowding / now.crowding
+        if max(ratio, 1 / ratio) > LOAD_TOLERANCE:
+            return f"measured under a load of {self.load:.1f} per core, now {now.load:.1f}"
+        return ""
+
+
 class CalibrationCache:
     """Measurements by (machine, cost key) in one JSON file, written atomically under a lock.
 
@@ -263,14 +320,31 @@ class CalibrationCache:
         return self._entries
 
     def get(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
-        entry = self.entries().get(_digest({"machine": host, "key": key}))
-        return entry.get("value") if isinstance(entry, dict) and isinstance(entry.get("value"), dict) else None
+        found = self.entry(host, key)
+        return None if found is None else found[0]
 
-    def put(self, host: Mapping[str, Any], key: Mapping[str, Any], value: Mapping[str, Any]) -> None:
-        """Add one measurement, keeping what other processes wrote meanwhile."""
+    def entry(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[dict[str, Any], Conditions | None] | None:
+        """The measurement of ``key`` on ``host`` and the conditions it was taken in (None for an entry written
+        before they were recorded); None when there is none."""
+        entry = self.entries().get(_digest({"machine": host, "key": key}))
+        if not isinstance(entry, dict) or not isinstance(entry.get("value"), dict):
+            return None
+        return entry["value"], Conditions.from_dict(entry.get("conditions"))
+
+    def put(
+        self,
+        host: Mapping[str, Any],
+        key: Mapping[str, Any],
+        value: Mapping[str, Any],
+        conditions: Conditions | None = None,
+    ) -> None:
+        """Add one measurement taken in ``conditions`` (default: now), keeping what other processes wrote
+        meanwhile."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        taken = (conditions or Conditions.now()).to_dict()
         with self._lock():
             entries = self._read()
-            entries[_digest({"machine": host, "key": key})] = {"machine": host, "key": key, "value": dict(value)}
+            entry = {"machine": host, "key": key, "value": dict(value), "conditions": taken}
+            entries[_digest({"machine": host, "key": key})] = entry
             write_sealed_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
             self._entries = entries

@@ -7,7 +7,7 @@ Every event has:
 key        meaning
 =========  ===========================================================================================
 ``v``      schema version (:data:`SCHEMA_VERSION`); readers skip events of a newer major version
-``event``  one of ``start``, ``epoch``, ``eval``, ``done``, ``cancelled``, ``error``
+``event``  one of ``progress``, ``start``, ``epoch``, ``eval``, ``done``, ``cancelled``, ``error``
 ``t``      wall-clock time, seconds since the epoch (float)
 ``run``    the run's spec hash (on every event written once the worker has read the spec; a worker that
            trains packed seeds echoes several runs' events on one stdout)
@@ -15,6 +15,11 @@ key        meaning
 
 and, by kind:
 
+- ``progress``: where a run is between the events below, for whoever shows it: ``phase`` ``preparing`` (the
+  worker started and prepares the run: reads its data, computes its inputs, builds its model; before ``start``;
+  ``what``, when a family says, names the step: ``positional inputs rwpe:16 (train)``), or ``training`` with
+  ``epoch`` (1-based, in progress), ``batch`` (batches of it done) and ``batches`` (per epoch), at most every
+  :data:`PROGRESS_EVERY` seconds within an epoch. Nothing else reads it.
 - ``start``: ``run`` (spec hash), ``model``, ``params`` (trainable parameter count), ``width``, ``device``,
   ``dataset`` (dataset id), ``n_train``, ``n_val``, ``epochs``, ``steps_per_epoch``, ``precision`` (``fp32`` or
   ``bf16``, what the run trains in), ``resumed_from`` (the epoch, batch and step a resumed run continues from,
@@ -53,7 +58,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SCHEMA_VERSION = 1
-KINDS = ("start", "epoch", "eval", "done", "cancelled", "error")
+KINDS = ("progress", "start", "epoch", "eval", "done", "cancelled", "error")
+#: Seconds between two ``progress`` events within an epoch (a batch ends before the next is said).
+PROGRESS_EVERY = 2.0
 
 #: Exit codes of ``python -m engine``.
 EXIT_OK = 0

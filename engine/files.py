@@ -15,11 +15,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
+from engine.typed import ascii_count
 
 #: Read size for hashing (1 MiB).
 _CHUNK = 1 << 20
@@ -76,6 +80,20 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file in this process: ``0o666`` less the umask (read once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def staged_files() -> Iterator[Callable[[Path], Path]]:
     """Write a group of files all or none: ``stage(path)`` returns the temporary sibling to write ``path``'s content
@@ -86,15 +104,19 @@ def staged_files() -> Iterator[Callable[[Path], Path]]:
 
     def stage(path: Path) -> Path:
         path = Path(path)
+        # what a writer of this file killed earlier (SIGKILL, power loss) left behind
+        clean_stale_temps(path.parent, (f".{glob.escape(path.name)}.*.tmp",))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         staged[tmp] = path
         return tmp
 
     try:
         yield stage
+        mode = new_file_mode()
         for tmp in staged:
             fd = os.open(tmp, os.O_RDONLY)
             try:
+                os.fchmod(fd, mode)  # a library may create its file 0600 (safetensors): as open() would make it
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -129,13 +151,57 @@ def atomic_write_json(path: Path, obj: Any, **dump_args: Any) -> None:
     atomic_write_text(path, json.dumps(obj, default=str, **dump_args))
 
 
-def read_user_bytes(path: Path, expected: str) -> bytes:
-    """The bytes of a file the user named; a file that cannot be read is one :class:`GaptuiError` line naming it and
-    saying what was ``expected`` (e.g. "a preset is a TOML text file")."""
+#: The largest file a command reads whole when the user names it (a preset, an edge list, a graph file, a CSV).
+USER_FILE_LIMIT = 1 << 30
+
+
+@contextlib.contextmanager
+def open_user_file(path: Path, expected: str, limit: int = USER_FILE_LIMIT) -> Iterator[tuple[Any, int]]:
+    """``(binary file, size)`` of a regular file the user named, of at most ``limit`` bytes: the one opening of such
+    files. A folder, a FIFO or a device (``/dev/zero``), a larger file or one that cannot be opened is one
+    :class:`GaptuiError` line naming it and saying what was ``expected`` (e.g. "a preset is a TOML text file");
+    nothing waits for a writer (a FIFO is opened without blocking)."""
+    path = Path(path)
     try:
-        return Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise os_error(exc, f"reading it; {expected}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise GaptuiError(f"{path}: a folder, not a file; {expected}")
+        if not stat.S_ISREG(info.st_mode):
+            raise GaptuiError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); {expected}")
+        if info.st_size > limit:
+            raise GaptuiError(
+                f"{path}: {info.st_size:,} bytes, more than the {limit:,} read from such a file; {expected}"
+            )
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        try:
+            yield fh, info.st_size
+        except OSError as exc:
+            raise os_error(OSError(exc.errno, exc.strerror, str(path)), f"reading it; {expected}") from None
+
+
+def read_user_bytes(path: Path, expected: str, limit: int = USER_FILE_LIMIT) -> bytes:
+    """The bytes of a regular file the user named (:func:`open_user_file`); nothing beyond ``limit`` is read."""
+    with open_user_file(path, expected, limit) as (fh, _size):
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise GaptuiError(f"{path}: grew past the {limit:,} bytes read from such a file while it was read; {expected}")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    for test, name in (*kinds, (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 def decode_user_text(data: bytes, path: Path, expected: str) -> str:
@@ -401,6 +467,22 @@ class OutputFolder:
         self.names = names
 
 
+def sqlite_url(path: Path, read_only: bool = False) -> str:
+    """The SQLAlchemy URL of the SQLite file ``path``, the one way gaptui builds a database URL: every character of
+    the path stays itself (a workspace named ``ws%41``, ``a?b`` or ``x#y`` is that folder, never another), and
+    ``read_only`` opens it as an SQLite URI with ``mode=ro``, which never creates a file. Braces are
+    percent-encoded too: Optuna fills its URL as a ``str.format`` template."""
+    from urllib.parse import quote
+
+    from sqlalchemy.engine import URL
+
+    database, query = str(Path(path).absolute()), {}
+    if read_only:
+        database, query = "file:" + quote(database), {"mode": "ro", "uri": "true"}
+    url = URL.create("sqlite", database=database, query=query).render_as_string(hide_password=False)
+    return url.replace("{", "%7B").replace("}", "%7D")
+
+
 def read_json(path: Path) -> Any:
     """JSON of ``path``; None when the file is missing, unreadable as UTF-8 or not valid JSON."""
     try:
@@ -526,9 +608,10 @@ def _mtime(path: Path) -> float:
 
 def _owner_alive(name: str) -> bool:
     for part in name.replace("-", ".").split("."):
-        if part.isdigit() and 1 < int(part) < 1 << 22:
+        pid = ascii_count(part)
+        if pid is not None and 1 < pid < 1 << 22:
             try:
-                os.kill(int(part), 0)
+                os.kill(pid, 0)
                 return True
             except ProcessLookupError:
                 continue

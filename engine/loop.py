@@ -431,6 +431,25 @@ def run_batches(
     return True
 
 
+def progress_notes(ctx: RunContext, state: TrainState, batches: int) -> Callable[[], bool]:
+    """``ctx.should_stop`` as :func:`run_epoch` asks it between two batches, saying now and then (a ``progress``
+    event at most every :data:`engine.events.PROGRESS_EVERY` seconds) which batch of which epoch the run is at:
+    an epoch of minutes is not silent."""
+    from engine.events import PROGRESS_EVERY
+
+    said = time.monotonic()
+
+    def should_stop() -> bool:
+        nonlocal said
+        if time.monotonic() - said >= PROGRESS_EVERY:
+            said = time.monotonic()
+            epoch, batch = state.epoch + 1, state.batch_in_epoch
+            ctx.emit("progress", phase="training", epoch=epoch, batch=batch, batches=batches)
+        return ctx.should_stop()
+
+    return should_stop
+
+
 def run_epoch(
     task: TrainingStep,
     state: TrainState,
@@ -478,6 +497,7 @@ def epoch_steps(
     device = resolve_device(options.device)
     precision = resolve_precision(options.precision, device)
     if options.compile == "on" or (options.compile == "auto" and task.compile_pays(device)):
+        ctx.emit("progress", phase="preparing", what="compiling the model")
         task.compile()
     ckpt = checkpoints.load(device)
     if ckpt is not None:
@@ -540,10 +560,11 @@ def epoch_steps(
     )
     optimizer = parts.get("optimizer")
     summary: dict[str, float] = {}
+    should_stop = progress_notes(ctx, state, task.steps_per_epoch)
     while state.epoch < task.epochs:
         t0 = time.perf_counter()
         try:
-            finished = run_epoch(task, state, ctx.should_stop, precision, device)
+            finished = run_epoch(task, state, should_stop, precision, device)
         except NonFiniteLoss as exc:
             event = {"epoch": exc.epoch, "step": exc.step}
             raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None

@@ -267,6 +267,28 @@ def refuse_over_memory(what: str, need: float, detail: str, hint: str) -> None:
     )
 
 
+#: Bytes a trainable parameter holds while it trains: its value, its gradient and two Adam moments (float32).
+PARAM_BYTES = 16
+
+
+def check_parameters(what: str, params: int, hint: str) -> None:
+    """Refuse (one line) a model whose declared size (``params`` trainable parameters, worked out from its layers and
+    width before anything is built) cannot train in this machine's memory."""
+    refuse_over_memory(
+        what, params * PARAM_BYTES, f"about {params:,} trainable parameters, their gradients and optimiser state", hint
+    )
+
+
+def check_layers_fit(what: str, layers: int, budget: int) -> None:
+    """Refuse (one line) more ``layers`` than a budget of ``budget`` parameters can hold (each layer holds at least
+    one), before the width search builds a model of that depth."""
+    if layers > budget:
+        raise GaptuiError(
+            f"{what}: layers = {layers:,} is more than a budget of {budget:,} parameters can hold (each layer holds "
+            "at least one); lower layers or raise the budget"
+        )
+
+
 #: Work estimated to take longer than this (a week) is refused before it starts.
 MAX_SECONDS = 7 * 24 * 3600
 

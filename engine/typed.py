@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -13,6 +14,17 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GaptuiError, did_you_mean
+
+#: Digits as a user types them: ASCII only. ``str.isdigit`` and ``int()`` also take ``"²"``, ``"١"`` or ``"５"``,
+#: which no one writes for a count, a GPU index or a pair number.
+_ASCII_COUNT = re.compile(r"[0-9]+")
+
+
+def ascii_count(text: Any) -> int | None:
+    """``text`` as a count when it is ASCII digits only (``"12"``), else None (``"1.5"``, ``"-1"``, ``"²"``)."""
+    if isinstance(text, str) and _ASCII_COUNT.fullmatch(text):
+        return int(text)
+    return None
 
 
 def coerce(value: Any, typ: Any, where: str, strict: bool = False) -> Any:
@@ -49,14 +61,17 @@ def coerce(value: Any, typ: Any, where: str, strict: bool = False) -> Any:
             raise GaptuiError(f"{where}: expected an integer, got the float {value!r} ({hint})")
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        try:
-            return int(str(value))
-        except ValueError:
-            raise GaptuiError(f"{where}: expected an integer, got '{value}'") from None
+        text = str(value).strip()
+        count = ascii_count(text.removeprefix("-"))
+        if count is None:
+            raise GaptuiError(f"{where}: expected an integer, got '{value}'")
+        return -count if text.startswith("-") else count
     if typ is float:
         if isinstance(value, bool):
             raise GaptuiError(f"{where}: expected a number, got '{value}'")
         try:
+            if isinstance(value, str) and not value.isascii():
+                raise ValueError(value)  # float() also reads other scripts' digits ("١٫٥")
             out = float(value)
         except (TypeError, ValueError):
             raise GaptuiError(f"{where}: expected a number, got '{value}'") from None

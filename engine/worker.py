@@ -27,6 +27,7 @@ resumes from the previous one, or from the start when there is none.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import signal
@@ -213,8 +214,11 @@ class Run:
     def steps(self) -> Generator[None, None, int]:
         """The family's steps (yielding between epochs), ending in the worker's exit status for this run."""
         ctx = RunContext(self.out, self.emit, self.log, self.stop, self.shared)
+        self.events.emit("progress", phase="preparing")  # reading data, computing inputs, building the model
         try:
-            outcome = yield from family(self.spec.task).steps(self.spec, ctx)
+            fam = family(self.spec.task)
+            outcome = yield from fam.steps(self.spec, ctx)
+            check_metrics(fam, outcome.metrics)
         except Cancelled as stop:
             self.events.emit("cancelled", **stop.where)
             where = ", ".join(f"{k} {v}" for k, v in stop.where.items())
@@ -230,6 +234,18 @@ class Run:
         seconds = round(time.perf_counter() - self.started, 3)
         self.events.emit("done", metrics=metrics, params=outcome.params, seconds=seconds)
         return EXIT_OK
+
+
+def check_metrics(fam: Any, metrics: Any) -> None:
+    """A run is done only with a number for its family's default metric (what its tables rank by): one that ends
+    without (no validation pairs, a loop that returned nothing) fails, rather than being filed done and ranked on
+    nothing."""
+    value = metrics.get(fam.default_metric) if isinstance(metrics, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return
+    raise RunFailed(
+        f"the run ended without a value for its metric {fam.default_metric} (got {value!r}): nothing to rank it by"
+    )
 
 
 class _Folder:

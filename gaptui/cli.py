@@ -33,7 +33,8 @@ def _open_tui_without_command(ctx: typer.Context, workspace: WorkspaceOpt = None
     if ctx.invoked_subcommand is None:
         from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
 
-        run_app(workspace)
+        if run_app(workspace):
+            raise typer.Exit(1)
     elif workspace is not None:
         # `gaptui --workspace X history` means what `gaptui history --workspace X` means.
         os.environ[ENV_WORKSPACE] = str(workspace)
@@ -44,7 +45,8 @@ def tui_cmd(workspace: WorkspaceOpt = None) -> None:
     """Open the terminal UI on the workspace (the same as `gaptui` without a command)."""
     from gaptui.tui.app import run_app
 
-    run_app(workspace)
+    if run_app(workspace):
+        raise typer.Exit(1)
 
 
 #: The parameters of ``gaptui train`` that describe a run alone, by the flag name a family's ``TrainFlags`` reads.
@@ -257,12 +259,10 @@ def _check_train_run(ws: Workspace, spec: Any, fam: Any, folder: Path, force: bo
 def _prepare_inputs(spec: Any, fam: Any, as_json: bool) -> None:
     """Build the run's inputs (``launch.prepare_checked``), under a status line unless --json."""
     from gaptui import launch
+    from gaptui.cli_progress import step_progress
 
-    if as_json:
-        launch.prepare_checked([spec])
-    else:
-        with err_console.status(f"preparing the inputs of {escape(fam.describe(spec))} ..."):
-            launch.prepare_checked([spec])
+    with step_progress(f"preparing the inputs of {fam.describe(spec)}", quiet=as_json) as update:
+        launch.prepare_checked([spec], lambda done, total, label: update(label, done, total))
 
 
 def _print_train_result(spec: Any, fam: Any, result: dict[str, Any], folder: Path, as_json: bool) -> None:
@@ -282,7 +282,7 @@ def _print_train_result(spec: Any, fam: Any, result: dict[str, Any], folder: Pat
     for key, value in result.get("metrics", {}).items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
-    console.print(f"run folder: {folder}", highlight=False)
+    console.print(f"run folder: {folder}", highlight=False, markup=False)
 
 
 def with_recipe(spec: Any, recipe: str | None) -> Any:
@@ -324,7 +324,7 @@ def _chosen_spec(
         from gaptui.preset_code import review_preset
         from gaptui.presets import grid
 
-        loaded = review_preset(preset, ws).load_noted(note)
+        loaded = review_preset(preset, ws).load(note)
         # A grid may hold runs of other families (a GAPE grid's pretraining runs are alignment runs): --task
         # chooses among them, the preset's own family by default.
         name = family(task).name if task is not None else loaded.task
@@ -453,6 +453,40 @@ def _result_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _train_events(progress: Any, task: Any, fam: Any) -> Any:
+    """The listener that moves ``gaptui train``'s bar with the worker's events: preparing, then batches of epochs
+    (a ``progress`` event every few seconds within an epoch), each epoch's loss and validation metrics."""
+    metrics = {m.key: m for m in fam.metrics}
+    plan: dict[str, int] = {"epochs": 0, "batches": 1}
+
+    def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
+        if kind != "event":
+            return
+        what = event.get("event")
+        if what == "progress" and event.get("phase") == "preparing":
+            progress.update(task, where=f"preparing: {event.get('what') or 'its data, inputs and model'}")
+        elif what == "start" and isinstance(event.get("epochs"), int):
+            plan["epochs"], plan["batches"] = event["epochs"], int(event.get("steps_per_epoch") or 1)
+            resumed = event.get("resumed_from") or {}
+            done = int(resumed.get("epoch") or 0) * plan["batches"] + int(resumed.get("batch") or 0)
+            where = f"{resumed.get('epoch') or 0}/{plan['epochs']} epochs"
+            progress.update(task, total=plan["epochs"] * plan["batches"], completed=done, where=where)
+        elif what == "progress" and event.get("phase") == "training":
+            epoch, batch = int(event["epoch"]), int(event.get("batch") or 0)
+            where = f"epoch {epoch}/{plan['epochs']} · batch {batch}/{plan['batches']}"
+            progress.update(task, completed=(epoch - 1) * plan["batches"] + batch, where=where)
+        elif what == "epoch":
+            info = f"loss {event['train_loss']:.3f}" if isinstance(event.get("train_loss"), float) else ""
+            for key, value in event.items():
+                if key.startswith("val_") and isinstance(value, float):
+                    name = metrics[key].name if key in metrics else key.replace("_", " ")
+                    info += f"  {name} {value:.3f}"
+            where = f"{event['epoch']}/{plan['epochs']} epochs"
+            progress.update(task, completed=event["epoch"] * plan["batches"], info=info.strip(), where=where)
+
+    return on_event
+
+
 def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool) -> dict[str, Any]:
     """Run one worker through the scheduler (so the run is in the history), mirror its events in a progress bar;
     SIGINT, SIGTERM and SIGHUP stop it with a checkpoint, and it never outlives this process. Returns
@@ -463,13 +497,13 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from engine.worker import ENV_STOP_WITH_PARENT, LOCK
     from gaptui.history import History
-    from gaptui.processes import worker_gone
+    from gaptui.processes import FOREGROUND, worker_gone
     from gaptui.scheduler import Scheduler, Slot, new_record
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} epochs"),
+        TextColumn("{task.fields[where]}"),
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
@@ -480,25 +514,9 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     from engine.tasks import family
 
     fam = family(spec.task)
-    # The total comes from the worker's start event (its epochs), so every family's run shows its own.
-    task = progress.add_task(fam.costs.label(spec), total=None, info="")
-    metrics = {m.key: m for m in fam.metrics}
-
-    def on_event(kind: str, run_hash: str, event: dict[str, Any]) -> None:
-        if kind != "event":
-            return
-        if event.get("event") == "start":
-            if isinstance(event.get("epochs"), int):
-                progress.update(task, total=event["epochs"])
-            if event.get("resumed_from"):
-                progress.update(task, completed=event["resumed_from"]["epoch"])
-        elif event.get("event") == "epoch":
-            info = f"loss {event['train_loss']:.3f}" if isinstance(event.get("train_loss"), float) else ""
-            for key, value in event.items():
-                if key.startswith("val_") and isinstance(value, float):
-                    name = metrics[key].name if key in metrics else key.replace("_", " ")
-                    info += f"  {name} {value:.3f}"
-            progress.update(task, completed=event["epoch"], info=info.strip())
+    # The total (batches of every epoch) comes from the worker's start event, so every family's run shows its own.
+    task = progress.add_task(fam.costs.label(spec), total=None, info="", where="starting the worker")
+    on_event = _train_events(progress, task, fam)
 
     def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -520,7 +538,8 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         elif Path(record["run_dir"]) != folder:
             history.update(h, run_dir=str(folder))
         slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
-        scheduler = Scheduler(ws, history, [slot], listener=on_event)
+        # Recorded as the run's driver: no manager adopts, stops or files it while this command lives.
+        scheduler = Scheduler(ws, history, [slot], listener=on_event, driver=FOREGROUND)
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
             with progress:
@@ -541,7 +560,11 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     if status == "done":
         return json.loads((folder / "result.json").read_text())
     if status == "cancelled":
-        err_console.print(f"cancelled; checkpoint saved in {folder}: run the same command again to resume")
+        err_console.print(
+            f"cancelled; checkpoint saved in {folder}: run the same command again to resume",
+            highlight=False,
+            markup=False,
+        )
         raise typer.Exit(130)
     message = record.get("error") or f"worker exited with status {record.get('exit_code')}"
     if record.get("exit_code") == 2:
@@ -551,9 +574,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_slurm, commands_tune, families
+    from gaptui import commands_analysis, commands_manager, commands_queue, commands_slurm, commands_tune, families
 
     commands_manager.register(app)
+    commands_queue.register(app)
     commands_tune.register(app)
     commands_analysis.register(app)
     families.register_commands(app)
@@ -563,15 +587,37 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def literal_help(command: Any) -> Any:
+    """``command`` (a Click command or group, with every sub-command) with its help texts escaped for Rich, which
+    Typer reads them as: a bracketed phrase written in a help (``[default: 300]``, ``a [tune] table``) is shown as
+    written instead of being taken for a style tag and dropped. Returns ``command``."""
+    for attr in ("help", "short_help", "epilog"):
+        if isinstance(getattr(command, attr, None), str):
+            setattr(command, attr, escape(getattr(command, attr)))
+    for param in command.params:
+        if isinstance(getattr(param, "help", None), str):
+            param.help = escape(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        literal_help(sub)
+    return command
+
+
+def command() -> Any:
+    """The ``gaptui`` Click command that :func:`main` runs: the Typer app with every help text kept literal
+    (:func:`literal_help`)."""
+    return literal_help(typer.main.get_command(app))
+
+
 def main() -> None:
     """Console entry point: bad input -> one ``error:`` line on stderr and exit status 2."""
     from engine.files import describe_os_error
 
     try:
         # Click's own errors come back to us (not as its usage box) so that they read like every other error.
-        code = app(standalone_mode=False)
+        code = command()(standalone_mode=False)
     except GaptuiError as exc:
-        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        for line in str(exc).splitlines() or [""]:  # a check that found several culprits: one line each
+            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except _click_exception() as exc:
         line = _usage_error_line(exc)

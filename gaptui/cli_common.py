@@ -17,19 +17,18 @@ err_console = Console(stderr=True)
 
 WorkspaceOpt = Annotated[
     Optional[Path],  # noqa: UP045 (Typer needs Optional on Python 3.10)
-    # "\[" so that Rich does not read "[default: ...]" in the help as markup and drop it.
-    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help=r"Workspace folder \[default: ./gaptui-runs]."),
+    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help="Workspace folder [default: ./gaptui-runs]."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 #: The local slots of a command that starts runs (``gaptui run``, ``gaptui tune``).
 GpusOpt = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option("--gpus", help=r"GPU indices, e.g. 0,1; 'none' for CPU only \[default: all visible]."),
+    typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'none' for CPU only [default: all visible]."),
 ]
 JobsPerGpuOpt = Annotated[int, typer.Option("--jobs-per-gpu", help="Concurrent runs per GPU.")]
 CpuJobsOpt = Annotated[
     Optional[int],  # noqa: UP045
-    typer.Option("--cpu-jobs", help=r"Concurrent CPU runs \[default: half the cores when there is no GPU]."),
+    typer.Option("--cpu-jobs", help="Concurrent CPU runs [default: half the cores when there is no GPU]."),
 ]
 
 

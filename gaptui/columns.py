@@ -62,7 +62,8 @@ def describe(record: Record) -> str:
     axes = record.get("axes") or {}
     if fam is None:
         return " ".join(f"{k}={v}" for k, v in axes.items())
-    return " ".join(a.header(axes.get(a.key)) if a.prefix else a.format(axes.get(a.key)) for a in fam.axes)
+    shown = [a for a in fam.axes if not a.derived]
+    return " ".join(a.header(axes.get(a.key)) if a.prefix else a.format(axes.get(a.key)) for a in shown)
 
 
 def _axis_column(fam: TaskFamily, key: str) -> RecordColumn:
@@ -135,3 +136,20 @@ def aligned(rows: list[list[str]], right: frozenset[int] | set[int] = frozenset(
         ).rstrip()
         for r in rows
     ]
+
+
+def run_position(last: dict[str, Any] | None, progress: dict[str, Any] | None, epochs: int | None) -> str:
+    """Where a run in flight is, from its last event and its last ``progress`` event: ``starting`` (no event yet),
+    ``preparing`` (its worker reads data and builds the model), ``3/300`` (epochs done of planned), ``3/300 ·
+    batch 12/50`` (within the next epoch)."""
+    last, progress = last or {}, progress or {}
+    newer = float(progress.get("t") or 0) >= float(last.get("t") or 0)
+    if progress.get("phase") == "training" and newer:
+        of = f"/{epochs}" if epochs else ""
+        return f"{int(progress['epoch']) - 1}{of} · batch {progress.get('batch')}/{progress.get('batches')}"
+    if not last:
+        return "preparing" if progress else "starting"
+    if last.get("event") in ("start", "epoch", "eval"):
+        done = int(last.get("epoch") or 0) if last.get("event") != "start" else 0
+        return f"{done}/{epochs}" if epochs else str(done)
+    return ""

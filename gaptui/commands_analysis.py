@@ -1,9 +1,10 @@
-"""``gaptui table``, ``gaptui gap`` and ``gaptui export``: ranking tables and gaps over finished runs.
+"""``gaptui table``, ``gap``, ``stats``, ``figures``, ``report`` and ``export``: tables, gaps, statistics, figures
+and exports over finished runs.
 
-Every command but ``report`` (which covers each family in turn) works on one task family at a time: ``--task``, or
-the one family the history holds runs of (several: an error asking for ``--task``; none: nothing to show). Its
-layout, metrics and their directions come from the family (:mod:`engine.tasks`). :func:`register` adds the
-commands to the Typer app.
+``table`` and ``gap`` work on one task family at a time: ``--task``, or the one family the history holds runs of
+(several: an error asking for ``--task``; none: nothing to show). ``stats``, ``figures``, ``export --out`` and
+``report`` cover each family the history holds in turn unless ``--task`` names one. Layouts, metrics and their
+directions come from the families (:mod:`engine.tasks`). :func:`register` adds the commands to the Typer app.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ DatasetOpt = Annotated[
     typer.Option(
         "--dataset",
         "-d",
-        help=r"Only this table group (alignment: dataset label, e.g. er or 'er\[n=50,degree=6]'; default: all).",
+        help="Only this table group (alignment: dataset label, e.g. er or 'er[n=50,degree=6]'; default: all).",
     ),
 ]
 ReferenceOpt = Annotated[
@@ -96,6 +97,19 @@ def _load(
 def by_keys(by: list[str] | None) -> tuple[str, ...]:
     """``--by`` values, repeatable and comma-separated, as one tuple of keys."""
     return tuple(k.strip() for item in by or [] for k in item.split(",") if k.strip())
+
+
+def _each_task(records: list[dict[str, Any]], task: str | None, narrowed: str | None = None) -> list[str]:
+    """The families a command covers: ``task`` when given (checked), else every family the history holds runs of
+    (none for an empty history). An option that names one family's metric or table (``narrowed``) needs ``task``
+    when the history holds several."""
+    if task is not None:
+        analysis.check_task(task)
+        return [task]
+    tasks = analysis.record_tasks(records)
+    if narrowed is not None and len(tasks) > 1:
+        analysis.infer_task(records)  # the one line asking for --task
+    return tasks
 
 
 def _tables(
@@ -188,17 +202,19 @@ def _table_with_reference(
     tables, why_empty = _tables(records, task, dataset, metric, by)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
     comparisons = [c for _, c in pairs if c is not None]
-    if tables and not any(ref.shared_cells(table, chosen) for table in tables):
-        raise ref.no_overlap(chosen, tables)
+    overlap = not tables or any(ref.shared_cells(table, chosen) for table in tables)
+    if not overlap:
+        # Not a mistake of the user's (a smoke grid on a dataset the paper never ran): the tables, and why alone.
+        warn(f"{ref.no_overlap(chosen, tables)}; the tables are shown without it")
     unmatched = [t.group for t, c in pairs if c is None and not t.derived and chosen.group_axis]
-    if unmatched:
+    if unmatched and overlap:
         axis = chosen.family.axis(chosen.group_axis or "")
         err_console.print(
             f"[yellow]note:[/] reference '{chosen.name}' has no {axis.name} {', '.join(map(repr, unmatched))} "
             f"(it covers {', '.join(chosen.groups)})",
             highlight=False,
         )
-    for table in tables:
+    for table in tables if overlap else ():
         if note := ref.uncovered_columns(table, chosen):
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if fmt == "json":
@@ -215,7 +231,7 @@ def _table_with_reference(
         sys.stdout.write(ref.render_markdown(comparisons))
         return
     if not tables:
-        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; tables fill in as runs finish", highlight=False, markup=False)
         return
     for table, comparison in pairs:
         if comparison is None:
@@ -241,7 +257,7 @@ def gap_cmd(
         print_json([g.as_dict() for g in gaps])
         return
     if not gaps:
-        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False)
+        console.print(f"{why_empty} in {ws.history}; gaps fill in as runs finish", highlight=False, markup=False)
         return
     color = console.is_terminal and console.color_system is not None
     width = max(40, min(console.width, 100))
@@ -261,7 +277,11 @@ def gap_cmd(
 def export_cmd(
     out: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--out", "-o", help="Folder for tables.csv/.md/.tex and runs.json."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for tables.csv/.md/.tex and runs.json (several families: one folder each, DIR/TASK/).",
+        ),
     ] = None,
     metric: MetricOpt = None,
     task: TaskOpt = None,
@@ -296,8 +316,9 @@ def export_cmd(
     ] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Export one task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder, and/or log
-    every finished run to an MLflow tracking store and / or a Weights & Biases project."""
+    """Export a task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder (each family
+    in a folder of its own when the history holds several), and/or log every finished run to an MLflow tracking
+    store and / or a Weights & Biases project."""
     if wandb is None and (entity is not None or wandb_dir is not None):
         raise GaptuiError("gaptui export: --entity and --wandb-dir go with --wandb PROJECT")
     if out is None and mlflow is None and wandb is None:
@@ -315,11 +336,8 @@ def export_cmd(
     ws, records = _load(workspace, tuned=None)  # the trackers get every run, trials included
     # Every option is checked before anything is written or logged: a bad --metric leaves the MLflow store alone.
     # The trackers log every family; the tables' one (--task, or the history's) matters to --out and --metric only.
-    if out is not None or metric is not None:
-        task = analysis.infer_task(records, task)
-    elif task is not None:
-        analysis.check_task(task)
-    declared = analysis.check_metric(metric, records, task) if task is not None else None
+    tasks = _each_task(records, task, metric)
+    declared = analysis.check_metric(metric, records, tasks[0]) if len(tasks) == 1 else None
     if mlflow is not None:
         from gaptui.mlflow_export import export_mlflow
 
@@ -337,11 +355,17 @@ def export_cmd(
 
     records = table_view(records)
     key = declared.key if declared is not None else metric
-    written = analysis.export_all(records, out, key, force=force, task=task)
-    if not analysis.done_groups(records, task):
-        err_console.print(f"[yellow]note:[/] no finished runs in {ws.history}; the tables are empty", highlight=False)
-    for path in written:
-        console.print(f"wrote {path}", highlight=False)
+    # One family (--task, or the history's one): its files in --out; several: each family's in --out/<task>/.
+    for name in tasks or [None]:
+        folder = out / name if len(tasks) > 1 and name else out
+        written = analysis.export_all(records, folder, key, force=force, task=name)
+        if not analysis.done_groups(records, name):
+            err_console.print(
+                f"[yellow]note:[/] no finished {name or ''} runs in {escape(str(ws.history))}; the tables are empty",
+                highlight=False,
+            )
+        for path in written:
+            console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _export_wandb(records: list[dict[str, Any]], project: str, entity: str | None, folder: Path) -> None:
@@ -369,7 +393,7 @@ def stats_cmd(
     by: ByOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Test which rows of a task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
+    """Test which rows of each task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
     Friedman's test, the Nemenyi critical difference, and Kendall's tau and W for rank consistency."""
     from gaptui.analysis import statistics
 
@@ -377,25 +401,33 @@ def stats_cmd(
     if not 0.0 < alpha < 1.0:
         raise GaptuiError(f"--alpha {alpha:g}: expected a level between 0 and 1, e.g. 0.05")
     ws, records = _load(workspace, tuned=tuned)
-    task = analysis.infer_task(records, task)
-    tables, why_empty = _tables(records, task, dataset, metric, by_keys(by))
-    if not any(not t.derived for t in tables):
-        message = why_empty or f"no {task} ranking tables"
+    tasks = _each_task(records, task, metric or dataset)
+    results, empty, protocols = [], [], []
+    for name in tasks or [None]:
+        tables, why_empty = _tables(records, name, dataset, metric, by_keys(by))
+        if any(not t.derived for t in tables):
+            results.append(statistics.table_statistics(tables, alpha=alpha))
+            protocols.append(analysis.protocol_lines([t for t in tables if not t.derived]))
+        else:
+            empty.append(why_empty or f"no {name} ranking tables")
+    if not results:
         if fmt == "json":
             print_json(None)
         (console if fmt == "text" else err_console).print(
-            f"{message} in {ws.history}; nothing to test", highlight=False
+            f"{'; '.join(empty)} in {ws.history}; nothing to test", highlight=False
         )
         return
-    result = statistics.table_statistics(tables, alpha=alpha)
-    if fmt == "json":
-        print_json(result.as_dict())
+    if fmt == "json":  # one family (--task, or the history's one): its statistics; several: a list of them
+        print_json(results[0].as_dict() if len(tasks) <= 1 else [r.as_dict() for r in results])
         return
     render = {"text": statistics.render_text, "md": statistics.render_markdown, "latex": statistics.render_latex}
-    lines = [line.removeprefix("- ") for line in analysis.protocol_lines([t for t in tables if not t.derived])]
+    heading = {"text": "{} statistics", "md": "## {}", "latex": "% task {}"}[fmt]
     prefix = "% " if fmt == "latex" else ""
-    sys.stdout.write("".join(f"{prefix}{line}\n" for line in lines if line))
-    sys.stdout.write(render[fmt](result))
+    parts = []
+    for result, lines in zip(results, protocols, strict=True):
+        stated = "".join(f"{prefix}{line.removeprefix('- ')}\n" for line in lines if line)  # the protocol
+        parts.append((heading.format(result.task) + "\n\n" if len(results) > 1 else "") + stated + render[fmt](result))
+    sys.stdout.write("\n".join(parts))
 
 
 def figures_cmd(
@@ -409,7 +441,7 @@ def figures_cmd(
     tuned: TunedOpt = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Draw a task's publication figures (matplotlib): the kinds its family declares, sized for a paper.
+    """Draw each task's publication figures (matplotlib): the kinds its family declares, sized for a paper.
 
     All or none into the --out folder, listed in its .gaptui-figures.json; a file there that this command did not
     write is never replaced without --force, and earlier figures of the task and format no longer drawn are removed.
@@ -421,13 +453,17 @@ def figures_cmd(
         raise GaptuiError(f"--format {fmt!r}: expected one of {', '.join(figures.FORMATS)}")
     check_out_folder(out)
     ws, records = _load(workspace, tuned=tuned)
-    task = analysis.infer_task(records, task)
-    if task is None or not analysis.done_groups(records, task):
-        runs = f"{task} runs" if task else "runs"
-        err_console.print(f"[yellow]note:[/] no finished {runs} in {ws.history}; no figures", highlight=False)
+    tasks = _each_task(records, task, metric)
+    finished = [name for name in tasks if analysis.done_groups(records, name)]
+    if not finished:
+        runs = f"{tasks[0]} runs" if len(tasks) == 1 else "runs"
+        err_console.print(
+            f"[yellow]note:[/] no finished {runs} in {escape(str(ws.history))}; no figures", highlight=False
+        )
         return
-    for path in figures.figure_files(records, out, task, fmt, metric, force=force):
-        console.print(f"wrote {path}", highlight=False)
+    for name in finished:  # each family's figures are named after it: one folder holds them all
+        for path in figures.figure_files(records, out, name, fmt, metric, force=force):
+            console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def report_cmd(
@@ -444,7 +480,7 @@ def report_cmd(
 
     ws, records = _load(workspace, tuned=None)
     for path in report.write_report(records, out, ws, force=force, tuned=tuned):
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

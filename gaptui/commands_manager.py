@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from gaptui.commands_slurm import (
     SlurmRunOpts,
     TimeOpt,
 )
+from gaptui.durations import format_duration
 from gaptui.workspace import Workspace
 
 #: Rows of live runs in the progress display.
@@ -114,16 +114,26 @@ def run_cmd(
         bool,
         typer.Option("--list", help="With --dry-run: also list every run in start order and every dataset's memory."),
     ] = False,
+    fail_fast: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--fail-fast",
+            metavar="N",
+            help="Stop queuing once N runs failed with the same error (running ones finish; the rest is recorded "
+            "cancelled): exit 1 naming the error.",
+        ),
+    ] = None,
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
 
-    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them."""
+    With --backend slurm, runs go out as job arrays; the next `gaptui run` of the preset re-attaches to them.
+    From another terminal, `gaptui queue pause`, `resume` and `drain SLOT` steer the grid while it runs."""
     from gaptui import launch
     from gaptui.preset_code import review_preset
 
     ws = Workspace.resolve(workspace)
     # Before validation imports it: the user code this preset runs (the command was typed, so it runs).
-    spec_preset = review_preset(preset, ws).load_noted(note)
+    spec_preset = review_preset(preset, ws).load(note)
     for line in spec_preset.notes:
         note(f"{spec_preset.path or spec_preset.name}: {line}")
     slurm_settings = None
@@ -146,6 +156,7 @@ def run_cmd(
         retry_failed=retry_failed,
         slurm=slurm_settings,
         force=force,
+        fail_fast=fail_fast,
     )
     settings = launch.launch_settings(spec_preset, options, ws)
 
@@ -218,20 +229,24 @@ def _dry_run(
     _print_plan_notes(launch_plan.plan)
     for line in launch_plan.summary(list_all):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    over, lines = launch_plan.duration_lines(ws, records, force=True)
-    if over:
-        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
+    estimate = None
     if no_estimate:
-        return
-    if settings.backend == "slurm":
+        pass
+    elif settings.backend == "slurm":
         console.print(
             "estimate: not available for --backend slurm (throughput is measured on this machine, not on the "
             "cluster's nodes)",
             highlight=False,
         )
-        return
-    for line in _estimate_lines(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    else:
+        estimate, lines = _estimate(ws, launch_plan.plan, settings.slots, recalibrate, settings.pack_seeds)
+        for line in lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    # The guard `gaptui run` applies, with the estimate just printed when there is one (else the cached one or
+    # the floor of the optimiser steps): over the limit, said as a warning.
+    over, lines = launch_plan.duration_lines(ws, records, force=True, estimate=estimate)
+    if over:
+        warn(lines[0].replace("; starting it as --force asks", "; `gaptui run` refuses it without --force"))
 
 
 def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool, detach: bool, force: bool) -> None:
@@ -242,8 +257,12 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
     # Before anything is recorded: a grid that would run for months is refused (--force insists).
     records = read_records(ws)
     duration = launch.plan_launch(spec_preset, ws, records, settings).duration_lines(ws, records, force)[1]
-    with History(ws, write=True, purpose=f"gaptui run --preset {spec_preset.name}") as history:
+    from gaptui.queue_control import ControlChannel
+
+    purpose = f"gaptui run --preset {spec_preset.name}"
+    with History(ws, write=True, purpose=purpose) as history, ControlChannel(ws, purpose) as channel:
         scheduler = launch.make_backend(settings, ws, history)
+        channel.publish(scheduler.control, scheduler.slots, 0, 0)  # `gaptui queue` finds it while inputs are built
         recover_runs(scheduler)
         launch_plan = launch.plan_launch(spec_preset, ws, history.records(), settings)
         grid_plan = launch_plan.plan
@@ -259,10 +278,20 @@ def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool
         if detach:
             _detach(scheduler, spec_preset.name)
             return
-        _drive(scheduler, history, hashes, spec_preset.name)
+        from gaptui.eta import Countdown
+
+        countdown = Countdown(ws, settings.pack_seeds) if settings.backend == "local" else None
+        _drive(scheduler, history, hashes, spec_preset.name, channel, countdown)
         failed = [f for f in scheduler.finished if f.get("status") in ("failed", "blocked")]
         skipped_failed = [h for h, r in history.by_hash().items() if h in hashes and r["status"] == "failed"]
     _final_tables(ws, grid_plan.specs, spec_preset.task)
+    if scheduler.control.halted:
+        err_console.print(
+            f"[red]fail-fast:[/] {escape(scheduler.control.halted)}; the runs not started were recorded cancelled: "
+            "fix the cause, then the same command runs them",
+            highlight=False,
+            soft_wrap=True,
+        )
     _exit_if_failed(failed, skipped_failed)
 
 
@@ -295,13 +324,12 @@ def _in_flight_elsewhere(settings: Any, history: Any, grid_plan: Any, preset: st
 def _start_runs(launch_plan: Any, scheduler: Any, elsewhere: set[str]) -> Any:
     """Prepare the runs' inputs under a status line and queue them (``launch.start``)."""
     from gaptui import launch
+    from gaptui.cli_progress import step_progress
 
-    with err_console.status("preparing inputs ...") as status:
-
-        def progress(done: int, total: int, label: str) -> None:
-            status.update(f"inputs {done}/{total}: {escape(label)} ready")
-
-        return launch.start(launch_plan, scheduler, progress, leave=elsewhere)
+    with step_progress("preparing the grid's inputs (datasets, caches)") as update:
+        return launch.start(
+            launch_plan, scheduler, lambda done, total, label: update(label, done, total), leave=elsewhere
+        )
 
 
 def _print_launched(
@@ -314,16 +342,38 @@ def _print_launched(
     retry_failed: bool,
 ) -> None:
     """The runs that failed before starting, then the grid's counts: done, failed before, to run and where."""
-    for run_hash, error in launched.failed.items():
-        err_console.print(f"[red]run {run_hash[:12]} failed before starting:[/] {escape(error)}", highlight=False)
+    from gaptui.recovery import foreground_line
+
+    by_error: dict[str, list[str]] = {}
+    for run_hash, error in launched.failed.items():  # an input that failed fails every run it feeds: said once
+        by_error.setdefault(error, []).append(run_hash[:12])
+    for error, runs in by_error.items():
+        which = (
+            f"run {runs[0]}"
+            if len(runs) == 1
+            else f"{len(runs)} runs ({', '.join(runs[:3])}{', ...' * (len(runs) > 3)})"
+        )
+        err_console.print(f"[red]{which} failed before starting:[/] {escape(error)}", highlight=False, soft_wrap=True)
     where = "Slurm" if settings.backend == "slurm" else f"{len(settings.slots)} slot(s)"
+    grid = {s.hash() for s in grid_plan.specs}
+    # The grid's runs only: runs re-attached from another grid, or trained by a `gaptui train`, are not its own.
+    to_run = len(launched.queued) + len(set(scheduler.running) & grid) + len(elsewhere & grid)
+    foreground = f", {len(launched.foreground)} trained by `gaptui train` (waited for)" if launched.foreground else ""
     err_console.print(
         f"preset {preset}: {len(grid_plan.specs)} runs, {len(grid_plan.done)} already done, "
         f"{len(grid_plan.failed)} failed before"
         f"{' (retrying)' if retry_failed else ' (skipped; --retry-failed to rerun)'}, "
-        f"{len(launched.queued) + len(scheduler.running) + len(elsewhere)} to run on {where}",
+        f"{to_run} to run on {where}{foreground}",
         highlight=False,
+        markup=False,
     )
+    others = [r for r in scheduler.foreground if r["hash"] not in grid]
+    for line in (
+        foreground_line(launched.foreground, "this grid waits for it (its result is the grid's)"),
+        foreground_line(others, "not in this grid: left to it"),
+    ):
+        if line:
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _detach(scheduler: Any, preset: str) -> None:
@@ -361,9 +411,13 @@ def _print_plan_notes(grid_plan: Any) -> None:
         err_console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int) -> list[str]:
-    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed."""
+def _estimate(
+    ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate: bool, pack_seeds: int
+) -> tuple[Any, list[str]]:
+    """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed, and its
+    lines (the estimate None when it failed)."""
     from engine.cost import CalibrationCache
+    from gaptui.cli_progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
 
@@ -371,33 +425,39 @@ def _estimate_lines(ws: Workspace, grid_plan: Any, slots: list[Any], recalibrate
         err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
     records = read_records(ws)
-    with err_console.status("estimating ...") as status:
+    with step_progress("estimating") as progress:
         estimator = Estimator(
-            CalibrationCache(calibration_path(ws), warn),
-            records,
-            recalibrate=recalibrate,
-            progress=lambda text: status.update(escape(text) + " ..."),
+            CalibrationCache(calibration_path(ws), warn), records, recalibrate=recalibrate, progress=progress
         )
         try:
-            return estimator.estimate(grid_plan, slots, ws, pack_seeds).lines()
+            found = estimator.estimate(grid_plan, slots, ws, pack_seeds)
         except GaptuiError as exc:
             # The plan above stands; only the measurement failed (a user model that crashes, no disk space...).
-            return [f"estimate: not available: {exc}"]
+            return None, [f"estimate: not available: {exc}"]
+    return found, found.lines()
 
 
-def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
-    """Run the scheduler with a live display; Ctrl-C (or SIGTERM) stops every worker cleanly."""
+def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str, channel: Any, countdown: Any = None) -> None:
+    """Run the scheduler with a live display (piped: a line per finished run), its ETA from ``countdown`` (a
+    :class:`gaptui.eta.Countdown`; None on Slurm), steered by ``channel`` (``gaptui queue``); Ctrl-C (or SIGTERM)
+    stops every worker cleanly."""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    from gaptui.queue_control import steer
+
     previous = signal.signal(signal.SIGTERM, on_term)
     started = time.time()
     live_display = console.is_terminal
+
+    def say(line: str) -> None:
+        err_console.print(f"queue: {line}", highlight=False, markup=False, soft_wrap=True)
+
     try:
         with (
             Live(
-                _progress(scheduler, history, hashes, preset, started),
+                _progress(scheduler, history, hashes, preset, started, countdown),
                 console=console,
                 auto_refresh=False,
                 transient=False,
@@ -407,17 +467,20 @@ def _drive(scheduler: Any, history: Any, hashes: set[str], preset: str) -> None:
         ):
             seen = 0
             while scheduler.pending():
+                steer(channel, scheduler, say)
                 scheduler.step()
+                if countdown is not None:
+                    countdown.refresh(scheduler, history.records)
                 if live_display:
-                    live.update(_progress(scheduler, history, hashes, preset, started), refresh=True)
+                    live.update(_progress(scheduler, history, hashes, preset, started, countdown), refresh=True)
                 for item in scheduler.finished[seen:]:
                     seen += 1
                     if not live_display:
-                        _print_finished(history, item)
+                        _print_finished(history, item, countdown)
                 time.sleep(0.25)
             for item in scheduler.finished[seen:]:
                 if not live_display:
-                    _print_finished(history, item)
+                    _print_finished(history, item, None)
     except KeyboardInterrupt:
         err_console.print("stopping: asking workers to checkpoint and exit ...")
         scheduler.stop_all()
@@ -435,13 +498,16 @@ class _NullLive:
         pass
 
 
-def _print_finished(history: Any, item: dict[str, Any]) -> None:
+def _print_finished(history: Any, item: dict[str, Any], countdown: Any) -> None:
+    """One line for a run that ended (output piped: no live display), with the grid's ETA while runs are left."""
     from gaptui.columns import describe, record_family, result_metric, result_text
 
     record = history.by_hash().get(item["hash"], {})
     fam = record_family(record)
     result = result_text(record)
     extra = f"{result_metric(fam).name} {result}" if result and fam else (record.get("error") or "")
+    if countdown is not None and countdown.left:
+        extra += f"  ({countdown.text()})"
     console.print(
         f"{record.get('status', '?'):>9}  {record.get('id')}  {describe(record)} seed {record.get('seed')}  {extra}",
         highlight=False,
@@ -450,28 +516,27 @@ def _print_finished(history: Any, item: dict[str, Any]) -> None:
     )
 
 
-def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, started: float) -> Group:
+def _progress(
+    scheduler: Any, history: Any, hashes: set[str], preset: str, started: float, countdown: Any = None
+) -> Group:
     from gaptui import analysis
-    from gaptui.columns import describe, record_family, result_metric
+    from gaptui.columns import describe, record_family, result_metric, run_position
 
     records = [r for r in history.records() if r["hash"] in hashes]
     statuses = ("done", "running", "failed", "blocked", "queued")
     counts = {s: sum(1 for r in records if r["status"] == s) for s in statuses}
     total = len(hashes)
-    finished_now = [f for f in scheduler.finished if f.get("duration")]
     remaining = total - counts["done"] - counts["failed"] - counts["blocked"]
-    eta = ""
-    if finished_now and remaining:
-        mean = statistics.fmean(f["duration"] for f in finished_now)
-        seconds = mean * remaining / max(1, len(scheduler.slots))
-        eta = f" · ETA {time.strftime('%H:%M:%S', time.gmtime(seconds))}"
+    eta = f" · {countdown.text()}" if countdown is not None and remaining else ""
     head = Text.from_markup(
         f"[bold]{escape(preset)}[/]: "
         + " · ".join(f"{s} {counts[s]}" for s in statuses if counts[s] or s in ("done", "running", "queued"))
-        + f" · total {total} · elapsed {time.strftime('%H:%M:%S', time.gmtime(time.time() - started))}{eta}"
+        + f" · total {total} · elapsed {format_duration(time.time() - started)}{escape(eta)}"
+        + (f" · [yellow]{escape(control)}[/]" if (control := scheduler.control.state_line()) else "")
     )
     table = Table(box=None, pad_edge=False)
-    for col in ("run", "run of", "seed", "epoch", "last", "slot"):
+    table.add_column("run", no_wrap=True, min_width=12)  # an id to copy into `gaptui show`: never cut
+    for col in ("run of", "seed", "epoch", "last", "slot"):
         table.add_column(col)
     by_hash = {r["hash"]: r for r in records}
     # Started runs first; a Slurm grid follows thousands of pending ones, which the counts above cover.
@@ -479,8 +544,7 @@ def _progress(scheduler: Any, history: Any, hashes: set[str], preset: str, start
     for job in shown:
         last = job.last
         record = by_hash.get(job.run_hash, {})
-        epochs = getattr(job.spec, "epochs", None)
-        epoch = f"{last.get('epoch', 0)}/{epochs}" if last and epochs else "starting" if not last else ""
+        epoch = run_position(last, job.progress, last.get("epochs") or getattr(job.spec, "epochs", None))
         fam = record_family(record)
         key = result_metric(fam).key if fam else ""
         value = last.get(key, last.get("val_acc") if last.get("event") == "epoch" else None)
@@ -591,6 +655,7 @@ def history_cmd(
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
+    from gaptui.cli_tables import print_table
     from gaptui.columns import aligned, record_columns, visible_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
@@ -607,7 +672,9 @@ def history_cmd(
         print_json([_record_row(r) for r in records])
         return
     if not records:
-        console.print(f"no runs in {ws.history}" + (" matching the filters" if chosen else ""))
+        console.print(
+            f"no runs in {ws.history}" + (" matching the filters" if chosen else ""), highlight=False, markup=False
+        )
         return
     tasks = analysis.record_tasks(records)
     columns = visible_columns(record_columns(task or (tasks[0] if len(tasks) == 1 else None)), hide or [])
@@ -634,12 +701,7 @@ def history_cmd(
         print(title)
         sys.stdout.write("\n".join(aligned([header, *cells], right)) + "\n")
         return
-    table = Table(title=title)
-    for i, name in enumerate(header):
-        table.add_column(escape(name), justify="right" if i in right else "left")
-    for row in cells:
-        table.add_row(*(row[:2] + [escape(c) for c in row[2:]]))
-    console.print(table)
+    print_table(console, title, header, cells, right=right)
 
 
 def show_cmd(
@@ -711,9 +773,9 @@ def show_cmd(
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
             head.add_row(f"repro.{key}", escape(value))
     console.print(head)
-    epochs = [e for e in events if e.get("event") == "epoch"]
-    if epochs:
-        console.print(Text.from_ansi(curves_plot({record["id"]: epochs}, width=min(console.width, 100), height=18)))
+    if any(e.get("event") == "epoch" for e in events):
+        plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
+        console.print(Text.from_ansi(plot))
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(
@@ -797,7 +859,7 @@ def note_cmd(
     with History(Workspace.resolve(workspace), write=True, exclusive=False, purpose="gaptui note") as history:
         record = history.get(run)
         history.update(record["hash"], note=text)
-    console.print(f"{record['id']}: note saved", highlight=False)
+    console.print(f"{record['id']}: note saved", highlight=False, markup=False)
 
 
 def _stdout_is_tty() -> bool:

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
@@ -260,7 +258,7 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
     live = in_flight_on_slurm(everything)
     records = [r for r in everything if r["hash"] in live]
     if not records:
-        console.print(f"no run of {ws.root} is queued or running on Slurm", highlight=False)
+        console.print(f"no run of {ws.root} is queued or running on Slurm", highlight=False, markup=False)
         return
     if not sbatch_available():
         raise GaptuiError("sbatch/sacct not found on PATH; run `gaptui slurm status` on a Slurm login node")
@@ -291,20 +289,22 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"{len(rows)} run(s) of {ws.root} on Slurm")
-    for col in ("run", "job", "state", "reason", "node", "elapsed", "queue pos", "task", "cell", "resubm."):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(
+    from gaptui.cli_tables import print_table
+
+    header = ("run", "job", "state", "reason", "node", "elapsed", "queue pos", "task", "cell", "resubm.")
+    cells = [
+        [
             row["id"],
-            row["job_id"],
-            row["state"],
-            escape(row["reason"] or ""),
-            escape(row["node"] or ""),
+            str(row["job_id"] or ""),
+            str(row["state"] or ""),
+            row["reason"] or "",
+            row["node"] or "",
             row["elapsed"] or "",
             str(row["position"] or ""),
             row["task"],
-            escape(row["cell"]),
+            row["cell"],
             str(row["resubmissions"]),
-        )
-    console.print(table)
+        ]
+        for row in rows
+    ]
+    print_table(console, f"{len(rows)} run(s) of {ws.root} on Slurm", header, cells, ids=(0, 1))

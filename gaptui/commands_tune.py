@@ -19,6 +19,7 @@ from gaptui.cli_common import (
     WorkspaceOpt,
     console,
     err_console,
+    note,
     print_json,
 )
 from gaptui.workspace import Workspace
@@ -45,6 +46,9 @@ def tune_cmd(
         bool, typer.Option("--dry-run", help="Show trials per row, the estimated duration and memory; run nothing.")
     ] = False,
     status: Annotated[bool, typer.Option("--status", help="Show the study as stored; run nothing.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Start a study estimated to take more than 30 days anyway.")
+    ] = False,
     gpus: GpusOpt = None,
     jobs_per_gpu: JobsPerGpuOpt = 1,
     cpu_jobs: CpuJobsOpt = None,
@@ -66,7 +70,7 @@ def tune_cmd(
     from gaptui.commands_manager import recover_runs
 
     ws = Workspace.resolve(workspace)
-    loaded, settings = tuning.load_tune(preset, ws, study)
+    loaded, settings = tuning.load_tune(preset, ws, study, note)
     options = launch.LaunchOptions(
         gpus=launch.parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu, cpu_jobs=cpu_jobs, backend=backend,
         pack_seeds=pack_seeds,
@@ -76,11 +80,20 @@ def tune_cmd(
         _dry_run(settings, run_settings, final, ws, as_json)
         return
     if status:
-        _report(ws, settings, as_json)
+        _report(ws, settings, as_json, read_only=True)
         return
+    from gaptui.estimate import check_duration
     from gaptui.history import History
 
-    with History(ws, write=True, purpose=f"gaptui tune --preset {loaded.name}") as history:
+    # the same guard as `gaptui run`: every trial's runs (or the final runs) against 30 days, before anything starts
+    one, times = _runs_per_row(settings, final)
+    width = len(run_settings.slots) if run_settings.backend == "local" else max(1, len(one) * times)
+    for line in check_duration(one, width, f"study {settings.study}", force, times=times)[1]:
+        _say(f"note: {line}")
+    with (
+        History(ws, write=True, purpose=f"gaptui tune --preset {loaded.name}") as history,
+        tuning.storage_errors(tuning.study_path(ws, settings.study)),
+    ):
         scheduler = launch.make_backend(run_settings, ws, history)
         recover_runs(scheduler)  # as `gaptui run` does: re-attach live workers, say what was interrupted
         with _stopping(scheduler):
@@ -128,7 +141,7 @@ def _final(ws: Workspace, settings: Any, scheduler: Any, history: Any) -> None:
     known = history.by_hash()
     todo = [s for s in specs if known.get(s.hash(), {}).get("status") != "done"]
     if todo:
-        launch.enqueue_prepared(scheduler, todo, f"tune:{settings.study}")
+        launch.enqueue_prepared(scheduler, todo, f"tune:{settings.study}", tuning.final_planned(pairs))
     tuning.tag_final(history, settings, pairs)
     _say(f"study {settings.study}: {len(specs)} final run(s), {len(specs) - len(todo)} already done")
     while scheduler.pending():
@@ -140,11 +153,11 @@ def _final(ws: Workspace, settings: Any, scheduler: Any, history: Any) -> None:
         raise GaptuiError(f"study {settings.study}: {len(failed)} final run(s) did not finish; see `gaptui history`")
 
 
-def _report(ws: Workspace, settings: Any, as_json: bool) -> None:
+def _report(ws: Workspace, settings: Any, as_json: bool, read_only: bool = False) -> None:
     from gaptui import tuning
     from gaptui.history import read_records
 
-    rows = tuning.results(ws, settings)
+    rows = tuning.results(ws, settings, read_only)
     change = tuning.ranking_change(read_records(ws), settings.task, settings.metric.key, settings.study)
     if as_json:
         print_json({**tuning.json_summary(settings, rows), "kendall_tau": change})
@@ -163,25 +176,30 @@ def _report(ws: Workspace, settings: Any, as_json: bool) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"storage: {tuning.study_path(ws, settings.study)}", highlight=False, soft_wrap=True)
+    console.print(f"storage: {tuning.study_path(ws, settings.study)}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _runs_per_row(settings: Any, final: bool) -> tuple[list[Any], int]:
+    """One trial's runs of every row (the final runs with ``final``) at the first value of every searched key, and
+    how many times they stand for the study's runs (its trials per row): the study's size without a list of all
+    its runs (``trials = 1e9`` is a count, never a billion specs)."""
+    specs = []
+    for row in settings.rows:
+        first = {d.key: d.values[0] for d in settings.space[row.key]}
+        specs += settings.final_specs(row, first) if final else settings.trial_specs(row, first)
+    return specs, 1 if final else settings.trials
 
 
 def _dry_run(settings: Any, run_settings: Any, final: bool, ws: Workspace, as_json: bool) -> None:
     from engine.memory import check_memory, peaks_by_kind
-    from gaptui.estimate import check_duration
+    from gaptui.estimate import check_duration, duration_floor
 
-    # One trial's runs per row at the first value of every searched key stand for all its trials.
-    specs = []
-    for row in settings.rows:
-        first = {d.key: d.values[0] for d in settings.space[row.key]}
-        one = settings.final_specs(row, first) if final else settings.trial_specs(row, first)
-        specs += one * (1 if final else settings.trials)
-    needs = check_memory(specs)
-    width = len(run_settings.slots) if run_settings.backend == "local" else max(1, len(specs))
-    from gaptui.estimate import duration_floor
-
-    _over, lines = check_duration(specs, width, f"study {settings.study}", True)
-    floor, steps = duration_floor(specs, width)
+    one, times = _runs_per_row(settings, final)
+    needs = check_memory(one)
+    runs = len(one) * times
+    width = len(run_settings.slots) if run_settings.backend == "local" else max(1, runs)
+    _over, lines = check_duration(one, width, f"study {settings.study}", True, times=times)
+    floor, steps = duration_floor(one, width, times)
     lines = [*lines, f"estimated duration: at least {floor:.0f} s ({steps:,} optimiser steps on {width} slot(s))"]
     trials_per_row = {row.key: 0 if final else settings.trials for row in settings.rows}
     if as_json:
@@ -189,7 +207,7 @@ def _dry_run(settings: Any, run_settings: Any, final: bool, ws: Workspace, as_js
             {
                 "study": settings.study,
                 "trials_per_row": trials_per_row,
-                "runs": len(specs),
+                "runs": runs,
                 "space": {k: [d.text() for d in v] for k, v in settings.space.items()},
                 "estimate": lines,
             }
@@ -199,7 +217,7 @@ def _dry_run(settings: Any, run_settings: Any, final: bool, ws: Workspace, as_js
     console.print(
         escape(
             f"study {settings.study} ({settings.task}): {len(settings.rows)} row(s), {what}, at "
-            f"{settings.family.axis(settings.family.table.columns).name} {settings.at}; {len(specs)} run(s)"
+            f"{settings.family.axis(settings.family.table.columns).name} {settings.at}; {runs:,} run(s)"
         ),
         highlight=False,
         soft_wrap=True,
@@ -214,4 +232,4 @@ def _dry_run(settings: Any, run_settings: Any, final: bool, ws: Workspace, as_js
     for line in lines:
         console.print(escape(line), highlight=False, soft_wrap=True)
     for kind, need in peaks_by_kind(needs).items():
-        console.print(f"memory peak of {kind}: {need.line().removeprefix('memory: ')}", highlight=False)
+        console.print(f"memory peak of {kind}: {need.line().removeprefix('memory: ')}", highlight=False, markup=False)

@@ -11,8 +11,12 @@ The :class:`Estimator` offers them what they ask for (:class:`engine.cost.CostCo
 2. **calibration**: measurements of a family's cost keys taken in one process per slot of the grid side by side
    (``python -m <the family's calibration_module>``), each in its slot's environment (so concurrent runs slow each
    other as they will), and the per-run ``overhead`` timed on tiny runs of the family
-   (:meth:`~engine.cost.CostModel.overhead_probe`) through the real scheduler and worker, one per slot at once.
-   Both are cached in ``<workspace>/calibration.json`` (measured when missing, or again with ``--recalibrate``).
+   (:meth:`~engine.cost.CostModel.overhead_probe`) through the real scheduler and worker, one per slot at once
+   (:mod:`gaptui.calibration`). Both are cached in ``<workspace>/calibration.json`` with when and under what load
+   they were taken (:class:`engine.cost.Conditions`), and measured again when missing, stale (older than a week,
+   or taken while a run got another share of a core) or with ``--recalibrate``; an estimate that measures nothing
+   (:func:`estimate_from_cache`: the app's form, a running grid's countdown in :mod:`gaptui.eta`) uses a stale
+   one and says so.
 
 The wall time schedules the runs in start order on the slots (each run on the slot where it would end first,
 after the runs it depends on): the same greedy order the scheduler follows. Runs a family cannot estimate (a real
@@ -24,15 +28,16 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import engine.cost
-from engine.cost import CalibrationCache, CellHistory, CostContext, CostReport, Profile
-from engine.tasks import LEGACY_TASK, Placement, TaskFamily, family
+from engine.cost import CalibrationCache, CellHistory, Conditions, CostContext, CostReport, Profile
+from engine.tasks import LEGACY_TASK, family
+from gaptui.calibration import measure_on_slots, measure_overhead
 from gaptui.durations import format_duration
 from gaptui.scheduler import Slot, group_packs
 from gaptui.workspace import Workspace
@@ -42,8 +47,6 @@ from gaptui.workspace import Workspace
 PACKED_REST = 0.05
 #: Calibration file in the workspace.
 CALIBRATION_FILE = "calibration.json"
-#: Seconds of timed work per calibration key (after a warm-up).
-DEFAULT_SECONDS = 1.5
 
 __all__ = ["CalibrationCache", "CellHistory", "Profile"]
 
@@ -123,6 +126,10 @@ class GridEstimate:
     pack_seeds: int = 1
     #: Seconds of each run (hash) where the schedule placed it, its pack's shared part split between its runs.
     placed: dict[str, float] = field(default_factory=dict)
+    #: What the calibrations used were: measured again and why, or cached and in what conditions (one line each).
+    calibration: list[str] = field(default_factory=list)
+    #: Why cached calibrations used as they are no longer hold (an estimate that measures nothing).
+    stale: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         if self.unavailable:
@@ -166,7 +173,7 @@ class GridEstimate:
                 out.append(f"  not estimated: {count} run(s): {why}")
         if self.datasets_to_build:
             out.append(f"  not counted: building {self.datasets_to_build} dataset(s) not yet in the cache")
-        return out
+        return out + [f"  {line}" for line in self.calibration]
 
 
 #: ``measure(keys, slots) -> [measurement per key]``: the keys measured at once on every slot of one profile.
@@ -175,91 +182,11 @@ Measure = Callable[[list[Any], list[Slot]], list[Any]]
 Overhead = Callable[[list[Slot]], float]
 
 
-def measure_on_slots(
-    keys: list[Any], slots: list[Slot], module: str, seconds: float = DEFAULT_SECONDS
-) -> list[dict[str, Any]]:
-    """Measure ``keys`` in one ``python -m <module>`` process per slot, all at once, each in its slot's environment
-    (threads, GPU), so that the runs of concurrent slots slow each other as they will; returns per key the mean
-    over the processes of each measured number (``steps`` summed, other fields from the first)."""
-    import os
-    import subprocess
-    import sys
-
-    from engine.errors import GaptuiError
-
-    request = json.dumps({"keys": [k.to_dict() for k in keys], "seconds": seconds})
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", module],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **slot.env},
-        )
-        for slot in slots
-    ]
-    for proc in procs:  # every process gets its request before any is waited for: they measure side by side
-        assert proc.stdin is not None
-        proc.stdin.write(request)
-        proc.stdin.close()
-    results: list[list[dict[str, Any]]] = []
-    for proc in procs:
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = proc.stdout.read(), proc.stderr.read()
-        if proc.wait() != 0:
-            last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-            raise GaptuiError(f"calibration failed: {last}")
-        results.append(json.loads(out))
-
-    def merged(i: int) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, first in results[0][i].items():
-            if name == "steps":
-                out[name] = sum(int(r[i][name]) for r in results)
-            elif isinstance(first, float):
-                out[name] = statistics.fmean(r[i][name] for r in results)
-            else:
-                out[name] = first
-        return out
-
-    return [merged(i) for i in range(len(keys))]
-
-
-def measure_overhead(slots: list[Slot], fam: TaskFamily) -> float:
-    """Seconds a run costs besides its training: one tiny run of ``fam`` (its
-    :meth:`~engine.cost.CostModel.overhead_probe`) per slot (at most 16) through the real scheduler and worker,
-    all at once, in a temporary workspace: process start, imports, data loading, model, result, history."""
-    import tempfile
-
-    from engine.errors import GaptuiError
-    from gaptui.history import History
-    from gaptui.runner import prepare
-    from gaptui.scheduler import Scheduler
-
-    slots = [Slot(s.name, dict(s.env)) for s in slots[:16]]
-    with tempfile.TemporaryDirectory(prefix="gaptui-overhead-") as tmp:
-        ws = Workspace(Path(tmp))
-        specs = fam.costs.overhead_probe(Placement(str(ws.datasets), str(ws.raw_data)), len(slots))
-        if not specs:
-            return 0.0
-        prepare(specs[:1])  # a grid's inputs are prepared before its runs start
-        with History(ws, write=True, purpose="gaptui calibration") as history:
-            scheduler = Scheduler(ws, history, slots)
-            started = time.perf_counter()
-            scheduler.enqueue(specs)
-            scheduler.run()
-            wall = time.perf_counter() - started
-            failed = [r for r in history.records() if r["status"] != "done"]
-        if failed:
-            raise GaptuiError(f"calibration failed: a tiny run ended {failed[0]['status']}: {failed[0].get('error')}")
-    return wall
-
-
 class Estimator(CostContext):
     """Estimates plans through each family's cost model, from history and calibration; measurements go through
     ``measure`` and ``overhead`` (replaceable in tests; by default the family's calibration module and a tiny run
-    of the family) and are cached in ``cache``. ``progress(text)`` is told before each measurement."""
+    of the family) and are cached in ``cache``. ``progress(text, done, total)`` is told before each measurement
+    and, for a calibration, as each of its ``total`` keys is measured (``total`` 0: a measurement of one piece)."""
 
     def __init__(
         self,
@@ -269,7 +196,8 @@ class Estimator(CostContext):
         recalibrate: bool = False,
         measure: Measure | None = None,
         overhead: Overhead | None = None,
-        progress: Callable[[str], None] = lambda _text: None,
+        progress: Callable[[str, int, int], None] = lambda _text, _done, _total: None,
+        now: Conditions | None = None,
     ) -> None:
         self.cache = cache
         self.records = list(records)
@@ -282,6 +210,13 @@ class Estimator(CostContext):
         self._slots: list[Slot] = []
         self._history: dict[tuple[str, str, str], CellHistory] | None = None
         self._machines: dict[str, dict[str, str]] = {}
+        #: This machine's load now, before anything is measured: what measurements are taken under and compared to.
+        self.now = now or Conditions.now()
+        #: Why cached measurements were taken again (measuring) or are used though they no longer hold (not
+        #: measuring), and the conditions of those used as they are.
+        self.remeasured: set[str] = set()
+        self.stale: set[str] = set()
+        self.used: list[Conditions] = []
 
     def machine(self, profile: Profile) -> dict[str, str]:
         if profile.device not in self._machines:
@@ -294,7 +229,42 @@ class Estimator(CostContext):
         return self._history.get((fam.name, fam.costs.cell(spec), self.machine(profile)["device"]))
 
     def _cached(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> dict[str, Any] | None:
-        return None if self.recalibrate else self.cache.get(host, key)
+        """A cached measurement that still holds (:meth:`engine.cost.Conditions.stale`); one that no longer does is
+        measured again when this estimator measures, else used and said."""
+        found = None if self.recalibrate else self.cache.entry(host, key)
+        if found is None:
+            return None
+        value, taken = found
+        why = taken.stale(self.now) if taken else "measured before gaptui recorded the load it was measured under"
+        if why and self.measures:
+            self.remeasured.add(why)
+            return None
+        if why:
+            self.stale.add(why)
+        else:
+            self.used.append(taken)  # type: ignore[arg-type]
+        return value
+
+    def _put(self, host: Mapping[str, Any], key: Mapping[str, Any], value: Mapping[str, Any]) -> None:
+        """Cache a measurement taken in this estimate, under the load it found before measuring."""
+        self.cache.put(host, key, value, self.now)
+
+    def calibration_lines(self) -> list[str]:
+        """What the estimate's measurements were: taken again and why, used though they no longer hold, or cached
+        and when, under what load."""
+        lines = [f"calibration measured again: the cached one was {why}" for why in sorted(self.remeasured)]
+        lines += [
+            f"calibration from the cache, {why}: `gaptui run --dry-run` measures it again" for why in sorted(self.stale)
+        ]
+        if self.used and not lines:
+            oldest = min(self.used, key=lambda c: c.at)
+            loads = sorted({c.load for c in self.used})
+            load = f"{loads[0]:.1f}" if len(loads) == 1 else f"{loads[0]:.1f}-{loads[-1]:.1f}"
+            lines.append(
+                f"calibration from the cache, measured {format_duration(self.now.at - oldest.at)} ago under a load "
+                f"of {load} per core (now {self.now.load:.1f}; `--recalibrate` measures again)"
+            )
+        return lines
 
     def overhead(self, fam: Any) -> float:
         slots = self._slots
@@ -310,10 +280,10 @@ class Estimator(CostContext):
             key["task"] = fam.name
         cached = self._cached(host, key)
         if cached is None or "seconds" not in cached:
-            self.progress(f"timing a tiny run on each of {len(slots)} slot(s)")
+            self.progress(f"timing a tiny run on each of {len(slots)} slot(s)", 0, 0)
             seconds = self.overhead_of(list(slots)) if self.overhead_of else measure_overhead(list(slots), fam)
             cached = {"seconds": seconds}
-            self.cache.put(host, key, cached)
+            self._put(host, key, cached)
         return float(cached["seconds"])
 
     def calibrate(
@@ -337,19 +307,31 @@ class Estimator(CostContext):
             if not missing:
                 continue
             here = [s for s in self._slots if profile_of(s) == profile]
-            names = ", ".join(sorted({getattr(k, "model", fam.name) for _, k in missing}))
-            self.progress(f"calibrating {names} on {len(here)} {profile.kind} slot(s) at once")
+            models = sorted({getattr(k, "model", fam.name) for _, k in missing})
+            names = ", ".join(models[:4]) + (f" +{len(models) - 4} more" if len(models) > 4 else "")
+            what = f"calibrating {names} on {len(here)} {profile.kind} slot(s) at once"
+            self.progress(what, 0, len(missing))
             if self.measure is not None:
                 values = self.measure([k for _, k in missing], here)
             else:
-                values = measure_on_slots([k for _, k in missing], here, fam.costs.calibration_module)
+                keys, module = [k for _, k in missing], fam.costs.calibration_module
+                told = partial(self.progress, what)
+                values = measure_on_slots(keys, here, module, measured=lambda n, told=told, k=len(keys): told(n, k))
             for (ident, key), value in zip(missing, values, strict=True):
-                self.cache.put(host, key.to_dict(), asdict(value) if is_dataclass(value) else dict(value))
+                self._put(host, key.to_dict(), asdict(value) if is_dataclass(value) else dict(value))
                 out[(profile, ident)] = (value, True)
         return out
 
-    def estimate(self, plan: Any, slots: Sequence[Slot], ws: Workspace, pack_seeds: int = 1) -> GridEstimate:
-        """The estimate of ``plan``'s runs left to do on ``slots``, seeds packed by ``pack_seeds`` per worker."""
+    def estimate(
+        self,
+        plan: Any,
+        slots: Sequence[Slot],
+        ws: Workspace,
+        pack_seeds: int = 1,
+        elapsed: Mapping[str, float] | None = None,
+    ) -> GridEstimate:
+        """The estimate of ``plan``'s runs left to do on ``slots``, seeds packed by ``pack_seeds`` per worker; runs
+        in flight (``elapsed``: run hash -> seconds since they started) count what is left of them."""
         self._slots = list(slots)
         profiles = [profile_of(s) for s in slots]
         self.profiles = list(dict.fromkeys(profiles))
@@ -372,7 +354,11 @@ class Estimator(CostContext):
             fam = family(spec.task)
             label = f"{spec.task} {fam.costs.label(spec)}" if several else fam.costs.label(spec)
             cost = report.costs[h]
-            result.runs.append(RunEstimate(spec, label, cost.seconds, cost.source, cost.shared))
+            seconds, shared = cost.seconds, cost.shared
+            if elapsed and h in elapsed:  # in flight: what is left of it
+                seconds = {p: max(0.0, t - elapsed[h]) for p, t in seconds.items()}
+                shared = {p: min(t, seconds[p]) for p, t in shared.items()}
+            result.runs.append(RunEstimate(spec, label, seconds, cost.source, shared))
         # Packs of seeds (one process each: their shared part paid once), then the schedule.
         groups = group_packs([r.spec.seedless() for r in result.runs], max(1, pack_seeds))
         timed: list[tuple[str, Sequence[str], Mapping[Profile, float]]] = []
@@ -389,6 +375,7 @@ class Estimator(CostContext):
             shared = max(r.shared[profile] for r in members)
             for r in members:
                 result.placed[r.spec.hash()] = r.seconds[profile] - r.shared[profile] + shared / len(members)
+        result.calibration, result.stale = self.calibration_lines(), sorted(self.stale)
         return result
 
 
@@ -401,21 +388,27 @@ def _not_cached(*_args: Any) -> Any:
 
 
 def estimate_from_cache(
-    plan: Any, slots: Sequence[Slot], ws: Workspace, records: Iterable[Mapping[str, Any]], pack_seeds: int = 1
+    plan: Any,
+    slots: Sequence[Slot],
+    ws: Workspace,
+    records: Iterable[Mapping[str, Any]],
+    pack_seeds: int = 1,
+    elapsed: Mapping[str, float] | None = None,
 ) -> GridEstimate | None:
     """The estimate of ``plan`` from history and cached calibrations only, measuring nothing (the terminal app's
-    form asks on every edit); None when a run left to do would need a measurement (``gaptui run --dry-run``
-    makes them) or has no estimate at all."""
+    form asks on every edit, a running grid after each run); None when a run left to do would need a measurement
+    (``gaptui run --dry-run`` makes them) or none has an estimate. Runs without one (a real dataset not built yet,
+    a cell of a family estimated from its history never run here) are in its ``missing``."""
     from engine.errors import GaptuiError
 
     cache = CalibrationCache(calibration_path(ws), lambda _line: None)
     estimator = Estimator(cache, records, measure=_not_cached, overhead=_not_cached)
     estimator.measures = False  # the cost models give up at the first key not cached
     try:
-        result = estimator.estimate(plan, slots, ws, pack_seeds)
+        result = estimator.estimate(plan, slots, ws, pack_seeds, elapsed)
     except (NotCached, GaptuiError):
         return None
-    return None if result.unavailable or result.missing else result
+    return None if result.unavailable or not result.runs else result
 
 
 #: A run or grid estimated to take longer than this (seconds) is refused unless the user insists (``--force``).
@@ -425,11 +418,13 @@ DURATION_LIMIT = 30 * 86400.0
 STEP_FLOOR = 1e-3
 
 
-def duration_floor(specs: Iterable[Any], slots: int) -> tuple[float, int]:
-    """The least wall seconds ``specs`` can take on ``slots`` slots in parallel, and the optimiser steps behind it."""
+def duration_floor(specs: Iterable[Any], slots: int, times: int = 1) -> tuple[float, int]:
+    """The least wall seconds ``specs``, run ``times`` times, can take on ``slots`` slots in parallel, and the
+    optimiser steps behind it."""
     steps = 0
     for spec in specs:
         steps += family(spec.task).costs.steps(spec) or 0
+    steps *= times
     return steps * STEP_FLOOR / max(1, slots), steps
 
 
@@ -440,20 +435,25 @@ def check_duration(
     force: bool = False,
     estimate: GridEstimate | None = None,
     limit: float = DURATION_LIMIT,
+    times: int = 1,
 ) -> tuple[bool, list[str]]:
-    """Whether ``specs`` take longer than ``limit`` on ``slots`` slots in parallel, and the lines to print before
-    they start: the ``estimate`` when there is one (history, cached calibration), else the floor of their
-    optimiser steps (:func:`duration_floor`, said when it is over a day). Over the limit and without ``force``:
-    one GaptuiError line with the estimate, the limit and ``--force``."""
+    """Whether ``specs`` (each ``times`` times) take longer than ``limit`` on ``slots`` slots in parallel, and the
+    lines to print before they start: the ``estimate`` when there is one (history, cached calibration), else the
+    floor of their optimiser steps (:func:`duration_floor`, said when it is over a day). Over the limit and without
+    ``force``: one GaptuiError line with the estimate, the limit and ``--force``."""
     from engine.errors import GaptuiError
 
+    floor, steps = duration_floor(specs, slots, times)
+    floor_said = f"{steps:,} optimiser steps, at least {format_duration(floor)} at {STEP_FLOOR * 1000:g} ms a step"
+    floor_said += f" on {slots} slots" if slots > 1 else ""
     if estimate is not None and estimate.runs and not estimate.missing:
         wall, said = estimate.plan.wall, f"estimated at about {format_duration(estimate.plan.wall)}"
+    elif estimate is not None and estimate.runs and estimate.plan.wall > floor:
+        # some runs not estimated yet (a real dataset not built): the others already take this long
+        wall = estimate.plan.wall
+        said = f"estimated at about {format_duration(wall)} without {len(estimate.missing)} run(s) not estimated"
     else:
-        wall, steps = duration_floor(specs, slots)
-        said = f"{steps:,} optimiser steps, at least {format_duration(wall)} at {STEP_FLOOR * 1000:g} ms a step"
-        if slots > 1:
-            said += f" on {slots} slots"
+        wall, said = floor, floor_said
     if wall > limit:
         line = f"{what}: {said}, over the limit of {format_duration(limit)}"
         if not force:

@@ -113,13 +113,30 @@ def _title(table: analysis.RankingTable) -> str:
     return table.group or table.task
 
 
+def _fit(text: str, width: float) -> str:
+    """``text`` wrapped to a figure ``width`` inches wide (a title longer than its figure widened it)."""
+    import textwrap
+
+    return textwrap.fill(text, max(30, int(width * 17)))
+
+
+def _legend_below(fig: Any, ax: Any) -> None:
+    """The legend of ``ax`` under the figure (beside it past eight entries), outside the axes (constrained layout
+    makes room): never over a point, a band or a label, whatever the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) > 8:  # many rows (solvers, searches, ceilings): one column beside the plot
+        fig.legend(handles, labels, loc="outside right upper", frameon=False)
+    elif labels:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), frameon=False)
+
+
 # ------------------------------------------------------------------------------------------ kinds
 
 
 def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     """The metric against the columns: one line per row (centre over seeds) with its min-max seed band."""
     plt = _matplotlib()
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.4))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
     scale = _scale(table.metric)
     numeric = _numeric_columns(table.columns)
     xs_of = {c: (c if numeric else i) for i, c in enumerate(table.columns)}
@@ -149,12 +166,9 @@ def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     crowded = numeric and bool(gaps) and min(gaps) < (xs[-1] - xs[0]) / 12
     ax.set_xticks(xs, labels, rotation=45 if crowded or not numeric else 0)
     ax.set_ylabel(_metric_label(table.metric))
-    ax.set_title(f"{_title(table)}: {table.layout.statistic} over seeds, band = min-max")
+    ax.set_title(_fit(f"{_title(table)}: {table.layout.statistic} over seeds, band = min-max", COLUMN_WIDTH))
     ax.grid(alpha=0.3, linewidth=0.5)
-    if len(table.rows) > 6:  # many rows (solvers, searches, ceilings): the legend beside the plot, not over it
-        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    else:
-        ax.legend(frameon=False, ncols=2)
+    _legend_below(fig, ax)
     return _save(fig, path)
 
 
@@ -162,7 +176,7 @@ def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
     """Each row's gap to the worst trained row per column, with the optimal column (largest spread) marked."""
     plt = _matplotlib()
     gap = analysis.gap_analysis(table)
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.4))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
     scale = _scale(table.metric)
     numeric = _numeric_columns(gap.columns)
     xs = list(gap.columns) if numeric else list(range(len(gap.columns)))
@@ -171,18 +185,18 @@ def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
         points = [(x, values[c] * scale) for x, c in zip(xs, gap.columns, strict=True) if values.get(c) is not None]
         if points and row not in table.baselines:
             ax.plot(*zip(*points, strict=True), label=row, **style(i))
-    if gap.optimal is not None:
+    title = f"{_title(table)}: gap to the worst trained row"
+    if gap.optimal is not None:  # said in the title: a label in the axes ran through lines and the legend
         at = gap.optimal if numeric else list(gap.columns).index(gap.optimal)
         ax.axvline(at, color="#444444", linewidth=0.8, linestyle="--")
-        label = f"optimal {table.column_axis.name}: {table.column_axis.format(gap.optimal)}"
-        ax.annotate(label, (at, 0.5), xycoords=("data", "axes fraction"), xytext=(-3, 0), textcoords="offset points",
-                    ha="right", rotation=90, va="center")  # fmt: skip
+        optimal = table.column_axis.format(gap.optimal)
+        title += f"\noptimal {table.column_axis.name} {optimal} (dashed line)"
     ax.set_xlabel(table.column_axis.name)
     ax.set_xticks(xs, [table.column_axis.format(c) for c in gap.columns])
     ax.set_ylabel(f"gap to the worst row{' (points)' if table.metric.share else ''}")
-    ax.set_title(f"{_title(table)}: gap to the worst trained row")
+    ax.set_title(title)
     ax.grid(alpha=0.3, linewidth=0.5)
-    ax.legend(frameon=False, ncols=2)
+    _legend_below(fig, ax)
     return _save(fig, path)
 
 
@@ -208,7 +222,7 @@ def draw_bars(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_xticks(range(len(table.columns)), [table.column_axis.format(c) for c in table.columns])
     ax.set_ylabel(_metric_label(table.metric))
     what = table.statistic if table.derived else f"{table.layout.statistic} ± std over seeds"
-    ax.set_title(f"{_title(table)}: {what}")
+    ax.set_title(_fit(f"{_title(table)}: {what}", width))
     ax.grid(axis="y", alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=min(4, n), loc="upper center", bbox_to_anchor=(0.5, -0.1))
     return _save(fig, path)
@@ -238,7 +252,8 @@ def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
             colour = "black" if light else "white"
             ax.text(j, i, text, ha="center", va="center", fontsize=5, color=colour, fontweight=weight)
     fig.colorbar(image, ax=ax, label=_metric_label(table.metric), fraction=0.03, pad=0.01)
-    ax.set_title(f"{_title(table)}: {table.layout.statistic} over seeds; bold = best per column")
+    what = table.statistic if table.derived else f"{table.layout.statistic} over seeds"
+    ax.set_title(_fit(f"{_title(table)}: {what}; bold = best per column", FULL_WIDTH))
     return _save(fig, path)
 
 
@@ -251,7 +266,7 @@ def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
         for key, value in (rec.get("metrics") or {}).items():
             if (m := pattern.match(key)) and isinstance(value, (int, float)) and math.isfinite(value):
                 by_row[row][float(m.group(1))].append(float(value))
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.4))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
     for i, row in enumerate(r for r in table.rows if r in by_row):
         xs = sorted(by_row[row])
         ax.plot(xs, [100 * stats.fmean(by_row[row][x]) for x in xs], label=row, **style(i))
@@ -259,9 +274,9 @@ def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
     ax.set_xlabel(fig_spec.label or fig_spec.prefix)
     ax.set_ylabel("accuracy (%), mean over runs")
-    ax.set_title(f"{_title(table)}: accuracy by {fig_spec.label or fig_spec.prefix}")
+    ax.set_title(_fit(f"{_title(table)}: accuracy by {fig_spec.label or fig_spec.prefix}", COLUMN_WIDTH))
     ax.grid(alpha=0.3, linewidth=0.5)
-    ax.legend(frameon=False, ncols=2)
+    _legend_below(fig, ax)
     return _save(fig, path)
 
 
@@ -385,7 +400,7 @@ def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 
         ax.plot([ordered[a][1] - 0.03, ordered[b][1] + 0.03], [y, y], color="black", linewidth=2.2)
     friedman = ranks.friedman
     note = f"; Friedman p = {friedman['p']:.3g}" if friedman and friedman.get("p") is not None else ""
-    ax.set_title(f"{plain[0].task}: average ranks over {ranks.cells} cells{note}")
+    ax.set_title(_fit(f"{plain[0].task}: average ranks over {ranks.cells} cells{note}", COLUMN_WIDTH))
     return _save(fig, path)
 
 

@@ -38,8 +38,8 @@ from tinydb.table import Table
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import FileLock, atomic_write_text, clean_stale_temps, fsync_dir, locked, os_error
 from engine.tasks import task_of
-from gaptui.processes import worker_gone
-from gaptui.record import STATUSES, Record, record_family
+from gaptui.processes import in_foreground, worker_gone
+from gaptui.record import STATUSES, Record, left_out_line, record_family, record_fault
 from gaptui.workspace import Workspace
 
 __all__ = ["STATUSES", "Record", "History", "read_records", "shown", "upgrade_record"]
@@ -400,10 +400,16 @@ def parse_history(raw: bytes, path: Path) -> dict[str, Any] | None:
 
 
 def _check_record(record: Any, doc_id: str, path: Path) -> None:
-    missing = [k for k in RECORD_KEYS if not isinstance(record.get(k), str)] if isinstance(record, dict) else ["all"]
-    if missing:
+    if not isinstance(record, dict):
+        wrong = ["lacks all"]
+    else:
+        missing = [k for k in RECORD_KEYS if record.get(k) is None]
+        wrong = [f"lacks {', '.join(missing)}"] if missing else []
+        wrong += [f"has {k} = {record[k]!r}, not text" for k in RECORD_KEYS if record.get(k) is not None
+                  and not isinstance(record[k], str)]  # fmt: skip
+    if wrong:
         kept = "it was left untouched: move it aside to start a new history"
-        raise GaptuiError(f"history file {path} is corrupt (run record {doc_id} lacks {', '.join(missing)}); {kept}")
+        raise GaptuiError(f"history file {path} is corrupt (run record {doc_id} {', '.join(wrong)}); {kept}")
 
 
 #: Keys every run record must hold (as strings) for any command to use it.
@@ -479,6 +485,10 @@ class History:
         self.lock = WorkspaceLock(ws, purpose).acquire() if write and exclusive else None
         self._index: tuple[int, dict[str, int]] | None = None
         self._root = str(ws.root)
+        #: Records left out of what this history was asked for (a field of the wrong type): id -> warning line.
+        self.left_out: dict[str, str] = {}
+        #: Stored records (the objects themselves, by ``id()``) that passed :func:`record_fault`.
+        self._passed: dict[int, Mapping[str, Any]] = {}
         try:
             if write:
                 check_workspace(ws.root)
@@ -581,8 +591,26 @@ class History:
     # ------------------------------------------------------------------------------------------ queries
 
     def records(self) -> list[Record]:
+        """Every record readers can use; one with a field of the wrong type (:func:`gaptui.record.record_fault`) is
+        left out (and on disk as it is), its warning line in :attr:`left_out`."""
         with gc_paused():
-            return [self._loaded(r) for r in self.runs._read_table().values()]
+            table = self.runs._read_table()
+            if len(self._passed) > 2 * len(table) + 1024:  # records replaced since: forget them
+                current = {id(r) for r in table.values()}
+                self._passed = {i: r for i, r in self._passed.items() if i in current}
+            return [r for r in map(self._readable, table.values()) if r is not None]
+
+    def _readable(self, record: Mapping[str, Any]) -> Record | None:
+        """:meth:`_loaded`, or None for a record with a fault (remembered in :attr:`left_out`). A stored record
+        that passed once is not checked again while it is the same object: every change to the file or the journal
+        reads new objects, and this process's own writes are typed (they never make a record faulty)."""
+        if self._passed.get(id(record)) is not record:
+            fault = record_fault(record)
+            if fault is not None:
+                self.left_out[str(record.get("id"))] = left_out_line(record, fault)
+                return None
+            self._passed[id(record)] = record
+        return self._loaded(record)
 
     def _loaded(self, record: Mapping[str, Any]) -> Record:
         """A record as callers use it (a copy): ``run_dir`` absolute. Stored relative to the workspace, so a copied
@@ -612,7 +640,7 @@ class History:
         changed = self.storage.take_changes("runs")
         if changed is None or any(k not in raw for k in changed):
             return None
-        return [self._loaded(raw[k]) for k in sorted(changed, key=int)]
+        return [r for r in (self._readable(raw[k]) for k in sorted(changed, key=int)) if r is not None]
 
     def statuses(self) -> dict[str, str]:
         """Spec hash -> stored status of every record (no record copied: cheap at 20,000 records)."""
@@ -633,6 +661,9 @@ class History:
         exact = [r for r in records if r["id"] == run or r["hash"] == run]
         found = exact or [r for r in records if r["id"].startswith(run)]
         if len(found) == 1:
+            fault = record_fault(found[0])
+            if fault is not None:
+                raise GaptuiError(f"{left_out_line(found[0], fault)}; fix or remove it in {self.ws.history}")
             return self._loaded(found[0])
         if not found:
             ids = [r["id"] for r in records]
@@ -640,7 +671,7 @@ class History:
         raise GaptuiError(f"run id '{run}' is ambiguous: {', '.join(r['id'] for r in found[:5])} ...")
 
     def by_hash(self) -> dict[str, Record]:
-        return {r["hash"]: self._loaded(r) for r in self.runs._read_table().values()}
+        return {r["hash"]: r for r in self.records()}
 
     # ------------------------------------------------------------------------------------------ writes
 
@@ -761,16 +792,38 @@ def _with_declared_axes(record: Record) -> Record:
 def shown(record: Record) -> Record:
     """``record`` as readers show it: ``interrupted`` when it is stored ``running`` and its local worker is gone
     (:func:`gaptui.processes.worker_gone`: the ``gaptui train`` or manager that drove it was killed); nothing is
-    written (the next manager records it, :meth:`gaptui.scheduler.Scheduler.recover`)."""
-    if record.get("status") == "running" and worker_gone(record):
+    written (the next manager records it, :meth:`gaptui.scheduler.Scheduler.recover`). A foreground ``gaptui train``
+    still alive files its run itself, its worker gone or not (:func:`gaptui.processes.in_foreground`)."""
+    if record.get("status") == "running" and worker_gone(record) and not in_foreground(record):
         return {**record, "status": "interrupted"}  # type: ignore[typeddict-item]
     return record
 
 
-def read_records(ws: Workspace) -> list[Record]:
-    """All run records of a workspace, without locking (safe while a manager writes: writes are atomic)."""
+def read_records(ws: Workspace, warn: Callable[[str], None] | None = None) -> list[Record]:
+    """All run records of a workspace, without locking (safe while a manager writes: writes are atomic). A record
+    with a field of the wrong type is left out, named once per process in a ``warning:`` line (``warn``, by
+    default on stderr)."""
     check_workspace(ws.root)
     if not ws.history.exists() and not journal_path(ws.history).exists():
         return []
     with History(ws) as history:
-        return history.records()
+        records = history.records()
+        warn_left_out(history, warn)
+        return records
+
+
+#: Records already named as left out by this process (one command), by (history file, record id): each once.
+warned: set[tuple[str, str]] = set()
+
+
+def warn_left_out(history: History, warn: Callable[[str], None] | None = None) -> None:
+    """Say (``warn``, default a ``warning:`` line on stderr) each record ``history`` left out, once per process."""
+    if warn is None:
+        from gaptui.cli_common import warn as cli_warn
+
+        warn = cli_warn
+    for ident, line in history.left_out.items():
+        key = (str(history.ws.history), ident)
+        if key not in warned:
+            warned.add(key)
+            warn(line)

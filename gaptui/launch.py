@@ -34,8 +34,10 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
+from engine.typed import ascii_count
 from gaptui.backends import BACKENDS
 from gaptui.history import now
+from gaptui.processes import in_foreground
 from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
 from gaptui.runner import Progress, prepare, run_id
 from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
@@ -50,7 +52,7 @@ def parse_gpus(text: str | None) -> list[str] | None:
         return []
     gpus = [g.strip() for g in text.split(",") if g.strip()]
     for g in gpus:
-        if not g.isdigit():
+        if ascii_count(g) is None:
             raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
     return gpus
 
@@ -226,6 +228,8 @@ class Launched:
     in_flight: int
     #: Done runs queued again because what their dependants read is gone (run hash -> why).
     redo: dict[str, str] = field(default_factory=dict)
+    #: Records of the grid's runs a foreground ``gaptui train`` trains (counted in ``in_flight``): waited for.
+    foreground: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _enqueue_prepared(
@@ -247,18 +251,25 @@ def _enqueue_prepared(
     return good, errors
 
 
-def enqueue_prepared(scheduler: Scheduler, specs: list[TaskSpec], preset: str | None = None) -> dict[str, str]:
+def enqueue_prepared(
+    scheduler: Scheduler, specs: list[TaskSpec], preset: str | None = None, planned_seeds: PlannedSeeds = None
+) -> dict[str, str]:
     """Build the inputs of ``specs`` and queue them (runs given one by one, such as ``gaptui tune``'s trials); a
     run whose input could not be built is recorded ``failed`` with the reason. Returns those reasons by hash."""
-    return _enqueue_prepared(scheduler, specs, None, preset)[1]
+    return _enqueue_prepared(scheduler, specs, None, preset, planned_seeds)[1]
 
 
 def launch(
     scheduler: Scheduler, grid_plan: Plan, progress: Progress | None = None, leave: Iterable[str] = ()
 ) -> Launched:
-    """Prepare the inputs of the plan's runs and queue them. Runs already queued or running here, and the run hashes
-    in ``leave`` (in flight on another backend), are left alone and counted as in flight."""
-    busy = set(scheduler.running) | {s.hash() for s in scheduler.queue} | set(leave)
+    """Prepare the inputs of the plan's runs and queue them. Runs already queued or running here, the run hashes
+    in ``leave`` (in flight on another backend) and runs a foreground ``gaptui train`` trains (the scheduler waits
+    for them: :meth:`Scheduler.watch`) are left alone and counted as in flight."""
+    statuses = scheduler.history.statuses()
+    records = (scheduler.history.find(s.hash()) for s in grid_plan.to_run if statuses.get(s.hash()) == "running")
+    foreground = [r for r in records if r is not None and in_foreground(r)]
+    scheduler.watch(foreground)
+    busy = set(scheduler.running) | {s.hash() for s in scheduler.queue} | set(leave) | set(scheduler.watched)
     todo = [s for s in grid_plan.to_run if s.hash() not in busy]
     keep_earlier(scheduler.history, {h: why for h, why in grid_plan.redo.items() if h not in busy})
     preset = grid_plan.preset
@@ -268,7 +279,7 @@ def launch(
     going = {s.hash() for s in todo}
     refresh_planned(scheduler.history, {h: n for h, n in planned.items() if h not in going})
     queued, errors = _enqueue_prepared(scheduler, todo, progress, preset.name, planned)
-    return Launched(queued, errors, len(grid_plan.to_run) - len(todo))
+    return Launched(queued, errors, len(grid_plan.to_run) - len(todo), foreground=foreground)
 
 
 #: What a record said about a finished attempt, kept in its ``earlier`` list when the run is done again.
@@ -355,6 +366,8 @@ class LaunchOptions:
     slurm: Any = None
     #: Accept a workspace that the compute nodes may not see (``--force``).
     force: bool = False
+    #: Stop queuing once this many runs failed with the same error (``--fail-fast``; None: never).
+    fail_fast: int | None = None
 
 
 @dataclass(frozen=True)
@@ -383,6 +396,8 @@ def launch_settings(preset: PresetBase, options: LaunchOptions, ws: Workspace) -
     check_run_options(options.timeout, None, "--timeout")
     check_run_options(None, options.retries, "--retries")
     check_run_options(None, None, "--pack-seeds", options.pack_seeds)
+    if options.fail_fast is not None and options.fail_fast < 1:
+        raise GaptuiError(f"--fail-fast {options.fail_fast}: expected a number of failed runs >= 1")
     slurm = None
     if options.backend == "slurm":
         from gaptui.backends.slurm import check_shared_workspace
@@ -417,17 +432,18 @@ class LaunchPlan:
         return self.plan.preset
 
     def duration_lines(
-        self, ws: Workspace, records: Iterable[dict[str, Any]], force: bool = False
+        self, ws: Workspace, records: Iterable[dict[str, Any]], force: bool = False, estimate: Any = None
     ) -> tuple[bool, list[str]]:
         """Refuse (GaptuiError) the runs left to do when their wall time on the slots is over
-        :data:`gaptui.estimate.DURATION_LIMIT` unless ``force``: the estimate from history and cached calibrations
-        when there is one, else the floor of their optimiser steps; returns whether they are over it and the line
-        to print first (:func:`gaptui.estimate.check_duration`)."""
+        :data:`gaptui.estimate.DURATION_LIMIT` unless ``force``: ``estimate`` (the dry run's, just measured) or the
+        estimate from history and cached calibrations when there is one, else the floor of their optimiser steps;
+        returns whether they are over it and the line to print first (:func:`gaptui.estimate.check_duration`)."""
         from gaptui.estimate import check_duration, estimate_from_cache
 
         p, slots = self.plan, self.settings.slots
         local = self.settings.backend == "local"
-        estimate = estimate_from_cache(p, slots, ws, records, self.settings.pack_seeds) if local else None
+        if estimate is None and local:
+            estimate = estimate_from_cache(p, slots, ws, records, self.settings.pack_seeds)
         width = len(slots) if local else max(1, len(p.to_run))  # Slurm: as many at once as it grants
         return check_duration(p.to_run, width, f"preset {self.preset.name}", force, estimate)
 
@@ -546,6 +562,7 @@ def make_backend(
             )
         slurm.configure(settings.slurm, settings.timeout)
         slurm.retries = settings.retries
+        slurm.control.fail_fast = settings.options.fail_fast
         return slurm  # type: ignore[no-any-return]
     if local is None:
         kwargs = {"listener": listener} if listener is not None else {}
@@ -555,6 +572,7 @@ def make_backend(
     local.timeout = settings.timeout
     local.retries = settings.retries
     local.pack_seeds = settings.pack_seeds
+    local.control.fail_fast = settings.options.fail_fast
     return local
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
+from engine.typed import ascii_count
 from gaptui import analysis
 from gaptui.tracking import epoch_metrics, finished_records
 
@@ -155,7 +156,8 @@ def _unanswered(uri: str, exc: BaseException) -> GaptuiError:
         return GaptuiError(f"--mlflow {uri}: no tracking server answers there (connection refused); is it running?")
     if "timed out" in text or "timeout" in text:
         retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "")
-        tries = f"{1 + int(retries)} tries" if retries.isdigit() else "tries"
+        count = ascii_count(retries)
+        tries = "tries" if count is None else f"{1 + count} tries"
         wait = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "?")
         return GaptuiError(
             f"--mlflow {uri}: the tracking server did not answer ({tries} of {wait} s); is it the right address? "

@@ -4,13 +4,16 @@ a workspace trusts.
 A preset may name user code as ``module.path:Name`` (a model, a pooling, a dataset class); planning imports it,
 so opening a preset someone shared runs their code. :func:`review_preset` lists that code without importing any
 of it (the family says where its presets hold import paths: :meth:`engine.tasks.TaskFamily.preset_import_paths`).
-``gaptui run`` prints the list; the terminal app asks once per preset file, remembered by the file's SHA-256 in
-``<workspace>/trusted-presets.json``, before importing code that is not part of an installed package.
+Every command prints the list before importing any of it; the terminal app asks once per preset file before
+importing code that is not part of an installed package, remembered by the file's absolute path and SHA-256 in the
+user's own settings folder (``~/.config/gaptui/trusted-presets.json``), never in a workspace: a workspace received
+from someone else cannot make the app import code without asking.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +27,8 @@ from engine.tasks import family, task_of
 from gaptui.presets import find_preset, parse_preset, read_preset_file
 from gaptui.workspace import Workspace
 
-#: Preset files whose code the user allowed, by SHA-256: ``{sha256: {"file": path, "allowed": UTC time}}``.
+#: Preset files whose code the user allowed, by absolute path: ``{path: {"sha256": hex, "allowed": UTC time}}``,
+#: in the user's settings folder (:func:`config_dir`).
 TRUST_FILE = "trusted-presets.json"
 
 
@@ -70,16 +74,13 @@ class PresetReview:
         named = self.raw.get("name")
         return named if isinstance(named, str) and named else self.path.stem
 
-    def load(self) -> Any:
-        """The validated preset, parsed from the bytes that were hashed (this imports the code it names)."""
-        return parse_preset(self.raw, self.path)
-
-    def load_noted(self, note: Callable[[str], None]) -> Any:
-        """:meth:`load`, after saying (``note``, one line each) which code it will import: what every command that
-        loads a preset from the command line does first (``run``, ``train --preset``)."""
+    def load(self, note: Callable[[str], None]) -> Any:
+        """The validated preset, parsed from the bytes that were hashed (this imports the code it names), after
+        saying (``note``, one line each) which code it will import: the one way every command (``run``, ``train
+        --preset``, ``tune`` with ``--dry-run`` or ``--status``) and the terminal app load a preset."""
         for line in self.notes():
             note(line)
-        return self.load()
+        return parse_preset(self.raw, self.path)
 
 
 def review_preset(name: str, ws: Workspace | None = None) -> PresetReview:
@@ -95,30 +96,52 @@ def review_preset(name: str, ws: Workspace | None = None) -> PresetReview:
     return PresetReview(path, hashlib.sha256(content).hexdigest(), raw, code)
 
 
-def trust_path(ws: Workspace) -> Path:
-    return ws.root / TRUST_FILE
+#: ``$GAPTUI_CONFIG`` (else ``$XDG_CONFIG_HOME/gaptui``, else ``~/.config/gaptui``): the user's own settings,
+#: outside every workspace, so that a workspace received from someone else can never say what the user trusts.
+ENV_CONFIG = "GAPTUI_CONFIG"
 
 
-def _trusted(ws: Workspace) -> dict[str, Any] | None:
+def config_dir() -> Path:
+    """The user's gaptui settings folder (see :data:`ENV_CONFIG`)."""
+    own = os.environ.get(ENV_CONFIG, "").strip()
+    if own:
+        return Path(own).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".config") / "gaptui"
+
+
+def trust_path() -> Path:
+    return config_dir() / TRUST_FILE
+
+
+def _trusted() -> dict[str, Any] | None:
     """The trust file's entries; None when it exists but is not a JSON object."""
-    path = trust_path(ws)
+    path = trust_path()
     if not path.exists():
         return {}
     data = read_json(path)
     return data if isinstance(data, dict) else None
 
 
-def is_trusted(ws: Workspace, review: PresetReview) -> bool:
-    """Whether the user allowed the code of this exact preset file (same SHA-256) in this workspace."""
-    return review.sha256 in (_trusted(ws) or {})
+def _key(review: PresetReview) -> str:
+    return str(review.path.expanduser().resolve())
 
 
-def trust(ws: Workspace, review: PresetReview) -> None:
-    """Remember that the user allowed the code of this preset file (an unreadable trust file is moved aside)."""
-    entries = _trusted(ws)
+def is_trusted(review: PresetReview) -> bool:
+    """Whether the user allowed the code of this preset file: this absolute path with this content (SHA-256), as
+    recorded in the user's own trust file (never a file of a workspace)."""
+    entry = (_trusted() or {}).get(_key(review))
+    return isinstance(entry, dict) and entry.get("sha256") == review.sha256
+
+
+def trust(review: PresetReview) -> None:
+    """Remember that the user allowed the code of this preset file as it is now (an unreadable trust file is moved
+    aside)."""
+    entries = _trusted()
+    path = trust_path()
     if entries is None:
-        move_aside(trust_path(ws))
+        move_aside(path)
         entries = {}
-    entries[review.sha256] = {"file": str(review.path), "allowed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    ws.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(trust_path(ws), entries, indent=2, sort_keys=True)
+    entries[_key(review)] = {"sha256": review.sha256, "allowed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, entries, indent=2, sort_keys=True)

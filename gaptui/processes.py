@@ -1,6 +1,6 @@
 """Worker processes seen from outside: whether a pid is still a run's worker, whether a ``running`` record's
-worker is gone (:func:`worker_gone`, the one rule every reader and the manager's recovery use), the tail of its
-log."""
+worker is gone (:func:`worker_gone`, the one rule every reader and the manager's recovery use), whether a run is
+a foreground ``gaptui train``'s (:func:`in_foreground`: no manager adopts it), the tail of its log."""
 
 from __future__ import annotations
 
@@ -83,3 +83,46 @@ def worker_gone(record: Mapping[str, Any]) -> bool:
     if isinstance(pid, int) and pid > 0 and pid_alive(pid, run_dir):
         return False
     return not folder_locked(run_dir)
+
+
+#: The ``driver`` of a run trained by a foreground ``gaptui train`` (its own process files it); managers record
+#: ``manager``.
+FOREGROUND = "train"
+
+
+def driver_of(record: Mapping[str, Any]) -> str:
+    """Who started a record's worker: ``manager`` or :data:`FOREGROUND` (records written before the driver was
+    recorded: a ``foreground`` slot was a ``gaptui train``)."""
+    driver = record.get("driver")
+    if isinstance(driver, str) and driver:
+        return driver
+    return FOREGROUND if record.get("slot") == "foreground" else "manager"
+
+
+def in_foreground(record: Mapping[str, Any]) -> bool:
+    """Whether a ``running`` record is trained by a foreground ``gaptui train`` that may still be at it: its
+    process (``driver_pid``) or its worker is alive, or it runs on another host. That command files the run, so
+    no manager adopts, stops or files it; a manager may only wait for it."""
+    if record.get("status") != "running" or driver_of(record) != FOREGROUND:
+        return False
+    host = record.get("host")
+    if host and host != platform.node():
+        return True
+    pid = record.get("driver_pid")
+    if isinstance(pid, int) and pid > 0 and _gaptui_alive(pid):
+        return True
+    return not worker_gone(record)
+
+
+def _gaptui_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live gaptui command (not a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: its command line tells
+    try:
+        return b"gaptui" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: trust the pid

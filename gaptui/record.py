@@ -11,6 +11,7 @@ history --filter axis=value`` and the terminal app's history filter), plus task,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict
@@ -204,10 +205,111 @@ class RecordFilter:
         return [r for r in records if self.matches(r)]
 
 
+_IDENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# Exact types (``type(v) in ...``, not ``isinstance``): a bool is never a count, and the check of 20,000 records
+# stays a small part of reading them. Records are JSON: tables are dicts, lists are lists.
+_NUMBER = (int, float)
+_SCALAR = (str, int, float, bool, type(None))
+#: The type of every field some reader of a record uses (absent or None is always fine): types, what it is said as.
+RECORD_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "task": ((str,), "a family name"),
+    "axes": ((dict,), "a table of axis: value"),
+    "seed": ((int,), "an integer"),
+    "spec": ((dict,), "a table (the run spec)"),
+    "depends": ((list,), "a list of run hashes"),
+    "preset": ((str,), "a preset name"),
+    "planned_seeds": ((int,), "a count"),
+    "run_dir": ((str,), "a folder path"),
+    "created": ((str,), "a time"),
+    "started": ((str,), "a time"),
+    "finished": ((str,), "a time"),
+    "started_ts": (_NUMBER, "a number of seconds"),
+    "duration": (_NUMBER, "a number of seconds"),
+    "exit_code": ((int,), "an integer"),
+    "attempts": ((int,), "a count"),
+    "pid": ((int,), "a process id"),
+    "slot": ((str,), "a slot name"),
+    "host": ((str,), "a host name"),
+    "backend": ((str,), "a backend name"),
+    "slurm": ((dict,), "a table"),
+    "metrics": ((dict,), "a table of metric: value"),
+    "params": ((int,), "a count"),
+    "error": ((str,), "text"),
+    "log_tail": ((list,), "a list of lines"),
+    "repro": ((dict,), "a table"),
+    "tags": ((list,), "a list of tags"),
+    "note": ((str,), "text"),
+    "tune": ((dict,), "a table (study, row, trials...)"),
+    "earlier": ((list,), "a list of earlier attempts"),
+}
+#: Lists whose items readers use as text.
+_TEXT_LISTS = ("depends", "log_tail", "tags")
+#: The fields of ``tune`` that readers use (``gaptui tune``, the Runs screen, the report), typed alike.
+TUNE_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "study": ((str,), "a study name"),
+    "row": ((str,), "a row"),
+    "trials": ((list,), "a list of trial numbers"),
+    "of": ((int,), "a count"),
+    "metric": ((str,), "a metric name"),
+    "space": ((list,), "a list of searched keys"),
+    "params": ((dict,), "a table of values"),
+    "label": ((str,), "a row label"),
+    "final": ((bool,), "true or false"),
+    "pruned": ((bool,), "true or false"),
+}
+
+
+def _said(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def record_fault(record: Mapping[str, Any]) -> str | None:
+    """What field of ``record`` has a type no reader can use (``axes`` a list, ``tags`` a number, ``tune.trials``
+    a string, a metric that is text...), or None: the one check of every field any reader of the history uses. A
+    record with a fault is left alone on disk and left out of every view, each named once in a ``warning:``."""
+    for key in ("id", "hash"):  # named in folders, file names and W&B ids: never a path or a pattern
+        value = record.get(key)
+        if type(value) is not str or not _IDENT.fullmatch(value):
+            return f"its {key} is {_said(value)}, expected letters, digits, '-', '_' or '.'"
+    fields = RECORD_FIELDS
+    for key, value in record.items():
+        typed = fields.get(key)
+        if typed is not None and value is not None and type(value) not in typed[0]:
+            return f"its {key} is {_said(value)}, expected {typed[1]}"
+    for key in _TEXT_LISTS:
+        for item in record.get(key) or ():
+            if type(item) is not str:
+                return f"its {key} hold {_said(item)}, expected text"
+    for key, value in (record.get("axes") or {}).items():
+        if type(value) not in _SCALAR:
+            return f"its axis '{key}' is {_said(value)}, expected a number or text"
+    for key, value in (record.get("metrics") or {}).items():
+        if value is not None and type(value) not in _NUMBER:
+            return f"its metric '{key}' is {_said(value)}, expected a number"
+    for item in record.get("earlier") or ():
+        if type(item) is not dict:
+            return "its earlier attempts are not tables"
+    tune = record.get("tune")
+    return None if tune is None else _tune_fault(tune)
+
+
+def _tune_fault(tune: Mapping[str, Any]) -> str | None:
+    for key, (types, what) in TUNE_FIELDS.items():
+        value = tune.get(key)
+        if value is not None and type(value) not in types:
+            return f"its tune.{key} is {_said(value)}, expected {what}"
+    bad = [n for n in tune.get("trials") or () if type(n) is not int or n < 0]
+    return f"its tune.trials hold {_said(bad[0])}, expected trial numbers" if bad else None
+
+
 def record_problem(record: Mapping[str, Any]) -> str | None:
     """What makes ``record`` unusable for tables, statistics, figures and exports, or None when nothing does: a
-    family that is not installed, ``axes`` that are not a table of the values its family's tables need, ``metrics``
-    that are not a table, or an unknown status. Such a record is left alone on disk, only left out of views."""
+    field of the wrong type (:func:`record_fault`), a family that is not installed, ``axes`` that lack the values
+    its family's tables need, or an unknown status. Such a record is left alone on disk, only left out of views."""
+    fault = record_fault(record)
+    if fault is not None:
+        return fault
     fam = record_family(record)
     if fam is None:
         return f"its task family '{record_task(record)}' is not installed"
@@ -215,16 +317,19 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
         return f"its status {record.get('status')!r} is not one of {', '.join(STATUSES)}"
     axes = record.get("axes")
     if not isinstance(axes, Mapping):
-        return f"its axes are {type(axes).__name__}, expected a table of {', '.join(a.key for a in fam.axes)}"
+        return f"it has no axes (expected a table of {', '.join(a.key for a in fam.axes)})"
     layout = fam.table
     needed = [k for k in (layout.group, layout.rows, layout.columns) if k is not None]
-    missing = [k for k in needed if axes.get(k) is None or isinstance(axes.get(k), (dict, list))]
+    missing = [k for k in needed if axes.get(k) is None]
     if missing:
         return f"its axes lack {', '.join(missing)} ({fam.name} tables need {', '.join(needed)})"
-    metrics = record.get("metrics")
-    if metrics is not None and not isinstance(metrics, Mapping):
-        return f"its metrics are {type(metrics).__name__}, expected a table of metric: value"
     return None
+
+
+def left_out_line(record: Mapping[str, Any], problem: str) -> str:
+    """The one ``warning:`` text naming a record left out of a view and why."""
+    name = record.get("id") or record.get("hash") or "without an id"
+    return f"history record {name} left out: {problem}"
 
 
 def usable_records(records: Iterable[Record], warn: Any = None) -> list[Record]:
@@ -236,8 +341,7 @@ def usable_records(records: Iterable[Record], warn: Any = None) -> list[Record]:
         if problem is None:
             out.append(record)
         elif warn is not None:
-            name = record.get("id") or record.get("hash") or "without an id"
-            warn(f"history record {name} left out: {problem}")
+            warn(left_out_line(record, problem))
     return out
 
 

@@ -145,6 +145,10 @@ def family_section(
         out += [f"![{p.stem}]({FIGURES}/{p.name})" + "\n" for p in drawn]
     if ref := _reference_section(task, tables, ws):
         out += ["## Reference", "", *ref, ""]
+    if fam.report:  # the family's own parts (its module is imported here only)
+        import importlib
+
+        out += importlib.import_module(fam.report).report_sections(mine, records)
     out += tuning_lines
     out += ["## Reproducibility", "", *_repro_section(mine), ""]
     return out

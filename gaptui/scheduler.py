@@ -17,7 +17,13 @@ After a crash of the manager (or of a foreground ``gaptui train``), :meth:`Sched
 without being ours to follow (its folder's ``worker.lock`` held, or started on another host) is left alone; a dead
 one (:func:`gaptui.processes.worker_gone`, the rule readers show ``interrupted`` by) that finished meanwhile is
 filed from what it wrote (``done`` with its own training time, ``cancelled`` or ``failed``); any other dead one is
-marked ``interrupted`` and its checkpoint makes it resume where it stopped when it is queued again.
+marked ``interrupted`` and its checkpoint makes it resume where it stopped when it is queued again. A run that a
+foreground ``gaptui train`` may still be training (each record says who started its worker: ``driver``) is never
+adopted: a grid that holds it waits for it (:mod:`gaptui.recovery`).
+
+Before a run starts, :attr:`Scheduler.control` is asked (:mod:`gaptui.queue_control`): a paused queue starts
+nothing, a draining slot takes no new run, and after ``fail_fast`` runs failed with the same error the queued runs
+are withdrawn.
 
 The per-run timeout counts from the run's own ``start`` event (the family's loop writes it as the run begins),
 not from the spawn of its process: the worker's start-up before it does not count.
@@ -37,23 +43,27 @@ The scheduler knows nothing else about tasks: specs are opaque apart from ``hash
 
 from __future__ import annotations
 
+import os
 import platform
 import signal
 import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
-from engine.tasks import TaskSpec, family, load_spec
+from engine.tasks import TaskSpec, family
+from gaptui.durations import run_seconds
 from gaptui.history import History, now
+from gaptui.jobs import Job, Listener
 from gaptui.packs import group_packs
-from gaptui.processes import pid_alive, tail, worker_gone
+from gaptui.processes import in_foreground, pid_alive, tail
+from gaptui.queue_control import QueueControl
+from gaptui.recovery import Recovery, WatchedRuns
 from gaptui.run_records import PlannedSeeds, git_commit, new_record
 from gaptui.runner import run_id, signal_group, start_pack, write_spec
 from gaptui.slots import Slot, detect_gpus, make_slots
@@ -83,37 +93,7 @@ GRACE = 30.0
 DEAD_ENDS = ("failed", "cancelled", "blocked")
 
 
-@dataclass
-class Job:
-    spec: TaskSpec
-    run_hash: str
-    run_dir: Path
-    slot: Slot
-    pid: int
-    proc: subprocess.Popen[str] | None  # None when re-attached after a manager restart
-    started: float = field(default_factory=time.time)
-    #: When the worker reported this run's ``start`` event (the per-run timeout counts from it); None before.
-    run_started: float | None = None
-    offset: int = 0
-    stopping: float | None = None
-    timed_out: bool = False
-    last: dict[str, Any] = field(default_factory=dict)
-    #: Run hashes trained by the same worker process (packed seeds), this one included; () when alone.
-    pack: tuple[str, ...] = ()
-    #: The worker process's stderr file (a pack writes one, in its first run's folder).
-    stderr: Path | None = None
-    #: Put back in the queue when it ends cancelled (another run of its pack was cancelled, not this one).
-    requeue: bool = False
-
-    @property
-    def packed(self) -> bool:
-        return len(self.pack) > 1
-
-
-Listener = Callable[[str, str, dict[str, Any]], None]
-
-
-class Scheduler:
+class Scheduler(Recovery):
     """Runs queued specs on slots until the queue is empty; every state change goes to the history.
 
     ``listener(kind, run_hash, payload)`` is called (from the thread calling :meth:`step`) with ``kind`` in
@@ -131,6 +111,7 @@ class Scheduler:
         retries: int = 0,
         pack_seeds: int = 1,
         listener: Listener | None = None,
+        driver: str = "manager",
     ) -> None:
         if not slots:
             raise ValueError("the scheduler needs at least one slot")
@@ -142,6 +123,15 @@ class Scheduler:
         #: Runs of one cell started together in one worker process (1: one process per run).
         self.pack_seeds = pack_seeds
         self.listener = listener
+        #: Recorded as each run's ``driver``: ``manager``, or ``train`` for a foreground ``gaptui train``, whose
+        #: runs no manager adopts (:func:`gaptui.processes.in_foreground`).
+        self.driver = driver
+        #: Runs of a foreground ``gaptui train`` this manager waits for (:mod:`gaptui.recovery`).
+        self.watched = WatchedRuns()
+        #: Records of runs :meth:`recover` left to their foreground ``gaptui train``.
+        self.foreground: list[dict[str, Any]] = []
+        #: Pause, drained slots, fail-fast (:mod:`gaptui.queue_control`): consulted before any run starts.
+        self.control = QueueControl()
         self.queue: deque[TaskSpec] = deque()
         #: Dependencies of queued runs (run hash -> the hashes it needs), from their families.
         self.depends: dict[str, tuple[str, ...]] = {}
@@ -200,62 +190,27 @@ class Scheduler:
                 job.slot = new
         self.slots = slots
 
-    def recover(self) -> tuple[list[str], list[str]]:
-        """Re-attach live workers left ``running`` by a previous manager and file the dead ones.
-
-        Returns ``(reattached, interrupted)`` run ids; runs whose worker finished meanwhile are filed from their
-        files (see :meth:`_finish`) and listed in :attr:`refiled`.
-        """
-        reattached, requeued = [], []
-        # Runs of one pack share their worker's pid (and, re-attached, one slot).
-        records = [
-            r for r in self.history.records() if r["status"] == "running" and r.get("backend", "local") == "local"
-        ]  # runs on another backend (a Slurm job) are that backend's to re-attach
-        packs: dict[int, list[str]] = {}
-        for record in records:
-            if record.get("pid"):
-                packs.setdefault(record["pid"], []).append(record["hash"])
-        pack_slots: dict[int, Slot] = {}
-        for record in records:
-            spec = load_spec(record["spec"])
-            pid = record.get("pid")
-            pack = tuple(packs.get(pid, ())) if pid else ()
-            slot = next((s for s in self.slots if s.name == record.get("slot") and s.busy is None), None)
-            here = record.get("host") in (None, "", self.repro_base["host"])  # a pid of another host is not ours
-            if pid and here and pid_alive(pid, record["run_dir"]):
-                slot = pack_slots.get(pid) or slot or Slot(record.get("slot") or "attached", {})
-                pack_slots[pid] = slot
-                slot.busy = slot.busy or record["hash"]
-                job = Job(spec, record["hash"], Path(record["run_dir"]), slot, pid, None, pack=pack)
-                job.started = float(record.get("started_ts") or time.time())
-                self.running[record["hash"]] = job
-                reattached.append(record["id"])
-            elif not worker_gone(record):
-                continue  # its worker holds the folder's lock, or runs on another host: not ours to file
-            elif (code := self._code_from_files(Path(record["run_dir"]), record.get("started_ts"))) is not None:
-                job = Job(
-                    spec, record["hash"], Path(record["run_dir"]), slot or Slot("recovered", {}), 0, None, pack=pack
-                )
-                job.started = float(record.get("started_ts") or 0)
-                self._finish(job, code, requeue=False)
-                self.refiled.append(record["id"])
-            else:
-                self._status(record["hash"], status="interrupted", pid=None)
-                requeued.append(record["id"])
-        return reattached, requeued
-
     # ------------------------------------------------------------------------------------------- the loop
 
     def pending(self) -> bool:
-        return bool(self.queue or self.running)
+        return bool(self.queue or self.running or self.watched)
 
     def step(self) -> None:
         """Start what fits, follow what runs, file what ended. Call it a few times per second."""
+        self._check_watched()
         for job in list(self.running.values()):
             self._follow(job)
-        free = [slot for slot in self.slots if slot.busy is None]
+        self.check_fail_fast()
+        free = self.control.free_slots(self.slots)
         for pack in self.take_packs(len(free)):
             self._start(pack, free.pop(0))
+
+    def check_fail_fast(self) -> None:
+        """Once ``control.fail_fast`` runs failed with the same error, start no other: the queued runs are recorded
+        ``cancelled`` with the reason (the same command queues them again once the cause is fixed)."""
+        reason = self.control.note_finished(self.finished)
+        if reason:
+            self.withdraw_queued("cancelled", f"not started: fail-fast after {reason}")
 
     def take_packs(self, limit: int) -> list[list[TaskSpec]]:
         """Up to ``limit`` groups of ready specs, one worker process each: single specs when ``pack_seeds`` is 1,
@@ -278,7 +233,7 @@ class Scheduler:
             return [self.queue.popleft() for _ in range(count)]
         taken: list[TaskSpec] = []
         statuses = self.history.statuses()
-        pending = {s.hash() for s in self.queue} | set(self.running)
+        pending = {s.hash() for s in self.queue} | set(self.running) | set(self.watched)
         for spec in list(self.queue):
             h = spec.hash()
             verdict = self._ready(h, statuses, pending)
@@ -321,6 +276,10 @@ class Scheduler:
         """Start one worker process on ``slot`` for ``specs`` (one run, or a pack of one cell's seeds)."""
         runs: list[tuple[TaskSpec, Path]] = []
         for spec in specs:
+            record = self.history.find(spec.hash())
+            if record is not None and in_foreground(record):  # a gaptui train took it since it was queued
+                self.watch([record])
+                continue
             run_dir = self.run_dir(spec)
             try:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -356,6 +315,8 @@ class Scheduler:
                 pid=proc.pid,
                 slot=slot.name,
                 host=self.repro_base["host"],
+                driver=self.driver,
+                driver_pid=os.getpid(),
                 attempts=int((self.history.find(h) or {}).get("attempts") or 0) + 1,
                 error=None,
             )
@@ -371,7 +332,10 @@ class Scheduler:
     def _follow(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
-            job.last = event
+            if event.get("event") == "progress":
+                job.progress = event
+            else:
+                job.last = event
             # This attempt's start. A job spawned here ignores earlier attempts' starts in the folder; a re-attached
             # one (its worker began before this manager) reads the folder from the beginning, and the last start wins.
             if event.get("event") == "start" and (job.proc is None or float(event.get("t") or 0) >= job.started - 1.0):
@@ -428,7 +392,9 @@ class Scheduler:
         self.running.pop(job.run_hash, None)
         job.slot.busy = None
         fields = self.outcome(job, code)
-        if fields["status"] == "cancelled" and job.requeue:
+        if fields["status"] == "cancelled" and job.stopped_as[0] != "cancelled":
+            fields.update(status=job.stopped_as[0], error=job.stopped_as[1])
+        elif fields["status"] == "cancelled" and job.requeue:
             # Stopped because another run of its pack was cancelled: it resumes from its checkpoint later.
             self.queue.appendleft(job.spec)
             self._status(job.run_hash, **{**fields, "status": "queued"})
@@ -446,7 +412,7 @@ class Scheduler:
         record = self.history.find(job.run_hash) or {}
         fields: dict[str, Any] = {"pid": None, "finished": now(), "log_tail": tail(job.run_dir / "log.txt")}
         fields["exit_code"] = code
-        fields["duration"] = _duration(job, result, record)
+        fields["duration"] = run_seconds(job.run_dir, job.started, job.packed, result, record.get("duration"))
         if result:
             fields["repro"] = {
                 **self.repro_base,
@@ -506,12 +472,15 @@ class Scheduler:
             self._terminate(job)
         return True
 
-    def stop_all(self, wait: float = GRACE) -> None:
-        """Cancel everything: queued runs are dropped, workers get SIGTERM, then SIGKILL after ``wait`` s."""
-        for spec in list(self.queue):
-            self._status(spec.hash(), status="cancelled")
-        self.queue.clear()
+    def stop_all(self, wait: float = GRACE, status: str = "cancelled", reason: str | None = None) -> None:
+        """Cancel everything: queued runs are dropped, workers get SIGTERM, then SIGKILL after ``wait`` s.
+
+        Every run is filed ``status`` with ``reason`` as its error: ``cancelled`` when a user chose to stop them,
+        ``interrupted`` when no one did (the app went away); either resumes from its checkpoint when queued again.
+        """
+        self.withdraw_queued(status, reason)
         for job in self.running.values():
+            job.stopped_as = (status, reason)
             if job.stopping is None:
                 self._terminate(job)
         deadline = time.monotonic() + wait
@@ -524,6 +493,12 @@ class Scheduler:
             if job.proc is not None:
                 job.proc.wait(timeout=10)
             self._finish(job, EXIT_CANCELLED)
+
+    def withdraw_queued(self, status: str, reason: str | None = None) -> None:
+        """Drop every queued run, recording it ``status`` with ``reason`` as its error."""
+        for spec in list(self.queue):
+            self._status(spec.hash(), status=status, error=reason)
+        self.queue.clear()
 
     def detach(self) -> list[str]:
         """Leave running workers alive (the next manager re-attaches them); returns their run ids."""
@@ -540,23 +515,3 @@ class Scheduler:
 def _read_json(path: Path) -> dict[str, Any]:
     data = read_json(path)
     return data if isinstance(data, dict) else {}
-
-
-def _duration(job: Job, result: dict[str, Any], record: dict[str, Any]) -> float:
-    """Seconds the run took: from its start to its result; for a result older than this attempt (a finished run
-    re-checked) the time recorded before, else the worker's own measure, never the re-check's. A run of a pack
-    counts its own epochs and evaluations of this attempt, not the time the pack's other runs took."""
-    if job.packed:
-        events = [e for e in read_events(job.run_dir / "events.jsonl")[0] if float(e.get("t", 0)) >= job.started]
-        own = sum(float(e.get("seconds") or 0) for e in events if e.get("event") in ("epoch", "eval"))
-        if own > 0:
-            return round(own, 2)
-    path = job.run_dir / "result.json"
-    if result.get("status") == "done" and path.exists():
-        end = path.stat().st_mtime
-    else:
-        last = read_events(job.run_dir / "events.jsonl")[0][-1:]
-        end = float(last[0].get("t", 0)) if last else time.time()
-    if end >= job.started:
-        return round(end - job.started, 2)
-    return record.get("duration") or result.get("seconds") or 0.0

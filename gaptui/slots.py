@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from engine.typed import ascii_count
+
 
 @dataclass
 class Slot:
@@ -40,7 +42,7 @@ def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: i
     gpus = detect_gpus() if gpus is None else gpus
     cpus = len(os.sched_getaffinity(0))
     pinned = os.environ.get("OMP_NUM_THREADS", "")
-    cap = int(pinned) if pinned.isdigit() and int(pinned) > 0 else cpus
+    cap = ascii_count(pinned) or cpus
 
     def share(jobs: int) -> str:
         return str(max(1, min(cap, cpus // max(1, jobs))))

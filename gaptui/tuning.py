@@ -27,13 +27,15 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.files import sqlite_url
 from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spec, task_of
+from engine.typed import ascii_count
 from gaptui.workspace import Workspace
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -267,7 +269,11 @@ def parse_tune(
     for row in rows:  # every bound of the space must give a valid run of every row
         for dim in space[row.key]:
             for value in dim.values:
-                settings.trial_specs(row, {dim.key: value})
+                try:
+                    settings.trial_specs(row, {dim.key: value})
+                except GaptuiError as exc:
+                    why = str(exc).removeprefix(f"{where}: [tune]: ")
+                    raise GaptuiError(f"{here} space: key '{dim.key}' = {value!r} (row {row.key}): {why}") from None
     return settings
 
 
@@ -388,12 +394,15 @@ def _space(raw: Any, fam: TaskFamily, where: str) -> dict[str, Dimension]:
     return out
 
 
-def load_tune(preset_name: str, ws: Workspace, study: str | None = None) -> tuple[Any, TuneSettings]:
-    """The preset and its checked ``[tune]`` settings."""
+def load_tune(
+    preset_name: str, ws: Workspace, study: str | None = None, note: Callable[[str], None] = lambda line: None
+) -> tuple[Any, TuneSettings]:
+    """The preset and its checked ``[tune]`` settings; ``note`` gets one line per import path of code the preset
+    names, before any of it is imported (:meth:`gaptui.preset_code.PresetReview.load`)."""
     from gaptui.preset_code import review_preset
 
     review = review_preset(preset_name, ws)
-    preset = review.load()
+    preset = review.load(note)
     return preset, parse_tune(review.raw.get("tune", {}), preset, ws, str(review.path), study)
 
 
@@ -404,13 +413,37 @@ def study_path(ws: Workspace, name: str) -> Path:
     return ws.root / "tune" / f"{name}.db"
 
 
-def storage(ws: Workspace, name: str) -> Any:
-    """The study's Optuna RDB storage: a SQLite file several slots may ask and tell through at once."""
+def storage(ws: Workspace, name: str, read_only: bool = False) -> Any:
+    """The study's Optuna RDB storage: a SQLite file several slots may ask and tell through at once; ``read_only``
+    (``--status``) opens an existing file without writing to it or creating one."""
     import optuna
 
     path = study_path(ws, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}})
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with storage_errors(path):
+        return optuna.storages.RDBStorage(
+            sqlite_url(path, read_only),
+            engine_kwargs={"connect_args": {"timeout": 60}},
+            skip_table_creation=read_only,
+        )
+
+
+@contextlib.contextmanager
+def storage_errors(path: Path) -> Iterator[None]:
+    """A database error of the study's SQLite file (a read-only or full workspace, a file that is not a database)
+    as one :class:`GaptuiError` line naming the file, instead of SQLAlchemy's traceback."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        cause = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:  # Optuna wraps SQLAlchemy's error
+            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        reason = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0][:200]
+        raise GaptuiError(f"{path}: the study's database cannot be used ({reason})") from None
 
 
 def study_name(settings: TuneSettings, row: Row) -> str:
@@ -584,7 +617,7 @@ class Search:
             for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                 if (row.key, trial.number) in self.pending:
                     continue
-                pending = Pending(row, trial, self.settings.trial_specs(row, trial.params))
+                pending = Pending(row, trial, self._trial_specs(row, trial.number, trial.params))
                 self.pending[(row.key, trial.number)] = pending
                 self._queue(pending.specs)
                 self._tag(pending)
@@ -604,11 +637,26 @@ class Search:
             study = self.studies[row.key]
             trial = study.ask({d.key: d.distribution() for d in dims[row.key]})
             trial.set_user_attr("row", row.key)
-            pending = Pending(row, trial, self.settings.trial_specs(row, trial.params))
+            pending = Pending(row, trial, self._trial_specs(row, trial.number, trial.params))
             trial.set_user_attr("runs", [s.hash() for s in pending.specs])
             self.pending[(row.key, trial.number)] = pending
             self._queue(pending.specs)
             self._tag(pending)
+
+    def _trial_specs(self, row: Row, number: int, params: Mapping[str, Any]) -> list[TaskSpec]:
+        """The runs of a trial; values no run accepts fail the trial in the study (so that no later command takes
+        it up again) and stop the search with one line naming the preset, the row, the trial and its values."""
+        import optuna
+
+        try:
+            return self.settings.trial_specs(row, params)
+        except GaptuiError as exc:
+            _tell(self.studies[row.key], number, state=optuna.trial.TrialState.FAIL)
+            why = str(exc).removeprefix(f"{self.settings.where}: [tune]: ")
+            raise GaptuiError(
+                f"{self.settings.where}: [tune] space: row {row.key}, trial {number} ({_params_text(params)}): {why}; "
+                "the trial is recorded failed"
+            ) from None
 
     def _in_flight(self, row: Row) -> int:
         return sum(1 for key in self.pending if key[0] == row.key)
@@ -785,15 +833,23 @@ class RowResult:
     seconds: float = 0.0
 
 
-def results(ws: Workspace, settings: TuneSettings) -> list[RowResult]:
-    """Per row, read back from the study's storage: trial counts, the best trial and the best-so-far curve."""
-    import optuna
-
+def results(ws: Workspace, settings: TuneSettings, read_only: bool = False) -> list[RowResult]:
+    """Per row, read back from the study's storage: trial counts, the best trial and the best-so-far curve;
+    ``read_only`` (``--status``) writes nothing, and a study not begun yet has no trial."""
     from gaptui.history import read_records
 
+    path = study_path(ws, settings.study)
+    if read_only and not path.exists():
+        return [RowResult(row, 0, 0, 0, 0, None, {}, None, []) for row in settings.rows]
+    with storage_errors(path):
+        return _results(ws, settings, storage(ws, settings.study, read_only), read_records(ws))
+
+
+def _results(ws: Workspace, settings: TuneSettings, store: Any, all_records: list[Any]) -> list[RowResult]:
+    import optuna
+
     out = []
-    store = storage(ws, settings.study)
-    records = {r["hash"]: r for r in read_records(ws) if isinstance(r, dict) and "hash" in r}
+    records = {r["hash"]: r for r in all_records}
     for row in settings.rows:
         try:
             study = optuna.load_study(study_name=study_name(settings, row), storage=store)
@@ -830,8 +886,17 @@ def final_specs(ws: Workspace, settings: TuneSettings) -> list[tuple[RowResult, 
     return [(r, settings.final_specs(r.row, r.best_params)) for r in results(ws, settings) if r.best_trial is not None]
 
 
+def final_planned(pairs: list[tuple[RowResult, list[TaskSpec]]]) -> dict[str, int]:
+    """Run hash -> the seeds a tuned cell plans: every seed of the preset, so that a tuned cell that lacks some
+    (a ``--final`` killed half way) reads ``(k/n)`` as a default one does."""
+    from gaptui.run_records import planned_seeds_by_run
+
+    return {h: n for _, specs in pairs for h, n in planned_seeds_by_run(specs).items()}
+
+
 def tag_final(history: Any, settings: TuneSettings, pairs: list[tuple[RowResult, list[TaskSpec]]]) -> None:
     records = history.by_hash()
+    planned = final_planned(pairs)
     updates = {}
     for result, specs in pairs:
         for spec in specs:
@@ -842,7 +907,7 @@ def tag_final(history: Any, settings: TuneSettings, pairs: list[tuple[RowResult,
             tune["label"] = result.row.label
             tune["params"] = result.best_params
             tags = sorted({*(record.get("tags") or []), f"study={settings.study}"})
-            updates[spec.hash()] = {"tune": tune, "tags": tags}
+            updates[spec.hash()] = {"tune": tune, "tags": tags, "planned_seeds": planned[spec.hash()]}
     if updates:
         history.update_many(updates)
 
@@ -953,10 +1018,11 @@ def tune_table(base: Mapping[str, Any] | None, trials: str, space: str) -> dict[
     if not trials.strip() and not space.strip():
         return None
     text = trials.strip()
-    if not text.isdigit() or int(text) < 1:
+    count = ascii_count(text)
+    if count is None or count < 1:
         raise GaptuiError(f"tune trials '{trials}': expected a count of trials per row >= 1")
     table = {k: v for k, v in dict(base or {}).items() if k not in ("trials", "space")}
-    return {"trials": int(text), **table, "space": parse_space_text(space)}
+    return {"trials": count, **table, "space": parse_space_text(space)}
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,23 @@ online, its half-logged W&B run deleted. Online, runs of the project that carry 
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import netrc
 import os
+import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from engine.errors import GaptuiError
-from engine.files import atomic_write_text
+from engine.files import FileLock, atomic_write_text, read_user_bytes
 from gaptui import analysis
 from gaptui.tracking import epoch_metrics, finished_records, record_run_dir
 
@@ -111,23 +114,54 @@ def run_payload(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: What a W&B run id of the ledger may hold (the ids gaptui writes: ``<run id>-<attempt>``).
+_WANDB_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+LEDGER_STATUSES = ("started", "done")
+
+
 class Ledger:
-    """``{project path: {run hash: {"id": W&B run id, "status": "started" | "done", "attempt": n}}}``, on disk."""
+    """``{project path: {run hash: {"id": W&B run id, "status": "started" | "done", "attempt": n}}}``, on disk.
+
+    Every entry is checked when the ledger is read: a hand-edited entry of another shape (an id with ``*`` or
+    ``/``, an unknown status, an attempt that is not a count) is one error line naming the file, the project and
+    the run, before anything is logged or moved."""
 
     def __init__(self, folder: Path, path: str) -> None:
         self.file = folder / LEDGER
         self.path = path
+        hint = "move it aside to export every run again"
         try:
-            data = json.loads(self.file.read_text()) if self.file.exists() else {}
-        except (OSError, json.JSONDecodeError) as exc:
-            raise GaptuiError(f"{self.file}: unreadable ({exc}); move it aside to export every run again") from None
-        self.data: dict[str, dict[str, dict[str, Any]]] = data if isinstance(data, dict) else {}
+            data = json.loads(read_user_bytes(self.file, hint)) if self.file.exists() else {}
+        except ValueError as exc:
+            raise GaptuiError(f"{self.file}: unreadable ({exc}); {hint}") from None
+        if not isinstance(data, dict) or not all(isinstance(runs, dict) for runs in data.values()):
+            raise GaptuiError(f"{self.file}: not a table of projects, each a table of runs; {hint}")
+        for project, runs in data.items():
+            for run_hash, entry in runs.items():
+                problem = _entry_problem(entry)
+                if problem:
+                    raise GaptuiError(f"{self.file}: project {project}, run {run_hash}: {problem}; {hint}")
+        self.data: dict[str, dict[str, dict[str, Any]]] = data
         self.runs = self.data.setdefault(path, {})
 
     def mark(self, run_hash: str, wandb_id: str, status: str, attempt: int) -> None:
         self.runs[run_hash] = {"id": wandb_id, "status": status, "attempt": attempt, "at": time.time()}
         self.file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.file, json.dumps(self.data, indent=1, sort_keys=True) + "\n")
+
+
+def _entry_problem(entry: Any) -> str:
+    """What is wrong with one ledger entry (``""`` when nothing is)."""
+    if not isinstance(entry, dict):
+        return f"the entry is {type(entry).__name__}, expected a table of id, status and attempt"
+    wandb_id, status, attempt = entry.get("id"), entry.get("status"), entry.get("attempt", 1)
+    if not isinstance(wandb_id, str) or not _WANDB_ID.fullmatch(wandb_id):
+        return f"id {wandb_id!r} is not a W&B run id (letters, digits, '-', '_', '.')"
+    if status not in LEDGER_STATUSES:
+        return f"status {status!r} is not one of {', '.join(LEDGER_STATUSES)}"
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        return f"attempt {attempt!r} is not a count"
+    return ""
 
 
 def _wandb() -> Any:
@@ -156,7 +190,7 @@ def _remote_runs(wandb: Any, path: str) -> dict[str, list[Any]]:
 
 def _set_aside(folder: Path, wandb_id: str) -> None:
     """Move the offline folders of a half-logged W&B run out of ``wandb sync``'s way."""
-    for old in sorted((folder / "wandb").glob(f"offline-run-*-{wandb_id}")):
+    for old in sorted((folder / "wandb").glob(f"offline-run-*-{glob.escape(wandb_id)}")):
         target = folder / "incomplete" / old.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(old), str(target))
@@ -181,6 +215,29 @@ def export_wandb(
     offline = wants_offline()
     folder = Path(folder or "wandb-export").resolve()
     path = f"{entity}/{project}" if entity else project
+    lock = FileLock(folder / LOCK, f"gaptui export --wandb {path}")
+    if not lock.acquire():
+        raise GaptuiError(
+            f"{folder} is in use by another W&B export ({lock.current_holder()}); run this one once it ends "
+            "(it then skips every run that one logged)"
+        )
+    try:
+        with kept_under(folder):
+            return _export(wandb, done, unreadable, project, entity, folder, path, offline)
+    finally:
+        lock.release()
+
+
+def _export(
+    wandb: Any,
+    done: Sequence[Any],
+    unreadable: list[str],
+    project: str,
+    entity: str | None,
+    folder: Path,
+    path: str,
+    offline: bool,
+) -> WandbSummary:
     ledger = Ledger(folder, path)
     remote = {} if offline or not done else _remote_runs(wandb, path)
     logged, skipped = [], []
@@ -202,6 +259,34 @@ def export_wandb(
         ledger.mark(run_hash, wandb_id, "done", attempt)
         logged.append(str(record.get("id")))
     return WandbSummary(path, logged, skipped, unreadable, offline, folder)
+
+
+#: The lock file of an export folder: one export at a time writes its ledger and offline runs.
+LOCK = ".gaptui-wandb.lock"
+#: Where W&B keeps files of its own (its service's debug logs, caches, staged artefacts), by environment variable:
+#: a folder inside the export folder, so that nothing of an export is written outside the folder the user named.
+OWN_FOLDERS = {
+    "XDG_CACHE_HOME": ".cache",
+    "WANDB_CACHE_DIR": ".cache/wandb",
+    "WANDB_DATA_DIR": ".data",
+    "WANDB_ARTIFACT_DIR": ".artifacts",
+}
+
+
+@contextlib.contextmanager
+def kept_under(folder: Path) -> Iterator[None]:
+    """Point W&B's own folders (:data:`OWN_FOLDERS`) inside ``folder`` for the export, then put the environment
+    back as it was."""
+    before = {key: os.environ.get(key) for key in OWN_FOLDERS}
+    os.environ.update({key: str(folder / sub) for key, sub in OWN_FOLDERS.items()})
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _log_run(

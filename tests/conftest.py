@@ -19,11 +19,29 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 
 @pytest.fixture(autouse=True)
-def _offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Never try a download in tests, and never touch the user's default workspace.
+def _offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Never try a download in tests, and never touch the user's default workspace or settings (trusted presets).
     monkeypatch.setenv("GAPTUI_OFFLINE", "1")
+    monkeypatch.setenv("GAPTUI_CONFIG", str(tmp_path_factory.mktemp("config")))
     monkeypatch.delenv("GAPTUI_WORKSPACE", raising=False)
     monkeypatch.delenv("GAPTUI_DATA", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _notice_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notification a Textual app shows, kept in its ``notice_log`` for the test to read: the app's own list
+    drops a notification once it times out (5 s), which a loaded machine reaches before the test looks."""
+    if "textual.app" not in sys.modules:  # not a test of an app
+        return
+    from textual.app import App
+
+    shown = App.notify
+
+    def notify(self: App, message: str, *args: object, **kwargs: object) -> None:
+        self.__dict__.setdefault("notice_log", []).append(str(message))
+        shown(self, message, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(App, "notify", notify)
 
 
 @pytest.fixture

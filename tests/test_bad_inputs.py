@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from tests.test_analysis import rec
 
 TINY_PRESET = """
 noise = [0.1]
@@ -166,6 +165,28 @@ def _study(
         run += f'\npublished = "{root}"'
     (tmp / "s.toml").write_text(STUDY_PRESET.format(poolings=poolings, seeds=seeds, run=run))
     return str(tmp / "s.toml")
+
+
+def _huge_pairs(tmp: Path) -> str:
+    """A pairs folder whose first training pair declares 10^12 nodes."""
+    from safetensors.numpy import load_file, save_file
+
+    from tests.test_pairs_layout import write_folder
+
+    write_folder(tmp / "pairs")
+    orders = load_file(str(tmp / "pairs" / "train-orders.safetensors"))
+    orders["0"] = np.array([10**12, 10**12], dtype=np.int64)
+    save_file(orders, str(tmp / "pairs" / "train-orders.safetensors"))
+    return str(tmp / "pairs")
+
+
+def _bad_tune(tmp: Path) -> str:
+    from tests.test_tune import PRESET
+
+    (tmp / "t.toml").write_text(
+        PRESET.format(models='["gcn"]', trials=2).replace("layers = [2, 3]", "dropout = { range = [0.1, 5.0] }")
+    )
+    return str(tmp / "t.toml")
 
 
 TRAIN = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4", "-p", "n=12"]
@@ -489,12 +510,6 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         "header lacks column(s) dataset, model, noise, median, std",
     ),
     (
-        "reference that has none of the history",
-        lambda t: _history_of(t, [rec("gcn", 0.5, 0.05, dataset="tree")]),
-        ["table", "--reference", "paper", "-w", "{}"],
-        "the history's finished runs cover datasets tree, models gcn, noise 0.5; the reference covers datasets er",
-    ),
-    (
         "binary run spec",
         lambda t: (t / "run").mkdir() or (t / "run" / "spec.json").write_bytes(b"\x80\x81") and str(t / "run"),
         ["gape", "embed", "{}", "--dataset", "er", "--out", "{}/e.npz"],
@@ -553,6 +568,26 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     ),
     # runs are chosen alike everywhere: numbers as numbers, a base name for its parameterised datasets, case
     ("--filter seed not a number", lambda t: "", ["history", "--filter", "seed=x", "-w", "{}ws"], "seed takes a"),
+    # the newest surfaces, as a subprocess: the exit status and no traceback (the in-process cases are in
+    # test_reliability_inputs.py and test_reliability_records.py)
+    (
+        "score /dev/zero",
+        lambda t: "",
+        ["properties", "score", "r1", "/dev/zero", "-w", "{}ws"],
+        "/dev/zero: not a regular file (a character device)",
+    ),  # fmt: skip
+    (
+        "pairs of 10^12 nodes",
+        _huge_pairs,
+        ["datasets", "build", "pairs", "--noise", "0.1", "-p", "path={}", "-w", "ws"],
+        "train-orders.safetensors: pair 0 needs about",
+    ),  # fmt: skip
+    (
+        "tune bound no model accepts",
+        _bad_tune,
+        ["tune", "--preset", "{}", "--dry-run", "-w", "ws"],
+        "[tune] space: key 'dropout' = 5.0",
+    ),  # fmt: skip
 ]
 
 
@@ -563,17 +598,6 @@ def _single_atoms(tmp: Path) -> str:
         "smiles\n" + "\n".join(["C", "O", "[Na+]", "N", "[Na+].[Cl-]", "Cl", "[NH4+]", "I", "F", "S"]) + "\n"
     )
     return str(path)
-
-
-def _history_of(tmp: Path, records: list[dict]) -> str:
-    from gaptui.history import History
-    from gaptui.workspace import Workspace
-
-    ws = Workspace.resolve(tmp / "ws")
-    ws.root.mkdir(parents=True)
-    with History(ws, write=True) as history:
-        history.put_many(records)
-    return str(ws.root)
 
 
 @pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -216,9 +216,9 @@ def test_a_plug_in_family_adds_its_own_commands(tmp_path: Path) -> None:
 
 def test_built_in_families_come_first_in_their_order_whichever_was_imported_first() -> None:
     code = (
-        "import engine.properties.family, engine.gape.family\n"
+        "import engine.brec.family, engine.properties.family, engine.gape.family\n"
         "from engine.tasks import FAMILIES\n"
         "print(','.join(FAMILIES.names()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["alignment,gape,properties"]
+    assert out.stdout.split() == ["alignment,gape,properties,brec"]

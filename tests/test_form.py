@@ -43,8 +43,10 @@ async def choose(form: NewExperimentScreen, key: str, values: list[Any]) -> None
 
 
 async def switch_task(pilot: Any, form: NewExperimentScreen, task: str, field: str) -> None:
+    """Choose ``task`` in the picker and wait until its form is drawn, every field and row composed."""
     form.query_one("#task", Select).value = task
-    await wait_until(pilot, lambda: form.task_name == task and bool(form.query(f"#{field}")), what=f"{task} form")
+    await wait_until(pilot, lambda: form.built_task == task, what=f"{task} form")
+    assert form.query(f"#{field}")
 
 
 async def load(pilot: Any, form: NewExperimentScreen, name: str) -> None:
@@ -52,7 +54,7 @@ async def load(pilot: Any, form: NewExperimentScreen, name: str) -> None:
     ``name`` already, from a save)."""
     form.query_one("#name", Input).value = ""
     form.load_named(name)
-    await wait_until(pilot, lambda: form.query_one("#name", Input).value == name, 60, f"preset {name} loaded")
+    await wait_until(pilot, lambda: form.query_one("#name", Input).value == name, what=f"preset {name} loaded")
     await tasks_done(form.app)  # type: ignore[arg-type]
 
 
@@ -60,7 +62,7 @@ async def save_as(pilot: Any, form: NewExperimentScreen, ws: Workspace, name: st
     await type_into(pilot, form.query_one("#name", Input), name)
     await pilot.press("ctrl+s")
     path = ws.root / "presets" / f"{name}.toml"
-    await wait_until(pilot, path.exists, 30, f"{path}")
+    await wait_until(pilot, path.exists, what=f"{path}")
     await tasks_done(form.app)  # type: ignore[arg-type]
     load_preset(str(path), ws)  # what `gaptui run --preset` reads
     return tomllib.loads(path.read_text())
@@ -125,7 +127,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         row = form.query_one("DatasetRow")
         for cell in ("base", "params", "path", "smiles", "target", "pretrain_model", "pretrain_epochs", "run"):
             assert row.query(f".{cell}"), cell
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 8, 60, "gape plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 8, what="gape plan")
 
         # load -> form -> save: the same document
         await load(pilot, form, "gape-smoke")
@@ -138,7 +140,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         poolings = form.query_one("#poolings", SelectionList)
         assert str(poolings.get_option_at_index(5).prompt) == "set_transformer (Set Transformer)"
         await load(pilot, form, "properties-smoke")
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 18, 60, "smoke plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 18, what="smoke plan")
         assert await save_as(pilot, form, ws, "mine-props") == shipped("properties-smoke")
 
         # fill: one property less, a pooling more, an import path, other run options
@@ -146,7 +148,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         form.query_one("#poolings", SelectionList).select("sum")
         await type_into(pilot, form.query_one("#epochs", Input), "1")
         await type_into(pilot, form.query_one("#run-more", Input), "lr=0.01")
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 2 * 3 * 3, 60, "plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 2 * 3 * 3, what="plan")
         saved = await save_as(pilot, form, ws, "mine-props2")
         expected = shipped("properties-smoke")
         expected |= {"properties": ["irreflexive", "symmetric"], "poolings": ["mean", "sum", "sopool_bimap"]}
@@ -171,10 +173,10 @@ async def test_launch_properties_and_gape_from_the_form(tmp_path: Path) -> None:
         await choose(form, "dimensions", ["generalisation"])
         for key, value in (("epochs", "1"), ("graphs", "200"), ("sizes", "2"), ("hidden", "8"), ("cpu-jobs", "1")):
             await type_into(pilot, form.query_one(f"#{key}", Input), value)
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 1, 60, "one cell")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 1, what="one cell")
         await pilot.press("ctrl+l")
-        assert app.current_mode == "runs"
-        await wait_until(pilot, lambda: len(app.book) == 1 and next(iter(app.book))["status"] == "done", 240, "done")
+        await wait_until(pilot, lambda: app.current_mode == "runs", what="the Runs section")
+        await wait_until(pilot, lambda: len(app.book) == 1 and next(iter(app.book))["status"] == "done", what="done")
         (record,) = list(app.book)
         assert record["task"] == "properties" and record["spec"]["epochs"] == 1 and record["spec"]["graphs"] == 200
 
@@ -184,19 +186,19 @@ async def test_launch_properties_and_gape_from_the_form(tmp_path: Path) -> None:
         await choose(form, "pes", ["none", "gape"])
         await type_into(pilot, form.query_one("DatasetRow .pretrain_epochs", Input), "1")
         await type_into(pilot, form.query_one("DatasetRow .run", Input), "layers=1 heads=2 budget=4000 epochs=1")
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 3, 60, "gape plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 3, what="gape plan")
         await pilot.press("ctrl+l")
-        await wait_until(pilot, lambda: len(app.book) == 4, 60, "the gape runs planned")
+        await wait_until(pilot, lambda: len(app.book) == 4, what="the gape runs planned")
         runs = [r for r in app.book if r["task"] == "gape"]
         pretraining = [r for r in app.book if r["task"] == "alignment"]
         assert len(runs) == 2 and len(pretraining) == 1 and pretraining[0]["spec"]["epochs"] == 1
         assert {r["axes"]["pe"] for r in runs} == {"none", "gape"}
         assert [r["depends"] for r in runs if r["axes"]["pe"] == "gape"] == [[pretraining[0]["hash"]]]
-        await pilot.press("ctrl+q")
-        await pilot.pause()
+        await pilot.press("ctrl+q")  # asks only while runs are in flight
+        await wait_until(pilot, lambda: isinstance(app.screen, ChoiceScreen) or not app.is_running, what="quitting")
         if isinstance(app.screen, ChoiceScreen):
             await pilot.press("s")  # stop what is still running
-        await wait_until(pilot, lambda: not app.is_running, 60, "the app to exit")
+        await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
 
 
 @pytest.mark.asyncio
@@ -211,17 +213,17 @@ async def test_the_toy_plug_in_gets_a_form_to_fill_save_and_launch(tmp_path: Pat
         form.query_one("#models", SelectionList).select("median")
         await type_into(pilot, form.query_one("#steps", Input), "2")
         await type_into(pilot, form.query_one("#description", Input), "toy grid")
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 6, 60, "toy plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 6, what="toy plan")
         saved = await save_as(pilot, form, ws, "toy-mine")
         assert saved == {
             "task": "toy", "description": "toy grid", "sizes": [2, 3], "models": ["mean", "median"], "seeds": [0],
             "pretrain": True, "steps": 2,
         }  # fmt: skip
         await type_into(pilot, form.query_one("#sizes", Input), "2")  # launch a smaller grid: a pre run, 2 models
-        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 3, 60, "smaller plan")
+        await wait_until(pilot, lambda: form.summary is not None and form.summary.size == 3, what="smaller plan")
         await pilot.press("ctrl+l")
         await wait_until(
-            pilot, lambda: len(app.book) == 3 and all(r["status"] == "done" for r in app.book), 120, "toy runs"
+            pilot, lambda: len(app.book) == 3 and all(r["status"] == "done" for r in app.book), what="toy runs"
         )
         assert {(r["axes"]["size"], r["axes"]["model"]) for r in app.book} == {(2, "pre"), (2, "mean"), (2, "median")}
         assert {r["spec"]["steps"] for r in app.book} == {2}
@@ -239,7 +241,7 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
         assert isinstance(form, NewExperimentScreen)
         # a dataset row's placeholders: its base dataset's parameter defaults and split sizes
         params = form.query_one("DatasetRow .params", Input)
-        await wait_until(pilot, lambda: params.placeholder == "degree=8.0 n=100", 30, "the row's hints")
+        await wait_until(pilot, lambda: params.placeholder == "degree=8.0 n=100", what="the row's hints")
         assert form.query_one("DatasetRow .train", Input).placeholder == "5000"
         await pilot.press("ctrl+o")
         await wait_until(pilot, lambda: isinstance(app.screen, PresetPicker), what="the picker")
@@ -251,7 +253,7 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
         assert "alignment" in line and "tiny ER grid" in line and "(workspace)" in line
         options.highlighted = names.index("properties-smoke")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "properties-smoke", 60, "loaded")
+        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "properties-smoke", what="loaded")
         assert form.task_name == "properties" and form.query_one("#properties", SelectionList).selected == [
             "irreflexive", "symmetric", "function",
         ]  # fmt: skip
@@ -263,11 +265,10 @@ async def test_ctrl_o_picker_and_the_palette_load_a_preset(tmp_path: Path) -> No
         await wait_until(
             pilot,
             lambda: "gape-smoke" in str(palette.query_one(OptionList).get_option_at_index(0).prompt),
-            30,
-            "the palette's hit",
+            what="the palette's hit",
         )
         await pilot.press("enter")
-        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "gape-smoke", 60, "gape-smoke")
+        await wait_until(pilot, lambda: form.query_one("#name", Input).value == "gape-smoke", what="gape-smoke")
         assert form.task_name == "gape" and form.query_one("#pes", SelectionList).selected == PES
         await pilot.press("ctrl+q")
 

@@ -316,6 +316,8 @@ def test_downstream_loop_streams_events(tmp_path: Path) -> None:
     )
     (tmp_path / "run").mkdir()
     result = run_gape(spec, tmp_path / "run", lambda name, **f: events.append((name, f)))
+    assert events[0] == ("progress", {"phase": "preparing", "what": "reading the molecules and their PE rwpe"})
+    events = [(k, f) for k, f in events if k != "progress"]
     kinds = [k for k, _ in events]
     assert kinds == ["start", "eval", "epoch", "eval", "epoch"]  # "done" is the worker's
     assert events[0][1]["model"] == "transformer" and events[0][1]["pe"] == "rwpe"
@@ -324,6 +326,7 @@ def test_downstream_loop_streams_events(tmp_path: Path) -> None:
     # Resuming a finished run trains nothing more and reports the same metrics.
     again: list[tuple[str, dict]] = []
     assert run_gape(spec, tmp_path / "run", lambda name, **f: again.append((name, f)))["metrics"] == result["metrics"]
+    again = [(k, f) for k, f in again if k != "progress"]
     assert [k for k, _ in again] == ["start"] and again[0][1]["resumed_from"] == {"epoch": 2, "batch": 0, "step": 6}
 
 

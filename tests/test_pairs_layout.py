@@ -13,6 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 from engine.alignment.datasets import DatasetSpec, build_dataset, export_dataset
 from engine.errors import GaptuiError
+from engine.sources import fetch
 from engine.sources.pairs import FILES, PairsParams, PreparedPairs
 from tests.conftest import run_cli
 
@@ -238,6 +239,7 @@ def test_hub_downloads_only_the_six_files_then_imports(tmp_path: Path, monkeypat
         return str(target)
 
     monkeypatch.delenv("GAPTUI_OFFLINE")
+    monkeypatch.setattr(fetch, "reachable", lambda url: True)  # the Hub answers (its downloads are faked here)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
     dataset, _ = build_dataset(DatasetSpec("pairs", 0.1, params={"hub": "ER100"}), tmp_path / "ds", tmp_path / "data")
     assert sorted(f for _, f, _ in asked) == sorted(f"ER100/{name}" for name in FILES)

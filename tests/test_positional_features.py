@@ -327,7 +327,7 @@ def test_the_cache_is_reused_and_a_changed_dataset_gets_new_values(tmp_path: Pat
     target = dataset.path / "positional" / entries[1] / "g.npy"
     target.write_bytes(target.read_bytes()[:-4] + b"\0\0\0\0")
     warnings: list[str] = []
-    monkeypatch.setattr("engine.cache._stderr", warnings.append)
+    monkeypatch.setattr("engine.cache.say_stderr", warnings.append)
     again = dataset_positional(dataset, "train", split, "degree+rwpe:4+lap:3")
     assert np.array_equal(again.g, first.g) and len(warnings) == 1 and "corrupt" in warnings[0]
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.registry import code_origin, find_import_paths
-from gaptui.preset_code import TRUST_FILE, is_trusted, review_preset, trust
-from gaptui.workspace import Workspace
+from gaptui.preset_code import TRUST_FILE, config_dir, is_trusted, review_preset, trust, trust_path
 from tests.conftest import run_cli
 
 #: A user model in a local file: importing it says so on stderr and leaves a marker file beside it.
@@ -101,23 +100,29 @@ def test_only_the_top_level_package_is_looked_up_so_nothing_runs(tmp_path: Path,
     assert find_import_paths({"a": ["x:y", "no colon", "01:00:00", "gpu:a100:2", "two words:x"]}) == {"x:y": "a"}
 
 
-def test_allowed_preset_files_are_remembered_by_content(tmp_path: Path, probe: Path) -> None:
-    ws = Workspace(tmp_path / "ws")
+def test_allowed_preset_files_are_remembered_by_path_and_content_outside_the_workspace(
+    tmp_path: Path, probe: Path
+) -> None:
     preset = tmp_path / "shared.toml"
     preset.write_text(alignment_preset("gaptui_probe_code"))
     review = review_preset(str(preset))
-    assert not is_trusted(ws, review)
-    trust(ws, review)
-    assert is_trusted(ws, review_preset(str(preset)))
-    entry = json.loads((ws.root / TRUST_FILE).read_text())[review.sha256]
-    assert entry["file"] == str(preset)
+    assert not is_trusted(review)
+    trust(review)
+    assert is_trusted(review_preset(str(preset)))
+    assert trust_path().parent == config_dir() and not trust_path().is_relative_to(tmp_path)
+    entry = json.loads(trust_path().read_text())[str(preset.resolve())]
+    assert entry["sha256"] == review.sha256
+    copy = tmp_path / "elsewhere" / "shared.toml"  # the same content at another path is asked about again
+    copy.parent.mkdir()
+    copy.write_bytes(preset.read_bytes())
+    assert not is_trusted(review_preset(str(copy)))
     preset.write_text(preset.read_text() + "# edited\n")
-    assert not is_trusted(ws, review_preset(str(preset)))  # a changed file is asked about again
+    assert not is_trusted(review_preset(str(preset)))  # a changed file is asked about again
     # an unreadable trust file asks again, and is moved aside (not overwritten) when the next answer is stored
-    (ws.root / TRUST_FILE).write_text("{not json")
-    assert not is_trusted(ws, review)
-    trust(ws, review)
-    assert is_trusted(ws, review) and len(list(ws.root.glob(f"{TRUST_FILE}.corrupt-*"))) == 1
+    trust_path().write_text("{not json")
+    assert not is_trusted(review)
+    trust(review)
+    assert is_trusted(review) and len(list(config_dir().glob(f"{TRUST_FILE}.corrupt-*"))) == 1
 
 
 def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: Path) -> None:

@@ -15,6 +15,8 @@ from gaptui.workspace import Workspace
 #: are those it always had. `quick` and `smoke` follow the default recipe, so they changed when the default
 #: became `gaptui` (docs/fidelity.md); runs filed before keep their ids and read as recipe `legacy`.
 SHIPPED_RUN_IDS = {
+    "brec": (994, "6bfed1083398f6e88c9d3d34476dad6658d3d95fcbf6f71b5e6e54d9428f20d1"),
+    "brec-smoke": (35, "5ec2bbbaf6970f8fa646fd1cc55c256aaf2a05102813bde44bf6139258545337"),
     "gape-smoke": (8, "b8993daac0782aaa1e755244162c659eb55b9a03401e88d5a363e0603e29ca73"),
     "gape": (87, "4161b4c0dab4f006a7afbcea0a8292ae82df17b26b5a18920dc94e3597cfa725"),
     "paper": (2040, "230126afc6462565532a52ccd27c4eaffded1484cdec12454b25c9aa35975502"),
@@ -29,7 +31,12 @@ SHIPPED_RUN_IDS = {
     "zoo-cpu": (86, "3f019fd0d6fe032241055d91415309a8765bbf812ec45b93759bf9bcfcf9100a"),
 }
 #: The run policy a shipped preset sets, where it is not the default (timeout, retries, pack_seeds).
-SHIPPED_POLICY = {"zoo-smoke": (None, 0, 3), "properties-strategies": (None, 0, 3)}
+SHIPPED_POLICY = {
+    "zoo-smoke": (None, 0, 3),
+    "properties-strategies": (None, 0, 3),
+    "brec": (None, 0, 10),
+    "brec-smoke": (None, 0, 2),
+}
 REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
 
 

@@ -296,14 +296,11 @@ def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tm
 # ------------------------------------------------------------------------------------------ missing metrics
 
 
-def test_no_validation_pairs_means_no_metric_never_a_ranked_zero(workspace: Path) -> None:
-    args = [a if a != "6" else "0" for a in TRAIN]  # --val 0
+def test_no_validation_pairs_is_refused_before_anything_runs(workspace: Path) -> None:
+    args = [a if a != "6" else "0" for a in TRAIN]  # --val 0: its run would finish done without a metric
     res = run_cli(*args, "--epochs", "1", "--json", "--workspace", str(workspace))
-    assert res.returncode == 0, res.stderr
-    record = read_records(Workspace(workspace))[0]
-    assert record["status"] == "done" and "val_lap_acc" not in record["metrics"] and "train_loss" in record["metrics"]
-    table = run_cli("table", "--format", "json", "--workspace", str(workspace))
-    assert table.returncode == 0 and json.loads(table.stdout) == []  # nothing to rank, rather than a 0 % best
+    assert res.returncode == 2 and res.stderr.startswith("error: --val 0: a dataset needs at least one validation")
+    assert "Traceback" not in res.stderr and read_records(Workspace(workspace)) == []
 
 
 # ------------------------------------------------------------------------------------------ issue 19, caches

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILY_PACKAGES = ("engine.alignment", "engine.gape", "engine.properties")
-BUILTIN_NAMES = ("alignment", "gape", "properties")
+FAMILY_PACKAGES = ("engine.alignment", "engine.gape", "engine.properties", "engine.brec")
+BUILTIN_NAMES = ("alignment", "gape", "properties", "brec")
 MAX_FUNCTION_LINES = 120
 
 

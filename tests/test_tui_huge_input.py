@@ -152,7 +152,7 @@ async def test_huge_seeds_are_refused_at_once_launch_too_and_ctrl_q_still_quits(
 
         with traced() as memory:
             await type_into(pilot, form.query_one("#seeds", Input), HUGE)
-            await wait_until(pilot, lambda: str(plan.render()) == REFUSAL, 30, "the refusal on the bottom line")
+            await wait_until(pilot, lambda: str(plan.render()) == REFUSAL, what="the refusal on the bottom line")
             assert plan.has_class("error") and form.summary is None
             await pilot.press("ctrl+l")
             await pilot.pause()
@@ -164,13 +164,13 @@ async def test_huge_seeds_are_refused_at_once_launch_too_and_ctrl_q_still_quits(
         # absurd seeds: a message on the bottom line, no traceback
         for text, message in (("0-1e9", "is not an integer"), ("-5", "is negative"), ("5-2", "empty range")):
             await type_into(pilot, form.query_one("#seeds", Input), text)
-            await wait_until(pilot, lambda m=message: m in str(plan.render()), 30, f"the message for {text}")
+            await wait_until(pilot, lambda m=message: m in str(plan.render()), what=f"the message for {text}")
             assert str(plan.render()).startswith("seeds: ") and plan.has_class("error")
 
         await type_into(pilot, form.query_one("#seeds", Input), HUGE)
-        await wait_until(pilot, lambda: str(plan.render()) == REFUSAL, 30, "the refusal again")
+        await wait_until(pilot, lambda: str(plan.render()) == REFUSAL, what="the refusal again")
         await pilot.press("ctrl+q")  # nothing in flight: quits without asking
-        await wait_until(pilot, lambda: not app.is_running, 30, "the app to exit")
+        await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
     assert app.return_code == 0
 
 
@@ -218,9 +218,9 @@ async def test_ctrl_q_does_not_wait_for_an_estimate_in_flight(tmp_path: Path, mo
             assert isinstance(form, NewExperimentScreen)
             await wait_until(pilot, lambda: form.query_one("#models", SelectionList).option_count > 0, what="models")
             form.query_one("#models", SelectionList).select("gcn")
-            await wait_until(pilot, entered.is_set, 30, "the summary to be computing")
+            await wait_until(pilot, entered.is_set, what="the summary to be computing")
             await pilot.press("ctrl+q")
-            await wait_until(pilot, lambda: not app.is_running, 30, "the app to exit")
+            await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
         assert app.return_code == 0
         # what still computes the summary is a daemon thread: the process's exit does not wait for it
         assert all(thread.daemon for thread in computing if thread.is_alive())

@@ -56,14 +56,14 @@ async def test_runs_shows_the_study_and_history_filters_it(tmp_path: Path) -> No
         await pilot.press("f3")
         await pilot.pause()
         panel = app.screen.query_one("#runs-studies", Static)
-        await wait_until(pilot, lambda: "study zoo" in str(panel.render()), 10, "the study line")
+        await wait_until(pilot, lambda: "study zoo" in str(panel.render()), what="the study line")
         text = str(panel.render())
         assert "study zoo · er / gcn: 2/4 trials, 1 running · best val_lap_acc 0.7000 ▁█" in text
         await pilot.press("f4")  # History
         await pilot.pause()
         box = app.screen.query_one("#history-filter", Input)
         await type_into(pilot, box, "study=zoo")
-        await wait_until(pilot, lambda: len(app.screen.table.hashes()) == 3, 10, "the study's runs")
+        await wait_until(pilot, lambda: len(app.screen.table.hashes()) == 3, what="the study's runs")
         assert sorted(app.book.get(h)["id"] for h in app.screen.table.hashes()) == [
             "tr0000000000",
             "tr0000000001",

@@ -60,9 +60,12 @@ def test_events_files_and_checkpoint(tmp_path: Path) -> None:
     events, _ = read_events(out / "events.jsonl")
     assert [json.loads(line) for line in stdout.splitlines()] == events  # stdout mirrors the file
     assert all(e["v"] == SCHEMA_VERSION and e["event"] in KINDS and isinstance(e["t"], float) for e in events)
-    kinds = [e["event"] for e in events]
+    # progress events say where the run is for whoever shows it: the worker prepares it (reads its dataset) first
+    preparing = [e.get("what") for e in events[:2] if e.get("phase") == "preparing"]
+    assert preparing == [None, "reading its dataset"]
+    kinds = [e["event"] for e in events if e["event"] != "progress"]
     assert kinds == ["start", "eval", "epoch", "eval", "epoch", "eval", "epoch", "done"]
-    start = events[0]
+    start = next(e for e in events if e["event"] == "start")
     assert start["params"] > 0 and start["n_train"] == 40 and start["n_val"] == 10 and start["resumed_from"] is None
     epochs = [e for e in events if e["event"] == "epoch"]
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
@@ -165,7 +168,7 @@ def test_laplacian_baseline_writes_the_same_records(tmp_path: Path) -> None:
     code, _, _ = _run(_spec(tmp_path, model="laplacian"), out)
     assert code == 0
     events, _ = read_events(out / "events.jsonl")
-    assert [e["event"] for e in events] == ["start", "eval", "done"]
+    assert [e["event"] for e in events if e["event"] != "progress"] == ["start", "eval", "done"]
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "done" and result["params"] == 0
     assert 0 < result["metrics"]["val_lap_acc"] <= 1 and "val_top5_acc" in result["metrics"]

@@ -15,6 +15,7 @@ moved aside as ``<id>.corrupt-<time>`` with a one-line warning and built again.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.alignment.noise import check_noise, check_noise_model, correlate, relabel
-from engine.cache import Entry, content_digest, open_entry, read_meta, seeded_rng, write_entry
+from engine.cache import Entry, content_digest, open_entry, read_meta, say_stderr, seeded_rng, write_entry
 from engine.errors import GaptuiError
 from engine.files import staged_files
 from engine.graphs import Graph
@@ -85,6 +86,10 @@ class DatasetSpec:
             raise GaptuiError(f"dataset seed {self.seed}: expected a seed >= 0")
         if n_train == 0:
             raise GaptuiError("--train 0: a dataset needs at least one training pair")
+        if n_val == 0:
+            raise GaptuiError(
+                "--val 0: a dataset needs at least one validation pair (its runs are scored and ranked on them)"
+            )
         return {
             "format": FORMAT_VERSION,
             "base": source.name,
@@ -141,18 +146,42 @@ def build_dataset(
     ident = dataset_id(canonical)
     datasets_dir = Path(datasets_dir)
     final = datasets_dir / ident
+    with _building(final):  # the inputs of one plan are built by threads: one dataset once
+        return _build(spec, canonical, ident, final, raw_root, force)
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _building(final: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(final), threading.Lock())
+
+
+def _build(
+    spec: DatasetSpec, canonical: dict[str, Any], ident: str, final: Path, raw_root: Path | None, force: bool
+) -> tuple[Dataset, bool]:
+    source_cls = SOURCES.get(canonical["base"])
+    source = source_cls(parse_params(source_cls, canonical["params"]))
+    files = source.source_files(data_root(raw_root))
     if not force:
         cached = open_verified(final)
-        if cached is not None:
+        if cached is not None and not (changed := _changed_files(cached, files)):
             _check_trainable(cached.stats, ident)
             return cached, False
+        if cached is not None:
+            force = True  # the cached pairs are those of the files as they were: never served for the new ones
+            say_stderr(
+                f"warning: dataset {ident} was built from {', '.join(changed[:3])}"
+                f"{f' and {len(changed) - 3} more' if len(changed) > 3 else ''}, which changed since (SHA-256): "
+                "building it again from the files as they are now"
+            )
 
     from engine.memory import check_fits
 
     check_fits(canonical, what=f"dataset {ident}")
     started = time.perf_counter()
-    source_cls = SOURCES.get(canonical["base"])
-    source = source_cls(parse_params(source_cls, canonical["params"]))
     base_key = {k: canonical[k] for k in ("format", "base", "params", "n_train", "n_val")}
     splits = source.load(
         canonical["n_train"], canonical["n_val"], seeded_rng(canonical["seed"], base_key), data_root(raw_root)
@@ -175,6 +204,7 @@ def build_dataset(
         return {
             "id": ident,
             "spec": canonical,
+            "source_files": files,
             "stats": stats,
             "normalisation": splits.report.to_dict(),
             "normalisation_note": splits.report.summary(),
@@ -188,6 +218,16 @@ def build_dataset(
 
     dataset_symmetry(dataset)  # the ceilings, computed once and cached with the dataset
     return dataset, built
+
+
+def _changed_files(dataset: Dataset, files: dict[str, str]) -> list[str]:
+    """The source files whose SHA-256 differs from what ``dataset`` was built from (files that are gone are not
+    changes: the cached dataset still holds their graphs)."""
+    recorded = dict(dataset.meta.get("source_files") or {})
+    for split in SPLITS:  # datasets built before the top-level record kept theirs per split
+        stats = dataset.stats.get(split) if isinstance(dataset.stats, dict) else None
+        recorded.update((stats or {}).get("source_files") or {})
+    return sorted(name for name, sha in recorded.items() if name in files and files[name] != sha)
 
 
 def open_verified(path: Path) -> Dataset | None:
@@ -227,8 +267,11 @@ def _check_trainable(stats: dict[str, Any], ident: str) -> None:
                 f"dataset {ident} has no {what} pair: all {left} {what} graphs have fewer than 2 nodes or no "
                 "edges, which carry no alignment signal; use graphs with edges (molecules with bonds)"
             )
-        if pairs == 0 and name == "train":
-            raise GaptuiError(f"dataset {ident} has no training pair; choose a base dataset or sizes that give some")
+        if pairs == 0:
+            raise GaptuiError(
+                f"dataset {ident} has no {what} pair (its runs would finish without a metric); choose a base "
+                "dataset or sizes that give some"
+            )
 
 
 def _pairs_load(path: Path, meta: dict[str, Any]) -> str:
@@ -301,15 +344,13 @@ def export_dataset(dataset: Dataset, out: Path, fmt: str = "npz", force: bool = 
         from engine.errors import unknown
 
         raise unknown("export format (--format)", fmt, EXPORT_FORMATS)
-    from engine.files import atomic_write_text
     from engine.sources.pairs import write_layout
 
     if Path(out).suffix == ".npz":
         raise GaptuiError(f"--out {out}: --format safetensors writes a folder of six files; give a folder name")
-    folder = write_layout(Path(out), {split: dataset.split(split) for split in SPLITS}, force=force)
     provenance = {"id": dataset.id, "spec": dataset.spec, "stats": dataset.stats, "truth": "identity"}
-    atomic_write_text(folder / "gaptui-dataset.json", json.dumps(provenance, indent=2, sort_keys=True) + "\n")
-    return folder
+    extra = {"gaptui-dataset.json": json.dumps(provenance, indent=2, sort_keys=True) + "\n"}
+    return write_layout(Path(out), {split: dataset.split(split) for split in SPLITS}, force=force, extra=extra)
 
 
 def export_npz(dataset: Dataset, out: Path, force: bool = False) -> Path:

@@ -11,6 +11,7 @@ protocol (epochs, pairs, batch, budget, noise model) is shown under every table 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -49,6 +50,7 @@ from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
 from engine.tasks.run import Input, Outcome, RunContext
 from engine.tasks.spec import Placement
+from engine.typed import ascii_count
 
 # ------------------------------------------------------------------------------------------------ the family
 
@@ -192,7 +194,6 @@ class AlignmentCosts(CostModel):
         """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
         its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
         from engine.memory import pairs_need
 
         if not spec.trains:
@@ -214,7 +215,6 @@ class AlignmentCosts(CostModel):
     def _built_order(self, spec: RunSpec) -> float | None:
         """The largest graph order of a built dataset (what a solver's per-pair memory grows with), else None."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.errors import GaptuiError
 
         folder = dataset_dirs(spec)[0] / dataset_id(spec.dataset_spec().canonical())
         if not (folder / "meta.json").exists():
@@ -224,6 +224,29 @@ class AlignmentCosts(CostModel):
             return float(max(stats[s].get("max_order", stats[s]["mean_order"]) for s in ("train", "val")))
         except (GaptuiError, KeyError, TypeError, ValueError):
             return None
+
+
+def check_model(spec: RunSpec) -> None:
+    """Build the model of ``spec`` as its worker will (its width searched for its budget), once per distinct
+    model: GaptuiError naming the run and what is wrong. Baselines and ``module.path:Class`` models (smoke-tested
+    by their worker, in its environment) are not built here."""
+    from engine.alignment.features import feature_dim
+    from engine.alignment.throughput import out_dim
+
+    if is_baseline(spec) or ":" in spec.model:
+        return
+    options = json.dumps(spec.model_options(), sort_keys=True, default=str)
+    try:
+        _build_once(spec.model, out_dim(spec), spec.budget, feature_dim(spec.features), options)
+    except GaptuiError as exc:
+        raise GaptuiError(f"{model_label(spec)} on {dataset_label(spec.dataset_spec().canonical())}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _build_once(model: str, out_dim: int, budget: int, in_dim: int, options: str) -> None:
+    from engine import models
+
+    models.build(model, out_dim=out_dim, budget=budget, in_dim=in_dim, **json.loads(options))
 
 
 class Alignment(TaskFamily):
@@ -287,7 +310,7 @@ class Alignment(TaskFamily):
 
     def metric(self, key: str) -> Metric:
         # Any other top-k accuracy a spec asked for (topk = [3]) is a share like the declared ones.
-        if key.startswith("val_top") and key.endswith("_acc") and key[7:-4].isdigit():
+        if key.startswith("val_top") and key.endswith("_acc") and ascii_count(key[7:-4]) is not None:
             return Metric(key, f"top-{key[7:-4]} acc", True, "%")
         return super().metric(key)
 
@@ -314,33 +337,45 @@ class Alignment(TaskFamily):
         return f"{axes['dataset']} noise {axes['noise']:g} {axes['model']} seed {spec.seed}"
 
     def check(self, specs: list[RunSpec]) -> list[str]:
-        """The files of each base dataset not yet in the cache (a molecule file...), once per dataset."""
+        """The files of each base dataset not yet in the cache (a molecule file, a real dataset's raw files that
+        cannot be downloaded now...), once per dataset; and each model as its runs build it (a budget no width
+        meets, a bad option), once per model: a GAPE grid's pretraining runs come from no alignment preset."""
         from engine.alignment.datasets import dataset_id
-        from engine.sources import check_source_files, data_root
+        from engine.sources import check_sources_files, data_root
 
         seen: set[str] = set()
         cells: set[str] = set()
+        datasets = []
         for spec in specs:
             if spec.seedless() in cells:  # the run's seed is not its dataset's
                 continue
             cells.add(spec.seedless())
+            check_model(spec)
             ds = spec.dataset_spec()
             datasets_dir, raw_root = dataset_dirs(spec)
             key = json.dumps([ds.base, ds.params, str(raw_root)], sort_keys=True)
             if key in seen or (datasets_dir / dataset_id(ds.canonical()) / "meta.json").exists():
                 continue
             seen.add(key)
-            check_source_files(ds.base, ds.params, data_root(raw_root))
+            datasets.append((ds.base, ds.params, data_root(raw_root)))
+        check_sources_files(datasets)  # every dataset missing its files named, one line each
         return []
 
     def inputs(self, spec: RunSpec) -> list[Input]:
         from functools import partial
 
         from engine.alignment.datasets import build_dataset
+        from engine.alignment.features import parse_features, prepare_positional
 
         ds = spec.dataset_spec()
         key = "alignment-dataset:" + json.dumps(ds.canonical(), sort_keys=True)
-        return [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        out = [Input(key, f"{ds.base} at noise {ds.noise:g}", partial(build_dataset, ds, *dataset_dirs(spec)))]
+        positional = parse_features(spec.features).positional
+        if positional:  # cached here, before workers start: a cache that fails its check is said here, not in a log
+            parts = "+".join(p.text for p in positional)
+            build = partial(prepare_positional, ds, parts, *dataset_dirs(spec))
+            out.append(Input(f"{key}:positional:{parts}", f"{parts} of {ds.base} at noise {ds.noise:g}", build))
+        return out
 
     def steps(self, spec: RunSpec, ctx: RunContext) -> Generator[None, None, Outcome]:
         return AlignmentRun(spec, ctx).steps()

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.typed import ascii_count
 
 if TYPE_CHECKING:  # torch is imported where it computes: parsing a spec (the CLI, the TUI) needs none
     import torch
@@ -167,9 +168,9 @@ def _parse(text: str, where: str) -> Features:
             continue
         if not colon or not arg:
             raise bad(f"'{kind}' needs its K ('{kind}:16')")
-        if not arg.isdigit():
+        k = ascii_count(arg)
+        if k is None:
             raise bad(f"K '{arg}' of '{kind}' is not a whole number")
-        k = int(arg)
         if not 1 <= k <= MAX_K:
             raise bad(f"K = {k} of '{kind}' is not in 1..{MAX_K}")
         positional.append(Part(kind, k))
@@ -495,3 +496,14 @@ def dataset_positional(
         prints = {a: hashlib.sha256(np.ascontiguousarray(getattr(split, a), np.int64)).hexdigest() for a in ARRAYS}
     key = {"dataset": dataset.id, "split": name, "arrays": prints}
     return cached_positional(split, features, Path(dataset.path) / "positional", key, log)
+
+
+def prepare_positional(dataset_spec: Any, features: str, datasets_dir: Path, raw_root: Path | None = None) -> None:
+    """Build (or check) the cached positional inputs ``features`` of both splits of the dataset of
+    ``dataset_spec``, so that the runs find them cached: the manager does it before its workers start, and a cache
+    that fails its check is moved aside with its ``warning:`` on the manager's own output."""
+    from engine.alignment.datasets import SPLITS, build_dataset
+
+    dataset, _built = build_dataset(dataset_spec, datasets_dir, raw_root)
+    for name in SPLITS:
+        dataset_positional(dataset, name, dataset.split(name), features)

@@ -435,6 +435,11 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
     seen: set[str] = set()
     where = str(preset.path or preset.name)
     common = {**preset.run.spec_fields(), "datasets_dir": placement.datasets_dir, "data_root": placement.data_root}
+    baseline = dict(common)  # the training-free baseline reads no positional inputs: none in its spec
+    if isinstance(common.get("features"), str) and positional_text(common["features"]):
+        baseline["features"] = "+".join(p for p in common["features"].split("+") if ":" not in p) or None
+        if baseline["features"] is None:
+            del baseline["features"]
     # The first seed's specs are parsed and checked; a later seed's differ from them only by ``seed`` (what a
     # 20,000-run grid would otherwise parse 20,000 times).
     first: dict[tuple[int, int, int], RunSpec] = {}
@@ -445,9 +450,9 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                 dataset = entry.dataset_dict(eta)
                 cell: list[RunSpec] = []
                 if preset.laplacian and seed_index == 0:
-                    cell.append(RunSpec.from_dict({**common, "dataset": dataset, "model": BASELINE}, where))
+                    cell.append(RunSpec.from_dict({**baseline, "dataset": dataset, "model": BASELINE}, where))
                 if seed_index == 0:
-                    cell += [_solver_spec(common, dataset, label, where) for label in preset.solvers]
+                    cell += [_solver_spec(baseline, dataset, label, where) for label in preset.solvers]
                 for m, model in enumerate(preset.models):
                     template = first.get((d, e, m))
                     if template is None:

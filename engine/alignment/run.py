@@ -50,6 +50,7 @@ class AlignmentRun:
             dataset = self.ctx.shared[key]
             self.ctx.log(f"dataset {dataset.id} (loaded by another run of this worker) at {dataset.path}")
             return dataset
+        self.ctx.emit("progress", phase="preparing", what="reading its dataset")
         dataset, built = build_dataset(self.spec.dataset_spec(), *dataset_dirs(self.spec))
         self.ctx.log(f"dataset {dataset.id} ({'built' if built else 'cached'}) at {dataset.path}")
         self.ctx.shared[key] = dataset
@@ -66,6 +67,8 @@ class AlignmentRun:
         key = f"alignment-pairs:{dataset.id}:{split}:{device}:{positional}"
         if key not in self.ctx.shared:
             pairs = dataset.split(split)
+            if positional:
+                self.ctx.emit("progress", phase="preparing", what=f"positional inputs {positional} ({split})")
             arrays = dataset_positional(dataset, split, pairs, features, self.ctx.log)
             self.ctx.shared[key] = PairTensors(pairs, device, positional=arrays)
         return self.ctx.shared[key]

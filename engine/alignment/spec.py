@@ -215,7 +215,13 @@ class RunSpec(TaskSpec):
         from engine.loop import SCHEDULES
         from engine.models.base import ACTIVATIONS, BLOCKS, INPUT_LAYERS, NORMS
 
-        parse_features(self.features, where)
+        positional = parse_features(self.features, where).positional
+        if self.model == "laplacian" and (self.model_kwargs or positional):
+            given = "+".join(p.text for p in positional) or ", ".join(sorted(self.model_kwargs))
+            raise GaptuiError(
+                f"{where}: model laplacian with {given}: the training-free baseline takes no model options or "
+                "positional inputs (it would be a second baseline row); leave them out for it"
+            )
         for key, choices in (
             ("input_layer", INPUT_LAYERS),
             ("norm", NORMS),
@@ -236,6 +242,13 @@ class RunSpec(TaskSpec):
                 raise GaptuiError(
                     f"{where}: {key} = '{getattr(self, key)}' applies to built-in models only, not '{self.model}'"
                 )
+        if self.model != "laplacian" and ":" not in self.model:
+            from engine.models import check_options
+
+            try:
+                check_options(self.model, self.budget, **self.model_options())
+            except GaptuiError as exc:
+                raise GaptuiError(f"{where}: {exc}") from None
         if any(k < 1 for k in self.topk):
             raise GaptuiError(f"{where}: topk values must be >= 1, got {list(self.topk)}")
         self.run_options().check(where)

@@ -13,7 +13,7 @@ then steps are timed for about
 at the run's noise level (a search's iterations grow with it); search on top of a model is costed as its FAQ.
 ``python -m engine.alignment.throughput`` measures a list of keys in a fresh
 process, which is how the dry run measures one process per slot side by side
-(:func:`gaptui.estimate.measure_on_slots`).
+(:func:`gaptui.calibration.measure_on_slots`).
 
 :class:`CalibrationCache` keeps the measurements in one JSON file (``<workspace>/calibration.json``), keyed by the
 machine (:func:`machine`: host, CPU model, device name, torch version) and the cost key, so a second dry run does
@@ -279,18 +279,18 @@ def _measure_solver(key: CostKey, seconds: float) -> Throughput:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m engine.alignment.throughput``: measure the keys of a JSON request on stdin (``{"keys": [...],
-    "device":
-    ..., "seconds": ...}``) and print their :class:`Throughput` as a JSON list: how the dry run measures in as many
-    processes as a grid has slots, each in its slot's environment, so that concurrent runs slow each other as
-    they will."""
+    "device": ..., "seconds": ...}``) and print each one's :class:`Throughput` as one JSON line as soon as it is
+    measured (the dry run shows how far it got): how the dry run measures in as many processes as a grid has
+    slots, each in its slot's environment, so that concurrent runs slow each other as they will."""
     from engine.memory import flush_denormals, tune_allocator
 
     flush_denormals()  # as a worker does
     tune_allocator()
     request = json.loads(sys.stdin.read() if argv is None else argv[0])
     keys = [CostKey(**raw) for raw in request["keys"]]
-    out = [asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS)))) for key in keys]
-    print(json.dumps(out))
+    for key in keys:
+        print(json.dumps(asdict(measure(key, request.get("device"), float(request.get("seconds", DEFAULT_SECONDS))))))
+        sys.stdout.flush()
     return 0
 
 

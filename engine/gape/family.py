@@ -132,9 +132,10 @@ class Gape(TaskFamily):
     def check(self, specs: list[GapeSpec]) -> list[str]:
         """The molecule file of each dataset not yet in the cache, read once: what its build would refuse."""
         from engine.gape.data import molecule_id
-        from engine.sources import check_source_files, data_root
+        from engine.sources import check_sources_files, data_root
 
         seen: set[str] = set()
+        datasets = []
         for spec in specs:
             ds = spec.molecule_spec()
             canonical = ds.canonical()
@@ -144,7 +145,8 @@ class Gape(TaskFamily):
             if key in seen or cached:
                 continue
             seen.add(key)
-            check_source_files(ds.base, canonical["params"], data_root(spec.data_root))
+            datasets.append((ds.base, canonical["params"], data_root(spec.data_root)))
+        check_sources_files(datasets)
         return []
 
     def inputs(self, spec: GapeSpec) -> list[Input]:

@@ -83,6 +83,9 @@ class GapeSpec(TaskSpec):
         ):
             if getattr(self, key) < low:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= {low}")
+        from engine.memory import check_layers_fit
+
+        check_layers_fit(where, self.layers, self.budget)
         if self.seed < 0:
             raise GaptuiError(f"{where}: seed = {self.seed} must be >= 0")
         if self.steps is not None and self.steps < 1:

@@ -215,6 +215,7 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
     """
     key = "gape-data:" + spec.replace(seed=0).hash()
     if key not in ctx.shared:
+        ctx.emit("progress", phase="preparing", what=f"reading the molecules and their PE {spec.pe}")
         ctx.shared[key] = prepare(spec)
     data, enc = ctx.shared[key]
     device = resolve_device(spec.device)

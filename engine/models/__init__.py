@@ -15,6 +15,7 @@ graph so contract violations surface as a one-line :class:`GaptuiError` rather t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,11 +109,34 @@ def build(
         return _build_user(name, obj, out_dim=out_dim, budget=budget, in_dim=in_dim, **kwargs)
     cls: type[ResidualGNN] = obj
     options = cls.resolve_options(kwargs)
+    check_size(cls, options, budget)
     if options["width"] is None:
         explicit = set(kwargs)
         options = choose(cls, out_dim=out_dim, in_dim=in_dim, budget=budget, options=options, explicit=explicit)
     init = {k: v for k, v in options.items() if k != "width"}
     return cls(width=options["width"], out_dim=out_dim, in_dim=in_dim, **init)
+
+
+def check_size(cls: type[ResidualGNN], options: Mapping[str, Any], budget: int) -> None:
+    """Refuse (one line) a depth and width no model can be built with here, before any layer is: more layers than
+    the parameter budget holds (the width follows the budget), or, with an explicit width, more parameters than
+    this machine can train (each layer holds at least ``width^2``)."""
+    from engine.memory import check_layers_fit, check_parameters
+
+    layers, width = int(options["layers"]), options.get("width")
+    if width is None:
+        check_layers_fit(f"model '{cls.name}'", layers, budget)
+    else:
+        check_parameters(f"model '{cls.name}'", layers * int(width) ** 2, "lower layers or width")
+
+
+def check_options(name: str, budget: int = DEFAULT_BUDGET, **kwargs: Any) -> None:
+    """What :func:`build` would refuse in ``kwargs`` for built-in model ``name`` (an unknown or invalid option, a
+    size no model can have), without building it: the check of a run spec. Import paths are checked by building."""
+    if ":" in name:
+        return
+    cls: type[ResidualGNN] = MODELS.get(name)
+    check_size(cls, cls.resolve_options(kwargs), _check_dims(name, DEFAULT_OUT_DIM, budget, 1)[1])
 
 
 def _build_user(path: str, obj: object, *, out_dim: int, budget: int, in_dim: int, **kwargs: Any) -> nn.Module:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.cost import CostModel
-from engine.properties.definitions import PROPERTY_NAMES
+from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, PROPERTY_NAMES
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
 from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
@@ -106,6 +106,11 @@ class PropertyCosts(CostModel):
         return MemoryNeed(what, "property datasets", need, f"{detail}, {human(need)}", hint, key)
 
 
+def property_class_of(spec: Mapping[str, Any]) -> str | None:
+    """The class of a run's property (``basic``, ``function``, ``combined``), from its spec dict."""
+    return CLASS_OF.get(str(spec.get("property")))
+
+
 class Properties(TaskFamily):
     name = "properties"
     title = "relation properties: global poolings on 16 properties, 3 dimensions (seed 001)"
@@ -119,8 +124,15 @@ class Properties(TaskFamily):
         Axis("dimension", "dimension", order=DIMENSION_ORDER),
         Axis("pooling", "pooling", order=tuple(POOLING_LABELS)),
         Axis("property", "property", order=PROPERTY_NAMES),
-        # Not a run's axis: the columns of the pooling-advice table (a property's class, seed 001's Table 1).
-        Axis("property_class", "property class", order=("basic", "function", "combined")),
+        # A property's class (seed 001's Table 1), the columns of the pooling-advice table; records filed before it
+        # was recorded read it from their spec.
+        Axis(
+            "property_class",
+            "property class",
+            order=tuple(PROPERTY_CLASSES),
+            of_spec=property_class_of,
+            derived=True,
+        ),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
     protocol = (
@@ -157,6 +169,7 @@ class Properties(TaskFamily):
         # A strategy other than standard is part of the row (pooling/strategy), so the tables and Table 2 keep the
         # strategies apart, and `strategy` names it alone; a standard run's axes are those it always had.
         axes = {"dimension": spec.dimension, "pooling": spec.pooling, "property": spec.property}
+        axes["property_class"] = CLASS_OF.get(spec.property)
         if spec.strategy != "standard":
             axes.update(pooling=f"{spec.pooling}/{spec.strategy}", strategy=spec.strategy)
         return axes
@@ -244,7 +257,7 @@ class Properties(TaskFamily):
             by_cell.setdefault((pooling, dimension), []).append(r)
         values = {cell: tuple(rs) for cell, rs in by_cell.items()}
         tables = [DerivedTable(TABLE2, R_SCORE, "pooling", "dimension", values, "mean ± std over properties")]
-        from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, advice_line
+        from engine.properties.definitions import advice_line
 
         # The advice compares poolings as the seed trained them: standard runs only, R among those.
         standard = [run for run, rec in zip(runs, kept, strict=True) if (rec.get("axes") or {}).get("strategy") is None]

@@ -54,7 +54,7 @@ def fields() -> tuple[FormField, ...]:
             ["standard"],
             "training strategies (docs/properties.md)",
             choices=STRATEGIES,
-            section="Dimensions",
+            section="Strategies",
         ),  # fmt: skip
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-4 or 0,3", section=section),
         FormField("epochs", "epochs", "int", None, placeholder=str(run.epochs), section=section),

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
+from engine.files import read_user_bytes
 from engine.properties.definitions import get_property
 
 FAMILY_FOLDERS = {"random": "GraphRandom", "perturb": "GraphPerturb"}
@@ -53,12 +54,9 @@ def write_csv(path: Path, adjacency: np.ndarray, labels: np.ndarray) -> None:
 
 def read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(adjacency [G, n, n] bool, labels [G] uint8)`` from one file of the layout."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise GaptuiError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise GaptuiError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not Path(path).exists():
+        raise GaptuiError(f"{path}: file not found")
+    raw = read_user_bytes(Path(path), "a published file is a CSV of rows of n*n + 1 values 0/1")
     body = raw.replace(b"\r\n", b"\n")
     fast = _read_regular(body)
     if fast is not None:

@@ -91,6 +91,11 @@ class PropertySpec(TaskSpec, CellOptions):
         for key in ("epochs", "batch_size", "hidden", "layers", "cycle_k"):
             if getattr(self, key) < 1:
                 raise GaptuiError(f"{where}: {key} = {getattr(self, key)} must be >= 1")
+        from engine.memory import check_parameters
+
+        # each GIN layer holds a (3 hidden x hidden) and a (hidden x hidden) weight
+        check_parameters(f"{where}: hidden = {self.hidden}, layers = {self.layers}",
+                         4 * self.layers * self.hidden**2, "lower hidden or layers")  # fmt: skip
         if not self.lr > 0:
             raise GaptuiError(f"{where}: lr = {self.lr} must be > 0")
         self.run_options().check(where)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -75,6 +75,11 @@ class Source:
         """Check the files this source reads (present, text, readable records) before any run is planned on it:
         GaptuiError naming the file and what is wrong. Sources that read no user file check nothing."""
 
+    def source_files(self, root: Path) -> dict[str, str]:
+        """``{file name: SHA-256}`` of the user's files this source reads (empty for a source that reads none, or
+        whose files are gone): recorded with a dataset built from them, which is built again once they change."""
+        return {}
+
     @classmethod
     def size_hint(cls, params: Any) -> tuple[float, float, bool] | None:
         """``(nodes per graph, mean degree, draws an n x n matrix per graph)`` known from the parameters alone,
@@ -133,6 +138,20 @@ def check_source_files(base: str, params: Mapping[str, Any], root: Path) -> None
     """:meth:`Source.check_files` of the source ``base`` with ``params`` (a planning-time check)."""
     cls = SOURCES.get(base)
     cls(parse_params(cls, params)).check_files(root)
+
+
+def check_sources_files(datasets: Iterable[tuple[str, Mapping[str, Any], Path]]) -> None:
+    """:func:`check_source_files` of each ``(base, params, data root)``, every failing dataset said: one
+    GaptuiError of one line per dataset (a grid missing four real datasets names the four)."""
+    problems: list[str] = []
+    for base, params, root in datasets:
+        try:
+            check_source_files(base, params, root)
+        except GaptuiError as exc:
+            if str(exc) not in problems:
+                problems.append(str(exc))
+    if problems:
+        raise GaptuiError("\n".join(problems))
 
 
 def _json_or_text(value: Any) -> Any:

@@ -8,10 +8,12 @@ import os
 import pickle
 import shutil
 import socket
+import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,63 @@ def socket_timeout(seconds: float = DOWNLOAD_TIMEOUT_S) -> Iterator[None]:
         yield
     finally:
         socket.setdefaulttimeout(old)
+
+
+#: Seconds the network probe (:func:`reachable`) waits for a connection before it calls a host unreachable.
+PROBE_TIMEOUT_S = 3.0
+
+_reachable: dict[str, bool] = {}
+
+
+def reachable(url: str) -> bool:
+    """Whether this machine can open a connection to the host of ``url`` (asked once per host and process, within
+    :data:`PROBE_TIMEOUT_S`): a machine without network is told at once, before any download is tried and retried."""
+    parsed = urllib.parse.urlsplit(url)
+    host = parsed.hostname or ""
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)
+    key = f"{host}:{port}"
+    if key not in _reachable:
+        try:
+            socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+            _reachable[key] = True
+        except OSError:
+            _reachable[key] = False
+    return _reachable[key]
+
+
+def download_blocked(url: str) -> str:
+    """Why a download from ``url`` cannot happen now ("" when it can be tried): downloads switched off, or no
+    network to reach its host."""
+    if offline():
+        return "downloads are off (GAPTUI_OFFLINE=1)"
+    if not reachable(url):
+        return f"there is no network (cannot reach {urllib.parse.urlsplit(url).hostname})"
+    return ""
+
+
+@dataclass(frozen=True)
+class RawFiles:
+    """The raw files a real dataset reads: ``files`` (names relative to ``folder``), downloaded from the address
+    ``url()`` gives (asked only when a file is missing: PyG's datasets name theirs, and importing them is slow)."""
+
+    folder: Path
+    files: tuple[str, ...]
+    url: Callable[[], str]
+
+    def check(self, name: str) -> None:
+        """Refuse, before anything is planned on the dataset ``name``, raw files that are missing and cannot be
+        fetched (downloads off, no network, some files there already): one line naming the dataset, the folder and
+        the files to place there."""
+        missing = check_download_allowed(name, self.folder, self.files)
+        if missing and (why := download_blocked(self.url())):
+            raise missing_error(name, self.folder, missing, f"and {why}")
+
+
+def pyg_url(dataset: str, *args: str) -> str:
+    """Where the PyG dataset class ``dataset`` downloads its raw files from (``url.format(*args)``)."""
+    import torch_geometric.datasets
+
+    return str(getattr(torch_geometric.datasets, dataset).url.format(*args))
 
 
 def missing_files(folder: Path, files: Sequence[str]) -> list[str]:

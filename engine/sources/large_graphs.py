@@ -20,11 +20,13 @@ from engine.sources.base import (
     register_source,
 )
 from engine.sources.fetch import (
+    RawFiles,
     download_zip,
     error_reason,
     fetch_raw,
     open_pyg,
     pyg_item,
+    pyg_url,
 )
 
 OGBN_ARXIV_URL = "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip"
@@ -66,6 +68,10 @@ class _LargeGraph(Source):
 class CoraFullSource(_LargeGraph):
     name = "corafull"
     description = "CoraFull citation graph (19,793 nodes), BFS-sampled subgraphs of `order` nodes"
+
+    def check_files(self, root: Path) -> None:
+        folder = root / self.name / "cora" / "raw"
+        RawFiles(folder, ("cora.npz",), lambda: pyg_url("CitationFull", "cora")).check(self.name)
 
     def big_graph(self, root: Path) -> tuple[Graph, NormalisationReport]:
         from torch_geometric.datasets import CoraFull
@@ -110,6 +116,9 @@ class OgbnArxiv(_LargeGraph):
 
     name = "ogbn-arxiv"
     description = "ogbn-arxiv citation graph (169,343 nodes, as undirected), BFS-sampled subgraphs of `order` nodes"
+
+    def check_files(self, root: Path) -> None:
+        RawFiles(root / self.name / "ogbn_arxiv" / "raw", OGBN_ARXIV_FILES, lambda: OGBN_ARXIV_URL).check(self.name)
 
     def big_graph(self, root: Path) -> tuple[Graph, NormalisationReport]:
         dataset_dir = root / self.name

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GaptuiError
+from engine.files import fingerprint, read_user_bytes
 from engine.sources.base import MoleculeSet, MoleculeSource, molecule_graph, register_source, seeded_splits
 from engine.sources.real import atomic_numbers, first_items, mol_item, rdkit_chem
 
@@ -141,6 +142,13 @@ class Molecules(MoleculeSource):
         if _CHECKED[key]:
             raise GaptuiError(_CHECKED[key])
 
+    def source_files(self, root: Path) -> dict[str, str]:
+        try:
+            path = self._path()
+            return {path.name: fingerprint(path)["sha256"]}
+        except (GaptuiError, OSError):
+            return {}
+
     def _path(self) -> Path:
         p = self.params
         if not p.path:
@@ -187,10 +195,7 @@ _CHECKED: dict[str, str] = {}
 
 def _read_text(path: Path) -> str:
     """The text of a molecule file: UTF-8 (a byte-order mark dropped); binary or other encodings refused."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise GaptuiError(f"molecules: cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_user_bytes(path, "a molecule file is a CSV or SDF text file")
     if b"\x00" in raw[:8192]:
         raise GaptuiError(f"molecules: {path} is a binary file, not {path.suffix.lower()[1:].upper()} text")
     try:

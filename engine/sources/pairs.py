@@ -21,6 +21,9 @@ order.
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import fingerprint, staged_files
+from engine.files import fingerprint, open_user_file, staged_files
 from engine.graphs import Graph, NormalisationReport, simple_graph
 from engine.sources.base import BaseSplits, Source, register_source, split_counts
-from engine.sources.fetch import error_reason, offline, pick
+from engine.sources.fetch import download_blocked, error_reason, pick
 
 SPLITS = ("train", "val")
 KINDS = ("orders", "base-graphs", "corrupted-graphs")
@@ -81,13 +84,80 @@ def pairs_folder(params: PairsParams, root: Path) -> Path:
     return Path(params.path).expanduser().resolve()
 
 
+#: The safetensors element types a layout file may hold (integers: orders and node ids), with their sizes.
+INTEGER_DTYPES = {"I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8}
+#: The largest header a safetensors file may declare (the format's own readers cap it at 100 MB).
+MAX_HEADER = 100_000_000
+_PAIR_KEY = re.compile(r"0|[1-9][0-9]*")
+
+
+def _check_header(path: Path) -> None:
+    """Check what the header of safetensors file ``path`` declares against the file itself, before any tensor is
+    read: a regular file, a header that fits in it, integer tensors only, each tensor's declared shape the size of
+    its bytes and those bytes inside the file. One GaptuiError line naming the file (and the tensor) otherwise."""
+    from engine.memory import refuse_over_memory
+
+    expected = "expected a file of the safetensors layout (docs/alignment.md)"
+
+    def unreadable(why: str) -> GaptuiError:
+        return GaptuiError(f"{path}: not a readable safetensors file ({why})")
+
+    with open_user_file(path, expected, limit=1 << 62) as (fh, size):
+        length = int.from_bytes(fh.read(8), "little")
+        if size < 8:
+            raise unreadable(f"{size} bytes, too short for a header")
+        if length > min(size - 8, MAX_HEADER):
+            raise unreadable(f"its header declares {length:,} bytes but the file holds {size:,}")
+        refuse_over_memory(f"reading {path}", size, f"a file of {size:,} bytes", "give a smaller dataset")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw)
+    except ValueError:
+        raise unreadable("its header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise unreadable("its header is not a table of tensors")
+    room = size - 8 - length
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        _check_entry(path, key, entry, room)
+
+
+def _check_entry(path: Path, key: str, entry: object, room: int) -> None:
+    where = f"{path}: tensor '{key}'"
+    if not isinstance(entry, dict):
+        raise GaptuiError(f"{where}: its header entry is not a table (dtype, shape, data_offsets)")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in INTEGER_DTYPES:
+        raise GaptuiError(
+            f"{where} is {dtype}: expected an integer type ({', '.join(INTEGER_DTYPES)}): orders and node ids are "
+            "whole numbers"
+        )
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise GaptuiError(f"{where}: shape {shape!r} is not a list of sizes >= 0")
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
+        raise GaptuiError(f"{where}: data_offsets {offsets!r} are not [start, end] with 0 <= start <= end")
+    declared = math.prod(shape) * INTEGER_DTYPES[dtype]
+    if declared != offsets[1] - offsets[0] or offsets[1] > room:
+        raise GaptuiError(
+            f"{where} declares {dtype} {shape} ({declared:,} bytes) at bytes {offsets[0]:,}..{offsets[1]:,} but the "
+            f"file holds {room:,} bytes of tensors: a truncated or damaged file"
+        )
+
+
 def _load_file(path: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    _check_header(path)
     try:
         return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise GaptuiError(f"{path}: not a readable safetensors file ({error_reason(exc)})") from None
 
 
@@ -96,7 +166,7 @@ def _check_keys(folder: Path, split: str, tensors: Mapping[str, Mapping[str, np.
     orders_file = f"{split}-orders.safetensors"
     keys = tensors["orders"]
     for key in keys:
-        if not key.isdigit() or (key != "0" and key.startswith("0")) or int(key) >= len(keys):
+        if not _PAIR_KEY.fullmatch(key) or int(key) >= len(keys):
             raise GaptuiError(
                 f"{folder / orders_file}: key '{key}' is not one of 0 .. {len(keys) - 1}: the keys of a split "
                 "are the pair numbers 0 .. n-1"
@@ -144,11 +214,30 @@ def _edges(
     return simple_graph(order, ei)
 
 
+def check_order(orders_file: Path, key: str, order: int) -> None:
+    """Refuse (one line) a pair whose declared order this machine cannot align, before anything of that order is
+    allocated: training and evaluation hold its ``order x order`` float32 similarity matrix."""
+    from engine.memory import refuse_over_memory
+
+    refuse_over_memory(
+        f"{orders_file}: pair {key}",
+        4 * order * order,
+        f"order {order:,}: its {order:,} x {order:,} similarity matrix",
+        "an alignment pair of this order cannot be trained or evaluated here; check the orders file",
+    )
+
+
 def read_split(folder: Path, split: str, directed: bool = False) -> tuple[SplitPairs, NormalisationReport]:
     """Read and check the three files of ``split`` in ``folder``."""
     tensors = {kind: _load_file(folder / f"{split}-{kind}.safetensors") for kind in KINDS}
     keys = _check_keys(folder, split, tensors)
     orders_file = folder / f"{split}-orders.safetensors"
+    if not keys:
+        what = "training" if split == "train" else "validation"
+        raise GaptuiError(
+            f"{orders_file}: no pair: the {split} split is empty (its runs would train or score on nothing); "
+            f"give at least one {what} pair"
+        )
     report = NormalisationReport()
     base: list[Graph] = []
     corrupted: list[Graph] = []
@@ -167,6 +256,7 @@ def read_split(folder: Path, split: str, directed: bool = False) -> tuple[SplitP
             )
         if n < 0:
             raise GaptuiError(f"{orders_file}: pair {key}: order {n}; expected a node count >= 0")
+        check_order(orders_file, key, n)
         for kind, out, which in (("base-graphs", base, "G"), ("corrupted-graphs", corrupted, "G~")):
             graph, rep = _edges(folder / f"{split}-{kind}.safetensors", key, tensors[kind][key], n, directed, which)
             report.add(rep)
@@ -183,6 +273,11 @@ def missing_layout(folder: Path) -> list[str]:
     return [name for name in FILES if not (folder / name).is_file()]
 
 
+def hub_endpoint() -> str:
+    """The Hugging Face Hub's address (``HF_ENDPOINT``, as huggingface_hub reads it)."""
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
 def fetch_hub(params: PairsParams, root: Path) -> Path:
     """The folder of the Hub dataset ``params.hub``, its missing files downloaded first (only those six)."""
     folder = pairs_folder(params, root)
@@ -190,8 +285,8 @@ def fetch_hub(params: PairsParams, root: Path) -> Path:
     if not missing:
         return folder
     place = f"place {', '.join(missing)} (from {params.repo}, folder {params.hub}) in {folder}"
-    if offline():
-        raise GaptuiError(f"pairs: hub={params.hub}: downloads are off (GAPTUI_OFFLINE=1); {place}")
+    if why := download_blocked(hub_endpoint()):  # at once: huggingface_hub would retry for half a minute
+        raise GaptuiError(f"pairs: hub={params.hub}: {why}; {place}")
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
@@ -234,11 +329,15 @@ class PreparedPairs(Source):
             raise GaptuiError(f"pairs: {folder} lacks {', '.join(missing)} (the six files of the safetensors layout)")
         return folder
 
+    def source_files(self, root: Path) -> dict[str, str]:
+        folder = pairs_folder(self.params, root)
+        return {} if missing_layout(folder) else source_files(folder)
+
     def check_files(self, root: Path) -> None:
         self.params.check(named=True)
         if self.params.hub:
             folder = pairs_folder(self.params, root)
-            if missing_layout(folder) and offline():
+            if missing_layout(folder) and download_blocked(hub_endpoint()):
                 fetch_hub(self.params, root)  # raises the line naming the folder and the files
             return
         folder = self.folder(root)
@@ -265,22 +364,29 @@ class PreparedPairs(Source):
         )
 
 
-def write_layout(folder: Path, splits: Mapping[str, object], force: bool = False) -> Path:
-    """Write ``splits`` (``{"train": PairSplit, "val": PairSplit}``) into ``folder`` in the safetensors layout.
+def write_layout(
+    folder: Path, splits: Mapping[str, object], force: bool = False, extra: Mapping[str, str] | None = None
+) -> Path:
+    """Write ``splits`` (``{"train": PairSplit, "val": PairSplit}``) into ``folder`` in the safetensors layout, with
+    the ``extra`` text files (``{name: text}``, such as ``gaptui-dataset.json``) beside them.
 
-    Each pair's H is relabelled back through its permutation, so node ``i`` of G~ is node ``i`` of G. Existing
-    layout files are replaced only with ``force``; the six files are written whole or not at all.
+    Each pair's H is relabelled back through its permutation, so node ``i`` of G~ is node ``i`` of G. Any file of
+    the same name (a layout file or an extra one) is replaced only with ``force``; the files are written whole or
+    not at all, as the group of one command.
     """
     from safetensors.numpy import save_file
 
     folder = Path(folder)
+    extra = dict(extra or {})
     if folder.exists() and not folder.is_dir():
         raise GaptuiError(f"--out {folder}: is a file; expected a folder for the six safetensors files")
-    present = [name for name in FILES if (folder / name).exists()]
+    present = [name for name in (*FILES, *extra) if (folder / name).exists() or (folder / name).is_symlink()]
     if present and not force:
         raise GaptuiError(f"--out {folder} already holds {present[0]}; choose another folder or pass --force")
     folder.mkdir(parents=True, exist_ok=True)
     with staged_files() as stage:
+        for name, text in extra.items():
+            stage(folder / name).write_text(text, encoding="utf-8")
         for split in SPLITS:
             data = splits[split]
             orders: dict[str, np.ndarray] = {}

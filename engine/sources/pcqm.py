@@ -24,6 +24,7 @@ from engine.sources.base import (
     split_counts,
 )
 from engine.sources.fetch import (
+    RawFiles,
     download_zip,
     error_reason,
     fetch_raw,
@@ -210,6 +211,11 @@ class Pcqm4mV2(MoleculeSource):
     sizes = (35000, 2000)
     #: Molecules sampled for downstream regression (seed 000, appendix F.1: the PCQM4Mv2 subset).
     molecule_sizes = (20000, 2000)
+
+    def check_files(self, root: Path) -> None:
+        folder = root / self.name / "pcqm4m-v2"
+        RawFiles(folder, PCQM4MV2_FILES, lambda: PCQM4MV2_URL).check(self.name)
+        rdkit_chem()  # read SMILES with: every run would fail without it
 
     def split_dict(self, root: Path) -> tuple[Path, dict[str, np.ndarray]]:
         """The folder of the raw files (fetched unless offline) and OGB's split dict."""

@@ -18,9 +18,11 @@ from engine.sources.base import (
     split_counts,
 )
 from engine.sources.fetch import (
+    RawFiles,
     open_pyg,
     pick,
     pyg_item,
+    pyg_url,
 )
 
 
@@ -69,6 +71,9 @@ class AqSol(MoleculeSource):
         "7,836 / 998 in the paper"
     )
 
+    def check_files(self, root: Path) -> None:
+        RawFiles(root / self.name / "raw", AQSOL_FILES, lambda: pyg_url("AQSOL")).check(self.name)
+
     def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
         from torch_geometric.datasets import AQSOL
 
@@ -108,6 +113,9 @@ class Zinc(MoleculeSource):
         "splits; subset=true is the 12k subset"
     )
     Params = ZincParams
+
+    def check_files(self, root: Path) -> None:
+        RawFiles(root / self.name / "raw", ZINC_FILES, lambda: pyg_url("ZINC")).check(self.name)
 
     def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
         from torch_geometric.datasets import ZINC

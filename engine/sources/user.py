@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
 from engine.errors import GaptuiError
-from engine.files import read_user_text
+from engine.files import fingerprint, read_user_text
 from engine.graphs import Graph, NormalisationReport
 from engine.registry import import_object
 from engine.sampling import adjacency, bfs_nodes, induced_subgraph
@@ -268,7 +268,7 @@ class EdgeListFolder(Source):
     Params = FolderParams
     sizes = (None, None)
 
-    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
+    def _files(self) -> tuple[Path, list[Path]]:
         if not self.params.path:
             raise GaptuiError("folder: name the folder of edge-list files with --param path=DIR")
         folder = Path(self.params.path).expanduser().resolve()
@@ -284,6 +284,16 @@ class EdgeListFolder(Source):
             ),
             key=lambda p: p.name,
         )
+        return folder, files
+
+    def source_files(self, root: Path) -> dict[str, str]:
+        try:
+            return {p.name: fingerprint(p)["sha256"] for p in self._files()[1]}
+        except (GaptuiError, OSError):
+            return {}
+
+    def load(self, n_train: int | None, n_val: int | None, rng: np.random.Generator, root: Path) -> BaseSplits:
+        folder, files = self._files()
         if not files:
             raise GaptuiError(
                 f"folder: no edge-list files ({', '.join('*' + s for s in EDGE_LIST_SUFFIXES)}) in {folder}"

@@ -14,8 +14,8 @@ declare ``name``, ``spec_type`` (a :class:`TaskSpec` dataclass), ``metrics`` (:c
 ``grid(preset, placement, limit)``. The rest is optional (see :mod:`engine.tasks.family`): declarations with
 defaults, hooks of the run model (dependencies, inputs to prepare, checks of a plan, derived tables) and
 capabilities a family opts into: a New-experiment form (:class:`FamilyForm`), a cost model
-(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own and the flags
-of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
+(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own, parts of
+its own in ``gaptui report`` and the flags of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
 ``docs/families.md`` holds a complete plug-in family. Training loops share :mod:`engine.loop` (resume at the exact
 batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events, the
 run's precision around the forward pass): a family writes its step (batches, forward, update) and its evaluation.

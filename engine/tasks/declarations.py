@@ -56,6 +56,9 @@ class Axis:
     #: axis names in one word (alignment's recipe names the eleven recipe fields): where runs of one table cell
     #: differ in them, the row label says the axis value rather than the fields (``gin (recipe ngab)``).
     covers: tuple[str, ...] = ()
+    #: Computed from the other axes (a property's class): filters and columns show it, a run's one-line
+    #: description leaves it out.
+    derived: bool = False
 
     def format(self, value: Any) -> str:
         if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -161,6 +164,8 @@ class DerivedTable:
     #: Mark the cells not significantly different from their column's best (Holm-corrected Welch over the values),
     #: as the ranking tables do.
     ties: bool = False
+    #: Row values that are training-free references: shown, never marked, never the best (as a layout's).
+    baselines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ A family must declare ``name``, ``spec_type``, ``metrics``, ``axes`` and ``table
   app's New-experiment form; None: the app offers to load a preset), ``cost_model`` (:class:`engine.cost.CostModel`:
   what a run costs in seconds and memory; the default learns from finished runs of the same cell), ``references``
   (:class:`engine.tasks.declarations.References`: published tables ``gaptui report`` compares with) and
-  ``commands`` (a module whose ``register(app)`` adds ``gaptui`` commands of the family's own) and ``train_flags``
+  ``commands`` (a module whose ``register(app)`` adds ``gaptui`` commands of the family's own), ``report`` (a
+  module whose ``report_sections`` adds parts of its own to ``gaptui report``) and ``train_flags``
   (:class:`engine.tasks.declarations.TrainFlags`: a run of the family described by ``gaptui train``'s flags).
 
 Generic code asks ``family.form is not None`` rather than calling a hook that answers nothing.
@@ -99,6 +100,10 @@ class TaskFamily:
     #: A module (``package.module``) whose ``register(app)`` adds commands of this family to the ``gaptui`` CLI
     #: (a Typer app); "" for none. Imported by the CLI only, never by the engine.
     commands: ClassVar[str] = ""
+    #: A module (``package.module``) whose ``report_sections(records, all_records)`` returns Markdown lines that
+    #: ``gaptui report`` adds to the family's part (its runs, and every run of the history for questions across
+    #: families); "" for none. Imported by gaptui only, never by the engine.
+    report: ClassVar[str] = ""
     #: How ``gaptui train`` describes one run of the family with flags alone (alignment: ``--base``, ``--noise``,
     #: ``--model``); None: its runs are trained from a preset (``--preset P --where ...``) or a spec file.
     train_flags: ClassVar[TrainFlags | None] = None

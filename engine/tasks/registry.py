@@ -22,7 +22,7 @@ from engine.tasks.run import RESULT
 from engine.tasks.spec import TaskSpec
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
-BUILTIN = ("engine.alignment.family", "engine.gape.family", "engine.properties.family")
+BUILTIN = ("engine.alignment.family", "engine.gape.family", "engine.properties.family", "engine.brec.family")
 #: Environment variable naming extra modules that register families (comma-separated).
 ENV_FAMILIES = "GAPTUI_FAMILIES"
 ENTRY_POINT_GROUP = "gaptui.families"

@@ -90,7 +90,7 @@ def optimal_line(gap: GapAnalysis) -> str:
     return f"{words}: {table.column_axis.format(gap.optimal)}"
 
 
-def _split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list[list[int]]:
+def split_columns(widths: Sequence[int], fixed: int, width: int | None) -> list[list[int]]:
     """Indices of columns grouped so that each group plus the ``fixed`` first column fits in ``width``."""
     if width is None:
         return [list(range(len(widths)))]
@@ -132,7 +132,7 @@ def render_rich(table: RankingTable, gap: GapAnalysis | None = None, width: int 
         for h, col in zip(headers, table.columns, strict=True)
     ]
     fixed = 4 + max(len(row_name), *map(len, table.rows))
-    groups = _split_columns(widths, fixed, width)
+    groups = split_columns(widths, fixed, width)
     label = table.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
@@ -361,7 +361,7 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
     }
     values[spread_label] = [f"{gap.spread[c] * scale:.1f}" for c in gap.columns]
     widths = [3 + max(len(h), *(len(v[i]) for v in values.values())) for i, h in enumerate(headers)]
-    groups = _split_columns(widths, 4 + max(map(len, values)), width)
+    groups = split_columns(widths, 4 + max(map(len, values)), width)
     label = gap.group or table.task
     rendered = []
     for g, columns in enumerate(groups):
@@ -382,22 +382,33 @@ def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:
 _PLOT_MARKERS = ("•", "x", "+", "o", "*", "#", "@", "%", "&", "=")
 
 
-def draw_gap_plot(plt: Any, gap: GapAnalysis, short: bool = False) -> None:
-    """Draw the gap of each row against the column axis on a plotext module or a widget's ``plt``.
+def draw_gap_plot(plt: Any, gap: GapAnalysis, short: bool = False, rows: int = 20) -> None:
+    """Draw the gap of each row against the column axis on a plotext module or a widget's ``plt`` (``rows``
+    high).
 
     Numeric columns (noise) are placed at their values, others one tick apart; each row has its own marker so
     the plot reads without colour; the optimal column is a red vertical line. ``short`` titles fit 80 columns.
+    The y range leaves the top rows to plotext's legend (drawn over the plot's top left), so it hides no point.
     """
     table = gap.table
     axis = table.column_axis
     scale = display_scale(gap.metric)
     numeric = axis.numeric
     position = {c: (float(c) if numeric else float(i)) for i, c in enumerate(gap.columns)}
+    drawn: list[float] = []
+    legend = 0  # lines of plotext's legend: one per row drawn
     for i, row in enumerate(gap.rows):
         xs = [c for c in gap.columns if c in gap.gaps[row]]
         if xs:
             ys = [gap.gaps[row][c] * scale for c in xs]
             plt.plot([position[c] for c in xs], ys, label=row, marker=_PLOT_MARKERS[i % len(_PLOT_MARKERS)])
+            drawn += ys
+            legend += 1
+    if drawn:
+        low, high = min(*drawn, 0.0), max(drawn)
+        span = (high - low) or 1.0
+        free = max(3, rows - 7 - legend)  # the plot's rows under the legend (title, ticks and labels take ~7)
+        plt.ylim(low, high + span * (legend + 1) / free)
     if gap.optimal is not None:
         plt.vline(position[gap.optimal], "red")
         if short:
@@ -426,7 +437,7 @@ def render_gap_plot(gap: GapAnalysis, width: int = 80, height: int = 20, color: 
     plt.clear_figure()
     plt.plot_size(width, height)
     plt.theme("pro" if color else "clear")  # "pro" colours the lines without painting a background
-    draw_gap_plot(plt, gap)
+    draw_gap_plot(plt, gap, rows=height)
     text = plt.build()
     plt.clear_figure()
     return text if color else plt.uncolorize(text)

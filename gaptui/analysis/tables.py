@@ -355,7 +355,7 @@ def _derived_table(task: str, derived: DerivedTable, protocol: TableProtocol | N
     row_axis, col_axis = fam.axis(derived.rows), fam.axis(derived.columns)
     values = {k: tuple(v) for k, v in derived.values.items() if v}
     means = {k: statistics.fmean(v) for k, v in values.items()}
-    best_at = _best_per_column(means, derived.metric)
+    best_at = _best_per_column(means, derived.metric, derived.baselines)
     cells = {
         (row, column): Cell(
             group=derived.name,
@@ -365,7 +365,9 @@ def _derived_table(task: str, derived: DerivedTable, protocol: TableProtocol | N
             median=means[(row, column)],
             std=statistics.stdev(v) if len(v) > 1 else 0.0,
             planned=None,
-            mark=_mark(means[(row, column)], best_at[column], derived.metric),
+            mark=""
+            if row in derived.baselines or column not in best_at
+            else _mark(means[(row, column)], best_at[column], derived.metric),
         )
         for (row, column), v in values.items()
     }
@@ -377,7 +379,7 @@ def _derived_table(task: str, derived: DerivedTable, protocol: TableProtocol | N
         tuple(sorted({c for _, c in values}, key=col_axis.sort_key)),
         cells,
         derived=True,
-        layout_override=TableLayout(None, derived.rows, derived.columns),
+        layout_override=TableLayout(None, derived.rows, derived.columns, baselines=derived.baselines),
         statistic=derived.statistic,
         protocol=protocol,
     )

@@ -56,6 +56,7 @@ from gaptui.backends.slurm_jobs import (
     task_result,
 )
 from gaptui.backends.slurm_node import run_task
+from gaptui.durations import earlier_parts_seconds
 from gaptui.history import History, now
 from gaptui.processes import tail
 from gaptui.run_records import PlannedSeeds
@@ -205,7 +206,9 @@ class SlurmScheduler(Scheduler):
     # ------------------------------------------------------------------------------------------ the loop
 
     def step(self) -> None:
-        if self.queue:
+        self._check_watched()
+        self.check_fail_fast()
+        if self.queue and self.control.may_start():
             self._submit()
         if time.monotonic() >= self._next_poll and self.running:
             self._poll()
@@ -217,7 +220,10 @@ class SlurmScheduler(Scheduler):
     def _read_events(self, job: Job) -> None:
         events, job.offset = read_events(job.run_dir / "events.jsonl", job.offset)
         for event in events:
-            job.last = event
+            if event.get("event") == "progress":
+                job.progress = event
+            else:
+                job.last = event
             if self.listener:
                 self.listener("event", job.run_hash, event)
 
@@ -401,7 +407,9 @@ class SlurmScheduler(Scheduler):
         fields["slurm"] = dict(meta)
         elapsed = elapsed_seconds(info.get("Elapsed"))
         if elapsed is not None:  # Slurm's figure holds even when the manager was away while the job ran
-            fields["duration"] = elapsed
+            # plus the earlier jobs this one resumed from (a time limit hit, a preemption)
+            events = read_events(job.run_dir / "events.jsonl")[0]
+            fields["duration"] = round(elapsed + earlier_parts_seconds(events, job.started), 2)
         if fields["status"] == "failed":
             fields["error"] = self._failure(job, state, info, outcome, retry_reason, fields.get("error"))
             fields["log_tail"] = fields["log_tail"] or tail(job_paths(self.ws, self.job_ids[h]).stderr)

@@ -45,11 +45,12 @@ from gaptui.tui.manager import (
     ManagerLoop,
     Retry,
     Shutdown,
+    Steer,
     StopAll,
 )
 from gaptui.tui.messages import (
     LogTail,
-    ManagerClosed,
+    ManagerMessage,
     ManagerNotice,
     RecordsAdded,
     RecordsLoaded,
@@ -148,7 +149,6 @@ class GaptuiApp(App[None]):
         self.state = SchedulerState((), (), ())
         #: Hashes of runs launched, retried or seen running in this session (the Runs screen shows them).
         self.session: set[str] = set()
-        self.detached: list[str] = []
         self.recovered: Recovered | None = None
         self._quitting = ""
         self._manager_worker: Worker[str] | None = None
@@ -158,6 +158,7 @@ class GaptuiApp(App[None]):
     async def on_mount(self) -> None:
         # Read once before the manager thread starts; afterwards only the manager touches the history.
         self.book.load(self.history.records())
+        self._say_left_out()
         # The records live as long as the app: out of the collector's full passes from now on, or the first one
         # (drawing the first screen allocates enough to trigger it) walks them all, 0.15 s at 20,000 runs.
         gc.freeze()
@@ -169,6 +170,13 @@ class GaptuiApp(App[None]):
         # sections are mounted on their first visit (their handlers wait for ``ready``).
         await self.switch_mode("history" if len(self.book) else "new")
         self.call_after_refresh(self._start_background)
+
+    def _say_left_out(self) -> None:
+        """Name the history records left out of every screen (a field of the wrong type), as the CLI warns."""
+        lines = list(self.history.left_out.values())
+        if lines:
+            more = f" (and {len(lines) - 1} more; `gaptui history` names each)" if len(lines) > 1 else ""
+            self.notify(f"{lines[0]}{more}", severity="warning", markup=False, timeout=15)
 
     def _start_background(self) -> None:
         self._manager_worker = self._run_manager()
@@ -191,7 +199,16 @@ class GaptuiApp(App[None]):
     @work(thread=True, exclusive=True, group="manager", name="scheduler", exit_on_error=False)
     def _run_manager(self) -> str:
         worker = get_current_worker()
-        return self.manager.run(lambda: worker.is_cancelled)
+
+        def abandoned() -> str | None:
+            """Why the app went away without a quit choice (its worker was cancelled), else None."""
+            if not worker.is_cancelled:
+                return None
+            if self.return_code:
+                return "the terminal app stopped on an error; resume with r in Runs or the same `gaptui run`"
+            return "the terminal app closed without a quit choice; resume with r in Runs or the same `gaptui run`"
+
+        return self.manager.run(abandoned)
 
     @work(thread=True, group="warm-up", name="import models", exit_on_error=False)
     def _warm_up(self) -> None:
@@ -245,6 +262,16 @@ class GaptuiApp(App[None]):
         yield SystemCommand("History", "Every run of the workspace: filter, sort, details (F4)", self._goto("history"))
         yield SystemCommand("Ranking", "Table D.3 per dataset and the accuracy-gap plot (F5)", self._goto("ranking"))
         yield SystemCommand("Export ranking table", "Write the current table to <workspace>/exports", self._export)
+        if self.state.paused:
+            yield SystemCommand("Resume the queue", "Start queued runs again (p in Runs)", self.action_pause_queue)
+        else:
+            yield SystemCommand(
+                "Pause the queue", "Start no more runs; running ones go on (p in Runs)", self.action_pause_queue
+            )
+        if self.state.draining:
+            yield SystemCommand(
+                "Undrain every slot", f"Give {', '.join(self.state.draining)} runs again", self.action_undrain_all
+            )
         yield SystemCommand("Stop all runs", "Cancel every queued and running run", self.action_stop_all)
         yield SystemCommand("Keys", "Every key binding (F1)", self.action_help)
         yield SystemCommand("Quit", "Quit gaptui, asking about runs in flight (Ctrl+Q)", self.action_quit)
@@ -327,6 +354,18 @@ class GaptuiApp(App[None]):
         """Have ``owner`` (a view) follow the log of one run; ``None`` stops."""
         self.manager.submit(FollowLog(owner, run_hash, run_dir))
 
+    def steer(self, action: str, slots: Iterable[str] = ()) -> None:
+        """Pause or resume the queue (``pause``, ``resume``), drain slots or give them runs again (``drain``,
+        ``resume`` with slots): runs already running go on."""
+        if self.writable():
+            self.manager.submit(Steer(action, tuple(slots)))
+
+    def action_pause_queue(self) -> None:
+        self.steer("resume" if self.state.paused else "pause")
+
+    def action_undrain_all(self) -> None:
+        self.steer("resume", self.state.draining)
+
     def action_stop_all(self) -> None:
         if not self.writable():
             return
@@ -344,6 +383,27 @@ class GaptuiApp(App[None]):
 
     # -------------------------------------------------------------------------------------- messages
 
+    #: The handler of each kind of :class:`ManagerMessage` (reached only through :meth:`_from_manager`).
+    MANAGER_HANDLERS: ClassVar[dict[type[ManagerMessage], str]] = {
+        RecordsLoaded: "_records_loaded",
+        RecordsAdded: "_records_added",
+        RunUpdated: "_run_updated",
+        RunEvents: "_run_events",
+        LogTail: "_log_tail",
+        SchedulerState: "_scheduler_state",
+        ManagerNotice: "_manager_notice",
+        Recovered: "_recovered",
+    }
+
+    @on(ManagerMessage)
+    def _from_manager(self, message: ManagerMessage) -> None:
+        """Every message of the manager thread (and of background tasks) arrives here. One that arrives while the
+        app is being torn down (quitting uninstalls the sections one by one, and the manager may still post) is
+        dropped: nothing is left to show it, and what it says is in the history already."""
+        if not self.is_running:
+            return
+        getattr(self, self.MANAGER_HANDLERS[type(message)])(message)
+
     def _changed(self, hashes: set[str]) -> None:
         if not hashes:
             return
@@ -357,42 +417,44 @@ class GaptuiApp(App[None]):
                 screen.records_changed(hashes)
         self._update_subtitle()
 
-    def on_records_loaded(self, message: RecordsLoaded) -> None:
+    def _records_loaded(self, message: RecordsLoaded) -> None:
         self._changed(self.book.load(message.records))
 
-    def on_records_added(self, message: RecordsAdded) -> None:
+    def _records_added(self, message: RecordsAdded) -> None:
         self._changed(self.book.add(message.records))
 
-    def on_run_updated(self, message: RunUpdated) -> None:
+    def _run_updated(self, message: RunUpdated) -> None:
         if self.book.update(message.run_hash, message.fields):
             self._changed({message.run_hash})
 
-    def on_run_events(self, message: RunEvents) -> None:
+    def _run_events(self, message: RunEvents) -> None:
         self.runs_screen.add_events(message.run_hash, message.events, message.reset)
         for screen in RunDetailScreen.open_screens(message.run_hash):
             screen.add_events(message.events, message.reset)
 
-    def on_log_tail(self, message: LogTail) -> None:
+    def _log_tail(self, message: LogTail) -> None:
         self.runs_screen.show_log(message.run_hash, message.lines)
         for screen in RunDetailScreen.open_screens(message.run_hash):
             screen.show_log(message.lines)
 
-    def on_scheduler_state(self, message: SchedulerState) -> None:
+    def _scheduler_state(self, message: SchedulerState) -> None:
         self.state = message
         self.session.update(message.running, message.queued)
         self.runs_screen.scheduler_changed(message)
         self._update_subtitle()
 
-    def on_manager_notice(self, message: ManagerNotice) -> None:
+    def _manager_notice(self, message: ManagerNotice) -> None:
         self.notify(message.text, severity=message.severity, markup=False, timeout=8)  # type: ignore[arg-type]
 
-    def on_recovered(self, message: Recovered) -> None:
+    def _recovered(self, message: Recovered) -> None:
         self.recovered = message
         parts = []
         if message.reattached:
             parts.append(f"re-attached {len(message.reattached)} run(s) still running: {', '.join(message.reattached)}")
         if message.refiled:
             parts.append(f"{len(message.refiled)} run(s) finished while gaptui was closed: their results are filed")
+        if message.foreground:
+            parts.append(message.foreground)
         waiting = [r for r in message.interrupted if r not in message.refiled]
         if waiting:
             parts.append(
@@ -400,8 +462,10 @@ class GaptuiApp(App[None]):
             )
         self.notify("; ".join(parts), title="Recovered", markup=False, timeout=12)
 
-    def on_manager_closed(self, message: ManagerClosed) -> None:
-        self.detached = message.detached
+    @property
+    def detached(self) -> list[str]:
+        """Run ids the manager left running (Quit's "Leave running"), for the next start to re-attach."""
+        return self.manager.detached
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -426,6 +490,8 @@ class GaptuiApp(App[None]):
             parts.append(f"{len(self.state.running)} running, {len(self.state.queued)} queued")
         if self.state.building:
             parts.append(self.state.building)
+        if self.state.control:
+            parts.append(self.state.control)
         if self.read_only:
             parts.append("READ-ONLY")
         self.sub_title = " · ".join(parts)
@@ -475,8 +541,9 @@ def _lock_holder(ws: Workspace) -> str:
         return "another process"
 
 
-def run_app(workspace: str | Path | None = None) -> None:
-    """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``)."""
+def run_app(workspace: str | Path | None = None) -> int:
+    """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``); returns the exit
+    status: 1 when the app stopped on an error (Textual prints its traceback), after saying which runs it stopped."""
     from gaptui.cli_common import err_console
 
     app = GaptuiApp(Workspace.resolve(workspace))
@@ -487,3 +554,15 @@ def run_app(workspace: str | Path | None = None) -> None:
             "start gaptui on this workspace again to re-attach them",
             highlight=False,
         )
+    interrupted = app.manager.interrupted
+    if app.return_code:
+        stopped = (
+            f"; {len(interrupted)} run(s) stopped or not started were recorded interrupted "
+            f"({', '.join(interrupted[:8])}{' ...' if len(interrupted) > 8 else ''}): resume them with r in Runs "
+            "or the same `gaptui run --preset`"
+            if interrupted
+            else ""
+        )
+        err_console.print(f"[red]error:[/] gaptui stopped on an error (above){stopped}", highlight=False)
+        return 1
+    return 0

@@ -32,11 +32,12 @@ from gaptui.backends.slurm import (
     sbatch_available,
 )
 from gaptui.history import History, history_stamp
-from gaptui.presets import parse_preset
+from gaptui.preset_code import is_trusted, review_preset
+from gaptui.queue_control import ControlChannel
+from gaptui.recovery import foreground_line
 from gaptui.scheduler import Scheduler, tail
 from gaptui.tui.messages import (
     LogTail,
-    ManagerClosed,
     ManagerNotice,
     RecordsAdded,
     RecordsLoaded,
@@ -48,11 +49,6 @@ from gaptui.tui.messages import (
 from gaptui.tui.planning import RETRYABLE, SlotConfig
 from gaptui.workspace import Workspace
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 #: Seconds between scheduler steps (the CLI's pace).
 POLL_SECONDS = 0.25
 #: Seconds between checks of the history file when another manager writes it (read-only mode).
@@ -61,6 +57,19 @@ HISTORY_POLL_SECONDS = 1.0
 TERMINAL_EVENTS = ("done", "cancelled", "error")
 #: Runs whose files are tailed at once besides the scheduler's own (the selection of the UI).
 MAX_FOLLOWED = 32
+
+
+def _reviewed(path: Path, ws: Workspace) -> Any:
+    """The preset file ``path`` validated again at launch (as ``gaptui run --preset`` would), from its bytes as
+    they are now: local code it names is imported only when the user allowed this very content (the file may have
+    changed since it was loaded)."""
+    review = review_preset(str(path), ws)
+    if review.local_code and not is_trusted(review):
+        raise GaptuiError(
+            f"{path} changed since it was loaded and names local code that was not allowed in this form; load the "
+            "preset again (ctrl+o) to review its code"
+        )
+    return review.load(lambda line: None)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -114,6 +123,14 @@ class FollowLog:
 
 
 @dataclass(frozen=True)
+class Steer:
+    """Pause or resume the queue, drain slots or give them runs again (:meth:`QueueControl.apply`'s request)."""
+
+    action: str
+    slots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StopAll:
     """Cancel everything in flight (SIGTERM, checkpoint, marked cancelled) and keep the loop going."""
 
@@ -125,7 +142,7 @@ class Shutdown:
     how: str = "stop"
 
 
-Command = Launch | Cancel | Retry | EditRecord | Follow | FollowLog | StopAll | Shutdown
+Command = Launch | Cancel | Retry | EditRecord | Follow | FollowLog | Steer | StopAll | Shutdown
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -166,11 +183,18 @@ class ManagerLoop:
     _logs: dict[str, _LogTarget] = field(default_factory=dict)
     _pending_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _state: SchedulerState | None = None
+    #: The ETA of the runs in flight and queued (:class:`gaptui.eta.Countdown`), once there are some.
+    _countdown: Any = None
     _building: str = ""
     _history_stamp: tuple[Any, ...] | None = None
     _next_history_poll: float = 0.0
     _finished: str | None = None
-    _detached: list[str] = field(default_factory=list)
+    #: Run ids left running by a ``detach`` shutdown (the next manager re-attaches them).
+    detached: list[str] = field(default_factory=list)
+    #: Run ids filed ``interrupted`` because the app went away without a choice (:meth:`run`).
+    interrupted: list[str] = field(default_factory=list)
+    #: Requests of `gaptui queue` in another terminal, and the state it reads (:mod:`gaptui.queue_control`).
+    channel: ControlChannel | None = None
 
     def submit(self, command: Command) -> None:
         """Queue a command for the loop (thread-safe)."""
@@ -178,15 +202,19 @@ class ManagerLoop:
 
     # -------------------------------------------------------------------------------------- lifecycle
 
-    def run(self, cancelled: Callable[[], bool]) -> str:
-        """Loop until a :class:`Shutdown` (or ``cancelled()``: the app went away without choosing, so stop every
-        run rather than orphan it). Returns how it ended. Closes the history (releases the workspace lock)."""
+    def run(self, abandoned: Callable[[], str | None]) -> str:
+        """Loop until a :class:`Shutdown`, or until ``abandoned()`` says why the app went away without choosing
+        (an error in the app, a test that ended): local workers then stop with a checkpoint and, like the runs
+        still queued, are filed ``interrupted`` with that reason (resumable, never passed off as the user's
+        cancellation); runs on Slurm are left to it. Returns how it ended. Closes the history (releases the
+        workspace lock)."""
         try:
             self._start()
             next_tick = time.monotonic()
             while self._finished is None:
-                if cancelled():
-                    self._shutdown("stop")
+                reason = abandoned()
+                if reason is not None:
+                    self._shutdown("interrupt", reason)
                     break
                 try:
                     command = self.commands.get(timeout=max(0.0, next_tick - time.monotonic()))
@@ -199,6 +227,8 @@ class ManagerLoop:
                 next_tick = time.monotonic() + POLL_SECONDS
             return self._finished or "stopped"
         finally:
+            if self.channel is not None:
+                self.channel.close()
             self.history.close()
             self.closed.set()
 
@@ -207,11 +237,15 @@ class ManagerLoop:
             self._poll_history(force=True)
             return
         self.scheduler = Scheduler(self.ws, self.history, self.slots.slots(), listener=self._listen)
+        self.channel = ControlChannel(self.ws, "the gaptui app")
         reattached, interrupted = self.scheduler.recover()
         reattached += self._reattach_slurm()
         refiled = list(self.scheduler.refiled)
-        if reattached or interrupted or refiled:
-            self.post(Recovered(reattached, interrupted, refiled))
+        # A foreground `gaptui train` files its own run: followed here (its end updates the book), never adopted.
+        self.scheduler.watch(self.scheduler.foreground)
+        foreground = foreground_line(self.scheduler.foreground, "followed here, never stopped from here")
+        if reattached or interrupted or refiled or foreground:
+            self.post(Recovered(reattached, interrupted, refiled, foreground))
         self._post_state()
         # The history this manager read (its cache: every record) lives as long as the app: out of the
         # collector's full passes, each of which would otherwise walk it (half a second at 20,000 records).
@@ -238,18 +272,23 @@ class ManagerLoop:
     def _backends(self) -> list[Scheduler]:
         return [b for b in (self.scheduler, self.slurm) if b is not None]
 
-    def _shutdown(self, how: str) -> None:
+    def _shutdown(self, how: str, reason: str | None = None) -> None:
+        """``stop``: stop every run; ``detach``: leave workers running for the next manager (queued runs are
+        cancelled); ``interrupt`` (no one chose): stop local workers and file them and the queued runs
+        ``interrupted`` with ``reason``, leaving Slurm's runs to it."""
         for backend in self._backends():
-            if how == "detach":
-                # Queued runs have no worker to leave behind: cancel them so history does not claim they are queued.
-                for spec in list(backend.queue):
-                    backend.cancel(spec.hash())
-                self._detached += backend.detach()
+            if how == "interrupt" and backend is not self.slurm:
+                ids = {h: self.history.find(h) for h in (*backend.running, *(s.hash() for s in backend.queue))}
+                backend.stop_all(status="interrupted", reason=reason)
+                self.interrupted += [r["id"] for r in ids.values() if r is not None]
+            elif how in ("detach", "interrupt"):
+                # Queued runs have no worker to leave behind: file them so history does not claim they are queued.
+                backend.withdraw_queued("cancelled" if how == "detach" else "interrupted", reason)
+                self.detached += backend.detach()
             elif backend.pending():
                 backend.stop_all()
         self._flush_events()
         self._finished = how
-        self.post(ManagerClosed(how, list(self._detached)))
 
     # -------------------------------------------------------------------------------------- commands
 
@@ -279,6 +318,8 @@ class ManagerLoop:
             elif isinstance(command, StopAll):
                 for backend in self._backends():
                     backend.stop_all()
+            elif isinstance(command, Steer):
+                self._steer({"action": command.action, "slots": list(command.slots)})
         except GaptuiError as exc:
             self.post(ManagerNotice(str(exc), "error"))
         except Exception as exc:  # noqa: BLE001 - one failed command must not end the supervision of running workers
@@ -296,7 +337,7 @@ class ManagerLoop:
         # A preset without a file was parsed from the form's document just before (FormDraft.preset()).
         preset = command.preset
         if preset.path is not None:
-            preset = parse_preset(tomllib.loads(preset.path.read_text()), preset.path)
+            preset = _reviewed(preset.path, self.ws)
         options = launch.LaunchOptions(
             gpus=command.slots.gpus,
             jobs_per_gpu=command.slots.jobs_per_gpu,
@@ -347,6 +388,8 @@ class ManagerLoop:
             parts.append(f"{len(grid_plan.failed)} failed before (skipped; tick 'retry failed' to rerun)")
         if launched.in_flight:
             parts.append(f"{launched.in_flight} already in flight")
+        if launched.foreground:
+            parts.append(f"{len(launched.foreground)} of them trained by `gaptui train` elsewhere (waited for)")
         if launched.failed:
             parts.append(f"{len(launched.failed)} failed to prepare")
         where = "Slurm" if target is self.slurm else f"{len(self.scheduler.slots)} slot(s)"
@@ -359,6 +402,11 @@ class ManagerLoop:
 
     def _cancel(self, hashes: tuple[str, ...]) -> None:
         assert self.scheduler is not None
+        foreground = [h for h in hashes if h in self.scheduler.watched]
+        if foreground:
+            line = foreground_line([self.history.find(h) or {"id": h[:12]} for h in foreground], "stop it there")
+            self.post(ManagerNotice(line, "warning"))
+        hashes = tuple(h for h in hashes if h not in foreground)
         missed = [h[:12] for h in hashes if not any(b.cancel(h) for b in self._backends())]
         if missed:
             self.post(ManagerNotice(f"not queued or running in this session: {', '.join(missed)}", "warning"))
@@ -425,7 +473,19 @@ class ManagerLoop:
             if events:
                 self.post(RunEvents(run_hash, events))
 
+    def _steer(self, request: dict[str, Any]) -> None:
+        """Apply a request (the app's keys, or `gaptui queue` in another terminal) to the local slots; a pause or a
+        resume of the whole queue holds for Slurm too."""
+        assert self.scheduler is not None
+        line = self.scheduler.control.apply(request, (s.name for s in self.scheduler.slots))
+        if self.slurm is not None and not request.get("slots"):
+            self.slurm.control.apply(request, ())
+        self.post(ManagerNotice(f"queue: {line}", "warning" if line.startswith("ignored") else "information"))
+
     def _tick(self) -> None:
+        if self.channel is not None and self.scheduler is not None:
+            for request in self.channel.poll():
+                self._steer(request)
         for backend in self._backends():
             if backend.pending():
                 try:
@@ -444,6 +504,21 @@ class ManagerLoop:
         if self.read_only:
             self._poll_history()
         self._post_state()
+        if self.channel is not None and self.scheduler is not None:
+            running, queued = (len(x) for x in self._state_fields()[:2])
+            self.channel.publish(self.scheduler.control, self.scheduler.slots, running, queued)
+
+    def _eta(self) -> str:
+        """The time left of the runs this manager drives: ``gaptui run``'s ETA (:class:`gaptui.eta.Countdown`)."""
+        from gaptui.eta import Countdown
+
+        if self.scheduler is None or not (self.scheduler.running or self.scheduler.queue):
+            return ""
+        if self._countdown is None:
+            self._countdown = Countdown(self.ws)
+        self._countdown.pack_seeds = self.scheduler.pack_seeds
+        self._countdown.refresh(self.scheduler, self.history.records)
+        return self._countdown.text()
 
     def _tail_logs(self) -> None:
         for target in self._logs.values():
@@ -482,7 +557,15 @@ class ManagerLoop:
         )
 
     def _post_state(self) -> None:
-        state = SchedulerState(*self._state_fields(), building=self._building)
+        control = self.scheduler.control if self.scheduler is not None else None
+        state = SchedulerState(
+            *self._state_fields(),
+            building=self._building,
+            paused=bool(control and control.paused),
+            draining=tuple(sorted(control.draining)) if control else (),
+            control=control.state_line() if control else "",
+            eta=self._eta(),
+        )
         if self._state is None or state != self._state:
             self._state = state
             self.post(state)

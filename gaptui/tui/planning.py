@@ -16,7 +16,6 @@ import bisect
 import json
 import math
 import re
-import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -432,63 +431,43 @@ class PlanSummary:
     failed: int
     to_run: int
     slots: int
+    #: ``gaptui run --dry-run``'s wall time on these slots from what it has cached (:func:`gaptui.estimate.
+    #: estimate_from_cache`: finished runs of the same cells, this machine's calibration); None: none yet.
     estimate_seconds: float | None
-    #: What the estimate comes from: ``history`` (the mean finished run of each model) or ``measured`` (this
-    #: machine's calibrated throughput and finished runs of the same cells, as ``gaptui run --dry-run`` says).
+    #: What the estimate comes from: ``measured`` (calibrated throughput, with finished runs of the same cells) or
+    #: ``history`` (finished runs of the same cells alone).
     estimate_source: str = "history"
+    #: What the estimate leaves out or may be off by (runs not estimated, a calibration under another load).
+    estimate_note: str = ""
 
     def text(self) -> str:
         """One line for the form's launch bar."""
         if not self.to_run:
             estimate = "nothing to run"
         elif self.estimate_seconds is None:
-            estimate = "no finished run to estimate the time from (gaptui run --dry-run measures this machine)"
+            estimate = "no estimate yet (gaptui run --dry-run measures this machine)"
         else:
-            source = "measured throughput" if self.estimate_source == "measured" else "mean run time in history"
+            source = "measured throughput" if self.estimate_source == "measured" else "finished runs of its cells"
             estimate = f"≈ {format_duration(self.estimate_seconds)} on {self.slots} slot(s), from {source}"
+            estimate += f" ({self.estimate_note})" if self.estimate_note else ""
         return (
             f"grid {self.size} runs · {self.existing} in history ({self.done} done, {self.failed} failed) · "
             f"{self.to_run} to run · {estimate}"
         )
 
 
-def estimate_seconds(models: Sequence[str], records: Iterable[Mapping[str, Any]], slots: int) -> float | None:
-    """Wall time of running ``models`` (one entry per run) on ``slots`` parallel slots.
-
-    Each run costs the mean duration of finished runs of its model, else the mean over every finished run;
-    ``None`` when history holds no finished run with a duration.
-    """
-    by_model: dict[str, list[float]] = {}
-    for record in records:
-        duration = record.get("duration")
-        if record.get("status") == "done" and isinstance(duration, (int, float)) and duration > 0:
-            by_model.setdefault(str((record.get("axes") or {}).get("model")), []).append(float(duration))
-    if not by_model:
-        return None
-    overall = statistics.fmean(d for durations in by_model.values() for d in durations)
-    means = {model: statistics.fmean(durations) for model, durations in by_model.items()}
-    total = sum(means.get(model, overall) for model in models)
-    return total / max(1, slots)
-
-
-def _model(spec: Any) -> str:
-    """What a run's duration is estimated from: its ``model`` axis (or its family when it has none)."""
-    from engine.tasks import family
-
-    return str(family(spec.task).record_axes(spec).get("model", spec.task))
-
-
 def summarize(specs: Sequence[Any], records: Mapping[str, Mapping[str, Any]], slots: int) -> PlanSummary:
-    """Size, history overlap (by spec hash) and estimate of a grid; ``records`` maps hash -> record."""
+    """Size and history overlap (by spec hash) of a grid; ``records`` maps hash -> record. Its estimate is the
+    dry run's, added by the caller."""
     hashes = [spec.hash() for spec in specs]
     statuses = [records[h]["status"] for h in hashes if h in records]
-    todo = [_model(spec) for spec, h in zip(specs, hashes, strict=True) if records.get(h, {}).get("status") != "done"]
+    to_run = sum(1 for h in hashes if records.get(h, {}).get("status") != "done")
     return PlanSummary(
         size=len(specs),
         existing=len(statuses),
         done=statuses.count("done"),
         failed=statuses.count("failed"),
-        to_run=len(todo),
+        to_run=to_run,
         slots=slots,
-        estimate_seconds=estimate_seconds(todo, records.values(), slots),
+        estimate_seconds=None if to_run else 0.0,  # the dry run's, once asked (off the UI thread)
     )

@@ -52,7 +52,9 @@ def _stats_table(dataset: Any) -> Table:
     spec = dataset.spec
     params = ", ".join(f"{k}={v}" for k, v in spec["params"].items())
     table = Table(
-        title=f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        title=escape(
+            f"{dataset.id}  {spec['base']}({params}) {spec['noise_model']} eta={spec['noise']:g} seed={spec['seed']}"
+        )
     )
     table.add_column("statistic")
     for split in dataset.stats:
@@ -70,7 +72,7 @@ def _print_stats(dataset: Any) -> None:
     console.print(_stats_table(dataset))
     files = {k: v for s in dataset.stats.values() for k, v in (s.get("source_files") or {}).items()}
     for name, digest in sorted(files.items()):
-        console.print(f"  read from {name}  sha256 {digest}", highlight=False)
+        console.print(f"  read from {name}  sha256 {digest}", highlight=False, markup=False)
 
 
 @datasets_app.command("build")
@@ -95,15 +97,13 @@ def datasets_build(
     """Build an alignment dataset (or find it in the cache) and print its id and statistics."""
     from engine.alignment.datasets import DatasetSpec, build_dataset
     from engine.sources import parse_param_args
+    from gaptui.cli_progress import step_progress
 
     ws = Workspace.resolve(workspace)
     spec = DatasetSpec(base, noise, noise_model, train, val, seed, parse_param_args(param))
     spec.canonical()  # validate before any work or spinner
-    if as_json:
+    with step_progress(f"building {base} at noise {noise:g}", quiet=as_json):
         dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
-    else:
-        with err_console.status(f"building {base} at noise {noise:g} ..."):
-            dataset, built = build_dataset(spec, ws.datasets, ws.raw_data, force=force)
     _note(dataset.meta.get("normalisation_note", ""))
     if as_json:
         record = _dataset_record(dataset, _symmetry(dataset))
@@ -111,7 +111,7 @@ def datasets_build(
         return
     _print_stats(dataset)
     how = f"built in {dataset.meta['build_seconds']:.2f} s" if built else "already cached"
-    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {dataset.path}", highlight=False)
+    console.print(f"dataset [bold]{dataset.id}[/] ({how}) at {escape(str(dataset.path))}", highlight=False)
 
 
 def _dataset_record(dataset: Any, symmetry: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -138,29 +138,34 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
         print_json([{"id": d.id, **_dataset_record(d, cached_stats(d))} for d in found])
         return
     if not found:
-        console.print(f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`")
-        return
-    table = Table(title=f"datasets in {ws.datasets}")
-    numeric = ("eta", "seed", "train", "val", "orbits", "1-WL")
-    for col in ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created"):
-        table.add_column(col, justify="right" if col in numeric else "left")
-    for d in found:
-        s = d.spec
-        val = (cached_stats(d) or {}).get("val") or {}
-        table.add_row(
-            d.id,
-            s["base"],
-            " ".join(f"{k}={v}" for k, v in s["params"].items()),
-            s["noise_model"],
-            f"{s['noise']:g}",
-            str(s["seed"]),
-            str(d.stats["train"]["pairs"]),
-            str(d.stats["val"]["pairs"]),
-            f"{val['orbit_ceiling']:.1%}" if "orbit_ceiling" in val else "–",
-            f"{val['wl_ceiling']:.1%}" if "wl_ceiling" in val else "–",
-            d.meta.get("created", ""),
+        console.print(
+            f"no datasets in {ws.datasets}; build one with `gaptui datasets build er --noise 0.12`",
+            highlight=False,
+            markup=False,
         )
-    console.print(table)
+        return
+    from gaptui.cli_tables import print_table
+
+    header = ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created")
+    cells = []
+    for d in found:
+        val = (cached_stats(d) or {}).get("val") or {}
+        cells.append(
+            [
+                d.id,
+                d.spec["base"],
+                " ".join(f"{k}={v}" for k, v in d.spec["params"].items()),
+                d.spec["noise_model"],
+                f"{d.spec['noise']:g}",
+                str(d.spec["seed"]),
+                str(d.stats["train"]["pairs"]),
+                str(d.stats["val"]["pairs"]),
+                f"{val['orbit_ceiling']:.1%}" if "orbit_ceiling" in val else "–",
+                f"{val['wl_ceiling']:.1%}" if "wl_ceiling" in val else "–",
+                str(d.meta.get("created", "")),
+            ]
+        )
+    print_table(console, f"datasets in {ws.datasets}", header, cells, right=(4, 5, 6, 7, 8, 9))
 
 
 @datasets_app.command("stats")
@@ -203,7 +208,7 @@ def datasets_export(
     ws = Workspace.resolve(workspace)
     dataset = intact(find_dataset(ws.datasets, ident), ws.raw_data)
     path = export_dataset(dataset, out, fmt, force=force)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @datasets_app.command("sources")

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
@@ -141,16 +143,23 @@ def properties_build(
         ]
         print_json({"datasets": rows, "built": built, "cached": len(reports) - built, "seconds": round(seconds, 3)})
         return
-    table = Table(title="property datasets")
-    for col in ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build"):
-        table.add_column(col, justify="left" if col in ("property", "family", "id") else "right", no_wrap=True)
-    for r in sorted(reports, key=lambda r: (r.spec.property, r.spec.family, r.spec.n)):
-        table.add_row(
-            r.spec.property, r.spec.family, str(r.spec.n), str(r.stats["graphs"]),
-            str(r.stats["resampled"]) if r.spec.family == "perturb" else "-", f"{r.stats['density_accuracy']:.3f}",
-            r.dataset_id, f"{r.seconds:.1f} s" if r.built else "cached",
-        )  # fmt: skip
-    console.print(table)
+    from gaptui.cli_tables import print_table
+
+    header = ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build")
+    cells = [
+        [
+            r.spec.property,
+            r.spec.family,
+            str(r.spec.n),
+            str(r.stats["graphs"]),
+            str(r.stats["resampled"]) if r.spec.family == "perturb" else "-",
+            f"{r.stats['density_accuracy']:.3f}",
+            r.dataset_id,
+            f"{r.seconds:.1f} s" if r.built else "cached",
+        ]  # fmt: skip
+        for r in sorted(reports, key=lambda r: (r.spec.property, r.spec.family, r.spec.n))
+    ]
+    print_table(console, "property datasets", header, cells, ids=(6,), right=(2, 3, 4, 5, 7))
     console.print(f"{len(reports)} datasets ({built} built, {len(reports) - built} cached) in {seconds:.1f} s")
 
 
@@ -184,7 +193,7 @@ def properties_export(
     if as_json:
         print_json({"out": str(out), "files": files})
         return
-    console.print(f"wrote {len(files)} files under {out}", highlight=False)
+    console.print(f"wrote {len(files)} files under {out}", highlight=False, markup=False)
 
 
 def _scoring_model(run: str, workspace: Path | None):  # noqa: ANN202 - (record, spec, model)
@@ -255,12 +264,12 @@ def properties_score(
         print_json(rows)
         return
     title = f"run {record['id']}: {prop.name} ({prop.definition}), {spec.pooling}"
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("file", "relation", "nodes", "edges", "P(holds)", "checker"):
         table.add_column(col, justify="right" if col in ("nodes", "edges", "P(holds)") else "left")
     for r in rows:
-        table.add_row(
-            r["file"], r["relation"] or "-", str(r["nodes"]), str(r["edges"]), f"{r['probability']:.3f}",
+        table.add_row(  # file and relation names are the user's: shown as they are, never read as markup
+            Text(r["file"]), Text(r["relation"] or "-"), str(r["nodes"]), str(r["edges"]), f"{r['probability']:.3f}",
             "holds" if r["exact"] else "fails",
         )  # fmt: skip
     console.print(table)

@@ -222,6 +222,8 @@ class NewExperimentScreen(SectionScreen):
         self._choices: dict[tuple[str, str, str], list[Any]] = {}
         #: Where the grid summary is computed (one at a time; quitting never waits for it).
         self._summaries = OneAtATime("grid summary")
+        #: The family whose form is drawn, every field and row composed (None while a family's form is built).
+        self.built_task: str | None = None
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -306,6 +308,7 @@ class NewExperimentScreen(SectionScreen):
     async def _show_family(self, values: dict[str, Any] | None = None) -> None:
         """Build the chosen family's form holding ``values`` (typed; default: the fields' defaults), or, for a
         family without fields, a note on the preset to launch."""
+        self.built_task = None
         fam = family(self.task_name)
         self.fields = () if fam.form is None else fam.form.fields()
         self.query_one("#tune-form").display = bool(self.fields and fam.tunable)
@@ -321,11 +324,13 @@ class NewExperimentScreen(SectionScreen):
                 preset = self.family_preset
                 about = preset.description or "no description"
                 note.update(f"{fam.name}: preset {preset.name} ({preset.path}) — {about}")
+            self.built_task = fam.name
             return
         note.update(f"{fam.name}: {fam.title}")
         shown = form_fields_of(default_values(self.fields) if values is None else values, self.fields)
-        await container.mount_all(list(self._layout(self.fields, shown)))
+        await container.mount_all(list(self._layout(self.fields, shown)))  # returns once every row is composed
         self._fill_choices()
+        self.built_task = fam.name
 
     def _layout(self, fields: tuple[FormField, ...], values: dict[str, Any]) -> list[Widget]:
         """Section titles; consecutive checkbox lists side by side; short fields as cells of a grid."""
@@ -335,9 +340,13 @@ class NewExperimentScreen(SectionScreen):
         while i < len(fields):
             spec = fields[i]
             if spec.kind == "multi":
-                group = []
+                group, titles = [], set()
                 while i < len(fields) and fields[i].kind == "multi":
+                    # a column's title is its section, or its own label when a column beside it has that section
                     title = fields[i].section or fields[i].label
+                    if title in titles:
+                        title = fields[i].label[:1].upper() + fields[i].label[1:]
+                    titles.add(title)
                     group.append(
                         Vertical(Static(title, classes="section-title", markup=False), self._widget(fields[i], values))
                     )
@@ -531,7 +540,15 @@ class NewExperimentScreen(SectionScreen):
         found = estimate_from_cache(grid_plan, slots, ws, records.values(), pack)
         if found is None:
             return summary
-        return replace(summary, estimate_seconds=found.plan.wall, estimate_source="measured")
+        measured = any(r.source.startswith("calibration") for r in found.runs)
+        notes = [f"{len(found.runs)} of {len(found.runs) + len(found.missing)} runs"] if found.missing else []
+        notes += [f"calibration {found.stale[0]}: the dry run measures again"] if found.stale else []
+        return replace(
+            summary,
+            estimate_seconds=found.plan.wall,
+            estimate_source="measured" if measured else "history",
+            estimate_note="; ".join(notes),
+        )
 
     def on_plan_computed(self, message: PlanComputed) -> None:
         self.summary = message.summary
@@ -602,7 +619,7 @@ class NewExperimentScreen(SectionScreen):
 
         def read() -> None:
             review = review_preset(name, ws)
-            self.post_message(PresetReviewed(review, is_trusted(ws, review)))
+            self.post_message(PresetReviewed(review, is_trusted(review)))
 
         self.gapp.run_task(read, name=f"read preset {name}", group="preset")
 
@@ -632,12 +649,11 @@ class NewExperimentScreen(SectionScreen):
 
     def _load_reviewed(self, review: PresetReview, allowed: bool) -> None:
         """Validate the preset from the bytes that were reviewed (this imports its code), remembering an Allow."""
-        ws = self.gapp.ws
 
         def load() -> None:
             if allowed:
-                trust(ws, review)
-            self.post_message(PresetLoaded(review.load(), review.sha256, review.raw))
+                trust(review)
+            self.post_message(PresetLoaded(review.load(lambda line: None), review.sha256, review.raw))  # listed above
 
         self.notify(f"loading preset {review.path.stem} ...", markup=False)
         self.gapp.run_task(load, name=f"load preset {review.path.stem}", group="preset")

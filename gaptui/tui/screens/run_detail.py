@@ -183,7 +183,8 @@ class RunDetailScreen(SectionScreen):
             return
         self._dirty = False
         record = self.record
-        self.query_one(CurvesPanel).draw({f"{describe(record)} {record.get('id', '')}": self.feed.curve()})
+        runs = {f"{describe(record)} {record.get('id', '')}": self.feed.curve()}
+        self.query_one(CurvesPanel).draw(runs, record_task(record))
 
     # -------------------------------------------------------------------------------------- actions
 

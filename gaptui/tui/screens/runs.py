@@ -58,6 +58,8 @@ class RunsScreen(SectionScreen):
         Binding("r", "retry_runs", "Retry"),
         Binding("o", "open_history", "Open in history"),
         Binding("u", "unmark", "Unmark all"),
+        Binding("p", "pause_queue", "Pause/resume queue"),
+        Binding("d", "drain_slot", "Drain slot"),
     ]
     DEFAULT_CSS = """
     RunsScreen #runs-state { height: 1; padding: 0 1; color: $text-muted; }
@@ -169,10 +171,14 @@ class RunsScreen(SectionScreen):
         if not self.ready:
             return
         parts = [f"{len(state.running)} running", f"{len(state.queued)} queued"]
+        if state.eta:
+            parts.append(state.eta)
         if state.slots:
             parts.append(f"slots {', '.join(state.slots)}")
         if state.building:
             parts.append(state.building)
+        if state.control:
+            parts.append(state.control)
         if self.gapp.read_only:
             parts = ["read-only: following the runs of another manager"]
         self.query_one("#runs-state", Static).update(" · ".join(parts) + " — Space marks runs to overlay curves")
@@ -228,13 +234,14 @@ class RunsScreen(SectionScreen):
         if self._curves_dirty and self.is_current:
             self._curves_dirty = False
             book = self.gapp.book.records
-            runs = {}
+            runs, tasks = {}, []
             for run_hash in self._plotted:
                 record = book.get(run_hash)
                 if record is not None:
                     label = f"{describe(record)} s{record['seed']} {record['id'][:6]}"
                     runs[label] = self.feeds.get(run_hash, RunFeed()).curve()
-            self.query_one(CurvesPanel).draw(runs)
+                    tasks.append(record_task(record))
+            self.query_one(CurvesPanel).draw(runs, tasks[0] if tasks else None)  # the first run's family
 
     # -------------------------------------------------------------------------------------- selection
 
@@ -288,6 +295,23 @@ class RunsScreen(SectionScreen):
         if not chosen:
             self.notify(f"nothing to {verb}: only {', '.join(statuses)} runs can be", severity="warning")
         return chosen
+
+    def action_pause_queue(self) -> None:
+        """Start no more runs (running ones go on), or start them again."""
+        self.gapp.steer("resume" if self.gapp.state.paused else "pause")
+
+    def action_drain_slot(self) -> None:
+        """The slot of the run under the cursor finishes its run and takes no other; on a run of a draining slot:
+        the slot takes runs again."""
+        cursor = self.table.cursor_hash
+        record = self.gapp.book.get(cursor) if cursor else None
+        slot = (record or {}).get("slot")
+        if record and slot in self.gapp.state.draining:
+            self.gapp.steer("resume", [slot])
+        elif record and record["status"] == "running" and slot in self.gapp.state.slots:
+            self.gapp.steer("drain", [slot])
+        else:
+            self.notify("put the cursor on a run running on a slot of this app to drain that slot", severity="warning")
 
     def action_cancel_runs(self) -> None:
         self.gapp.cancel_runs(self._with_status(IN_FLIGHT, "cancel"))

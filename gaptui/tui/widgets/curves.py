@@ -1,4 +1,4 @@
-"""CurvesPanel: training loss and validation LAP accuracy of one or more runs, overlaid, side by side.
+"""CurvesPanel: the training loss and the family's metric of one or more runs, overlaid, side by side.
 
 The panel only draws: the screen that shows it owns the event lists and calls :meth:`CurvesPanel.draw` from its
 redraw timer (about twice a second), never once per incoming event.
@@ -13,11 +13,14 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual_plotext import PlotextPlot
 
-from gaptui.plots import CURVES, draw_curve
+from gaptui.plots import curves_of, draw_curve
+
+#: The two plots: the loss, and the family's metric (:func:`gaptui.plots.curves_of`).
+PLOTS = ("loss", "metric")
 
 
 class CurvesPanel(Horizontal):
-    """One PlotextPlot per curve of :data:`gaptui.plots.CURVES` (training loss, validation LAP accuracy)."""
+    """Two PlotextPlots: the training loss, and the metric the runs' family declares (alignment: LAP acc)."""
 
     DEFAULT_CSS = """
     CurvesPanel { height: 1fr; min-height: 8; }
@@ -25,13 +28,14 @@ class CurvesPanel(Horizontal):
     """
 
     def compose(self) -> ComposeResult:
-        for key, _ in CURVES:
-            yield PlotextPlot(id=f"curve-{key}")
+        for name in PLOTS:
+            yield PlotextPlot(id=f"curve-{name}")
 
-    def draw(self, runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
-        """Redraw both plots from ``runs`` (label -> events in epoch order) with each widget's own ``plt``."""
-        for key, title in CURVES:
-            plot = self.query_one(f"#curve-{key}", PlotextPlot)
+    def draw(self, runs: Mapping[str, Sequence[Mapping[str, Any]]], task: str | None = None) -> None:
+        """Redraw both plots from ``runs`` of ``task`` (label -> rows of :func:`gaptui.plots.epoch_rows`) with each
+        widget's own ``plt``."""
+        for name, (key, title) in zip(PLOTS, curves_of(task, runs), strict=True):
+            plot = self.query_one(f"#curve-{name}", PlotextPlot)
             # Braille gives two dots per column: more points than that only cost drawing time.
             limit = max(16, 2 * plot.size.width)
             plot.plt.clear_figure()

@@ -23,5 +23,5 @@ class GapPlot(PlotextPlot):
         if gap is None or not gap.columns:
             plt.title("gap: no finished runs of trained models yet")
         else:
-            draw_gap_plot(plt, gap, short=True)
+            draw_gap_plot(plt, gap, short=True)  # sized when rendered: the CLI's 20 rows assumed for the legend
         self.refresh()

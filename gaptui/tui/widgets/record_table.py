@@ -438,17 +438,11 @@ class RecordTable(DataTable):
         self.set_records(self.records())
 
     def resort(self) -> None:
-        """Apply the current sort again (after rows were appended); keeps the cursor."""
-        if self.sort_column is None or not self._records:
-            return
-        if self._pending:
-            self.set_records(list(self._records.values()))  # rows not added yet: order them all again
-            return
-        keep = self.cursor_hash
-        # The sort key sees cell values only: the run id cell leads back to the record behind the row.
-        order = {r["id"]: i for i, r in enumerate(self._ordered(list(self._records.values())))}
-        self.sort("id", key=order.__getitem__)
-        self.move_to(keep)
+        """Apply the current sort again (after rows were appended); keeps the cursor. Rows are ordered by their
+        records' cached sort keys and added again a screenful first, as :meth:`sort_by` does: never by the cells
+        (Rich ``Text``, neither hashable nor ordered), which ``DataTable.sort`` would hand its key."""
+        if self.sort_column is not None and self._records:
+            self.set_records(self.records())
 
     def move_to(self, run_hash: str | None) -> None:
         """Put the cursor on the row of ``run_hash``, scrolling it into view (as soon as the row is added)."""
