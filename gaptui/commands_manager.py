@@ -642,13 +642,21 @@ def history_cmd(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
+    hide: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--hide",
+            help="Hide these protocol columns (repeatable or comma-separated): a setting such as epochs, pairs, "
+            "batch, or 'protocol' for all of them.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
     from gaptui.cli_tables import print_table
-    from gaptui.columns import aligned, record_columns
+    from gaptui.columns import aligned, record_columns, visible_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
 
@@ -669,7 +677,7 @@ def history_cmd(
         )
         return
     tasks = analysis.record_tasks(records)
-    columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
+    columns = visible_columns(record_columns(task or (tasks[0] if len(tasks) == 1 else None)), hide or [])
     total = len(records)
     if limit and total > limit:
         records = sorted(records, key=lambda r: r.get("created") or "")[-limit:]
@@ -711,6 +719,7 @@ def show_cmd(
     from gaptui.history import History
     from gaptui.plots import curves_plot
     from gaptui.probe_view import probe_tables, probes_heading, read_probes
+    from gaptui.protocol import settings_texts
     from gaptui.record import record_family, record_metrics, record_task
 
     ws = Workspace.resolve(workspace)
@@ -736,6 +745,10 @@ def show_cmd(
     axes = record.get("axes") or {}
     for axis in fam.axes if fam else ():
         head.add_row(axis.name, escape(axis.format(axes.get(axis.key))))
+    texts = settings_texts(record)
+    for setting in fam.settings() if fam else ():
+        if texts.get(setting.key):
+            head.add_row(setting.name, escape(texts[setting.key]))
     for key in ("seed", "depends", "params", "duration", "preset", "tags", "note", "error", "run_dir"):
         value = record.get(key)
         if value not in (None, "", []):

@@ -261,17 +261,11 @@ def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
 
 
 def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]], fig_spec: Figure, path: Path) -> Path:
-    """Metrics named ``<prefix><x>`` against x, per row: the mean over every finished run of the row in the table."""
+    """Metrics named ``<prefix><x>`` against x, per row: the mean over every run of the row's cells in the table."""
     plt = pyplot()
     pattern = re.compile(re.escape(fig_spec.prefix) + r"(\d+(?:\.\d+)?)$")
-    layout = table.layout
     by_row: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for rec in records:
-        if rec.get("status") != "done" or analysis.record_task(rec) != table.task:
-            continue
-        if layout.group and str(analysis.axis_value(rec, layout.group)) != table.group:
-            continue
-        row = str(analysis.axis_value(rec, layout.rows))
+    for row, _, rec in _cell_runs(table, records):
         for key, value in (rec.get("metrics") or {}).items():
             if (m := pattern.match(key)) and isinstance(value, (int, float)) and math.isfinite(value):
                 by_row[row][float(m.group(1))].append(float(value))
@@ -289,24 +283,29 @@ def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     return save_figure(fig, path)
 
 
+def _cell_runs(
+    table: analysis.RankingTable, records: Sequence[dict[str, Any]]
+) -> Iterable[tuple[str, Any, dict[str, Any]]]:
+    """(row, column, record) of every run whose value a cell of ``table`` holds: the rows as the table splits them
+    (one cell, one protocol), never regrouped from the records' axes."""
+    by_id = {str(r.get("id")): r for r in records}
+    for cell in table.iter_cells():
+        for run_id in cell.ids:
+            if (record := by_id.get(run_id)) is not None:
+                yield cell.row, cell.column, record
+
+
 def learning_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     """Per column and row: the median over seeds of ``train_loss`` (``epoch`` events) and of the table's metric
-    (``eval`` events) at each epoch, read from the runs' ``events.jsonl``."""
-    layout, metric = table.layout, table.metric.key
+    (``eval`` events) at each epoch, read from the ``events.jsonl`` of the runs each cell holds."""
+    metric = table.metric.key
     out: dict[Any, dict[str, Any]] = defaultdict(lambda: defaultdict(lambda: {"loss": {}, "metric": {}}))
     per: dict[tuple[Any, str], dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: {"loss": defaultdict(list), "metric": defaultdict(list)}
     )
-    for rec in records:
-        if rec.get("status") != "done" or analysis.record_task(rec) != table.task or not rec.get("run_dir"):
+    for row, column, rec in _cell_runs(table, records):
+        if not rec.get("run_dir"):
             continue
-        if layout.group and str(analysis.axis_value(rec, layout.group)) != table.group:
-            continue
-        try:
-            column = table.column_axis.key_of(analysis.axis_value(rec, layout.columns))
-        except (TypeError, ValueError):
-            continue
-        row = table.row_axis.key_of(analysis.axis_value(rec, layout.rows))
         series = per[(column, row)]
         for event in iter_events(Path(rec["run_dir"]) / "events.jsonl"):
             epoch = event.get("epoch")

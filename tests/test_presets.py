@@ -27,7 +27,9 @@ def test_shipped_presets() -> None:
     assert paper.size == 5 * 8 * 5 * 10 + 5 * 8
     specs = grid(paper, ws)
     assert len({s.hash() for s in specs}) == len(specs) == 2040
-    assert {s.model for s in specs} == {"gcn", "gin", "gatedgcn", "gat", "gatv2", "laplacian"}
+    # the paper's "GatedGCN" is ggnn with two propagation steps (Table C.2: width 48, 59,680 parameters)
+    assert {s.model for s in specs} == {"gcn", "gin", "ggnn", "gat", "gatv2", "laplacian"}
+    assert {s.model_kwargs.get("steps") for s in specs if s.model == "ggnn"} == {2}
     assert sorted({s.dataset["noise"] for s in specs}) == [0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.3]
     assert all(s.epochs == 300 for s in specs)
     # seed-major: the first 205 runs cover every (dataset, noise, model) cell once
