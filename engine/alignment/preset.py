@@ -331,8 +331,9 @@ def preset_of(head: PresetHead) -> Preset:
         raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")
     # Validate the run options once through the same checks the worker applies, and build each model once so an
     # impossible budget or a bad model option fails here rather than in every worker of the grid.
-    grid(preset, Placement(".", "."), limit=1)
+    # The models first: a bad model option is then named by the preset key that holds it.
     _check_models(preset, where)
+    grid(preset, Placement(".", "."), limit=1)
     return preset
 
 
