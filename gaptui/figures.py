@@ -95,6 +95,18 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def pyplot() -> Any:
+    """matplotlib's ``pyplot`` on the Agg backend with the style of gaptui's figures (one error line when
+    matplotlib is missing), for a figure drawn outside this module."""
+    return _matplotlib()
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (its format from the suffix) as the figures of this module are written:
+    deterministic bytes, margins trimmed, atomically; the figure is closed."""
+    return _save(fig, path)
+
+
 def _scale(metric: Any) -> float:
     return analysis.display_scale(metric)
 
