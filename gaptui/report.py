@@ -129,10 +129,11 @@ def family_section(
     """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``. Tables,
     statistics and figures leave out the runs of ``gaptui tune`` trials (its final runs shown with ``tuned``); a
     "Tuning" part summarises the family's studies."""
-    from gaptui.tuning import report_lines, table_view
+    from gaptui.tuning import table_view
+    from gaptui.tuning_report import report_lines
 
     fam = family(task)
-    tuning_lines = report_lines(records, task)
+    tuning_lines = report_lines(records, task, ws, staging, fmt)
     records = table_view(records, tuned)
     mine = analysis.task_records(records, task)
     tables = analysis.build_tables(mine, task=task)
