@@ -91,7 +91,7 @@ def report_lines(
         )
     lines += ["", *notes, ""] if notes else [""]
     if ws is not None and staging is not None:
-        lines += figure_lines(ws, [(r.study, r.row) for r in rows], task, staging, fmt)
+        lines += figure_lines(ws, [(r.study, r.row, r.metric) for r in rows], task, staging, fmt)
     axis = family(task).axis(family(task).table.columns).name
     for study, metric in studies.items():
         change = ranking_change(records, task, metric, study)
@@ -107,7 +107,7 @@ def report_lines(
     return lines
 
 
-def figure_lines(ws: Any, rows: list[tuple[str, str]], task: str, staging: Path, fmt: str) -> list[str]:
+def figure_lines(ws: Any, rows: list[tuple[str, str, str]], task: str, staging: Path, fmt: str) -> list[str]:
     """Per study row: Optuna's parallel-coordinate figure (every completed trial's values and its value) and its
     parameter importances (fANOVA; from :data:`IMPORTANCE_TRIALS` completed trials), drawn into ``staging``, or a
     line saying why a figure is missing (no study file, too few trials, no variance)."""
@@ -116,7 +116,7 @@ def figure_lines(ws: Any, rows: list[tuple[str, str]], task: str, staging: Path,
     except ImportError:
         return ["Tuning figures need Optuna: pip install 'gaptui[tune]'.", ""]
     lines = ["### Tuning figures", ""]
-    for study_name, row in rows:
+    for study_name, row, metric in rows:
         path = study_path(ws, study_name)
         title = f"{study_name} / {row}"
         if not path.is_file():
@@ -134,7 +134,7 @@ def figure_lines(ws: Any, rows: list[tuple[str, str]], task: str, staging: Path,
         if not complete:
             lines += [f"- {title}: no completed trial yet, so no figures.", ""]
             continue
-        drawn = _draw(study, "parallel", staging / f"{stem}-parallel.{fmt}", title)
+        drawn = _draw(study, "parallel", staging / f"{stem}-parallel.{fmt}", title, metric)
         lines += [f"![{stem}-parallel](figures/{drawn.name})", ""]
         if len(complete) < IMPORTANCE_TRIALS:
             lines += [
@@ -144,7 +144,7 @@ def figure_lines(ws: Any, rows: list[tuple[str, str]], task: str, staging: Path,
             ]
             continue
         try:
-            drawn = _draw(study, "importance", staging / f"{stem}-importance.{fmt}", title)
+            drawn = _draw(study, "importance", staging / f"{stem}-importance.{fmt}", title, metric)
         except (RuntimeError, ValueError) as exc:  # every trial with the same values: nothing to attribute
             lines += [f"- {title}: no parameter importance ({str(exc).splitlines()[0]}).", ""]
             continue
@@ -152,7 +152,7 @@ def figure_lines(ws: Any, rows: list[tuple[str, str]], task: str, staging: Path,
     return lines
 
 
-def _draw(study: Any, kind: str, path: Path, title: str) -> Path:
+def _draw(study: Any, kind: str, path: Path, title: str, metric: str) -> Path:
     """One of Optuna's matplotlib figures of ``study``, in the style and deterministic bytes of gaptui's figures."""
     from optuna.visualization import matplotlib as views
 
@@ -163,7 +163,10 @@ def _draw(study: Any, kind: str, path: Path, title: str) -> Path:
     with plt.rc_context(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the matplotlib views are marked experimental
         draw = views.plot_parallel_coordinate if kind == "parallel" else views.plot_param_importances
-        ax = draw(study)
+        ax = draw(study, target_name=metric or "value")
+        for lines in ax.collections:  # the lowest trial's line in Optuna's Blues is white on white: viridis
+            if lines.get_array() is not None:
+                lines.set_cmap("viridis")
         fig = ax.figure
         fig.set_size_inches(figures.FULL_WIDTH, 2.8)
         for loc in ("left", "right"):
