@@ -92,12 +92,15 @@ class _Stop:
 
 
 def versions() -> dict[str, str]:
-    """Package versions that decide the numbers, for the reproducibility record.
+    """Package versions that decide the numbers, for the reproducibility record; gaptui's names its code too
+    (:func:`engine.provenance.code_version`: the commit or a hash of the sources).
 
     Read from the installed packages' metadata, not by importing them: importing ``torch_geometric`` pulls in
     ``torch._dynamo``, seconds of start-up that a worker whose family uses neither would pay at its end."""
     import importlib
     from importlib.metadata import PackageNotFoundError, version
+
+    from engine.provenance import code_version
 
     def of(name: str) -> str:
         try:
@@ -114,7 +117,7 @@ def versions() -> dict[str, str]:
         "torch_geometric": of("torch_geometric"),
         "numpy": of("numpy"),
         "scipy": of("scipy"),
-        "gaptui": of("gaptui"),
+        "gaptui": code_version(),
     }
 
 

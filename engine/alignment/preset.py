@@ -24,6 +24,7 @@ from engine.presets import (
     unique_values,
 )
 from engine.tasks.spec import Placement
+from engine.typed import short_value
 
 BASELINE = "laplacian"
 #: The training-free rows, in table order: the Laplacian baseline, then the solvers.
@@ -43,7 +44,7 @@ def model_label(spec: RunSpec) -> str:
     adds its decoder (``gin+faq``)."""
     label = spec.model
     if spec.model_kwargs:
-        label += "[" + ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items())) + "]"
+        label += "[" + ",".join(f"{k}={short_value(v)}" for k, v in sorted(spec.model_kwargs.items())) + "]"
     positional = positional_text(spec.features) if spec.trained else ""
     label = f"{label}+{positional}" if positional else label
     return f"{label}+{spec.decoder}" if spec.decoder else label
