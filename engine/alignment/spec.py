@@ -242,7 +242,9 @@ class RunSpec(TaskSpec):
                 raise GaptuiError(
                     f"{where}: {key} = '{getattr(self, key)}' applies to built-in models only, not '{self.model}'"
                 )
-        if self.model != "laplacian" and ":" not in self.model:
+        from engine.alignment.solvers import is_solver
+
+        if self.model != LAPLACIAN and ":" not in self.model and not is_solver(self.model):
             from engine.models import check_options
 
             try:
