@@ -41,12 +41,18 @@ def model_label(spec: RunSpec) -> str:
     than one cell. The base inputs (``degree``, ``ones``) are the recipe's, named by the recipe axis. A solver's
     options that differ from its defaults show the same way (``faq[init=barycenter]``); a search on top of a model
     adds its decoder (``gin+faq``)."""
-    label = spec.model
-    if spec.model_kwargs:
-        label += "[" + ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items())) + "]"
-    positional = positional_text(spec.features) if spec.trained else ""
-    label = f"{label}+{positional}" if positional else label
+    label = row_label(spec.model, spec.model_kwargs, spec.features if spec.trained else None)
     return f"{label}+{spec.decoder}" if spec.decoder else label
+
+
+def row_label(model: str, model_kwargs: dict[str, Any], features: str | None) -> str:
+    """A model's row: ``model``, its options in brackets, the positional parts of ``features``. The BREC family
+    names its trained rows this way too, so the two families' rows of one architecture match."""
+    label = model
+    if model_kwargs:
+        label += "[" + ",".join(f"{k}={v}" for k, v in sorted(model_kwargs.items())) + "]"
+    positional = positional_text(features)
+    return f"{label}+{positional}" if positional else label
 
 
 def is_reference_row(label: str) -> bool:

@@ -154,6 +154,6 @@ def model_label(spec: BrecSpec) -> str:
     architecture match."""
     if spec.is_wl:
         return spec.model
-    from engine.alignment.preset import model_label as alignment_label
+    from engine.alignment.preset import row_label
 
-    return alignment_label(spec)  # type: ignore[arg-type]  # reads model, model_kwargs and features only
+    return row_label(spec.model, spec.model_kwargs, spec.features)
