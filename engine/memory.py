@@ -218,7 +218,7 @@ class MemoryNeed:
 
 
 def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
-    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.cost.CostModel.memory`), in order.
+    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.tasks.cost.CostModel.memory`), in order.
 
     A run's need does not depend on its seed (sizes, not draws): runs of one cell (:meth:`TaskSpec.seedless`) are
     asked once."""

@@ -30,8 +30,8 @@ from engine.alignment.preset import (
 from engine.alignment.recipes import RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
-from engine.cost import CostModel
 from engine.errors import GaptuiError
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, Bound, Figure, Metric, References, TableLayout, TrainFlags, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule

@@ -9,8 +9,7 @@ from typing import Any
 
 from engine.alignment.recipes import DEFAULT_RECIPE, RECIPES
 from engine.errors import GaptuiError
-from engine.hardware import precision_field
-from engine.tasks.form import FormField, form_table, table_values
+from engine.tasks.form import FormField, form_table, precision_field, table_values
 
 #: The noise grid of the paper (Table D.3), as shares.
 PAPER_NOISE = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)

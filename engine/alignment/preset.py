@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from engine.alignment.recipes import RECIPE_FIELDS, SCAFFOLD_FIELDS, resolve
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import (
+from engine.tasks.presets import (
     PresetBase,
     PresetHead,
     SlurmOptions,
@@ -244,7 +244,7 @@ class Preset(PresetBase):
         return self.run
 
 
-#: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.presets`').
+#: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.tasks.presets`').
 OWN_KEYS = ("noise", "models", "laplacian", "solvers", "decoders", "model_options", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name in RunOptions().spec_fields())

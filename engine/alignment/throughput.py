@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.solvers import is_solver
-from engine.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
-from engine.cost import CellHistory, CostContext, CostReport, Profile, RunCost
+from engine.tasks.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
+from engine.tasks.cost import CellHistory, CostContext, CostReport, Profile, RunCost
 from engine.typed import json_fields
 
 #: Seconds of timed training steps per key (after the warm-up): enough steps for a median on a loaded machine.

@@ -24,7 +24,7 @@ from engine.brec.data import CATEGORY_KEYS, PAPER_PARTS, TOTAL, load_pairs
 from engine.brec.preset import BrecPreset, grid, parse_preset
 from engine.brec.spec import BrecSpec, model_label
 from engine.brec.wl import WL_ROWS, wl_bytes
-from engine.cost import CostModel
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule

@@ -16,11 +16,11 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.cost import CostModel
 from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, PROPERTY_NAMES
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
 from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule

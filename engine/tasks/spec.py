@@ -11,12 +11,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from engine.hardware import RunOptions
 from engine.typed import frozen_json, json_fields, parse_dataclass
-
-if TYPE_CHECKING:
-    from engine.hardware import RunOptions
 
 
 class TaskSpec:
@@ -110,8 +108,6 @@ class TaskSpec:
         ``compile``) from this spec's fields of those names, the defaults for those it has not: what its
         ``validate`` checks them with and what the shared epoch loop receives. The fields stay the spec's own, so
         its hash is what it was."""
-        from engine.hardware import RunOptions
-
         names = [f.name for f in dataclasses.fields(RunOptions) if hasattr(self, f.name)]
         return RunOptions(**{name: getattr(self, name) for name in names})
 
