@@ -18,7 +18,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, GraphNorm
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.models.sparse import Graph, GraphLayer, convolve, graph_norm
+from engine.models.graph_norm import graph_norm
+from engine.models.sparse import Graph, GraphLayer, convolve
 from engine.registry import Registry
 
 #: Conv factory: given the block width, return one message-passing layer mapping ``[N, width] -> [N, width]``.
