@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, unknown
-from engine.files import read_user_text
 from engine.tasks.family import TaskFamily
 from engine.tasks.run import RESULT
 from engine.tasks.spec import TaskSpec
+from engine.user_files import read_user_text
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
 BUILTIN = ("engine.alignment.family", "engine.gape.family", "engine.properties.family", "engine.brec.family")
