@@ -38,10 +38,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.checkpoints import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, read_json
-from engine.loop import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.memory import flush_denormals, tune_allocator
 from engine.tasks.registry import artefact_problem, family, load_spec, load_spec_file
 from engine.tasks.run import Cancelled, RunContext, RunFailed, run_steps

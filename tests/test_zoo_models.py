@@ -18,8 +18,8 @@ from torch import Tensor
 from engine import models
 from engine.alignment.run import AlignmentRun
 from engine.alignment.spec import RunSpec
+from engine.checkpoints import CHECKPOINT
 from engine.errors import GaptuiError
-from engine.loop import CHECKPOINT
 from engine.models.powers import PANConv
 from engine.models.sparse import Graph
 from engine.tasks import Cancelled, RunContext, run_steps

@@ -261,7 +261,7 @@ class Alignment(TaskFamily):
         return (spec.undecoded().hash(),) if spec.decoder else ()
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
-        from engine.loop import CHECKPOINT
+        from engine.checkpoints import CHECKPOINT
 
         # A GAPE or decoding run embeds with the trained model; the training-free runs have none.
         return (CHECKPOINT,) if spec.trains else ()

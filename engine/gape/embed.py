@@ -97,7 +97,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     """
     from engine import models
     from engine.alignment.spec import RunSpec
-    from engine.loop import read_checkpoint
+    from engine.checkpoints import read_checkpoint
 
     run_dir = Path(run_dir)
     spec = RunSpec.from_file(run_dir / "spec.json")
