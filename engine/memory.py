@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import GaptuiError
+from engine.tasks.registry import family
 
 #: Bytes per int64 index; node ids are held as int64 while a dataset is built and trained on.
 _INT = 8
@@ -222,8 +223,6 @@ def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
 
     A run's need does not depend on its seed (sizes, not draws): runs of one cell (:meth:`TaskSpec.seedless`) are
     asked once."""
-    from engine.tasks.registry import family
-
     out: dict[str, MemoryNeed] = {}
     asked: set[tuple[str, str]] = set()
     for spec in specs:
