@@ -260,10 +260,8 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
 
 def preset_of(head: PresetHead) -> Preset:
     """The alignment preset on a parsed common part: reads the family's keys (``head.own``, ``head.run``) only."""
-    from engine.alignment.datasets import DatasetSpec
     from engine.alignment.noise import check_noise
     from engine.models import MODELS
-    from engine.sources import SOURCES, parse_params
     from engine.typed import parse_dataclass
 
     where, raw = head.where, head.own
@@ -294,16 +292,7 @@ def preset_of(head: PresetHead) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    datasets = []
-    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
-        ds = parse_dataclass(DatasetEntry, entry, here)
-        try:
-            if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)
-                parse_params(SOURCES.get(ds.base), ds.params, "params", strict=True)
-            DatasetSpec(ds.base, noise[0], ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
-        except GaptuiError as exc:
-            raise GaptuiError(f"{here}: {exc}") from None
-        datasets.append(ds)
+    datasets = _dataset_entries(where, raw, noise[0])
     notes: list[str] = []
     noise = unique_values(noise, float, "noise", notes)
     models = unique_values(models, str, "models", notes)
@@ -339,6 +328,25 @@ def preset_of(head: PresetHead) -> Preset:
     grid(preset, Placement(".", "."), limit=1)
     _check_models(preset, where)
     return preset
+
+
+def _dataset_entries(where: str, raw: dict[str, Any], eta: float) -> list[DatasetEntry]:
+    """The ``[[datasets]]`` tables, each checked as the dataset spec it makes (at noise ``eta``)."""
+    from engine.alignment.datasets import DatasetSpec
+    from engine.sources import SOURCES, parse_params
+    from engine.typed import parse_dataclass
+
+    datasets = []
+    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
+        ds = parse_dataclass(DatasetEntry, entry, here)
+        try:
+            if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)
+                parse_params(SOURCES.get(ds.base), ds.params, "params", strict=True)
+            DatasetSpec(ds.base, eta, ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
+        except GaptuiError as exc:
+            raise GaptuiError(f"{here}: {exc}") from None
+        datasets.append(ds)
+    return datasets
 
 
 def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[str, Any]]:
