@@ -141,9 +141,9 @@ def check_run_folder(out: Path, spec: TaskSpec) -> None:
         other = None
     if other is None:
         raise GaptuiError(f"{existing} is not a readable run spec; choose another run folder")
-    if other.hash() != spec.hash():
+    if other.run_id() != spec.run_id():
         raise GaptuiError(
-            f"run folder {out} holds another run ({other.hash()[:12]}: {family(other.task).describe(other)}); "
+            f"run folder {out} holds another run ({other.run_id()[:12]}: {family(other.task).describe(other)}); "
             "choose another folder (or pass --force to replace it)"
         )
 
@@ -197,7 +197,7 @@ class Run:
     def result(self, status: str, **fields: Any) -> dict[str, Any]:
         record = {
             "status": status,
-            "run": self.spec.hash(),
+            "run": self.spec.run_id(),
             "task": self.spec.task,
             "spec": self.spec.to_dict(),
             "versions": versions(),
@@ -295,7 +295,7 @@ class _Folder:
         for name in TEMPORARY:
             (out / name).unlink(missing_ok=True)
         echo = None if self.quiet else sys.stdout
-        self.events = EventWriter(out / "events.jsonl", echo=echo, common={"run": spec.hash()})
+        self.events = EventWriter(out / "events.jsonl", echo=echo, common={"run": spec.run_id()})
         self.log = open(out / "log.txt", "a")  # noqa: SIM115 - closed by close(), after the last step
         return self._steps(spec)
 

@@ -258,7 +258,7 @@ class Alignment(TaskFamily):
 
     def dependencies(self, spec: RunSpec) -> tuple[str, ...]:
         # Search on top of a model reads the trained run of the same spec without its decoder.
-        return (spec.undecoded().hash(),) if spec.decoder else ()
+        return (spec.undecoded().run_id(),) if spec.decoder else ()
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
         from engine.checkpoints import CHECKPOINT

@@ -480,8 +480,8 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                             decoded[key] = RunSpec.from_dict({**template.to_dict(), "decoder": decoder}, where)
                         cell.append(decoded[key].reseeded(seed))
                 for spec in cell:
-                    if spec.hash() not in seen:
-                        seen.add(spec.hash())
+                    if spec.run_id() not in seen:
+                        seen.add(spec.run_id())
                         specs.append(spec)
                 if limit is not None and len(specs) >= limit:
                     return specs

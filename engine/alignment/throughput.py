@@ -491,7 +491,7 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
         size = graph_size(spec, ctx.datasets_dir)
         if size is None:
             why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
-            report.missing[spec.hash()] = why
+            report.missing[spec.run_id()] = why
             continue
         per: dict[Profile, CellHistory | tuple[Profile, str]] = {}
         for profile in ctx.profiles:
@@ -527,7 +527,7 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
                 cost.shared[profile] = overhead
                 sources.append("calibration (measured now)" if now else "calibration (cached)")
         cost.source = sources[0]
-        report.costs[spec.hash()] = cost
+        report.costs[spec.run_id()] = cost
     return report
 
 

@@ -165,8 +165,8 @@ def grid(preset: BrecPreset, placement: Placement, limit: int | None = None) -> 
     seen: set[str] = set()
 
     def add(spec: BrecSpec) -> bool:
-        if spec.hash() not in seen:
-            seen.add(spec.hash())
+        if spec.run_id() not in seen:
+            seen.add(spec.run_id())
             specs.append(spec)
         return limit is not None and len(specs) >= limit
 

@@ -148,9 +148,9 @@ def pretraining_spec(entry: GapeDataset, placement: Placement, precision: str = 
 def downstream_pe(pe: str, pretraining: RunSpec) -> str:
     """A preset's PE name with ``gape`` bound to the dataset's pretraining run (by its full hash)."""
     if pe == "gape":
-        return f"gape:{pretraining.hash()}"
+        return f"gape:{pretraining.run_id()}"
     if pe == "gape+rwpe":
-        return f"gape:{pretraining.hash()}+rwpe"
+        return f"gape:{pretraining.run_id()}+rwpe"
     return pe
 
 

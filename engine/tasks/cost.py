@@ -123,24 +123,24 @@ class CostContext:
         for spec in specs:
             per = {p: self.history(family, spec, p) for p in self.profiles}
             if any(cell is None for cell in per.values()):
-                report.missing[spec.hash()] = (
+                report.missing[spec.run_id()] = (
                     f"{family.costs.label(spec)}: no finished run of this cell on this machine yet "
                     f"(task {family.name} is estimated from the history of its runs)"
                 )
                 continue
-            found[spec.hash()] = {p: c for p, c in per.items() if c is not None}
-            unknown_rest |= any(c.overhead_s is None for c in found[spec.hash()].values())
+            found[spec.run_id()] = {p: c for p, c in per.items() if c is not None}
+            unknown_rest |= any(c.overhead_s is None for c in found[spec.run_id()].values())
         overhead = self.overhead(family) if unknown_rest else 0.0
         for spec in specs:
-            if spec.hash() not in found:
+            if spec.run_id() not in found:
                 continue
             units, evals = family.costs.units(spec) or 0, family.costs.evaluations(spec)
             cost = RunCost({}, "")
-            for profile, cell in found[spec.hash()].items():
+            for profile, cell in found[spec.run_id()].items():
                 cost.seconds[profile] = cell.seconds(units, evals, overhead)
                 cost.shared[profile] = overhead if cell.overhead_s is None else cell.overhead_s
                 cost.source = cost.source or f"history ({cell.runs} run(s))"
-            report.costs[spec.hash()] = cost
+            report.costs[spec.run_id()] = cost
         return report
 
 

@@ -187,7 +187,7 @@ def artefact_problem(spec: TaskSpec, run_dir: Path, dependants: bool = False) ->
             result = read_json(path)
             if not isinstance(result, dict):
                 return f"its {name} is corrupt (not a JSON object)"
-            if result.get("run") != spec.hash():
+            if result.get("run") != spec.run_id():
                 return f"its {name} belongs to another run ({str(result.get('run'))[:12]})"
             if result.get("status") != "done":
                 return f"its {name} says {result.get('status')!r}, not done"
