@@ -8,13 +8,14 @@ changes every id below.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import tomllib
 
-from engine.tasks import Placement, family
+from engine.tasks import Placement, TaskSpec, family
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 PLACEMENT = Placement("/tmp/unused/datasets", "/tmp/unused/raw")
@@ -69,7 +70,45 @@ def test_every_shipped_preset_is_pinned() -> None:
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_a_shipped_preset_keeps_one_run_id_per_family(name: str) -> None:
     specs = _grid(name)
-    first: dict[str, str] = {}
+    first: dict[str, Any] = {}
     for spec in [s for s in specs if _trains(s)] + specs:
-        first.setdefault(spec.task, spec.run_id())
-    assert first == PINNED[name]
+        first.setdefault(spec.task, spec)
+    assert {task: spec.run_id() for task, spec in first.items()} == PINNED[name]
+    for spec in first.values():
+        if _trains(spec):  # precision is declared hashed only when set in every built-in family
+            assert type(spec).HASHED_WHEN_SET["precision"] == "auto" and spec.precision == "auto"
+            assert "precision" not in spec.canonical()
+            fp32 = spec.replace(precision="fp32")
+            assert fp32.canonical()["precision"] == "fp32" and fp32.run_id() != spec.run_id()
+
+
+@dataclass(frozen=True)
+class _Before(TaskSpec):
+    task: str = "toy"
+    seed: int = 0
+    size: int = 3
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class _After(TaskSpec):
+    """``_Before`` with two options added later, declared with the values every earlier run had."""
+
+    task: str = "toy"
+    seed: int = 0
+    size: int = 3
+    device: str = "auto"
+    width: int = 8
+    mode: str | None = None
+
+    HASHED_WHEN_SET: ClassVar[dict[str, Any]] = {"width": 8, "mode": None}
+
+
+def test_an_option_declared_hashed_when_set_keeps_the_ids_from_before_it() -> None:
+    before = _Before(size=5, seed=2)
+    assert _After(size=5, seed=2).run_id() == before.run_id()
+    assert _After(size=5, seed=2, device="cuda").run_id() == before.run_id()  # placement is never hashed
+    assert _After(size=5, seed=2, width=16).run_id() != before.run_id()
+    assert _After(size=5, seed=2, mode="x").canonical() == {"task": "toy", "seed": 2, "size": 5, "mode": "x"}
+    assert _After(size=5).reseeded(2).run_id() == before.run_id()  # a grid's later seeds hash the same way
+    assert _After(size=5).hash() == _After(size=5).run_id()
