@@ -132,10 +132,10 @@ class AlignmentCosts(CostModel):
         return overhead_probe(placement.datasets_dir, placement.data_root, count)
 
     def memory(self, spec: RunSpec) -> Any:
-        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
-        its built statistics (None until it is built: the launch checks it again then)."""
+        """The dataset and a training batch (:func:`engine.alignment.memory.pairs_need`); a real or user dataset's
+        size from its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.memory import pairs_need
+        from engine.alignment.memory import pairs_need
 
         if not spec.trains:
             return spec.solver_need(self._built_order(spec))

@@ -289,7 +289,7 @@ class RunSpec(TaskSpec):
     def check_memory(self) -> None:
         """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory, or a
         solver whose per-pair matrices cannot."""
-        from engine.memory import check_fits
+        from engine.alignment.memory import check_fits
 
         if not self.trained:
             need = self.solver_need()
