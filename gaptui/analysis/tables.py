@@ -345,7 +345,7 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
     row_axis, col_axis = fam.axis(derived.rows), fam.axis(derived.columns)
     values = {k: tuple(v) for k, v in derived.values.items() if v}
     means = {k: statistics.fmean(v) for k, v in values.items()}
-    best_at = _best_per_column(means, derived.metric, derived.baselines)
+    best_at = _best_per_column(means, derived.metric, lambda row: row in derived.baselines)
     cells = {
         (row, column): Cell(
             group=derived.name,
