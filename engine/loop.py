@@ -10,7 +10,7 @@ the rest, the same way for every family:
   :meth:`EpochTask.parts`), the task's own fields and the random generators (torch, CUDA, NumPy, ``random``). A
   run stopped in the middle of an epoch and resumed ends with the same weights and metrics as the uninterrupted
   run, provided the task's batch order is a pure function of (seed, epoch) (:func:`epoch_order`) and its epoch
-  starts at ``state.batch_in_epoch``. The body of an epoch is :func:`train_epoch`.
+  starts at ``state.batch_in_epoch``. The body of an epoch is :func:`epoch_body`.
 - **Stop.** ``should_stop()`` is polled between batches (by :func:`run_batches`) and after each epoch: the
   checkpoint is saved, then :class:`~engine.tasks.Cancelled` names the epoch, step and batch reached.
 - **Non-finite loss.** :class:`NonFiniteLoss` (raised by :func:`run_batches`) becomes
@@ -386,7 +386,7 @@ def epoch_steps(
     )
     should_stop = progress_notes(ctx, state, task.steps_per_epoch)
     while state.epoch < task.epochs:
-        finished = train_epoch(task, ctx, state, should_stop, precision, device)
+        finished = epoch_body(task, ctx, state, should_stop, precision, device)
         if finished is not None:
             metrics = finished.merged(metrics)
             save()
@@ -400,7 +400,7 @@ def epoch_steps(
 
 @dataclass
 class EpochDone:
-    """One finished epoch (:func:`train_epoch`): its number, the training summary, the evaluation (None when the
+    """One finished epoch (:func:`epoch_body`): its number, the training summary, the evaluation (None when the
     task did not evaluate) and the seconds of its training."""
 
     epoch: int
@@ -426,7 +426,7 @@ class EpochDone:
         ctx.log(f"epoch {self.epoch}/{task.epochs} {shown}{rate} {self.seconds:.2f}s")
 
 
-def train_epoch(
+def epoch_body(
     task: EpochTask,
     ctx: RunContext,
     state: TrainState,
