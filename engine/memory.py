@@ -1,8 +1,10 @@
 """Memory needs, checked before anything large is allocated.
 
 Every family says what its runs need at their peak (:class:`MemoryNeed`, from the spec alone: the alignment pairs'
-estimate is :mod:`engine.alignment.memory`'s); a plan that cannot fit in the machine's memory is refused in one
-line with the estimate and the machine's total, before minutes are spent generating.
+estimate, with what a model's layers save per node and per edge, is :mod:`engine.alignment.memory`'s); a plan that
+cannot fit in the machine's memory is refused in one line with the estimate and the machine's total, before minutes
+are spent generating, and the scheduler starts a worker only while the estimates of the running ones and its own
+fit in the machine's memory.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class MemoryNeed:
 
 
 def memory_needs(specs: Iterable[Any]) -> list[MemoryNeed]:
-    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.tasks.cost.CostModel.memory`), in order.
+    """The distinct memory needs of ``specs`` (each family's :meth:`~engine.cost.CostModel.memory`), in order.
 
     A run's need does not depend on its seed (sizes, not draws): runs of one cell (:meth:`TaskSpec.seedless`) are
     asked once."""
