@@ -416,7 +416,7 @@ def _estimate(
 ) -> tuple[Any, list[str]]:
     """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed, and its
     lines (the estimate None when it failed)."""
-    from engine.cost import CalibrationCache
+    from engine.tasks.cost import CalibrationCache
     from gaptui.cli_progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records

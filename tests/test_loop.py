@@ -14,12 +14,13 @@ import torch
 from torch import nn
 
 from engine import worker
+from engine.checkpoints import CHECKPOINT
 from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.gape.spec import GapeSpec
 from engine.gape.train import run_gape
 from engine.hardware import RunOptions
-from engine.loop import CHECKPOINT, EpochTask, TrainState, epoch_order, epoch_steps
+from engine.loop import EpochTask, TrainState, epoch_order, epoch_steps
 from engine.properties.options import TrainOptions
 from engine.properties.training import load_study_data, train_model
 from engine.tasks import Cancelled, RunContext, RunFailed, run_steps

@@ -144,7 +144,7 @@ def test_alignment_run_options_are_the_run_spec_fields() -> None:
 
     from engine.alignment.preset import RunOptions
     from engine.alignment.spec import RunSpec
-    from engine.presets import POLICY_KEYS
+    from engine.tasks.presets import POLICY_KEYS
 
     spec = {f.name: f for f in dataclasses.fields(RunSpec)}
     options = RunOptions()
@@ -165,7 +165,7 @@ def test_alignment_run_options_are_the_run_spec_fields() -> None:
 def test_a_plug_in_family_gets_the_common_part_parsed() -> None:
     """What a family's parse_preset starts from: the shared keys parsed, its own keys handed over untouched."""
     from engine.errors import GaptuiError
-    from engine.presets import RunPolicy, parse_head
+    from engine.tasks.presets import RunPolicy, parse_head
 
     raw = {"task": "toy", "sizes": [2, 3], "seeds": [1, 1, 0], "run": {"timeout": 5, "steps": 4}}
     head = parse_head(raw, Path("toy.toml"), "toy", ("sizes",), run_keys=("steps",), required=("sizes",))
