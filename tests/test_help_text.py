@@ -57,3 +57,5 @@ def test_every_bracketed_phrase_of_a_help_is_shown(path: tuple[str, ...]) -> Non
     shown = words(result.output)
     missing = [p for p in phrases if p not in shown]
     assert not missing, f"gaptui {' '.join(path)} --help lost {missing}"
+    # Escaped twice (by hand, then by the CLI), a bracket would show its backslash.
+    assert "\\[" not in result.output, f"gaptui {' '.join(path)} --help shows an escaping backslash"

@@ -33,7 +33,12 @@ def test_a_robustness_cell_depends_on_its_generalisation_cell() -> None:
     gen = rob.replace(dimension="generalisation")
     assert fam.dependencies(rob) == (gen.hash(),)
     assert fam.dependencies(gen) == () and fam.dependencies(gen.replace(dimension="sensitivity")) == ()
-    assert fam.record_axes(rob) == {"dimension": "robustness", "pooling": "gmt", "property": "symmetric"}
+    assert fam.record_axes(rob) == {
+        "dimension": "robustness",
+        "pooling": "gmt",
+        "property": "symmetric",
+        "property_class": "basic",  # derived from the property, recorded so its column and filter work
+    }
     # Where data live is placement, not identity; the default negatives are resolved into the identity.
     assert rob.replace(datasets_dir="/elsewhere", device="cpu").hash() == rob.hash()
     assert rob.replace(negatives="solver").hash() == rob.hash() != rob.replace(negatives="random").hash()

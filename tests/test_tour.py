@@ -86,6 +86,21 @@ sizes = 2
 hidden = 16
 """
 
+#: A tiny BREC grid standing in for ``brec-smoke`` (one pair of two categories, one model, the exact 3-WL row).
+BREC = """
+task = "brec"
+name = "tour-brec"
+models = ["gin"]
+categories = ["basic", "regular"]
+wl = ["3-wl"]
+seeds = [0]
+
+[run]
+pairs = 1
+epochs = 1
+budget = 4000
+"""
+
 
 @dataclass(frozen=True)
 class Step:
@@ -123,6 +138,11 @@ STEPS = {
     "train --base pairs -p hub=NAME --noise 0.12 --model gin": Step(
         "train --base pairs -p hub=NAME --noise 0.12 --model gin", refused=True, fast=True
     ),
+    # graspologic's mice in its own layout (20 regions, 8 mice), read from the folder the path parameter names.
+    "train --base connectome --noise 0.19 --model gatv2": Step(
+        "train --base connectome -p path={mice} --noise 0.19 --model gatv2 --epochs 1"
+    ),
+    "probe 3f2a9c1b2d4e --figures probes/": Step("probe {alignment_run} --figures {dir}/probes/"),
     "run --preset gape-smoke": Step("run --preset {gape}"),
     "table --task gape --reference paper": Step("table --task gape --reference paper"),
     "train --task gape --preset gape-smoke --where pe=rwpe": Step("train --task gape --preset {gape} --where pe=rwpe"),
@@ -138,6 +158,10 @@ STEPS = {
     "properties score RUN my_graph.txt kg.csv --explain": Step(
         "properties score {properties_run} {dir}/my_graph.txt {dir}/kg.csv --explain"
     ),
+    "brec wl": Step("brec wl -c basic", fast=True),
+    "run --preset brec-smoke --cpu-jobs 2": Step("run --preset {brec} --cpu-jobs 2"),
+    "brec table": Step("brec table"),
+    "table --task brec --reference paper": Step("table --task brec --reference paper"),
     "stats --format latex": Step("stats --format latex"),
     "figures --out figs/ --format pdf": Step("figures --out {dir}/figs/ --format pdf"),
     "report --out study/": Step("report --out {dir}/study/"),
@@ -188,7 +212,11 @@ class Tour:
         self.ws = root / "ws"
         real_data(self.ws / "data")
         self.values = {"dir": str(root)}
-        for name, text in (("quick", QUICK), ("gape", GAPE), ("properties", PROPERTIES)):
+        from tests.test_connectome import write_mice
+
+        write_mice(root / "mice")
+        self.values["mice"] = str(root / "mice")
+        for name, text in (("quick", QUICK), ("gape", GAPE), ("properties", PROPERTIES), ("brec", BREC)):
             (root / f"{name}.toml").write_text(text)
             self.values[name] = str(root / f"{name}.toml")
         (root / "my_graph.txt").write_text("a b\nb c\nc a\n")
@@ -242,10 +270,15 @@ def test_the_whole_tour_in_one_workspace(tmp_path: Path) -> None:
         tour.run(command)
     # What the tour promised is there: tables, figures of every family, the report, the embeddings.
     assert (tmp_path / "paper-tables" / "tables.tex").read_text().strip()
-    assert {p.name.split("-")[0] for p in (tmp_path / "figs").glob("*.pdf")} == {"alignment", "gape", "properties"}
+    assert {p.name.split("-")[0] for p in (tmp_path / "figs").glob("*.pdf")} == {
+        "alignment",
+        "gape",
+        "properties",
+        "brec",
+    }
     assert (tmp_path / "study" / "report.html").stat().st_size > 0
     assert np.load(tmp_path / "pe.npz")["pe"].shape[0] > 0
     runs = json.loads(run_cli("history", "--json", "--limit", "0", env=tour.env, cwd=tmp_path).stdout)
-    assert {r["task"] for r in runs} == {"alignment", "gape", "properties"}
+    assert {r["task"] for r in runs} == {"alignment", "gape", "properties", "brec"}
     assert all(r["status"] == "done" for r in runs), [(r["id"], r["status"], r.get("error")) for r in runs]
     assert os.listdir(tmp_path / "published")
