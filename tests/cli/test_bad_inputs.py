@@ -12,24 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
-from tests.conftest import ROOT, run_cli
+from tests.support import ROOT
+from tests.support.cli import run_cli
+from tests.support.presets import alignment_preset, tune_preset
+from tests.support.sources import write_folder
 
-TINY_PRESET = """
-noise = [0.1]
-models = {models}
-seeds = {seeds}
-[run]
-epochs = 1
-batch_size = 10
-budget = 3000
-{run}
-[[datasets]]
-base = "er"
-params = {{ n = 12, degree = 3 }}
-train = 10
-val = 4
-"""
 RECORD = {
     "id": "0123456789ab",
     "hash": "0123456789ab" + "0" * 52,
@@ -40,15 +29,21 @@ RECORD = {
 }
 
 
-def _preset(
+def _grid(
     tmp: Path, models: str = '["gcn"]', seeds: str = "[0]", run: str = "", base: str = "er", params: str = ""
 ) -> str:
-    path = tmp / "p.toml"
-    text = TINY_PRESET.format(models=models, seeds=seeds, run=run)
+    """The table's alignment grid (one noise level, one epoch, 12-node ER graphs), written as ``tmp/p.toml``:
+    ``models`` and ``seeds`` as TOML text, ``run`` raw lines of [run], ``base`` and ``params`` another dataset."""
+    dataset: dict[str, object] = {"params": {"n": 12, "degree": 3}, "train": 10, "val": 4}
     if base != "er":
-        text = text.replace('base = "er"\nparams = { n = 12, degree = 3 }', f'base = "{base}"\nparams = {params}')
-    path.write_text(text)
-    return str(path)
+        dataset |= {"base": base, "params": tomllib.loads(f"p = {params}")["p"]}
+    options = {"epochs": 1, "budget": 3000, "out_dim": None}
+    return str(
+        alignment_preset(
+            tmp, "p", noise=[0.1], models=json.loads(models), seeds=json.loads(seeds), laplacian=None,
+            description=None, run=options, run_lines=run + "\n", dataset=dataset,
+        )
+    )  # fmt: skip
 
 
 def _history(tmp: Path, content: bytes) -> str:
@@ -171,8 +166,6 @@ def _huge_pairs(tmp: Path) -> str:
     """A pairs folder whose first training pair declares 10^12 nodes."""
     from safetensors.numpy import load_file, save_file
 
-    from tests.test_pairs_layout import write_folder
-
     write_folder(tmp / "pairs")
     orders = load_file(str(tmp / "pairs" / "train-orders.safetensors"))
     orders["0"] = np.array([10**12, 10**12], dtype=np.int64)
@@ -181,12 +174,7 @@ def _huge_pairs(tmp: Path) -> str:
 
 
 def _bad_tune(tmp: Path) -> str:
-    from tests.test_tune import PRESET
-
-    (tmp / "t.toml").write_text(
-        PRESET.format(models='["gcn"]', trials=2).replace("layers = [2, 3]", "dropout = { range = [0.1, 5.0] }")
-    )
-    return str(tmp / "t.toml")
+    return str(tune_preset(tmp, '["gcn"]', space="dropout = { range = [0.1, 5.0] }"))
 
 
 TRAIN = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4", "-p", "n=12"]
@@ -231,32 +219,32 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     ("negative seed", lambda t: "-1", [*TRAIN, "--seed", "{}"], "seed = -1 must be >= 0"),
     (
         "negative preset seed",
-        lambda t: _preset(t, seeds="[0, -3]"),
+        lambda t: _grid(t, seeds="[0, -3]"),
         ["run", "--preset", "{}", "--dry-run"],
         "key 'seeds' holds -3: expected seeds >= 0",
     ),
     (
         "negative timeout in a preset",
-        lambda t: _preset(t, run="timeout = -5"),
+        lambda t: _grid(t, run="timeout = -5"),
         ["run", "--preset", "{}", "--dry-run"],
         "timeout = -5: expected seconds > 0",
     ),
     ("negative --timeout", lambda t: "-1", ["run", "--preset", "smoke", "--timeout", "{}"], "timeout = -1"),
     (
         "negative weight decay",
-        lambda t: _preset(t, run="weight_decay = -0.1"),
+        lambda t: _grid(t, run="weight_decay = -0.1"),
         ["run", "--preset", "{}", "--dry-run"],
         "weight_decay = -0.1 must be >= 0",
     ),
     (
         "negative clip",
-        lambda t: _preset(t, run="clip = -1.0"),
+        lambda t: _grid(t, run="clip = -1.0"),
         ["run", "--preset", "{}", "--dry-run"],
         "clip = -1.0 must be >= 0",
     ),
     (
         "user model that does not import",
-        lambda t: _preset(t, models='["nosuchpkg.models:Net"]'),
+        lambda t: _grid(t, models='["nosuchpkg.models:Net"]'),
         ["run", "--preset", "{}", "--dry-run"],
         "cannot import module 'nosuchpkg.models'",
     ),
@@ -320,7 +308,7 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     ),
     (
         "missing molecule file as an alignment base",
-        lambda t: _preset(t, base="molecules", params='{ path = "nosuch.sdf" }'),
+        lambda t: _grid(t, base="molecules", params='{ path = "nosuch.sdf" }'),
         DRY,
         "nosuch.sdf does not exist",
     ),
@@ -395,7 +383,7 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     ),
     (
         "a string where a number goes (alignment)",
-        lambda t: _preset(t, run='weight_decay = "x"'),
+        lambda t: _grid(t, run='weight_decay = "x"'),
         DRY,
         "key 'weight_decay' = 'x'",
     ),
@@ -523,13 +511,13 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
         "[run]: pack_seeds = 0: expected a count >= 1 (1: one run per process)",
     ),
     # a string is never taken where a number goes, a float never as a count, in every family's keys
-    ("quoted number in [run]", lambda t: _preset(t, run='lr = "0.01"'), DRY, "got the string '0.01'"),
-    ("quoted count in [run]", lambda t: _preset(t, run='pack_seeds = "2"'), DRY, "got the string '2'"),
-    ("float count in [run]", lambda t: _preset(t, run="pack_seeds = 1e3"), DRY, "got the float 1000.0 (write 1000)"),
+    ("quoted number in [run]", lambda t: _grid(t, run='lr = "0.01"'), DRY, "got the string '0.01'"),
+    ("quoted count in [run]", lambda t: _grid(t, run='pack_seeds = "2"'), DRY, "got the string '2'"),
+    ("float count in [run]", lambda t: _grid(t, run="pack_seeds = 1e3"), DRY, "got the float 1000.0 (write 1000)"),
     (
         "quoted dataset parameter",
         lambda t: (
-            _preset(t)
+            _grid(t)
             and (t / "p.toml").write_text((t / "p.toml").read_text().replace("n = 12", 'n = "12"'))
             and str(t / "p.toml")
         ),
@@ -559,7 +547,7 @@ CASES: list[tuple[str, Callable[[Path], str], list[str], str]] = [
     (
         "grid of billions of epochs",
         lambda t: (
-            _preset(t, models='["gcn", "gin"]')
+            _grid(t, models='["gcn", "gin"]')
             and (t / "p.toml").write_text((t / "p.toml").read_text().replace("epochs = 1", "epochs = 2000000000"))
             and str(t / "p.toml")
         ),
@@ -600,6 +588,7 @@ def _single_atoms(tmp: Path) -> str:
     return str(path)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, setup, args: list[str], expected: str) -> None:
     value = setup(tmp_path)
@@ -618,6 +607,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".lock"}
 
 
+@pytest.mark.e2e
 def test_disk_full_keeps_the_history_and_leaves_no_temp_file(tmp_path: Path) -> None:
     ws = Path(_with_record(tmp_path))
     before = (ws / "history.json").read_bytes()
@@ -641,14 +631,16 @@ def test_disk_full_keeps_the_history_and_leaves_no_temp_file(tmp_path: Path) -> 
     assert sorted(p.name for p in ws.iterdir() if p.name.endswith(".tmp")) == []
 
 
+@pytest.mark.e2e
 def test_preset_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
     path = tmp_path / "bom.toml"
-    path.write_bytes(b"\xef\xbb\xbf" + TINY_PRESET.format(models='["gcn"]', seeds="[0]", run="").encode())
+    path.write_bytes(b"\xef\xbb\xbf" + Path(_grid(tmp_path)).read_bytes())
     res = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "--workspace", str(tmp_path / "ws"))
     assert res.returncode == 0, res.stderr
     assert "1 runs" in res.stdout and "memory peak of pairs of er: gcn on er" in res.stdout
 
 
+@pytest.mark.e2e
 def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
     res = run_cli(
         "run",
@@ -668,6 +660,7 @@ def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
 # issue 19, planning-time checks and molecule files
 
 
+@pytest.mark.e2e
 def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path) -> None:
     (tmp_path / "mols.csv").write_text("smiles,y\n" + "".join(f"{'C' * k}O,{k}\n" for k in range(1, 11)))
     preset = tmp_path / "g.toml"
@@ -685,6 +678,7 @@ def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path) -> N
     assert "2 runs" in res.stdout
 
 
+@pytest.mark.e2e
 def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_warns(tmp_path: Path) -> None:
     preset = _study(tmp_path, poolings='["tinypool:good", "tinypool:good"]', module=POOL_MODULE, published={})
     res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
@@ -704,6 +698,7 @@ def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_w
     )
 
 
+@pytest.mark.e2e
 def test_a_bad_molecule_file_is_refused_once_before_any_record(tmp_path: Path) -> None:
     """8 runs of a missing molecule file: one error line, exit 2, no record and no run folder (not a dry run)."""
     ws = tmp_path / "ws"
@@ -725,6 +720,7 @@ def test_a_molecule_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     assert [g.target for g in mols.graphs] == [1.5, 2.0, 3.0] and mols.notes == []
 
 
+@pytest.mark.e2e
 def test_help_still_works_and_a_group_without_a_command_shows_its_help(tmp_path: Path) -> None:
     res = run_cli("properties", "build", "--help", cwd=tmp_path)
     assert res.returncode == 0 and "--graphs" in res.stdout and res.stderr == "", res.stderr

@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 SMALL = ["--train", "20", "--val", "5", "--param", "n=30", "--param", "degree=4"]
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from gaptui.history import History
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 #: What a 12-hex-digit run id looks like, whole.
 RUN_ID = re.compile(r"\b[0-9a-f]{12}\b")

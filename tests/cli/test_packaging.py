@@ -9,7 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.conftest import ROOT
+import pytest
+
+from tests.support import ROOT
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 
 def test_wheel_install_finds_the_shipped_presets(tmp_path: Path) -> None:

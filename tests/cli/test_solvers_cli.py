@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 PRESET = """
 description = "solvers beside a model"

@@ -16,7 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.support import ROOT
+from tests.support.cli import run_cli
+from tests.support.sources import (
+    ARXIV_EDGES,
+    OFFICIAL_SPLIT,
+    SMILES,
+    write_aqsol,
+    write_arxiv_raw,
+    write_cora,
+    write_pcqm,
+)
 
 #: The README's sections whose ``bash`` blocks make the tour.
 SECTIONS = ("## A tour", "## Publishing results")
@@ -163,15 +173,6 @@ def test_every_command_of_the_tour_has_its_stand_in() -> None:
 
 def real_data(data: Path) -> None:
     """Small files of the paper's real datasets in the workspace's data folder, in their libraries' layouts."""
-    from tests.test_sources_real import (
-        ARXIV_EDGES,
-        OFFICIAL_SPLIT,
-        SMILES,
-        write_aqsol,
-        write_arxiv_raw,
-        write_cora,
-        write_pcqm,
-    )
 
     write_aqsol(data)
     write_cora(data)
@@ -222,6 +223,7 @@ class Tour:
         return ids
 
 
+@pytest.mark.e2e
 def test_the_tour_steps_that_need_no_training(tmp_path: Path) -> None:
     tour = Tour(tmp_path)
     for command in tour_commands():
@@ -231,6 +233,7 @@ def test_the_tour_steps_that_need_no_training(tmp_path: Path) -> None:
     assert "preset paper (task alignment): 2040 runs" in paper.stdout, paper.stdout + paper.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_the_whole_tour_in_one_workspace(tmp_path: Path) -> None:
     tour = Tour(tmp_path)

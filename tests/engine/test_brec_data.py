@@ -14,7 +14,7 @@ from engine.brec.data import CATEGORIES, SHIPPED, category, data_digest, load_ca
 from engine.brec.wl import fwl2, group_rows, verdicts, wl1
 from engine.errors import GaptuiError
 from engine.graphs import Graph
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 def test_the_shipped_pairs_are_brecs_400_with_their_licence_and_ids_in_brecs_order() -> None:
@@ -47,6 +47,7 @@ def test_3wl_on_the_small_categories_matches_brecs_table() -> None:
     assert sum(fwl2(p.g, p.h)[0] for p in load_pairs("strongly-regular", limit=10)) == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # about a minute on a loaded core: the CFI pairs reach 198 nodes
 def test_3wl_tells_270_of_400_pairs_apart_as_the_paper_reports(tmp_path: Path) -> None:
     res = run_cli("brec", "wl", "--test", "3-wl", "--json", "-w", str(tmp_path / "ws"))
@@ -132,6 +133,7 @@ def test_a_folder_of_brecs_layout_is_read_and_bad_files_are_named_with_the_pair(
         category("cfl")
 
 
+@pytest.mark.e2e
 def test_the_cli_refuses_a_bad_data_folder_in_one_line(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     regular = np.load(folder / "regular.npy")

@@ -11,6 +11,7 @@ import pytest
 from engine.alignment.datasets import DatasetSpec, build_dataset, export_npz, find_dataset, list_datasets
 from engine.errors import GaptuiError
 from engine.pairs import ARRAYS
+from tests.support.sources import write_aqsol
 
 
 def _files_digest(folder: Path) -> dict[str, str]:
@@ -191,7 +192,6 @@ def test_graphs_too_dense_for_the_noise_are_capped_not_refused(tmp_path: Path) -
 def test_aqsol_with_a_triangle_and_a_two_atom_molecule_builds(tmp_path: Path) -> None:
     # The AQSOL fixture holds a triangle (train) and a 2-atom molecule (val): complete graphs with nothing to add,
     # which refused the whole dataset at any noise before p_add was capped.
-    from tests.test_sources_real import write_aqsol
 
     write_aqsol(tmp_path / "raw")
     dataset, _ = build_dataset(DatasetSpec("aqsol", 0.1), tmp_path / "datasets", tmp_path / "raw")

@@ -22,7 +22,7 @@ from engine.alignment.spec import RunSpec
 from engine.alignment.training import PairTensors, similarity, undirected_sorted, wants_compile
 from engine.memory import ENV_DENORMALS, ENV_MALLOC
 from engine.models.sparse import Graph
-from tests.test_models import random_graph
+from tests.support.engine import equal_size_batch, ragged_batch, random_graph
 
 #: (model, options): every built-in layer the fast path handles, plus the paper package's settings.
 CASES = [(name, {}) for name in models.names()] + [
@@ -36,19 +36,6 @@ CASES += [("tagcn", {"hops": 1}), ("sgc", {"hops": 3}), ("pan", {"filter_size": 
 #: rounding moves the output by 8% (1.6% at its default 2 hops) and the biases before each norm, zero in exact
 #: arithmetic, get gradients of rounding noise.
 BF16_CASES = [case for case in CASES if case != ("sgc", {"hops": 3})]
-
-
-def equal_size_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Three graphs of 8 nodes in order: the dense per-graph norm applies."""
-    edges = [random_graph(8, 0.4, seed) + 8 * i for i, seed in enumerate((1, 2, 3))]
-    return torch.cat(edges, dim=1), torch.arange(3).repeat_interleave(8)
-
-
-def ragged_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Graphs of 9 and 7 nodes, a self-loop and one edge in a single direction: PyG's norm, general matrices."""
-    first, second = random_graph(9, 0.4, 4), random_graph(7, 0.5, 5) + 9
-    extra = torch.tensor([[3, 10], [3, 12]])  # self-loop on 3, directed edge 10 -> 12
-    return torch.cat([first, second, extra], dim=1), torch.cat([torch.zeros(9), torch.ones(7)]).long()
 
 
 def outputs_and_grads(name: str, options: dict, sparse: bool, batch_of) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -162,6 +149,7 @@ def test_compile_on_and_off_give_the_same_metrics(tmp_path: Path) -> None:
     assert compiled["metrics"]["val_lap_acc"] == pytest.approx(eager["metrics"]["val_lap_acc"], abs=0.02)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_allocator_tuning_is_set_in_a_fresh_process_and_can_be_turned_off() -> None:
     code = (
@@ -177,6 +165,7 @@ def test_allocator_tuning_is_set_in_a_fresh_process_and_can_be_turned_off() -> N
     assert (tuned.stdout.strip(), plain.stdout.strip()) == ("True", "False")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the flag is x86's")
 def test_subnormal_floats_are_flushed_in_a_fresh_process_and_can_be_kept() -> None:
     # Set before torch starts its threads, the flag reaches the worker threads too (the product runs on two).

@@ -10,6 +10,7 @@ import torch
 from engine import models
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
+from tests.support.cli import run_cli
 
 PAPER = {"input_layer": "conv", "norm": "whole-batch"}
 #: Table C.2: model -> (width, trainable parameters, extra options). The paper's "GatedGCN" at width 48 is
@@ -112,7 +113,7 @@ def test_new_spec_fields_keep_existing_run_ids_and_enter_the_hash_when_set() -> 
         ({"input_layer": "Conv"}, "input_layer 'Conv' is not one of linear, conv, gcn (did you mean 'conv'?)"),
         ({"features": "one"}, "features 'one': unknown kind 'one' (did you mean 'ones'?); expected degree, ones"),
         ({"model_kwargs": {"norm": "whole-batch"}}, "model_kwargs 'norm' duplicates the run option norm"),
-        ({"model": "tests.helpers_models:TinyGNN", "norm": "whole-batch"}, "applies to built-in models only"),
+        ({"model": "tests.support.models:TinyGNN", "norm": "whole-batch"}, "applies to built-in models only"),
         ({"nrom": "whole-batch"}, "unknown key 'nrom' (did you mean 'norm'?)"),
     ],
 )
@@ -141,11 +142,10 @@ def test_paper_preset_uses_the_paper_options() -> None:
     assert first.recipe_label == "paper"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_train_command_takes_the_paper_options(tmp_path: Path) -> None:
     import json
-
-    from tests.conftest import run_cli
 
     where = ("--workspace", str(tmp_path / "ws"))
     tiny = ("--base", "er", "-p", "n=12", "-p", "degree=3", "--noise", "0.1", "--train", "4", "--val", "2")

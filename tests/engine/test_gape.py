@@ -20,8 +20,10 @@ from engine.gape.train import run_gape
 from engine.gape.transformer import MoleculeTransformer, build_transformer
 from engine.graphs import Graph
 from engine.sources import SOURCES, parse_params
-from tests.conftest import run_cli
-from tests.test_sources_real import OFFICIAL_SPLIT, SMILES, write_aqsol, write_pcqm, write_zinc
+from tests.support.cli import run_cli
+from tests.support.sources import OFFICIAL_SPLIT, SMILES, write_aqsol, write_pcqm, write_zinc
+from tests.support.tui import SIZE
+from tests.support.waiting import wait_until
 
 rdkit = pytest.importorskip("rdkit")
 
@@ -240,6 +242,7 @@ def test_the_frozen_model_is_rebuilt_with_every_option_of_its_run(pretrained: Pa
     )
 
 
+@pytest.mark.e2e
 def test_gape_embed_cli_matches_the_model_by_hand(pretrained: Path, tmp_path: Path) -> None:
     path = write_csv(tmp_path / "mols.csv")
     out = tmp_path / "pe.npz"
@@ -440,6 +443,7 @@ def test_table_one_is_the_mean_over_seeds_lowest_best() -> None:
     assert table.cell_dict(none)["mean"] == pytest.approx(1.9) and "median" not in table.cell_dict(none)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_gape_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
@@ -470,7 +474,6 @@ async def test_ranking_screen_shows_table_one(tmp_path: Path) -> None:
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.screens.ranking import RankingScreen
     from gaptui.workspace import Workspace
-    from tests.test_tui import SIZE, wait_until
 
     ws = Workspace(tmp_path / "ws")
     fam = family("gape")
@@ -581,6 +584,7 @@ def test_real_molecules_make_a_dataset_with_capped_and_left_out_graphs_counted(t
     assert dataset.stats["train"]["capped_graphs"] == 6  # CC, C#C, C1CC1, C1=CC1, tetrahedrane, bicyclobutane
 
 
+@pytest.mark.e2e
 def test_real_molecules_build_and_show_their_counts_on_the_command_line(tmp_path: Path) -> None:
     path = _real_csv(tmp_path / "real.csv")
     args = ["molecules", "-p", f"path={path}", "-p", "split=split", "--noise", "0.3", "-w", str(tmp_path / "ws")]

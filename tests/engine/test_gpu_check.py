@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
@@ -22,6 +22,7 @@ def _module():
     return module
 
 
+@pytest.mark.e2e
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(tmp_path: Path) -> None:
     import torch
 

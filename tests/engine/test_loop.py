@@ -4,44 +4,22 @@ every family."""
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
-from engine import worker
 from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.gape.spec import GapeSpec
 from engine.gape.train import run_gape
 from engine.hardware import RunOptions
-from engine.loop import CHECKPOINT, EpochTask, TrainState, epoch_order, epoch_steps
+from engine.loop import CHECKPOINT, TrainState, epoch_steps
 from engine.properties.options import TrainOptions
 from engine.properties.training import load_study_data, train_model
 from engine.tasks import Cancelled, RunContext, RunFailed, run_steps
-
-
-class Stopper:
-    """``should_stop`` that answers True from its ``after + 1``-th call on."""
-
-    def __init__(self, after: int) -> None:
-        self.after, self.calls = after, 0
-
-    def __call__(self) -> bool:
-        self.calls += 1
-        return self.calls > self.after
-
-
-class Events(list):
-    """A run's events as a worker would write them, but for ``progress`` (where it is, said now and then)."""
-
-    def __call__(self, name: str, **fields: Any) -> None:
-        if name != "progress":
-            self.append((name, fields))
+from tests.support.engine import Events, Line, Stopper
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -55,42 +33,6 @@ def _same_weights(a: Path, b: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The loop itself, on a task of a few lines
-
-
-class Line(EpochTask):
-    """A linear fit with noisy inputs (the noise draws from the global generator, like dropout); ``nan_at``: the
-    optimiser step whose loss is NaN."""
-
-    def __init__(self, nan_at: int | None = None) -> None:
-        torch.manual_seed(0)
-        self.model = nn.Linear(2, 1)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
-        self.x = torch.randn(16, 2)
-        self.y = self.x @ torch.tensor([[1.0], [-2.0]])
-        self.epochs, self.steps_per_epoch, self.nan_at = 3, 4, nan_at
-
-    def parts(self) -> dict[str, Any]:
-        return {"model": self.model, "optimizer": self.opt}
-
-    def batches(self, state: TrainState) -> Iterator[torch.Tensor]:
-        order = epoch_order(0, state.epoch + 1, 16)
-        return (order[lo : lo + 4] for lo in range(0, 16, 4)[state.batch_in_epoch :])
-
-    def forward(self, ids: torch.Tensor, state: TrainState) -> torch.Tensor:
-        return self.model(self.x[ids] + 0.01 * torch.randn(len(ids), 2))
-
-    def update(self, ids: torch.Tensor, out: torch.Tensor, state: TrainState) -> tuple[torch.Tensor, int]:
-        loss = ((out.float() - self.y[ids]) ** 2).mean()
-        if state.step + 1 == self.nan_at:
-            loss = loss * float("nan")
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-        return loss.detach(), len(ids)
-
-    def evaluate(self, epoch: int, summary: dict[str, float]) -> dict[str, float] | None:
-        with torch.no_grad():
-            return {"val_loss": float(((self.model(self.x) - self.y) ** 2).mean()), **summary}
 
 
 def _loop(run_dir: Path, task: Line, should_stop: Any = lambda: False) -> tuple[Any, Events]:
@@ -193,27 +135,6 @@ def test_a_property_checkpoint_of_the_old_layout_resumes(tmp_path: Path) -> None
 
 # ---------------------------------------------------------------------------------------------------------------
 # Packed seeds for every family
-
-
-@pytest.fixture
-def in_process():
-    """``python -m engine ARGS`` in this process, torch on one thread, signal handlers restored."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-
-    def run(runs: list[tuple[dict[str, Any], Path]]) -> int:
-        args = []
-        for spec, out in runs:
-            path = out.with_suffix(".json")
-            path.write_text(json.dumps(spec))
-            args += ["--spec", str(path), "--out", str(out)]
-        return worker.main([*args, "--quiet"])
-
-    yield run
-    torch.set_num_threads(threads)
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
 
 
 def _packed_equals_alone_and_alternates(tmp_path: Path, in_process: Any, specs: list[dict[str, Any]]) -> None:

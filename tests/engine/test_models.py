@@ -21,19 +21,12 @@ from engine.models import (
     names,
 )
 from engine.models.budget import MAX_WIDTH, closest_width, parameter_count
+from tests.support.engine import random_graph
 
 ALL = names()
 #: Mean/attention aggregation of identical neighbours returns that same vector, so on constant input features
 #: (the alignment default) these models give every node of a graph the same embedding in exact arithmetic.
 STRUCTURE_BLIND = {"sage", "gat", "gatv2"}
-
-
-def random_graph(num_nodes: int, p: float, seed: int) -> Tensor:
-    """Erdos-Renyi ``edge_index`` ``[2, 2m]`` with both directions, from a private generator."""
-    gen = torch.Generator().manual_seed(seed)
-    upper = torch.triu(torch.rand(num_nodes, num_nodes, generator=gen) < p, diagonal=1)
-    u, v = upper.nonzero(as_tuple=True)
-    return torch.stack([torch.cat([u, v]), torch.cat([v, u])])
 
 
 def two_graph_batch(seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -332,23 +325,23 @@ def test_unreachable_budget_is_a_user_error() -> None:
 
 
 def test_user_model_by_import_path() -> None:
-    model = build("tests.helpers_models:TinyGNN", out_dim=16, budget=1234, in_dim=2, hidden=5)
+    model = build("tests.support.models:TinyGNN", out_dim=16, budget=1234, in_dim=2, hidden=5)
     assert model.budget == 1234 and model.conv.out_channels == 5
     edge_index, batch = two_graph_batch()
     assert model(torch.ones(16, 2), edge_index, batch).shape == (16, 16)
     assert model.training  # the contract check must not leave it in eval mode
-    factory = build("tests.helpers_models:make_tiny", out_dim=4)
+    factory = build("tests.support.models:make_tiny", out_dim=4)
     assert factory(torch.ones(16, 1), edge_index, batch).shape == (16, 4)
 
 
 @pytest.mark.parametrize(
     ("path", "kwargs", "match"),
     [
-        ("tests.helpers_models:not_a_module", {}, "returned a dict, expected a torch.nn.Module"),
-        ("tests.helpers_models:WrongShape", {}, r"expected a tensor of shape \(5, 64\)"),
-        ("tests.helpers_models:NOT_CALLABLE", {}, "not a class or function"),
-        ("tests.helpers_models:TinyGNN", {"colour": "red"}, "could not be called with keywords"),
-        ("tests.helpers_models:Missing", {}, "has no attribute 'Missing'"),
+        ("tests.support.models:not_a_module", {}, "returned a dict, expected a torch.nn.Module"),
+        ("tests.support.models:WrongShape", {}, r"expected a tensor of shape \(5, 64\)"),
+        ("tests.support.models:NOT_CALLABLE", {}, "not a class or function"),
+        ("tests.support.models:TinyGNN", {"colour": "red"}, "could not be called with keywords"),
+        ("tests.support.models:Missing", {}, "has no attribute 'Missing'"),
         ("tests.no_such_module:Model", {}, "cannot import module"),
     ],
 )

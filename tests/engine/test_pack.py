@@ -3,55 +3,18 @@
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from engine import worker
 from engine.events import EXIT_NAN, read_events
 from engine.tasks import load_spec
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-
-DATASET = {"base": "er", "noise": 0.12, "n_train": 30, "n_val": 10, "params": {"n": 20, "degree": 5}}
-
-
-def _spec(tmp_path: Path, name: str, **overrides) -> Path:
-    spec = {
-        "dataset": DATASET,
-        "model": "gcn",
-        # Dropout draws from the global torch generator: equal results need each run's random state kept apart.
-        "model_kwargs": {"dropout": 0.1},
-        "epochs": 2,
-        "batch_size": 10,
-        "budget": 5000,
-        "out_dim": 16,
-        "datasets_dir": str(tmp_path / "datasets"),
-        **overrides,
-    }
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(spec))
-    return path
-
-
-@pytest.fixture
-def in_process():
-    """``python -m engine ARGS`` in this process (no start-up cost), torch on one thread, signal handlers restored."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-
-    def run(runs: list[tuple[Path, Path]]) -> int:
-        return worker.main([a for spec, out in runs for a in ("--spec", str(spec), "--out", str(out))] + ["--quiet"])
-
-    yield run
-    torch.set_num_threads(threads)
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+from tests.support.cli import run_cli
+from tests.support.engine import result_of, spec_file
 
 
 def _kinds(out: Path) -> list[str]:
@@ -63,19 +26,15 @@ def _start(out: Path) -> dict:
     return next(e for e in read_events(out / "events.jsonl")[0] if e["event"] == "start")
 
 
-def _result(out: Path) -> dict:
-    return json.loads((out / "result.json").read_text())
-
-
 def test_packed_seeds_equal_separate_runs(tmp_path: Path, in_process) -> None:
-    specs = [_spec(tmp_path, f"seed{s}", seed=s) for s in (0, 1, 2)]
+    specs = [spec_file(tmp_path, f"seed{s}", seed=s) for s in (0, 1, 2)]
     for i, spec in enumerate(specs):
         assert in_process([(spec, tmp_path / f"alone{i}")]) == 0
     assert in_process([(spec, tmp_path / f"packed{i}") for i, spec in enumerate(specs)]) == 0
     for i, spec in enumerate(specs):
         packed, separate = tmp_path / f"packed{i}", tmp_path / f"alone{i}"
         run_hash = load_spec(json.loads(spec.read_text())).hash()
-        a, b = _result(packed), _result(separate)
+        a, b = result_of(packed), result_of(separate)
         assert a["status"] == b["status"] == "done" and a["run"] == b["run"] == run_hash
         assert a["metrics"] == b["metrics"] and a["params"] == b["params"]
         assert _kinds(packed) == _kinds(separate) == ["start", "eval", "epoch", "eval", "epoch", "done"]
@@ -86,20 +45,20 @@ def test_packed_seeds_equal_separate_runs(tmp_path: Path, in_process) -> None:
         for name, tensor in ckpt_b["model"].items():
             assert torch.allclose(ckpt_a["model"][name], tensor, rtol=0, atol=1e-6), name
     # the seeds differ from each other (three runs, not one run written three times)
-    assert len({json.dumps(_result(tmp_path / f"packed{i}")["metrics"]) for i in range(3)}) == 3
+    assert len({json.dumps(result_of(tmp_path / f"packed{i}")["metrics"]) for i in range(3)}) == 3
     assert "loaded by another run of this worker" in (tmp_path / "packed2" / "log.txt").read_text()
 
 
 def test_a_failing_run_fails_alone_and_finished_runs_are_not_redone(tmp_path: Path, in_process) -> None:
-    nan = _spec(tmp_path, "nan", model="tests.helpers_worker:NaNModel", model_kwargs={}, epochs=1)
-    seed0, seed1 = _spec(tmp_path, "seed0", seed=0, epochs=1), _spec(tmp_path, "seed1", seed=1, epochs=1)
+    nan = spec_file(tmp_path, "nan", model="tests.support.worker_models:NaNModel", model_kwargs={}, epochs=1)
+    seed0, seed1 = spec_file(tmp_path, "seed0", seed=0, epochs=1), spec_file(tmp_path, "seed1", seed=1, epochs=1)
     assert in_process([(nan, tmp_path / "nan"), (seed0, tmp_path / "s0")]) == EXIT_NAN
-    assert _result(tmp_path / "nan")["status"] == "failed" and _kinds(tmp_path / "nan")[-1] == "error"
-    assert _result(tmp_path / "s0")["status"] == "done" and _kinds(tmp_path / "s0")[-1] == "done"
+    assert result_of(tmp_path / "nan")["status"] == "failed" and _kinds(tmp_path / "nan")[-1] == "error"
+    assert result_of(tmp_path / "s0")["status"] == "done" and _kinds(tmp_path / "s0")[-1] == "done"
     # a pack whose runs are partly done trains only the others
     assert in_process([(seed0, tmp_path / "s0"), (seed1, tmp_path / "s1")]) == 0
     assert _kinds(tmp_path / "s0").count("start") == 1 and "already done" in (tmp_path / "s0" / "log.txt").read_text()
-    assert _result(tmp_path / "s1")["status"] == "done"
+    assert result_of(tmp_path / "s1")["status"] == "done"
 
 
 def _grid(tmp_path: Path) -> Path:
@@ -126,6 +85,7 @@ val = 6
     return path
 
 
+@pytest.mark.e2e
 def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> None:
     preset = _grid(tmp_path)
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -155,7 +115,9 @@ def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_p
     from gaptui.scheduler import Scheduler, Slot
 
     ws = Workspace(tmp_path / "ws")
-    raw = json.loads(_spec(tmp_path, "sleepy", model="tests.helpers_worker:SleepyModel", model_kwargs={}).read_text())
+    raw = json.loads(
+        spec_file(tmp_path, "sleepy", model="tests.support.worker_models:SleepyModel", model_kwargs={}).read_text()
+    )
     specs = [RunSpec.from_dict({**raw, "seed": s}) for s in (0, 1)]
     hashes = [spec.hash() for spec in specs]
     slot = Slot("cpu#0", {"OMP_NUM_THREADS": "1"})
@@ -199,7 +161,7 @@ def test_a_free_slot_takes_the_first_ready_run_and_more_seeds_of_its_cell(tmp_pa
     from gaptui.history import History
     from gaptui.scheduler import Scheduler, Slot
 
-    raw = json.loads(_spec(tmp_path, "cell").read_text())
+    raw = json.loads(spec_file(tmp_path, "cell").read_text())
     # seed-major, as grids are planned: (cell, seed) for seeds 0..2 of cells a and b
     specs = [RunSpec.from_dict({**raw, "seed": s, "lr": lr}) for s in (0, 1, 2) for lr in (1e-3, 2e-3)]
     ws = Workspace(tmp_path / "ws")

@@ -15,44 +15,8 @@ from engine.alignment.datasets import DatasetSpec, build_dataset, export_dataset
 from engine.errors import GaptuiError
 from engine.sources import fetch
 from engine.sources.pairs import FILES, PairsParams, PreparedPairs
-from tests.conftest import run_cli
-
-
-def _both_ways(edges: np.ndarray) -> np.ndarray:
-    both = np.concatenate([edges, edges[:, ::-1]], axis=0)
-    return np.ascontiguousarray(both[np.lexsort((both[:, 1], both[:, 0]))].T, dtype=np.int64)
-
-
-def _random_pair(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected edges ``[m, 2]`` (u < v) of G and of G~ (G with a few edges moved), same node ids."""
-    iu = np.triu_indices(n, 1)
-    pick = rng.random(iu[0].size) < 0.3
-    flip = rng.random(iu[0].size) < 0.05
-    g = np.stack(iu, axis=1)[pick]
-    h = np.stack(iu, axis=1)[pick ^ flip]
-    return g, h
-
-
-def write_folder(folder: Path, train: int = 12, val: int = 4, n: int = 10, seed: int = 0) -> dict:
-    """A folder in the layout, truth = identity; returns ``{split: [(G edges, G~ edges)]}`` as written."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    written: dict[str, list] = {}
-    for split, count in (("train", train), ("val", val)):
-        pairs = [_random_pair(rng, n) for _ in range(count)]
-        written[split] = pairs
-        save_file(
-            {str(k): np.array([n, n], dtype=np.int64) for k in range(count)},
-            str(folder / f"{split}-orders.safetensors"),
-        )
-        save_file(
-            {str(k): _both_ways(g) for k, (g, _) in enumerate(pairs)}, str(folder / f"{split}-base-graphs.safetensors")
-        )
-        save_file(
-            {str(k): _both_ways(h) for k, (_, h) in enumerate(pairs)},
-            str(folder / f"{split}-corrupted-graphs.safetensors"),
-        )
-    return written
+from tests.support.cli import run_cli
+from tests.support.sources import write_folder
 
 
 def _edge_set(edges: np.ndarray) -> set[tuple[int, int]]:
@@ -284,6 +248,7 @@ def test_export_is_the_layout_with_the_permutation_undone_and_imports_to_the_sam
     export_dataset(source, out, "safetensors", force=True)
 
 
+@pytest.mark.e2e
 def test_cli_export_import_and_train_on_imported_pairs(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     built = run_cli(
@@ -335,6 +300,7 @@ def test_cli_export_import_and_train_on_imported_pairs(tmp_path: Path) -> None:
     assert bases == {"er", "pairs"}
 
 
+@pytest.mark.e2e
 def test_a_preset_runs_on_imported_pairs(tmp_path: Path) -> None:
     folder = tmp_path / "pairs"
     write_folder(folder, train=16, val=4, n=12)

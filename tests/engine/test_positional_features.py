@@ -30,7 +30,7 @@ from engine.graphs import Graph
 from engine.loop import TrainState, make_optimiser
 from engine.pairs import PairSplit
 from engine.sources.synthetic import bernoulli_graphs
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -396,6 +396,7 @@ def test_gape_embeds_with_the_positional_inputs_the_run_trained_on(rwpe_run: Pat
         assert np.allclose(got[ptr[i] : ptr[i + 1]], hand, atol=5e-3), i
 
 
+@pytest.mark.e2e
 def test_gaptui_train_with_bad_features_is_one_error_line(tmp_path: Path) -> None:
     args = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4"]
     res = run_cli(*args, "-p", "n=12", "--features", "bogus:3", "-w", str(tmp_path / "ws"), cwd=tmp_path)

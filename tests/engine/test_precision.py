@@ -1,6 +1,7 @@
 """The precision run option (auto, fp32, bf16) where a user sets it: presets' [run] of every family, gaptui train
 --precision, the New-experiment form; the choice ``auto`` makes from the hardware facts; the precision in a run's
-history record and in gaptui show. (Training in bf16 and resuming in the checkpoint's precision: tests/test_loop.)"""
+history record and in gaptui show. (Training in bf16 and resuming in the checkpoint's precision:
+tests/engine/test_loop.py.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from engine.hardware import (
 )
 from engine.tasks import Placement, family, load_spec
 from gaptui.presets import BUNDLED
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.engine import Events, Line, Stopper
 
 SMOKE = {"alignment": "smoke", "gape": "gape-smoke", "properties": "properties-smoke", "brec": "brec-smoke"}
 
@@ -106,6 +108,7 @@ def test_train_precision_maps_onto_the_spec_of_any_family(toy: None) -> None:
         with_precision(toy_spec, "bf16")
 
 
+@pytest.mark.e2e
 def test_train_precision_is_recorded_in_the_history_and_shown(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     args = ["train", "--base", "er", "--noise", "0.1", "--model", "gcn", "--train", "10", "--val", "4", "-p", "n=12"]
@@ -210,7 +213,6 @@ def test_a_run_started_under_auto_resumes_in_its_checkpoints_precision_when_auto
     import engine.hardware as hardware
     from engine.loop import epoch_steps
     from engine.tasks import Cancelled, RunContext, run_steps
-    from tests.test_loop import Events, Line, Stopper
 
     monkeypatch.setattr(hardware, "cpu_has_bf16", lambda cpuinfo=None: True)
     monkeypatch.setattr(hardware, "AUTO_BF16", {"cpu": True})  # auto picks bf16 here...

@@ -99,6 +99,7 @@ def _gaptui(*args: str, ws: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.e2e
 def test_cli_export_writes_the_layout_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "pub"
     args = ("properties", "export", "--out", str(out), "-p", "irreflexive", "-f", "perturb", "--graphs", "20")

@@ -15,6 +15,7 @@ from engine.alignment.recipes import RECIPE_FIELDS, RECIPES, recipe_label, spec_
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.loop import make_optimiser
+from tests.support.cli import run_cli
 
 DATASET = {"base": "er", "noise": 0.12, "n_train": 100, "n_val": 20}
 
@@ -64,11 +65,11 @@ def test_with_recipe_replaces_every_recipe_field() -> None:
 
 def test_baseline_and_user_models() -> None:
     assert spec(model="laplacian").recipe_label == "-"
-    user = spec(model="tests.helpers_models:TinyGNN", recipe="ngab")
+    user = spec(model="tests.support.models:TinyGNN", recipe="ngab")
     # a user's model is built with none of the scaffold's options: those stay neutral, the optimiser is ngab's
     assert user.model_options() == {} and user.lr == 1e-3 and user.recipe_label == "ngab"
     with pytest.raises(GaptuiError, match="block = 'act-norm' applies to built-in models only"):
-        RunSpec.from_dict({**spec(model="tests.helpers_models:TinyGNN").to_dict(), "block": "act-norm"})
+        RunSpec.from_dict({**spec(model="tests.support.models:TinyGNN").to_dict(), "block": "act-norm"})
 
 
 def test_bad_recipe_in_a_preset_is_one_line_naming_file_key_and_value(tmp_path: Path) -> None:
@@ -245,8 +246,8 @@ def test_the_form_offers_the_recipes_and_writes_the_choice_into_run() -> None:
     assert "recipe" not in fam.form.preset_from_form({**values, "recipe": None}).get("run", {})
 
 
+@pytest.mark.e2e
 def test_train_recipe_is_one_error_line_for_a_bad_name_or_a_family_without_recipes(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
 
     where = ("--workspace", str(tmp_path / "ws"))
     tiny = ("--base", "er", "-p", "n=12", "-p", "degree=3", "--noise", "0.1", "--model", "gcn")

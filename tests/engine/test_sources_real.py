@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
 import io
-import pickle
 import sys
 import urllib.error
 import urllib.request
@@ -18,6 +16,16 @@ from engine.errors import GaptuiError
 from engine.graphs import Graph
 from engine.sources import SOURCES, BaseSplits, parse_params
 from engine.sources.real import read_smiles, smiles_item
+from tests.support.sources import (
+    ARXIV_EDGES,
+    OFFICIAL_SPLIT,
+    SMILES,
+    write_aqsol,
+    write_arxiv_raw,
+    write_cora,
+    write_pcqm,
+    write_zinc,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -39,38 +47,8 @@ def edge_sets(graphs: list[Graph]) -> list[tuple[int, list[tuple[int, int]]]]:
     return [(g.num_nodes, [tuple(e) for e in g.edges.tolist()]) for g in graphs]
 
 
-def both_ways(pairs: list[tuple[int, int]]) -> np.ndarray:
-    """``[2, 2E]``: every pair in both directions, as PyG stores undirected molecules."""
-    ei = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    return np.concatenate([ei, ei[:, ::-1]]).T.copy()
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # AQSOL: pickled lists of (x, edge_attr, edge_index, y) tuples, as in the benchmarking-gnns release.
-
-
-def _aqsol_graph(n: int, pairs: list[tuple[int, int]], directed: bool = False) -> tuple:
-    ei = np.array(pairs, dtype=np.int64).reshape(-1, 2).T if directed else both_ways(pairs)
-    return (np.zeros(n, dtype=np.int64), np.ones(ei.shape[1], dtype=np.int64), ei, 0.5)
-
-
-AQSOL_TRAIN = [
-    _aqsol_graph(3, [(0, 1), (1, 2), (0, 2)]),  # triangle
-    _aqsol_graph(4, [(0, 1), (1, 2), (2, 3)]),  # path
-    _aqsol_graph(2, []),  # no bonds: PyG's AQSOL drops it
-    _aqsol_graph(3, [(0, 1), (1, 2)], directed=True),  # bonds stored one way: the report says so
-]
-AQSOL_VAL = [_aqsol_graph(2, [(0, 1)]), _aqsol_graph(5, [(0, 1), (0, 2), (0, 3), (0, 4)])]
-
-
-def write_aqsol(root: Path) -> Path:
-    raw = root / "aqsol" / "raw"
-    raw.mkdir(parents=True)
-    for name, graphs in (("train", AQSOL_TRAIN), ("val", AQSOL_VAL), ("test", AQSOL_VAL[:1])):
-        (raw / f"{name}.pickle").write_bytes(pickle.dumps(graphs))
-    for name in ("atom_dict", "bond_dict"):
-        (raw / f"{name}.pickle").write_bytes(pickle.dumps({}))
-    return raw
 
 
 def test_aqsol_all_of_each_split(tmp_path: Path) -> None:
@@ -136,29 +114,6 @@ def test_partial_raw_files_are_never_replaced_by_a_download(
 # ZINC: pickled lists of dicts holding a dense bond-type matrix, plus comma-separated subset index files.
 
 
-def _zinc_mol(n: int, pairs: list[tuple[int, int]]) -> dict:
-    adj = torch.zeros(n, n, dtype=torch.long)
-    for u, v in pairs:
-        adj[u, v] = adj[v, u] = 1
-    return {
-        "atom_type": torch.zeros(n, dtype=torch.long),
-        "logP_SA_cycle_normalized": torch.tensor([0.1]),
-        "bond_type": adj,
-    }
-
-
-def write_zinc(root: Path) -> None:
-    raw = root / "zinc" / "raw"
-    raw.mkdir(parents=True)
-    train = [_zinc_mol(2, [(0, 1)]), _zinc_mol(3, [(0, 1), (1, 2)]), _zinc_mol(4, [(0, 1), (1, 2), (2, 3), (3, 0)])]
-    val = [_zinc_mol(3, [(0, 1), (0, 2)]), _zinc_mol(2, [(0, 1)])]
-    for name, mols in (("train", train), ("val", val), ("test", val)):
-        (raw / f"{name}.pickle").write_bytes(pickle.dumps(mols))
-    (raw / "train.index").write_text("0,2\n")
-    (raw / "val.index").write_text("1\n")
-    (raw / "test.index").write_text("0\n")
-
-
 def test_zinc_subset_and_full(tmp_path: Path) -> None:
     write_zinc(tmp_path)
     sub = load("zinc", tmp_path)
@@ -180,30 +135,6 @@ def test_zinc_missing_files(tmp_path: Path) -> None:
 # CoraFull: the gnn-benchmark npz layout (CSR adjacency and attributes); BFS samples of the one graph.
 
 # A 30-cycle and a 10-path, with a self loop and edges stored one way (PyG's loader drops / symmetrises them).
-CYCLE = [(i, (i + 1) % 30) for i in range(30)]
-PATH = [(30 + i, 31 + i) for i in range(9)]
-
-
-def write_cora(root: Path) -> None:
-    import scipy.sparse as sp
-
-    raw = root / "corafull" / "cora" / "raw"
-    raw.mkdir(parents=True)
-    rows, cols = zip(*(CYCLE + PATH + [(5, 5)]), strict=True)
-    adj = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(40, 40))
-    attr = sp.csr_matrix(np.eye(40, 3, dtype=np.float32))
-    np.savez(
-        raw / "cora.npz",
-        adj_data=adj.data,
-        adj_indices=adj.indices,
-        adj_indptr=adj.indptr,
-        adj_shape=adj.shape,
-        attr_data=attr.data,
-        attr_indices=attr.indices,
-        attr_indptr=attr.indptr,
-        attr_shape=attr.shape,
-        labels=np.zeros(40, dtype=np.int64),
-    )
 
 
 def _is_path(g: Graph) -> bool:
@@ -239,17 +170,6 @@ def test_corafull_missing_file(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # ogbn-arxiv: OGB's raw csv.gz files (directed citation edges, one node count).
-
-
-def write_arxiv_raw(raw: Path, edges: list[tuple[int, int]], num_nodes: int) -> None:
-    raw.mkdir(parents=True, exist_ok=True)
-    with gzip.open(raw / "edge.csv.gz", "wt") as f:
-        f.writelines(f"{u},{v}\n" for u, v in edges)
-    with gzip.open(raw / "num-node-list.csv.gz", "wt") as f:
-        f.write(f"{num_nodes}\n")
-
-
-ARXIV_EDGES = CYCLE + PATH + [(1, 0)]  # one mutual citation: 0 -> 1 and 1 -> 0
 
 
 def test_ogbn_arxiv_reads_raw_files(tmp_path: Path) -> None:
@@ -304,38 +224,6 @@ def test_ogbn_arxiv_download_unpacks_into_ogb_layout(tmp_path: Path, monkeypatch
 
 # ---------------------------------------------------------------------------------------------------------------
 # PCQM4Mv2: OGB-LSC's raw data.csv.gz and split_dict.pt; only the sampled SMILES go through rdkit.
-
-SMILES = [
-    "CCO",  # 0: 3 atoms, 2 bonds
-    "c1ccccc1",  # 1: 6 atoms, 6 bonds
-    "CC(=O)O",  # 2: 4 atoms, 3 bonds
-    "C",  # 3: one heavy atom, no bonds -> skipped
-    "[Na+].[Cl-]",  # 4: two ions, no bonds -> skipped
-    "CCN",  # 5: 3 atoms, 2 bonds
-    "O=C=O",  # 6: 3 atoms, 2 bonds
-    "C1CC1",  # 7: 3 atoms, 3 bonds
-    "CCCC",  # 8: 4 atoms, 3 bonds
-    "N#N",  # 9: 2 atoms, 1 bond (test-dev)
-]
-
-
-def write_pcqm(root: Path, smiles: list[str], split: dict[str, object]) -> Path:
-    folder = root / "pcqm4mv2" / "pcqm4m-v2"
-    (folder / "raw").mkdir(parents=True)
-    with gzip.open(folder / "raw" / "data.csv.gz", "wt") as f:
-        f.write("idx,smiles,homolumogap\n")
-        f.writelines(f"{i},{s},{'' if i > 8 else 3.5}\n" for i, s in enumerate(smiles))
-    torch.save(split, folder / "split_dict.pt")
-    (folder / "RELEASE_v1.txt").write_text("PCQM4Mv2\n")
-    return folder
-
-
-OFFICIAL_SPLIT = {
-    "train": np.arange(6),
-    "valid": np.arange(6, 9),
-    "test-dev": np.array([9]),
-    "test-challenge": np.array([], dtype=np.int64),
-}
 
 
 @pytest.mark.parametrize("as_tensors", [False, True])

@@ -14,7 +14,10 @@ import pytest
 import torch
 
 from engine.events import KINDS, SCHEMA_VERSION, read_events
-from tests.conftest import ROOT
+from tests.support import ROOT
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 DATASET = {"base": "er", "noise": 0.05, "n_train": 40, "n_val": 10, "params": {"n": 24, "degree": 5}}
 
@@ -121,7 +124,7 @@ def test_sigterm_then_resume_continues_from_the_checkpoint(tmp_path: Path) -> No
 
 def test_nan_loss_is_an_error_event_and_nonzero_exit(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code, _, stderr = _run(_spec(tmp_path, model="tests.helpers_worker:NaNModel"), out)
+    code, _, stderr = _run(_spec(tmp_path, model="tests.support.worker_models:NaNModel"), out)
     assert code == 3
     last = read_events(out / "events.jsonl")[0][-1]
     assert last["event"] == "error" and last["kind"] == "nan" and "loss became nan" in last["message"]
@@ -130,7 +133,7 @@ def test_nan_loss_is_an_error_event_and_nonzero_exit(tmp_path: Path) -> None:
 
 def test_crash_is_an_error_event_with_the_traceback_in_the_log(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code, _, stderr = _run(_spec(tmp_path, model="tests.helpers_worker:CrashModel"), out)
+    code, _, stderr = _run(_spec(tmp_path, model="tests.support.worker_models:CrashModel"), out)
     assert code == 1
     last = read_events(out / "events.jsonl")[0][-1]
     assert last["event"] == "error" and last["kind"] == "crash" and "injected crash" in last["message"]

@@ -23,10 +23,8 @@ from engine.loop import CHECKPOINT
 from engine.models.powers import PANConv
 from engine.models.sparse import Graph
 from engine.tasks import Cancelled, RunContext, run_steps
-from tests.test_fast_path import equal_size_batch, ragged_batch
-from tests.test_loop import Events, Stopper
-from tests.test_models import random_graph
-from tests.test_pack import _result, _spec, in_process  # noqa: F401  (in_process is a fixture)
+from tests.support.cli import run_cli
+from tests.support.engine import Events, Stopper, equal_size_batch, ragged_batch, random_graph, result_of, spec_file
 
 NEW = ["tagcn", "sgc", "pan", "graphgps"]
 
@@ -227,14 +225,16 @@ def test_resumed_in_the_middle_of_an_epoch_equals_the_uninterrupted_run(tmp_path
 @pytest.mark.parametrize("model", NEW)
 def test_packed_seeds_equal_separate_runs(tmp_path: Path, in_process, model: str) -> None:  # noqa: F811
     extra = {"attn_dropout": 0.1} if model == "graphgps" else {}
-    specs = [_spec(tmp_path, f"{model}{s}", model=model, seed=s, epochs=1, model_kwargs=extra) for s in (0, 1)]
+    specs = [spec_file(tmp_path, f"{model}{s}", model=model, seed=s, epochs=1, model_kwargs=extra) for s in (0, 1)]
     for i, spec in enumerate(specs):
         assert in_process([(spec, tmp_path / f"alone{i}")]) == 0
     assert in_process([(spec, tmp_path / f"packed{i}") for i, spec in enumerate(specs)]) == 0
     for i in range(2):
-        a, b = _result(tmp_path / f"packed{i}"), _result(tmp_path / f"alone{i}")
+        a, b = result_of(tmp_path / f"packed{i}"), result_of(tmp_path / f"alone{i}")
         assert a["status"] == b["status"] == "done" and a["metrics"] == b["metrics"]
-    assert json.dumps(_result(tmp_path / "alone0")["metrics"]) != json.dumps(_result(tmp_path / "alone1")["metrics"])
+    assert json.dumps(result_of(tmp_path / "alone0")["metrics"]) != json.dumps(
+        result_of(tmp_path / "alone1")["metrics"]
+    )
 
 
 def test_every_new_model_learns_alignment_on_small_graphs(tmp_path: Path) -> None:
@@ -344,8 +344,8 @@ def test_bad_model_entries_are_one_error_naming_the_entry(models_line: str, extr
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.e2e
 def test_a_bad_model_entry_exits_2_with_one_line_naming_the_file(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
 
     path = tmp_path / "bad.toml"
     path.write_text(_preset_text('["graphgps+lap:0"]'))

@@ -20,45 +20,11 @@ from engine.tasks import family
 from gaptui import analysis
 from gaptui.analysis import BEST, WITHIN_1, WITHIN_3
 from gaptui.commands_analysis import register
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.records import rec
 
 LAP = family("alignment").metric("val_lap_acc")
 LOSS = family("alignment").metric("val_loss")
-
-_counter = iter(range(10**9))
-
-
-def rec(
-    model: str,
-    noise: float,
-    value: float | None,
-    seed: int = 0,
-    *,
-    dataset: str = "er",
-    status: str = "done",
-    metric: str = "val_lap_acc",
-    planned: int | None = 4,
-    finished: str | None = "2024-01-01T00:00:00",
-) -> dict[str, Any]:
-    """A run record as the history stores it (only the fields analysis reads, plus id/hash)."""
-    n = next(_counter)
-    return {
-        "id": f"run{n:06d}",
-        "hash": f"hash{n:06d}",
-        "status": status,
-        "task": "alignment",
-        "axes": {"dataset": dataset, "noise": noise, "model": model},
-        "seed": seed,
-        "metrics": {} if value is None else {metric: value},
-        "params": 0 if model == "laplacian" else 1234,
-        "planned_seeds": planned,
-        "tags": [],
-        "note": "",
-        "created": "2024-01-01T00:00:00",
-        "started": None,
-        "finished": finished,
-        "duration": 1.0,
-    }
 
 
 def grid() -> list[dict[str, Any]]:
@@ -431,6 +397,7 @@ def test_table_on_2000_records(cli) -> None:
 # ------------------------------------------------------------------------------------------ real CLI (subprocess)
 
 
+@pytest.mark.e2e
 def test_real_cli(tmp_path: Path) -> None:
     from gaptui.history import History
     from gaptui.workspace import Workspace

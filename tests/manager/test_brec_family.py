@@ -17,7 +17,7 @@ from engine.errors import GaptuiError
 from engine.tasks import family
 from engine.tasks.spec import Placement
 from gaptui.presets import load_preset
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 CPU = ("--gpus", "none", "--cpu-jobs", "2")
 
@@ -38,6 +38,7 @@ def test_the_shipped_presets_plan_the_zoo_and_the_smoke_grid() -> None:
     assert len(specs) == smoke.size == 7 + 2 * 7 * 2 and len({s.hash() for s in specs}) == len(specs)
 
 
+@pytest.mark.e2e
 def test_preset_errors_name_the_file_the_key_and_the_value(tmp_path: Path) -> None:
     cases = {
         'models = ["gin"]\ncategories = ["cfl"]\nseeds = [0]\n': r"key 'categories' value: 'cfl' is not a BREC "
@@ -99,6 +100,7 @@ def test_memory_is_estimated_and_refused_in_one_line(monkeypatch: pytest.MonkeyP
     check_memory([BrecSpec.from_dict({"model": "3-wl", "category": "cfi", "pairs": 1})])  # 74 nodes: fits
 
 
+@pytest.mark.e2e
 def test_the_cli_refuses_3wl_on_pairs_too_large_for_this_machine(tmp_path: Path) -> None:
     folder = tmp_path / "big"
     shutil.copytree(SHIPPED, folder)
@@ -132,6 +134,7 @@ pack_seeds = 2
 """
 
 
+@pytest.mark.e2e
 def test_a_small_grid_runs_tables_reports_and_resumes(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     preset = _write(tmp_path, SMALL)

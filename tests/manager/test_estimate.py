@@ -11,17 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 from engine.alignment.throughput import CostKey, Throughput, evaluations, measure, training_seconds
-from engine.cost import CalibrationCache
 from gaptui import launch
-from gaptui.estimate import CellHistory, Estimator, Profile, calibration_path, estimate_from_cache, schedule
+from gaptui.estimate import CellHistory, Profile, calibration_path, estimate_from_cache, schedule
 from gaptui.presets import load_preset
 from gaptui.scheduler import Slot
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-
-FAKE = Throughput(step_s=0.5, val_pair_s=0.01, checkpoint_s=0.0, params=100, steps=3)
-CPU1 = Slot("cpu#0", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
-CPU2 = Slot("cpu#1", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+from tests.support.cli import run_cli
+from tests.support.fakes import CPU1, CPU2, Counting, estimator, smoke_plan
 
 
 def test_training_seconds_counts_steps_checkpoints_and_evaluations() -> None:
@@ -43,37 +39,10 @@ def test_schedule_respects_dependencies_and_prefers_the_faster_slot() -> None:
     assert (mixed.wall, mixed.compute) == (4.0, 4.0)  # both on the GPU one after the other beat the CPU
 
 
-def _smoke_plan(ws: Path, known: dict[str, str] | None = None) -> launch.Plan:
-    workspace = Workspace(ws)
-    return launch.plan(load_preset("smoke", workspace), workspace, known or {})
-
-
-class Counting:
-    """A stand-in for the measurement: fixed throughput, every call recorded."""
-
-    def __init__(self) -> None:
-        self.keys: list[CostKey] = []
-        self.overheads = 0
-
-    def measure(self, keys: list[CostKey], slots: list[Slot]) -> list[Throughput]:
-        self.keys += keys
-        return [FAKE] * len(keys)
-
-    def overhead(self, slots: list[Slot]) -> float:
-        self.overheads += 1
-        return 1.0
-
-
-def _estimator(ws: Path, counter: Counting, **kwargs) -> Estimator:
-    warned = kwargs.pop("warned", [])
-    cache = CalibrationCache(calibration_path(Workspace(ws)), warned.append)
-    return Estimator(cache, kwargs.pop("records", []), measure=counter.measure, overhead=counter.overhead, **kwargs)
-
-
 def test_estimate_of_a_plan_from_a_fake_calibration(tmp_path: Path) -> None:
     counter = Counting()
-    plan = _smoke_plan(tmp_path)
-    result = _estimator(tmp_path, counter).estimate(plan, [CPU1, CPU2], Workspace(tmp_path))
+    plan = smoke_plan(tmp_path)
+    result = estimator(tmp_path, counter).estimate(plan, [CPU1, CPU2], Workspace(tmp_path))
     # smoke: 2 epochs of 40 pairs at batch 20 (2 steps), 10 validation pairs every epoch, 1 s per run besides.
     per_run = 1.0 + 2 * (2 * 0.5) + 2 * 10 * 0.01
     assert [r.seconds[Profile("cpu", "cpu", 1)] for r in result.runs] == [pytest.approx(per_run)] * 4
@@ -86,21 +55,21 @@ def test_estimate_of_a_plan_from_a_fake_calibration(tmp_path: Path) -> None:
 
 
 def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    plan = _smoke_plan(tmp_path)
+    plan = smoke_plan(tmp_path)
     first = Counting()
-    _estimator(tmp_path, first).estimate(plan, [CPU1], Workspace(tmp_path))
+    estimator(tmp_path, first).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(first.keys) == 2 and first.overheads == 1
     stored = calibration_path(Workspace(tmp_path)).read_bytes()
 
     again = Counting()
-    lines = _estimator(tmp_path, again).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
+    lines = estimator(tmp_path, again).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
     assert again.keys == [] and again.overheads == 0
     assert calibration_path(Workspace(tmp_path)).read_bytes() == stored
     assert all("calibration (cached)" in line for line in lines[1:3])
 
     two_threads = Slot("cpu#0", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2"})
     threads = Counting()
-    _estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
+    estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
     assert {k.threads for k in threads.keys} == {2} and len(threads.keys) == 2
 
     import engine.cost
@@ -108,11 +77,11 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     real_machine = engine.cost.machine
     monkeypatch.setattr(engine.cost, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
     elsewhere = Counting()
-    _estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
+    estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(elsewhere.keys) == 2 and elsewhere.overheads == 1
 
     forced = Counting()
-    _estimator(tmp_path, forced, recalibrate=True).estimate(plan, [CPU1], Workspace(tmp_path))
+    estimator(tmp_path, forced, recalibrate=True).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(forced.keys) == 2 and forced.overheads == 1  # each key measured once, not once per run
 
 
@@ -121,7 +90,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
     path.write_text('{"entries": [1, 2')
     warned: list[str] = []
     counter = Counting()
-    _estimator(tmp_path, counter, warned=warned).estimate(_smoke_plan(tmp_path), [CPU1], Workspace(tmp_path))
+    estimator(tmp_path, counter, warned=warned).estimate(smoke_plan(tmp_path), [CPU1], Workspace(tmp_path))
     assert len(warned) == 1 and "calibration cache" in warned[0] and "moved aside" in warned[0]
     aside = list(tmp_path.glob("calibration.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text() == '{"entries": [1, 2'
@@ -135,7 +104,7 @@ def test_corrupt_calibration_file_is_moved_aside_and_measured_again(tmp_path: Pa
 def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: float, rest: float) -> None:
     from engine.hardware import cpu_name
 
-    plan = _smoke_plan(tmp_path)
+    plan = smoke_plan(tmp_path)
     done = plan.to_run[0]  # gcn at noise 0.05, seed 0; a seed-1 run of the same cell is estimated from it
     run_dir = tmp_path / "runs" / "x"
     run_dir.mkdir(parents=True)
@@ -152,7 +121,7 @@ def test_finished_runs_of_the_same_cell_are_preferred(tmp_path: Path, duration: 
     later = done.replace(seed=1, epochs=4)
     plan = SimpleNamespace(done=[done], to_run=[later, plan.to_run[1]], dependencies=lambda spec: ())
     counter = Counting()
-    result = _estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
+    result = estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
     history = CellHistory(epoch_s=0.25, eval_s=0.05, overhead_s=rest, runs=1)
     assert result.runs[0].source == "history (1 run(s))"
     assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(history.seconds(4, 4))
@@ -173,14 +142,14 @@ def _finished(tmp_path: Path, spec, seconds: list[float], duration: float) -> di
 
 
 def test_a_family_without_a_cost_model_is_estimated_from_its_cells_history(tmp_path: Path, toy: None) -> None:
-    from tests.toy_family import ToySpec
+    from tests.support.toy_family import ToySpec
 
     done = ToySpec(size=2, model="mean", steps=3)
     record = _finished(tmp_path, done, [0.5, 0.5, 0.5], duration=2.0)  # 0.5 s per step, 0.5 s besides
     later, other = done.replace(seed=1, steps=5), ToySpec(size=3, model="mean", steps=3)
     plan = SimpleNamespace(done=[done], to_run=[later, other], dependencies=lambda spec: ())
     counter = Counting()
-    result = _estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
+    result = estimator(tmp_path, counter, records=[record]).estimate(plan, [CPU1], Workspace(tmp_path))
     assert [r.spec for r in result.runs] == [later]
     assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(0.5 + 5 * 0.5)
     assert result.runs[0].source == "history (1 run(s))" and result.runs[0].label == "mean"
@@ -211,6 +180,7 @@ def test_measure_times_compiling_for_runs_that_compile() -> None:
     assert compiled.compile_s > 0 and compiled.step_s > 0 and compiled.steps >= 1
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
@@ -230,22 +200,22 @@ def test_cli_dry_run_prints_the_estimate_and_reuses_the_calibration(tmp_path: Pa
 
 
 def test_runs_of_a_real_dataset_not_built_yet_are_listed_not_guessed(tmp_path: Path) -> None:
-    smoke = _smoke_plan(tmp_path).to_run
+    smoke = smoke_plan(tmp_path).to_run
     real = smoke[0].replace(dataset={"base": "aqsol", "noise": 0.1})
     plan = SimpleNamespace(done=[], to_run=[real, smoke[1]], dependencies=lambda spec: ())
     counter = Counting()
-    lines = _estimator(tmp_path, counter).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
+    lines = estimator(tmp_path, counter).estimate(plan, [CPU1], Workspace(tmp_path)).lines()
     assert lines[0].startswith("estimate: 1 run(s) (1 more not estimated): wall about ")
     assert "  not estimated: 1 run(s): aqsol: graph size unknown until its dataset is built" in "\n".join(lines)
     assert [k.model for k in counter.keys] == ["gin"]
 
 
 def test_packed_seeds_share_one_process_start_per_pack(tmp_path: Path) -> None:
-    smoke = _smoke_plan(tmp_path).to_run
+    smoke = smoke_plan(tmp_path).to_run
     seeds = [spec.replace(seed=seed) for seed in (0, 1, 2) for spec in smoke]  # seed-major, like a grid
     plan = SimpleNamespace(done=[], to_run=seeds, dependencies=lambda spec: ())
-    alone = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path))
-    packed = _estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path), pack_seeds=2)
+    alone = estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path))
+    packed = estimator(tmp_path, Counting()).estimate(plan, [CPU1], Workspace(tmp_path), pack_seeds=2)
     per_run = 1.0 + 2 * (2 * 0.5) + 2 * 10 * 0.01  # with the fake calibration's 1 s shared part
     assert alone.plan.compute == pytest.approx(12 * per_run)
     # 4 cells x 3 seeds in packs of at most 2: 8 processes, each paying the shared second once.
@@ -256,10 +226,10 @@ def test_packed_seeds_share_one_process_start_per_pack(tmp_path: Path) -> None:
 
 def test_the_form_estimate_uses_the_cache_and_never_measures(tmp_path: Path) -> None:
     """What the terminal app's form asks on every edit: nothing until a dry run calibrated, then the same wall."""
-    ws, plan = Workspace(tmp_path), _smoke_plan(tmp_path)
+    ws, plan = Workspace(tmp_path), smoke_plan(tmp_path)
     assert estimate_from_cache(plan, [CPU1, CPU2], ws, []) is None  # an empty cache: no number, no measurement
     assert not calibration_path(ws).exists()
-    measured = _estimator(tmp_path, Counting()).estimate(plan, [CPU1, CPU2], ws)  # a dry run fills the cache
+    measured = estimator(tmp_path, Counting()).estimate(plan, [CPU1, CPU2], ws)  # a dry run fills the cache
     cached = estimate_from_cache(plan, [CPU1, CPU2], ws, [])
     assert cached is not None and cached.plan.wall == pytest.approx(measured.plan.wall)
     assert {r.source for r in cached.runs} == {"calibration (cached)"}
@@ -276,7 +246,7 @@ def test_a_property_cell_is_estimated_per_epoch_graph_and_relation_cell_from_ano
     done, other = mean[0], next(s for s in mean[1:] if s.property != mean[0].property)
     record = _finished(tmp_path, done, [1.0, 1.0], duration=3.0)  # 2 epochs of 1 s, 1 s besides
     plan = SimpleNamespace(done=[done], to_run=[other], dependencies=lambda spec: ())
-    result = _estimator(tmp_path, Counting(), records=[record]).estimate(plan, [CPU1], ws)
+    result = estimator(tmp_path, Counting(), records=[record]).estimate(plan, [CPU1], ws)
     fam = family("properties")
     per_unit = 2.0 / fam.costs.units(done)
     assert result.runs[0].seconds[Profile("cpu", "cpu", 1)] == pytest.approx(1.0 + fam.costs.units(other) * per_unit)

@@ -26,7 +26,7 @@ from gaptui.estimate import (
 )
 from gaptui.eta import REFRESH_EVERY, Countdown
 from gaptui.workspace import Workspace
-from tests.test_estimate import CPU1, CPU2, Counting, _smoke_plan
+from tests.support.fakes import CPU1, CPU2, Counting, smoke_plan
 
 T0 = 1_700_000_000.0
 
@@ -36,7 +36,7 @@ def _estimate(ws: Path, counter: Counting, now: Conditions, measures: bool = Tru
         CalibrationCache(calibration_path(Workspace(ws))), measure=counter.measure, overhead=counter.overhead, now=now
     )
     estimator.measures = measures
-    return estimator.estimate(_smoke_plan(ws), [CPU1], Workspace(ws)), estimator
+    return estimator.estimate(smoke_plan(ws), [CPU1], Workspace(ws)), estimator
 
 
 def test_a_calibration_under_another_load_or_too_old_is_measured_again_and_said(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_calibration_cached_before_its_conditions_were_recorded_is_measured_ag
 
 def test_a_partial_estimate_over_the_limit_is_refused() -> None:
     cpu = Profile("cpu", "cpu", 1)
-    spec = _smoke_plan(Path("/nonexistent")).to_run[0]
+    spec = smoke_plan(Path("/nonexistent")).to_run[0]
     estimate = GridEstimate(
         slots=[cpu],
         done=0,
@@ -127,7 +127,7 @@ def test_the_dry_run_warns_when_the_estimate_it_prints_is_over_the_limit(
 
 def test_the_run_counts_down_from_the_dry_runs_estimate(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
-    plan = _smoke_plan(tmp_path)
+    plan = smoke_plan(tmp_path)
     counter = Counting()
     cache = CalibrationCache(calibration_path(ws))
     slots = [CPU1, CPU2]

@@ -11,9 +11,11 @@ import pytest
 
 from gaptui.history import History
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.test_analysis import rec
-from tests.test_figures import alignment_history, gape_history, properties_history
+from tests.support.cli import run_cli
+from tests.support.records import alignment_history, gape_history, properties_history, rec
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 pytest.importorskip("matplotlib")
 

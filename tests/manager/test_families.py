@@ -16,18 +16,12 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
+from tests.support import ROOT
+from tests.support.cli import run_cli
+from tests.support.presets import toy_preset
 
 #: The worker subprocesses inherit this, so they find the family too.
-ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
-
-
-def _preset(tmp_path: Path, **fields: object) -> Path:
-    doc = {"task": "toy", "sizes": [2, 3], "models": ["mean", "median"], "seeds": [0, 1], "steps": 2, **fields}
-    lines = [f"{k} = {json.dumps(v)}" for k, v in doc.items()]
-    path = tmp_path / "toy.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family", "OMP_NUM_THREADS": "1"}
 
 
 def _events(record: dict) -> list[dict]:
@@ -39,9 +33,10 @@ def _count(record: dict, kind: str) -> int:
     return sum(e["event"] == kind for e in _events(record))
 
 
+@pytest.mark.e2e
 def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: None) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path)
+    preset = toy_preset(tmp_path)
     where = ("--workspace", str(ws))
 
     dry = run_cli("run", "--preset", str(preset), *where, "--dry-run", "--list", "--cpu-jobs", "2", env=ENV)
@@ -102,9 +97,10 @@ def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: Non
     assert again.returncode == 0 and "10 already done" in again.stderr
 
 
+@pytest.mark.e2e
 def test_failed_dependency_blocks_its_dependants_which_never_start(tmp_path: Path, toy: None) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, fail_sizes=[2], seeds=[0])
+    preset = toy_preset(tmp_path, fail_sizes=[2], seeds=[0])
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2", env=ENV)
     assert res.returncode == 1
     assert "2 run(s) failed or blocked" not in res.stderr and "3 run(s) failed or blocked" in res.stderr
@@ -133,10 +129,11 @@ def _manager(*args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.e2e
 def test_sigkill_mid_chain_then_rerun_finishes_every_cell_exactly_once(tmp_path: Path, toy: None) -> None:
     ws = tmp_path / "ws"
     gate = tmp_path / "gate"
-    preset = _preset(tmp_path, seeds=[0], gate=str(gate))
+    preset = toy_preset(tmp_path, seeds=[0], gate=str(gate))
     proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
 
     def waiting_downstream() -> list[dict]:
@@ -205,8 +202,9 @@ def test_family_metadata_is_checked_when_registered() -> None:
     assert Half.default_metric == "val_mae" and Half.title == "half"  # the optional declarations' defaults
 
 
+@pytest.mark.e2e
 def test_a_plug_in_family_adds_its_own_commands(tmp_path: Path) -> None:
-    preset = _preset(tmp_path)
+    preset = toy_preset(tmp_path)
     res = run_cli("toy", "sizes", str(preset), env=ENV)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["2", "3"]
@@ -214,6 +212,7 @@ def test_a_plug_in_family_adds_its_own_commands(tmp_path: Path) -> None:
     assert "no such command 'toy'" in run_cli("toy", "sizes", str(preset)).stderr  # without the plug-in: none
 
 
+@pytest.mark.e2e
 def test_built_in_families_come_first_in_their_order_whichever_was_imported_first() -> None:
     code = (
         "import engine.brec.family, engine.properties.family, engine.gape.family\n"

@@ -15,9 +15,12 @@ import pytest
 
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support import ROOT
+from tests.support.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
+
 PAGE = ROOT / "docs" / "families.md"
 SECTION = "## A complete plug-in family"
 

@@ -13,45 +13,8 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui import analysis, reference
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-
-
-def record(n: int, task: str, axes: dict[str, Any], seed: int, metrics: dict[str, float]) -> dict[str, Any]:
-    return {
-        "id": f"r{n:05d}",
-        "hash": f"h{n:05d}",
-        "task": task,
-        "status": "done",
-        "axes": axes,
-        "seed": seed,
-        "metrics": metrics,
-        "finished": "2024-01-01T00:00:00",
-    }
-
-
-def gape_records() -> list[dict[str, Any]]:
-    """ZINC MAE: none 0.60/0.62 (mean 0.61), lap 0.20, gape 0.15 (the paper: 0.658, 0.171, 0.147)."""
-    values = {"none": (0.60, 0.62), "lap": (0.20, 0.20), "gape": (0.15, 0.15)}
-    return [
-        record(10 * i + s, "gape", {"dataset": "zinc", "pe": pe}, s, {"val_mae": v})
-        for i, (pe, vs) in enumerate(values.items())
-        for s, v in enumerate(vs)
-    ]
-
-
-def properties_records() -> list[dict[str, Any]]:
-    """Two poolings x two properties x two dimensions, U scores chosen so that R is easy to check by hand.
-
-    generalisation: connex mean 0.6, attention 1.0 (R 0.75, 1.25); reflexive 0.8, 1.0 (R 0.8/0.9, 1.0/0.9).
-    sensitivity: every U 0.9 (R 1)."""
-    u = {("generalisation", "connex"): (0.6, 1.0), ("generalisation", "reflexive"): (0.8, 1.0)}
-    u |= {("sensitivity", "connex"): (0.9, 0.9), ("sensitivity", "reflexive"): (0.9, 0.9)}
-    out = []
-    for (dimension, prop), values in u.items():
-        for pooling, value in zip(("mean", "attention"), values, strict=True):
-            axes = {"dimension": dimension, "pooling": pooling, "property": prop}
-            out.append(record(100 + len(out), "properties", axes, 0, {"u_score": value}))
-    return out
+from tests.support.cli import run_cli
+from tests.support.records import gape_records, properties_records, toy_records
 
 
 def test_gape_table_1_as_published() -> None:
@@ -148,6 +111,7 @@ def workspace(tmp_path: Path) -> Workspace:
     return ws
 
 
+@pytest.mark.e2e
 def test_table_reference_paper_for_gape_and_properties(workspace: Workspace) -> None:
     where = ("--workspace", str(workspace.root))
     res = run_cli("table", "--task", "gape", "--reference", "paper", "--format", "json", *where)
@@ -181,16 +145,8 @@ def test_report_compares_every_family_with_its_paper(workspace: Workspace, tmp_p
 # ------------------------------------------------------------------------------------------ a plug-in family
 
 
-def toy_records() -> list[dict[str, Any]]:
-    values = {("mean", 2): 0.72, ("median", 2): 0.2, ("mean", 3): 0.8, ("median", 3): 0.3}
-    return [
-        record(200 + i, "toy", {"size": size, "model": model}, 0, {"val_mae": v})
-        for i, ((model, size), v) in enumerate(values.items())
-    ]
-
-
 def test_a_plug_in_family_ships_its_reference_and_optimal_line(toy: None, tmp_path: Path) -> None:
-    from tests.toy_family import REFERENCE
+    from tests.support.toy_family import REFERENCE
 
     assert reference.reference_names(task="toy") == ["paper"]
     paper = reference.load_reference("paper", task="toy")

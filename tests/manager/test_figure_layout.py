@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from gaptui import figures  # noqa: E402
-from tests.test_figures import _events, _record, alignment_history, gape_history, properties_history  # noqa: E402
+from tests.support.records import alignment_history, figure_record, gape_history, properties_history, write_events  # noqa: E402
 
 #: Figure kinds whose plotting area holds only data (the heatmap's numbers and the CD diagram's labels are data).
 PLAIN = ("lines", "gap", "bars", "series")
@@ -25,9 +25,9 @@ def single_noise(root: Path) -> list[dict[str, Any]]:
         for seed in range(3):
             acc = 0.7 - 0.05 * m + 0.01 * seed
             folder = root / "runs" / f"s{len(records)}"
-            _events(folder, 3, acc, "val_lap_acc")
+            write_events(folder, 3, acc, "val_lap_acc")
             axes = {"dataset": "ba", "noise": 0.12, "model": model}
-            records.append(_record(9000 + len(records), "alignment", axes, seed, {"val_lap_acc": acc}, folder))
+            records.append(figure_record(9000 + len(records), "alignment", axes, seed, {"val_lap_acc": acc}, folder))
     return records
 
 

@@ -3,90 +3,15 @@ valid image of the promised size, is not blank, and the same history gives the s
 
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("matplotlib")
 
-from engine.properties.definitions import PROPERTY_NAMES  # noqa: E402
 from gaptui import figures  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
-
-MODELS = ("gcn", "gin", "gat")
-NOISES = (0.04, 0.12, 0.24)
-
-
-def _events(folder: Path, epochs: int, quality: float, metric: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for e in range(1, epochs + 1):
-        lines.append({"v": 1, "event": "epoch", "t": float(e), "epoch": e, "train_loss": 3.0 / e + 1 - quality})
-        lines.append({"v": 1, "event": "eval", "t": float(e), "epoch": e, metric: quality * (1 - 0.5 / e)})
-    (folder / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-
-
-def _record(n: int, task: str, axes: dict[str, Any], seed: int, metrics: dict[str, float], run_dir: Path | None):
-    return {
-        "id": f"{n:012x}",
-        "hash": f"{n:064x}",
-        "status": "done",
-        "task": task,
-        "axes": axes,
-        "seed": seed,
-        "metrics": metrics,
-        "finished": "2026-01-01T00:00:00",
-        "run_dir": str(run_dir) if run_dir else None,
-        "planned_seeds": 3,
-    }
-
-
-def alignment_history(root: Path) -> list[dict[str, Any]]:
-    rng = random.Random(0)
-    records = []
-    for m, model in enumerate(MODELS):
-        for noise in NOISES:
-            for seed in range(3):
-                acc = 0.9 - noise * (1.5 + m) + rng.uniform(-0.02, 0.02)
-                folder = root / "runs" / f"a{len(records)}"
-                _events(folder, 6, acc, "val_lap_acc")
-                axes = {"dataset": "er", "noise": noise, "model": model}
-                records.append(_record(len(records), "alignment", axes, seed, {"val_lap_acc": acc}, folder))
-    return records
-
-
-def gape_history(root: Path) -> list[dict[str, Any]]:
-    rng = random.Random(1)
-    records = []
-    for p, pe in enumerate(("none", "rwpe", "gape")):
-        for dataset in ("aqsol", "zinc"):
-            for seed in range(3):
-                mae = 1.2 - 0.1 * p + rng.uniform(-0.03, 0.03)
-                folder = root / "runs" / f"g{len(records)}"
-                _events(folder, 4, mae, "val_mae")
-                axes = {"pe": pe, "dataset": dataset}
-                records.append(_record(1000 + len(records), "gape", axes, seed, {"val_mae": mae}, folder))
-    return records
-
-
-def properties_history() -> list[dict[str, Any]]:
-    rng = random.Random(2)
-    records = []
-    for dimension in ("generalisation", "sensitivity"):
-        for q, pooling in enumerate(("mean", "sum", "attention")):
-            for prop in PROPERTY_NAMES[:4]:
-                for seed in range(2):
-                    accs = {
-                        f"acc_n{n}": 0.95 - 0.02 * (n - 5) - 0.05 * q + rng.uniform(-0.02, 0.02) for n in (6, 8, 10)
-                    }
-                    u = sum(accs.values()) / len(accs)
-                    axes = {"dimension": dimension, "pooling": pooling, "property": prop}
-                    metrics = {"u_score": u, **accs}
-                    records.append(_record(5000 + len(records), "properties", axes, seed, metrics, None))
-    return records
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.records import alignment_history, gape_history, properties_history  # noqa: E402
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -162,6 +87,7 @@ def test_learning_curves_are_medians_over_seeds(tmp_path: Path) -> None:
     assert gin["metric"][6] == pytest.approx(expected * (1 - 0.5 / 6))
 
 
+@pytest.mark.e2e
 def test_figures_command(tmp_path: Path) -> None:
     from gaptui.history import History
     from gaptui.workspace import Workspace

@@ -15,11 +15,16 @@ import pytest
 from engine.events import read_events
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
-from tests.test_manager import _preset
-from tests.test_reliability import TRAIN, _alive, _wait_for
+from tests.support import ROOT
+from tests.support.cli import TRAIN_ARGS, run_cli
+from tests.support.presets import alignment_preset
+from tests.support.tui import SIZE, notices
+from tests.support.waiting import alive, wait_for, wait_until
 
-ENV = {**os.environ, "GAPTUI_OFFLINE": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
+
+CLI_ENV = {**os.environ, "GAPTUI_OFFLINE": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
 #: A foreground run that outlasts the test (stopped by it), compiled by no one: it trains from its first second.
 LONG = ("--epochs", "5000", "--compile", "off")
 
@@ -28,7 +33,9 @@ def _start(*args: str, out: Path | None = None) -> subprocess.Popen[str]:
     """``python -m gaptui ARGS`` in the background; output to ``out``.stdout/.stderr files (or discarded)."""
     stdout = open(f"{out}.stdout", "w") if out else subprocess.DEVNULL  # noqa: SIM115 - the child holds them
     stderr = open(f"{out}.stderr", "w") if out else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", "gaptui", *args], stdout=stdout, stderr=stderr, cwd=ROOT, env=ENV)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gaptui", *args], stdout=stdout, stderr=stderr, cwd=ROOT, env=CLI_ENV
+    )
 
 
 def _training(ws: Path) -> dict | None:
@@ -54,12 +61,12 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def test_a_grid_beside_a_foreground_train_leaves_it_alone_and_counts_only_its_own_runs(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    train = _start(*TRAIN, *LONG, "--workspace", str(ws))
+    train = _start(*TRAIN_ARGS, *LONG, "--workspace", str(ws))
     try:
-        _wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
+        wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
         theirs = _training(ws)
         assert theirs["driver"] == "train" and theirs["driver_pid"] == train.pid
-        preset = _preset(tmp_path, noise=(0.2,), models=("gcn", "gin"))  # another grid: 2 runs
+        preset = alignment_preset(tmp_path, noise=(0.2,), models=("gcn", "gin"))  # another grid: 2 runs
         res = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
         assert res.returncode == 0, res.stderr
         assert "re-attached" not in res.stderr
@@ -69,7 +76,7 @@ def test_a_grid_beside_a_foreground_train_leaves_it_alone_and_counts_only_its_ow
         assert theirs["id"] not in res.stdout  # never listed as one of the grid's results
         # the manager ended; the foreground run goes on, still its own
         now = {r["id"]: r for r in read_records(Workspace(ws))}[theirs["id"]]
-        assert now["status"] == "running" and now["pid"] == theirs["pid"] and _alive(theirs["pid"])
+        assert now["status"] == "running" and now["pid"] == theirs["pid"] and alive(theirs["pid"])
         train.send_signal(signal.SIGINT)
         assert train.wait(timeout=120) == 130
     finally:
@@ -79,11 +86,11 @@ def test_a_grid_beside_a_foreground_train_leaves_it_alone_and_counts_only_its_ow
 
 def test_a_grid_holding_a_foreground_run_waits_for_it_and_files_nothing_of_it(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.2,), models=("gcn", "gin"), epochs=60)
+    preset = alignment_preset(tmp_path, noise=(0.2,), models=("gcn", "gin"), run={"epochs": 60})
     train = _start("train", "--preset", str(preset), "--where", "model=gcn", "--workspace", str(ws))
     manager = None
     try:
-        _wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
+        wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
         theirs = _training(ws)
         # Frozen, `gaptui train` cannot file its run: its worker trains to the end, and the record stays running
         # until the command goes on. The grid must wait for it all that time.
@@ -95,7 +102,7 @@ def test_a_grid_holding_a_foreground_run_waits_for_it_and_files_nothing_of_it(tm
             statuses = {r["id"]: r["status"] for r in read_records(Workspace(ws))}
             return [s for i, s in statuses.items() if i != theirs["id"]] == ["done"]
 
-        _wait_for(lambda: result.exists() and own_done(), what="both workers' ends")
+        wait_for(lambda: result.exists() and own_done(), what="both workers' ends")
         assert manager.poll() is None  # still waiting: the foreground run is not filed
         assert {r["id"]: r for r in read_records(Workspace(ws))}[theirs["id"]]["status"] == "running"
         train.send_signal(signal.SIGCONT)
@@ -121,12 +128,11 @@ def test_a_grid_holding_a_foreground_run_waits_for_it_and_files_nothing_of_it(tm
 @pytest.mark.asyncio
 async def test_the_app_follows_a_foreground_run_and_quits_without_touching_it(tmp_path: Path) -> None:
     from gaptui.tui.app import GaptuiApp
-    from tests.test_tui import SIZE, notices, wait_until
 
     ws = tmp_path / "ws"
-    train = _start(*TRAIN, *LONG, "--workspace", str(ws))
+    train = _start(*TRAIN_ARGS, *LONG, "--workspace", str(ws))
     try:
-        _wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
+        wait_for(lambda: _training(ws) is not None, what="the foreground run's first epoch")
         theirs = _training(ws)
         app = GaptuiApp(Workspace(ws))
         async with app.run_test(size=SIZE) as pilot:
@@ -140,7 +146,7 @@ async def test_the_app_follows_a_foreground_run_and_quits_without_touching_it(tm
             await wait_until(pilot, lambda: any("stop it there" in n for n in notices(app)), what="the refusal")
             await pilot.press("ctrl+q")
             await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
-        assert _alive(theirs["pid"]) and train.poll() is None
+        assert alive(theirs["pid"]) and train.poll() is None
         now = {r["id"]: r for r in read_records(Workspace(ws))}[theirs["id"]]
         assert now["status"] == "running" and now["pid"] == theirs["pid"]
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 #: Two seeds, a PE without and one with the pretraining run: one pretraining record, four downstream ones.
 PRESET = """\
@@ -66,6 +66,7 @@ def _records(ws: Path) -> list[dict]:
         return list(history.records())
 
 
+@pytest.mark.e2e
 def test_the_pretraining_run_plans_one_seed_and_its_table_cell_is_complete(grid_run: Path) -> None:
     from gaptui.analysis import build_tables
 
@@ -83,6 +84,7 @@ def test_the_pretraining_run_plans_one_seed_and_its_table_cell_is_complete(grid_
     assert sorted((c.row, c.runs, c.planned) for c in gape.iter_cells()) == [("gape", 2, 2), ("none", 2, 2)]
 
 
+@pytest.mark.e2e
 def test_every_run_of_the_grid_records_its_device_and_the_report_names_it(grid_run: Path, tmp_path: Path) -> None:
     records = _records(grid_run)
     assert all(r["repro"].get("device_name") and r["repro"].get("device") == "cpu" for r in records), [
@@ -95,6 +97,7 @@ def test_every_run_of_the_grid_records_its_device_and_the_report_names_it(grid_r
     assert devices and not any("unknown" in line for line in devices), devices
 
 
+@pytest.mark.e2e
 def test_a_record_written_with_the_presets_seeds_is_corrected_when_the_grid_runs_again(grid_run: Path) -> None:
     from gaptui.history import History
     from gaptui.workspace import Workspace

@@ -12,28 +12,17 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui.history import SCHEMA_VERSION, History, journal_path, read_records
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-
-
-def _record(i: int, **kw) -> dict:
-    return {
-        "id": f"{i:012d}",
-        "hash": f"{i:064d}",
-        "status": "queued",
-        "task": "alignment",
-        "axes": {"dataset": "er", "noise": 0.1, "model": "gcn"},
-        "seed": 0,
-        "metrics": {},
-        **kw,
-    }
+from tests.support import FIXTURES
+from tests.support.cli import run_cli
+from tests.support.records import queued_record
 
 
 def test_records_round_trip_and_schema(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     with History(ws, write=True) as h:
-        h.put_many([_record(1), _record(2)])
-        h.update(f"{1:064d}", status="done", metrics={"val_lap_acc": 0.5})
-        h.put_many([_record(1)])  # already there: not duplicated
+        h.put_many([queued_record(1), queued_record(2)])
+        h.update(f"{1:064x}", status="done", metrics={"val_lap_acc": 0.5})
+        h.put_many([queued_record(1)])  # already there: not duplicated
     data = json.loads(ws.history.read_text())
     assert next(iter(data["meta"].values()))["schema"] == SCHEMA_VERSION
     records = read_records(ws)
@@ -51,7 +40,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     fails (killed mid-rename) leaves the old file, and the journal still holds every write that returned."""
     ws = Workspace(tmp_path)
     with History(ws, write=True) as h:
-        h.put_many([_record(1)])
+        h.put_many([queued_record(1)])
     before = ws.history.read_bytes()
 
     real_write = os.write
@@ -62,7 +51,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(os, "write", torn)
     with History(ws, write=True) as h, pytest.raises(GaptuiError, match="killed mid-write"):
-        h.update(f"{1:064d}", status="done")
+        h.update(f"{1:064x}", status="done")
     monkeypatch.undo()
     assert ws.history.read_bytes() == before
     assert read_records(ws)[0]["status"] == "queued"
@@ -72,7 +61,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(os, "replace", boom)
     with History(ws, write=True) as h:
-        h.update(f"{1:064d}", status="done")  # appended: it returned, so it is kept
+        h.update(f"{1:064x}", status="done")  # appended: it returned, so it is kept
     assert ws.history.read_bytes() == before  # the fold at close failed: the old file is intact
     monkeypatch.undo()
     assert read_records(ws)[0]["status"] == "done"
@@ -83,6 +72,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert json.loads(ws.history.read_text())["runs"]["1"]["status"] == "done"
 
 
+@pytest.mark.e2e
 def test_corrupt_history_is_reported_and_kept(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     ws.history.write_text('{"runs": {"1": {"id": ')
@@ -100,10 +90,11 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         read_records(ws)
 
 
+@pytest.mark.e2e
 def test_lock_stops_a_second_manager_but_not_readers_tags_or_notes(tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
     with History(ws, write=True, purpose="gaptui run --preset x") as h:
-        h.put_many([_record(1)])
+        h.put_many([queued_record(1)])
         with pytest.raises(GaptuiError, match="in use by gaptui run --preset x"):
             History(ws, write=True)
         res = run_cli("history", "--json", "--workspace", str(tmp_path))
@@ -113,7 +104,7 @@ def test_lock_stops_a_second_manager_but_not_readers_tags_or_notes(tmp_path: Pat
         assert res.returncode == 0, res.stderr
         res = run_cli("note", "0000000000", "looks good", "--workspace", str(tmp_path))
         assert res.returncode == 0, res.stderr
-        h.update(f"{1:064d}", status="done")
+        h.update(f"{1:064x}", status="done")
     record = read_records(ws)[0]
     assert record["tags"] == ["best"] and record["note"] == "looks good" and record["status"] == "done"
     res = run_cli("tag", "000000000001", "-best", "--workspace", str(tmp_path))
@@ -133,7 +124,7 @@ def test_a_manager_removes_temp_files_left_by_crashed_writers(tmp_path: Path) ->
     assert not any(p.exists() for p in stale) and live.exists()
 
 
-FIXTURE_V1 = Path(__file__).parent / "fixtures" / "history_v1.json"
+FIXTURE_V1 = FIXTURES / "history_v1.json"
 
 
 def test_schema_1_history_is_migrated_in_place_with_a_backup_and_nothing_lost(tmp_path: Path) -> None:
@@ -188,6 +179,7 @@ def test_schema_1_history_is_migrated_in_place_with_a_backup_and_nothing_lost(tm
     assert (tmp_path / "history.v1.1.json").read_bytes() == original
 
 
+@pytest.mark.e2e
 def test_migrated_history_feeds_the_table_command(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     ws.root.mkdir()
@@ -206,10 +198,10 @@ def test_a_moved_workspace_opens_its_own_runs(tmp_path: Path) -> None:
     (old.runs / "000000000001").mkdir(parents=True)
     (old.runs / "000000000002").mkdir(parents=True)
     with History(old, write=True) as h:
-        h.put_many([_record(1, run_dir=str(old.runs / "000000000001"))])
+        h.put_many([queued_record(1, run_dir=str(old.runs / "000000000001"))])
     # a record written by an older gaptui, with an absolute path
     data = json.loads(old.history.read_text())
-    data["runs"]["2"] = _record(2, run_dir=str(old.runs / "000000000002"))
+    data["runs"]["2"] = queued_record(2, run_dir=str(old.runs / "000000000002"))
     old.history.write_text(json.dumps(data))
     new = Workspace(tmp_path / "new")
     shutil.move(old.root, new.root)

@@ -1,5 +1,5 @@
 """The one launch service: `gaptui run` and the terminal app's launch plan the same runs and refuse the same plans
-in the same words, for a plug-in family too (the toy family of ``tests/toy_family.py``)."""
+in the same words, for a plug-in family too (the toy family of ``tests/support/toy_family.py``)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,11 @@ from engine.errors import GaptuiError
 from gaptui.history import History, read_records
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.presets import toy_preset
 
-ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family", "OMP_NUM_THREADS": "1"}
 CPU = ("--gpus", "none", "--cpu-jobs", "1")
-
-
-def _preset(tmp_path: Path, sizes: list[int]) -> Path:
-    path = tmp_path / "toy.toml"
-    doc = {"task": "toy", "sizes": sizes, "models": ["mean", "median"], "seeds": [0, 1], "steps": 1}
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in doc.items()))
-    return path
 
 
 def _app_launch(ws: Workspace, preset_path: Path, **slots) -> tuple[list[str], list[tuple[str, str]]]:
@@ -42,8 +36,9 @@ def _app_launch(ws: Workspace, preset_path: Path, **slots) -> tuple[list[str], l
     return queued, [(m.text, m.severity) for m in posted if isinstance(m, ManagerNotice)]
 
 
+@pytest.mark.e2e
 def test_the_cli_and_the_app_plan_the_same_runs_in_the_same_order(tmp_path: Path, toy: None) -> None:
-    preset = _preset(tmp_path, [2, 3])
+    preset = toy_preset(tmp_path, sizes=[2, 3], steps=1)
     ws = tmp_path / "ws"
     dry = run_cli("run", "--preset", str(preset), "--dry-run", "--list", "-w", str(ws), *CPU, env=ENV)
     assert dry.returncode == 0, dry.stderr
@@ -65,8 +60,9 @@ def test_the_cli_and_the_app_plan_the_same_runs_in_the_same_order(tmp_path: Path
     assert notices[-1] == ("toy: 10 runs, 0 already done, 10 queued on 1 slot(s)", "information")
 
 
+@pytest.mark.e2e
 def test_a_plan_that_cannot_fit_is_refused_in_one_line_by_the_cli_and_the_app(tmp_path: Path, toy: None) -> None:
-    preset = _preset(tmp_path, [2, 10**9])
+    preset = toy_preset(tmp_path, sizes=[2, 10**9], steps=1)
     ws = tmp_path / "ws"
     res = run_cli("run", "--preset", str(preset), "--dry-run", "-w", str(ws), *CPU, env=ENV)
     assert res.returncode == 2, res.stderr
@@ -81,8 +77,9 @@ def test_a_plan_that_cannot_fit_is_refused_in_one_line_by_the_cli_and_the_app(tm
     assert read_records(Workspace(ws)) == []  # refused before any record was written
 
 
+@pytest.mark.e2e
 def test_a_bad_option_is_refused_in_the_same_words_by_the_cli_and_the_app(tmp_path: Path, toy: None) -> None:
-    preset = _preset(tmp_path, [2])
+    preset = toy_preset(tmp_path, sizes=[2], steps=1)
     ws = tmp_path / "ws"
     res = run_cli("run", "--preset", str(preset), "--backend", "cloud", "-w", str(ws), *CPU, env=ENV)
     assert res.returncode == 2
@@ -91,9 +88,10 @@ def test_a_bad_option_is_refused_in_the_same_words_by_the_cli_and_the_app(tmp_pa
     assert queued == [] and notices == [("--backend 'cloud': expected local or slurm", "error")]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # 16 s of worker processes; run with -m slow
 def test_train_runs_one_run_of_a_plug_in_family_from_a_preset(tmp_path: Path, toy: None) -> None:
-    preset = _preset(tmp_path, [2])
+    preset = toy_preset(tmp_path, sizes=[2], steps=1)
     ws = tmp_path / "ws"
     where = ("--task", "toy", "--preset", str(preset), "-w", str(ws), "--json")
     waiting = run_cli("train", *where, "-W", "model=mean", "-W", "seed=1", env=ENV)

@@ -3,79 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
+from tests.support.cli import run_cli, start_cli
+from tests.support.presets import alignment_preset
+from tests.support.waiting import event_starts, wait_for
 
-TINY = """
-description = "test grid"
-noise = {noise}
-models = {models}
-seeds = {seeds}
-laplacian = {laplacian}
-
-[run]
-epochs = {epochs}
-batch_size = 10
-budget = 5000
-out_dim = 8
-
-[[datasets]]
-base = "er"
-params = {{ n = 16, degree = 4 }}
-train = 20
-val = 6
-"""
-
-
-def _preset(
-    tmp_path: Path, name: str = "tiny", noise=(0.05, 0.2), models=("gcn", "gin"), seeds=(0,), laplacian=False, epochs=2
-) -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(
-        TINY.format(
-            noise=json.dumps(list(noise)),
-            models=json.dumps(list(models)),
-            seeds=json.dumps(list(seeds)),
-            laplacian=str(laplacian).lower(),
-            epochs=epochs,
-        )
-    )
-    return path
-
-
-def _manager(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gaptui", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "GAPTUI_OFFLINE": "1", "COLUMNS": "200"},
-    )
-
-
-def _wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
-
-
-def _starts(run_dir: str) -> int:
-    path = Path(run_dir) / "events.jsonl"
-    return sum(1 for line in path.read_text().splitlines() if '"event": "start"' in line) if path.exists() else 0
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 
 def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
@@ -99,14 +39,14 @@ def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     # the same command again is a no-op: everything is done
     again = run_cli("run", "--preset", "smoke", "--workspace", str(ws))
     assert again.returncode == 0 and "4 already done" in again.stderr
-    assert all(_starts(r["run_dir"]) == 1 for r in records)
+    assert all(event_starts(r["run_dir"]) == 1 for r in records)
 
 
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.05, 0.2), models=("gcn", "gin"), epochs=3)
-    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
+    preset = alignment_preset(tmp_path, noise=(0.05, 0.2), models=("gcn", "gin"), run={"epochs": 3})
+    proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
 
     def two_done() -> bool:
         try:
@@ -114,7 +54,7 @@ def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> N
         except Exception:  # noqa: BLE001 - the file may not exist yet
             return False
 
-    _wait_for(two_done, timeout=180)
+    wait_for(two_done, timeout=180)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     done_before = {r["hash"] for r in read_records(Workspace(ws)) if r["status"] == "done"}
@@ -127,7 +67,7 @@ def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> N
     assert {r["status"] for r in records} == {"done"}
     for r in records:
         if r["hash"] in done_before:
-            assert _starts(r["run_dir"]) == 1  # no finished run redone
+            assert event_starts(r["run_dir"]) == 1  # no finished run redone
         events = [json.loads(x) for x in (Path(r["run_dir"]) / "events.jsonl").read_text().splitlines()]
         assert sorted(e["epoch"] for e in events if e["event"] == "epoch") == [1, 2, 3]
 
@@ -135,12 +75,14 @@ def test_sigkill_then_rerun_finishes_each_cell_exactly_once(tmp_path: Path) -> N
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.1,), models=("tests.helpers_worker:CrashModel", "gcn"), laplacian=True)
+    preset = alignment_preset(
+        tmp_path, noise=(0.1,), models=("tests.support.worker_models:CrashModel", "gcn"), laplacian=True
+    )
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
     assert res.returncode == 1
     assert "1 run(s) failed" in res.stderr
     records = {r["axes"]["model"]: r for r in read_records(Workspace(ws))}
-    crashed = records["tests.helpers_worker:CrashModel"]
+    crashed = records["tests.support.worker_models:CrashModel"]
     assert crashed["status"] == "failed" and "injected crash" in crashed["error"]
     assert any("Traceback" in line or "RuntimeError" in line for line in crashed["log_tail"])
     assert records["gcn"]["status"] == "done" and records["laplacian"]["status"] == "done"
@@ -156,16 +98,16 @@ def test_failing_worker_is_recorded_and_the_grid_goes_on(tmp_path: Path) -> None
 
 def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=20000)
-    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
+    preset = alignment_preset(tmp_path, noise=(0.05,), models=("gcn",), run={"epochs": 20000})
+    proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1")
 
     def running() -> bool:
         try:
-            return any(r["status"] == "running" and _starts(r["run_dir"]) for r in read_records(Workspace(ws)))
+            return any(r["status"] == "running" and event_starts(r["run_dir"]) for r in read_records(Workspace(ws)))
         except Exception:  # noqa: BLE001
             return False
 
-    _wait_for(running)
+    wait_for(running)
     second = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
     assert second.returncode == 2 and "is in use by gaptui run --preset tiny" in second.stderr
     assert run_cli("history", "--workspace", str(ws)).returncode == 0  # readers still work
@@ -184,7 +126,7 @@ def test_ctrl_c_cancels_workers_and_a_second_manager_is_refused(tmp_path: Path) 
 def test_per_run_timeout_fails_the_run_and_the_grid_goes_on(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     # 20 s covers a worker's start-up (torch + PyG imports) even on a loaded machine; 5,000 epochs never fit in it.
-    preset = _preset(tmp_path, noise=(0.05,), models=("gcn",), epochs=5000, laplacian=True)
+    preset = alignment_preset(tmp_path, noise=(0.05,), models=("gcn",), run={"epochs": 5000}, laplacian=True)
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "1", "--timeout", "20")
     assert res.returncode == 1, res.stderr
     records = {r["axes"]["model"]: r for r in read_records(Workspace(ws))}

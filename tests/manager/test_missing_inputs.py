@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import GaptuiError
 from engine.sources import check_sources_files, fetch
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 #: Real datasets of a grid, as a preset names them (their sizes small: nothing is built here).
 REAL = """
@@ -74,6 +74,7 @@ def test_files_in_place_need_no_network(tmp_path: Path, no_network: None) -> Non
     check_sources_files([("ogbn-arxiv", {}, tmp_path)])  # nothing to fetch: no error, whatever the network
 
 
+@pytest.mark.e2e
 def test_a_grid_missing_real_datasets_is_refused_and_nothing_recorded(tmp_path: Path) -> None:
     preset = tmp_path / "real.toml"
     preset.write_text(REAL)
@@ -91,6 +92,7 @@ def test_a_grid_missing_real_datasets_is_refused_and_nothing_recorded(tmp_path: 
         assert not (ws / "history.json").exists() and not (ws / "runs").exists()
 
 
+@pytest.mark.e2e
 def test_a_hub_dataset_without_network_fails_at_once_in_one_line(tmp_path: Path) -> None:
     # A Hub nothing listens on: without the probe, huggingface_hub retries for half a minute before its error.
     env = {"GAPTUI_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}
@@ -123,6 +125,7 @@ epochs = 1
 """
 
 
+@pytest.mark.e2e
 def test_a_model_no_width_can_build_is_refused_before_the_grid_records_anything(tmp_path: Path) -> None:
     preset = tmp_path / "unbuildable.toml"
     preset.write_text(UNBUILDABLE)

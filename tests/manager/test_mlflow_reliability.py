@@ -23,7 +23,7 @@ pytest.importorskip("mlflow")
 from engine.errors import GaptuiError  # noqa: E402
 from gaptui import mlflow_export  # noqa: E402
 from gaptui.mlflow_export import export_mlflow  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
 
 #: Every MlflowClient method the export calls: a kill is injected before each call in turn.
 CALLS = (
@@ -375,6 +375,7 @@ def test_a_bad_uri_is_one_line_error_before_anything_is_written(tmp_path: Path, 
     assert sorted(tmp_path.rglob("*")) == before
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", CLI_CASES)
 def test_a_bad_uri_is_one_error_line_from_the_cli(tmp_path: Path, case: str) -> None:
     uri, says = _bad_uris(tmp_path)[case]
@@ -382,6 +383,7 @@ def test_a_bad_uri_is_one_error_line_from_the_cli(tmp_path: Path, case: str) -> 
     _one_error_line(run_cli("export", "--mlflow", uri, "--workspace", str(ws), timeout=60), says)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc refuses new folders on Linux")
 def test_an_unwritable_file_store_is_one_error_line(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, [])
@@ -394,6 +396,7 @@ def test_an_unwritable_file_store_is_one_error_line(tmp_path: Path) -> None:
     _one_error_line(res, "/proc")
 
 
+@pytest.mark.e2e
 def test_a_server_that_never_answers_is_given_up_in_seconds(
     tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -411,6 +414,7 @@ def test_a_server_that_never_answers_is_given_up_in_seconds(
     assert waited < 15, f"gave up after {waited:.1f} s past the CLI's start-up"
 
 
+@pytest.mark.e2e
 def test_a_bad_metric_is_refused_before_anything_is_logged(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, _records(tmp_path, 2))
     store = tmp_path / "mlruns"

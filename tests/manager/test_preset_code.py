@@ -12,7 +12,7 @@ import pytest
 
 from engine.registry import code_origin, find_import_paths
 from gaptui.preset_code import TRUST_FILE, config_dir, is_trusted, review_preset, trust, trust_path
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 #: A user model in a local file: importing it says so on stderr and leaves a marker file beside it.
 PROBE = """
@@ -125,6 +125,7 @@ def test_allowed_preset_files_are_remembered_by_path_and_content_outside_the_wor
     assert is_trusted(review) and len(list(config_dir().glob(f"{TRUST_FILE}.corrupt-*"))) == 1
 
 
+@pytest.mark.e2e
 def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: Path) -> None:
     preset = tmp_path / "shared.toml"
     preset.write_text(alignment_preset("gaptui_probe_code").split('[[datasets]]\nbase = "pyg"')[0])
@@ -145,6 +146,7 @@ def test_run_dry_run_names_the_code_before_importing_it(tmp_path: Path, probe: P
     assert "gaptui_probe_code:Model seed 0" in res.stdout
 
 
+@pytest.mark.e2e
 def test_train_names_the_code_first_and_the_console_script_finds_a_module_in_its_folder(tmp_path: Path) -> None:
     """`gaptui train --preset P` says which code it imports before importing it, as `gaptui run` does; and the
     installed `gaptui` command (not `python -m`, which puts the folder on sys.path itself) finds a module in the

@@ -9,6 +9,7 @@ import pytest
 
 from gaptui.presets import BUNDLED, grid, load_preset
 from gaptui.workspace import Workspace
+from tests.support import ROOT
 
 #: Per shipped preset: (runs, SHA-256 of its sorted run ids). A change here changes the identity of published runs.
 #: `paper` names the `paper` recipe, whose values are the three options it spelled out before recipes: its ids
@@ -37,7 +38,7 @@ SHIPPED_POLICY = {
     "brec": (None, 0, 10),
     "brec-smoke": (None, 0, 2),
 }
-REPO_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+REPO_PRESETS = ROOT / "presets"
 
 
 def test_every_shipped_preset_is_pinned() -> None:

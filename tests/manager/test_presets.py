@@ -10,7 +10,7 @@ import pytest
 from engine.alignment.preset import dump_preset
 from gaptui.presets import grid, load_preset, parse_preset
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 try:
     import tomllib
@@ -69,6 +69,7 @@ base = "er"
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("text", "needles"),
     [
@@ -103,11 +104,13 @@ def test_bad_presets_exit_2_naming_file_key_value(tmp_path: Path, text: str, nee
     assert not (tmp_path / "ws").exists()  # nothing written for a bad preset
 
 
+@pytest.mark.e2e
 def test_unknown_preset_name(tmp_path: Path) -> None:
     res = run_cli("run", "--preset", "smok", "--dry-run", "--workspace", str(tmp_path))
     assert res.returncode == 2 and "did you mean 'smoke'?" in res.stderr
 
 
+@pytest.mark.e2e
 def test_dry_run_lists_the_plan(tmp_path: Path) -> None:
     res = run_cli(
         "run", "--preset", "quick", "--dry-run", "--no-estimate", "--workspace", str(tmp_path), "--cpu-jobs", "2"

@@ -16,7 +16,7 @@ from engine.errors import GaptuiError
 from engine.properties.family import ADVICE, TABLE2
 from engine.tasks import FAMILIES, Placement, load_spec
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -88,6 +88,7 @@ def test_bad_presets_name_the_culprit(tmp_path: Path, text: str, message: str) -
     assert str(tmp_path / "p.toml") in str(err.value)
 
 
+@pytest.mark.e2e
 def test_a_bad_preset_is_one_error_line_from_the_cli(tmp_path: Path) -> None:
     preset = _preset(tmp_path, 'properties = ["reflexiv"]\npoolings = ["mean"]\nseeds = [0]\n')
     done = run_cli("run", "--preset", str(preset), "-w", str(tmp_path / "ws"), "--dry-run", env=ENV)
@@ -105,6 +106,7 @@ def _run_and_tables(tmp_path: Path, preset: str) -> tuple[list[dict], dict]:
     return json.loads(table.stdout), {"ws": ws}
 
 
+@pytest.mark.e2e
 def test_small_grid_end_to_end_then_tables_as_json(tmp_path: Path) -> None:
     preset = _preset(tmp_path, 'properties = ["irreflexive"]\npoolings = ["sum"]\nseeds = [0]\n[run]\nepochs = 2\n'
                      "graphs = 60\nsizes = 2\nhidden = 8\nlayers = 2\n")  # fmt: skip
@@ -116,6 +118,7 @@ def test_small_grid_end_to_end_then_tables_as_json(tmp_path: Path) -> None:
         assert 0.0 <= t["cells"][0]["median"] <= 1.0
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_properties_smoke_preset_end_to_end_then_tables_as_json(tmp_path: Path) -> None:
     tables, _ = _run_and_tables(tmp_path, "properties-smoke")

@@ -12,7 +12,7 @@ from engine.errors import GaptuiError
 from engine.properties.scoring import read_graphs
 from gaptui.history import History
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -69,6 +69,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_score_prints_a_probability_per_graph_and_the_checkers_verdict(study: dict) -> None:
     done = _score(study, study["gen"], str(study["loops"]), str(study["kg"]), "--json")
     assert done.returncode == 0, done.stderr
@@ -83,6 +84,7 @@ def test_score_prints_a_probability_per_graph_and_the_checkers_verdict(study: di
     assert table.returncode == 0 and "parent_of" in table.stdout and "knows" in table.stdout
 
 
+@pytest.mark.e2e
 def test_explain_lists_the_edges_whose_removal_moves_the_probability_most(study: dict) -> None:
     done = _score(study, study["rob"], str(study["loops"]), "--json", "--explain", "--top", "5")
     assert done.returncode == 0, done.stderr
@@ -95,6 +97,7 @@ def test_explain_lists_the_edges_whose_removal_moves_the_probability_most(study:
         assert e["without"] == pytest.approx(row["probability"] + e["change"])
 
 
+@pytest.mark.e2e
 def test_a_graph_above_the_largest_test_size_is_scored_with_a_warning(study: dict) -> None:
     done = _score(study, study["gen"], str(study["big"]), "--json")
     assert done.returncode == 0, done.stderr
@@ -103,6 +106,7 @@ def test_a_graph_above_the_largest_test_size_is_scored_with_a_warning(study: dic
     assert done.stderr.startswith("warning: ") and str(study["big"]) in done.stderr
 
 
+@pytest.mark.e2e
 def test_bad_input_is_one_error_line(study: dict, tmp_path: Path) -> None:
     bad = _write(tmp_path / "bad.txt", "a b c\n")
     cases = [
@@ -116,6 +120,7 @@ def test_bad_input_is_one_error_line(study: dict, tmp_path: Path) -> None:
         assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
 
 
+@pytest.mark.e2e
 def test_a_run_not_done_or_of_another_family_is_one_error_line(study: dict, tmp_path: Path) -> None:
     import shutil
 

@@ -3,7 +3,6 @@ uses (``gaptui queue``) and ``gaptui run`` obeying them, in subprocesses waiting
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -16,10 +15,10 @@ from gaptui.history import History, read_records
 from gaptui.queue_control import ControlChannel, QueueControl, error_signature, read_state, request, steer
 from gaptui.slots import Slot
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
-from tests.test_foreground import ENV
-from tests.test_manager import TINY
-from tests.test_reliability import _wait_for
+from tests.support import ROOT
+from tests.support.cli import CLI_ENV, run_cli
+from tests.support.presets import alignment_preset
+from tests.support.waiting import wait_for
 
 # ------------------------------------------------------------------------------------------ the rules
 
@@ -134,7 +133,6 @@ def test_the_channel_reads_whole_new_lines_only(tmp_path: Path) -> None:
 
 CRASHING = '''
 import torch
-from tests.helpers_models import TinyGNN
 
 
 class Crashes(TinyGNN):
@@ -145,19 +143,12 @@ class Crashes(TinyGNN):
 '''
 
 
-def _preset(tmp_path: Path, noise: list[float], models: list[str], epochs: int = 2) -> Path:
-    path = tmp_path / "grid.toml"
-    path.write_text(
-        TINY.format(noise=json.dumps(noise), models=json.dumps(models), seeds="[0]", laplacian="false", epochs=epochs)
-    )
-    return path
-
-
+@pytest.mark.e2e
 def test_fail_fast_stops_queuing_after_n_runs_fail_with_the_same_error(tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()
     (code / "crashing_model.py").write_text(CRASHING)
-    preset = _preset(tmp_path, [0.05, 0.1, 0.15, 0.2], ["crashing_model:Crashes"])
+    preset = alignment_preset(tmp_path, "grid", noise=[0.05, 0.1, 0.15, 0.2], models=["crashing_model:Crashes"])
     ws = tmp_path / "ws"
     env = {"PYTHONPATH": f"{code}:{ROOT}"}
     args = ("--workspace", str(ws), "--cpu-jobs", "1", "--fail-fast", "2")
@@ -173,8 +164,11 @@ def test_fail_fast_stops_queuing_after_n_runs_fail_with_the_same_error(tmp_path:
     assert bad.returncode == 2 and bad.stderr.splitlines()[-1].startswith("error: --fail-fast 0: expected a number")
 
 
+@pytest.mark.e2e
 def test_gaptui_queue_pauses_drains_and_resumes_a_running_grid(tmp_path: Path) -> None:
-    preset = _preset(tmp_path, [0.05, 0.1], ["gcn", "gin"], epochs=5)  # 4 runs on 2 slots
+    preset = alignment_preset(
+        tmp_path, "grid", noise=[0.05, 0.1], models=["gcn", "gin"], run={"epochs": 5}
+    )  # 4 runs on 2 slots
     ws = tmp_path / "ws"
     manager = subprocess.Popen(
         [sys.executable, "-m", "gaptui", "run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2"],
@@ -182,15 +176,15 @@ def test_gaptui_queue_pauses_drains_and_resumes_a_running_grid(tmp_path: Path) -
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env=ENV,
+        env=CLI_ENV,
     )
     try:
-        _wait_for(lambda: (ws / "queue-state.json").exists(), what="the manager's queue state")
+        wait_for(lambda: (ws / "queue-state.json").exists(), what="the manager's queue state")
         res = run_cli("queue", "pause", "--workspace", str(ws))
         assert res.returncode == 0, res.stderr
         assert "queue paused" in res.stdout and "slots cpu#0, cpu#1" in res.stdout
         started = {r["hash"] for r in read_records(Workspace(ws)) if r.get("attempts")}
-        _wait_for(lambda: (read_state(Workspace(ws)) or {}).get("running") == 0, what="the running runs' ends")
+        wait_for(lambda: (read_state(Workspace(ws)) or {}).get("running") == 0, what="the running runs' ends")
         records = read_records(Workspace(ws))
         assert {r["hash"] for r in records if r.get("attempts")} == started  # paused: nothing else started
         assert sum(r["status"] == "queued" for r in records) == 4 - len(started) and manager.poll() is None

@@ -14,23 +14,15 @@ from gaptui.history import History, read_records, upgrade_record
 from gaptui.record import Record, RecordFilter, parse_axis_filters, split_words
 from gaptui.tui.screens.history import matches
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.records import record as run_record
 
-TOY = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+TOY = {"GAPTUI_FAMILIES": "tests.support.toy_family", "OMP_NUM_THREADS": "1"}
 
 
 def record(n: int, task: str, axes: dict[str, Any], status: str = "done", tags: tuple[str, ...] = ()) -> Record:
-    return {
-        "id": f"{n:012d}",
-        "hash": f"{n:064d}",
-        "status": status,
-        "task": task,
-        "axes": axes,
-        "seed": 0,
-        "metrics": {},
-        "tags": list(tags),
-        "created": f"2024-01-01T00:00:{n:02d}",
-    }
+    """A record of ``task`` created ``n`` seconds after the first, with ``tags``."""
+    return run_record(n, task, axes, status=status, tags=list(tags), created=f"2024-01-01T00:00:{n:02d}")
 
 
 def records() -> list[Record]:
@@ -93,6 +85,7 @@ def test_records_read_back_losslessly_as_typed_records(tmp_path: Path) -> None:
     assert upgrade_record(legacy)["task"] == "alignment" and upgrade_record(legacy)["axes"]["model"] == "gcn"
 
 
+@pytest.mark.e2e
 def test_history_command_filters_on_any_axis(tmp_path: Path) -> None:
     ws = Workspace.resolve(tmp_path / "ws")
     with History(ws, write=True) as history:

@@ -13,8 +13,8 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui import analysis, reference
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.test_analysis import rec
+from tests.support.cli import run_cli
+from tests.support.records import rec
 
 PAPER_DATASETS = ("er", "aqsol", "pcqm4mv2", "ogbn-arxiv", "corafull")
 PAPER_NOISES = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)
@@ -157,6 +157,7 @@ def workspace(tmp_path: Path) -> Workspace:
     return ws
 
 
+@pytest.mark.e2e
 def test_table_reference_command(workspace: Workspace) -> None:
     where = ("--workspace", str(workspace.root))
     res = run_cli("table", "--reference", "paper", "--dataset", "er", *where)
@@ -183,6 +184,7 @@ def test_table_reference_command(workspace: Workspace) -> None:
     assert "er,gcn,0.12,0.635,0.495,0.009," in res.stdout
 
 
+@pytest.mark.e2e
 def test_table_reference_errors(workspace: Workspace, tmp_path: Path) -> None:
     where = ("--workspace", str(workspace.root))
     bad = write(tmp_path / "bad.csv", "dataset,model,noise,median,std\ner,gcn,0.1,x,\n")

@@ -20,24 +20,19 @@ from engine.files import FileLock
 from gaptui.history import History, read_records
 from gaptui.scheduler import Scheduler, Slot, new_record
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
-from tests.test_manager import _preset
-
-SPEC = {
-    "dataset": {"base": "er", "noise": 0.05, "n_train": 20, "n_val": 6, "params": {"n": 16, "degree": 4}},
-    "model": "gcn",
-    "epochs": 2,
-    "batch_size": 10,
-    "budget": 3000,
-    "out_dim": 8,
-}
-TRAIN = ["train", "--base", "er", "--noise", "0.05", "--model", "gcn", "--train", "20", "--val", "6"]
-TRAIN += ["-p", "n=16", "-p", "degree=4", "--batch-size", "10"]
+from tests.support import ROOT
+from tests.support.cli import TRAIN_ARGS, run_cli
+from tests.support.engine import TINY_SPEC
+from tests.support.fakes import CPU1, Counting, estimator, smoke_plan
+from tests.support.presets import alignment_preset, toy_preset
+from tests.support.records import history_of, rec
+from tests.support.sources import write_aqsol
+from tests.support.waiting import alive, wait_for
 
 
 def _spec_file(tmp_path: Path, **overrides) -> Path:
     path = tmp_path / "spec.in.json"
-    path.write_text(json.dumps({**SPEC, "datasets_dir": str(tmp_path / "datasets"), **overrides}))
+    path.write_text(json.dumps({**TINY_SPEC, "datasets_dir": str(tmp_path / "datasets"), **overrides}))
     return path
 
 
@@ -52,33 +47,13 @@ def _worker(spec: Path, out: Path, **kw) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _wait_for(predicate, timeout: float = 180.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout:g} s")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (exited, not yet reaped by its parent) counts as gone
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 # ------------------------------------------------------------------------------------------ repeated cells
 
 
+@pytest.mark.e2e
 def test_repeated_grid_cells_are_one_run(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, noise=(0.1, 0.1), models=("GCN", "gcn"), seeds=(0, 0), epochs=1)
+    preset = alignment_preset(tmp_path, noise=(0.1, 0.1), models=("GCN", "gcn"), seeds=(0, 0), run={"epochs": 1})
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
     assert res.returncode == 0, res.stderr
     assert "merged" in res.stderr and "repeats GCN" not in res.stderr  # names canonical before comparing
@@ -103,6 +78,7 @@ def test_history_refuses_a_second_record_for_an_id(tmp_path: Path) -> None:
     assert read_records(ws)[0]["run_dir"] == str(ws.runs / ("a" * 12))
 
 
+@pytest.mark.e2e
 def test_one_worker_per_run_folder(tmp_path: Path) -> None:
     out = tmp_path / "run"
     lock = FileLock(out / "worker.lock", "another worker")
@@ -119,6 +95,7 @@ def test_one_worker_per_run_folder(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ corrupt artefacts
 
 
+@pytest.mark.e2e
 def test_corrupt_checkpoint_resumes_from_the_previous_one_and_torn_events_are_skipped(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = _spec_file(tmp_path)
@@ -145,6 +122,7 @@ def test_corrupt_checkpoint_resumes_from_the_previous_one_and_torn_events_are_sk
     assert '{"v": 1, "event": "epo' in lines
 
 
+@pytest.mark.e2e
 def test_corrupt_checkpoints_everywhere_restart_from_scratch(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = _spec_file(tmp_path)
@@ -159,6 +137,7 @@ def test_corrupt_checkpoints_everywhere_restart_from_scratch(tmp_path: Path) -> 
     assert starts[-1]["resumed_from"] is None
 
 
+@pytest.mark.e2e
 def test_corrupt_cached_dataset_is_moved_aside_and_rebuilt(workspace: Path) -> None:
     args = ["datasets", "build", "er", "--noise", "0.1", "--train", "10", "--val", "4", "-p", "n=20", "--json"]
     first = json.loads(run_cli(*args, "--workspace", str(workspace)).stdout)
@@ -177,6 +156,7 @@ def test_corrupt_cached_dataset_is_moved_aside_and_rebuilt(workspace: Path) -> N
 # ------------------------------------------------------------------------------------------ no silent overwrite
 
 
+@pytest.mark.e2e
 def test_export_never_replaces_a_file_without_force(workspace: Path, tmp_path: Path) -> None:
     built = run_cli("datasets", "build", "er", "--noise", "0.1", "--train", "5", "--val", "2", "-p", "n=12", "--json")
     ident = json.loads(run_cli(*built.args[3:], "--workspace", str(workspace)).stdout)["id"]
@@ -189,16 +169,19 @@ def test_export_never_replaces_a_file_without_force(workspace: Path, tmp_path: P
     assert res.returncode == 0 and out.read_bytes() != b"precious"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # 15-35 s of real worker processes on 2 cores: run with -m slow
 def test_train_refuses_another_runs_folder(workspace: Path) -> None:
-    first = run_cli(*TRAIN, "--epochs", "1", "--json", "--workspace", str(workspace))
+    first = run_cli(*TRAIN_ARGS, "--epochs", "1", "--json", "--workspace", str(workspace))
     assert first.returncode == 0, first.stderr
     folder = Path(json.loads(first.stdout)["out"])
     before = (folder / "spec.json").read_bytes()
-    res = run_cli(*TRAIN, "--epochs", "2", "--out", str(folder), "--workspace", str(workspace))
+    res = run_cli(*TRAIN_ARGS, "--epochs", "2", "--out", str(folder), "--workspace", str(workspace))
     assert res.returncode == 2 and (folder / "spec.json").read_bytes() == before
     assert res.stderr.startswith(f"error: run folder {folder} holds another run (")
-    res = run_cli(*TRAIN, "--epochs", "2", "--out", str(folder), "--force", "--json", "--workspace", str(workspace))
+    res = run_cli(
+        *TRAIN_ARGS, "--epochs", "2", "--out", str(folder), "--force", "--json", "--workspace", str(workspace)
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads((folder / "spec.json").read_text())["epochs"] == 2
 
@@ -206,10 +189,11 @@ def test_train_refuses_another_runs_folder(workspace: Path) -> None:
 # ------------------------------------------------------------------------------------------ foreground train
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # 17 s of worker processes; run with -m slow
 def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", "3000", "--workspace", str(workspace)],
+        [sys.executable, "-m", "gaptui", *TRAIN_ARGS, "--epochs", "3000", "--workspace", str(workspace)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -221,31 +205,31 @@ def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None
         records = read_records(Workspace(workspace)) if (workspace / "history.json").exists() else []
         return bool(records) and any(e["event"] == "epoch" for e in _events(records[0]))
 
-    _wait_for(worker_started, what="the first epoch")
+    wait_for(worker_started, what="the first epoch")
     record = read_records(Workspace(workspace))[0]
     pid = record["pid"]
-    assert record["status"] == "running" and record["preset"] is None and _alive(pid)
+    assert record["status"] == "running" and record["preset"] is None and alive(pid)
     proc.send_signal(signal.SIGHUP)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    assert not _alive(pid)
+    assert not alive(pid)
     record = read_records(Workspace(workspace))[0]
     assert record["status"] == "cancelled" and _events(record)[-1]["event"] == "cancelled"
 
     # killed outright, the CLI cannot forward anything: the worker notices its parent is gone and stops itself
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", "3000", "--workspace", str(workspace)],
+        [sys.executable, "-m", "gaptui", *TRAIN_ARGS, "--epochs", "3000", "--workspace", str(workspace)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    _wait_for(lambda: read_records(Workspace(workspace))[0]["status"] == "running", what="the resumed run")
-    _wait_for(lambda: _events(read_records(Workspace(workspace))[0])[-1]["event"] == "epoch", what="an epoch")
+    wait_for(lambda: read_records(Workspace(workspace))[0]["status"] == "running", what="the resumed run")
+    wait_for(lambda: _events(read_records(Workspace(workspace))[0])[-1]["event"] == "epoch", what="an epoch")
     pid = read_records(Workspace(workspace))[0]["pid"]
     proc.kill()
     proc.wait()
-    _wait_for(lambda: not _alive(pid), timeout=60, what="the worker's exit")
+    wait_for(lambda: not alive(pid), timeout=60, what="the worker's exit")
     assert _events(read_records(Workspace(workspace))[0])[-1]["event"] == "cancelled"
 
 
@@ -253,6 +237,7 @@ def _events(record: dict) -> list[dict]:
     return read_events(Path(record["run_dir"]) / "events.jsonl")[0]
 
 
+@pytest.mark.e2e
 def test_worker_exits_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "--spec", str(_spec_file(tmp_path, epochs=4)), "--out", str(tmp_path / "r")],
@@ -272,11 +257,12 @@ def test_worker_exits_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ recovery
 
 
+@pytest.mark.e2e
 def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     from engine.alignment.spec import RunSpec
 
-    spec = RunSpec.from_dict({**SPEC, "datasets_dir": str(ws.datasets)})
+    spec = RunSpec.from_dict({**TINY_SPEC, "datasets_dir": str(ws.datasets)})
     with History(ws, write=True) as history:
         record = new_record(spec, ws)
         started = time.time()
@@ -296,8 +282,9 @@ def test_a_worker_that_finished_unwatched_is_filed_done_with_its_own_duration(tm
 # ------------------------------------------------------------------------------------------ missing metrics
 
 
+@pytest.mark.e2e
 def test_no_validation_pairs_is_refused_before_anything_runs(workspace: Path) -> None:
-    args = [a if a != "6" else "0" for a in TRAIN]  # --val 0: its run would finish done without a metric
+    args = [a if a != "6" else "0" for a in TRAIN_ARGS]  # --val 0: its run would finish done without a metric
     res = run_cli(*args, "--epochs", "1", "--json", "--workspace", str(workspace))
     assert res.returncode == 2 and res.stderr.startswith("error: --val 0: a dataset needs at least one validation")
     assert "Traceback" not in res.stderr and read_records(Workspace(workspace)) == []
@@ -405,11 +392,10 @@ def test_a_corrupt_cache_is_moved_aside_said_once_and_rebuilt(
 
 def _calibrated(tmp_path: Path) -> tuple[list[str], object]:
     from gaptui.workspace import Workspace as Ws
-    from tests.test_estimate import CPU1, Counting, _estimator, _smoke_plan
 
     warned: list[str] = []
     counter = Counting()
-    _estimator(tmp_path, counter, warned=warned).estimate(_smoke_plan(tmp_path), [CPU1], Ws(tmp_path))
+    estimator(tmp_path, counter, warned=warned).estimate(smoke_plan(tmp_path), [CPU1], Ws(tmp_path))
     return warned, counter
 
 
@@ -444,6 +430,7 @@ def test_a_corrupt_calibration_cache_is_moved_aside_said_once_and_measured_again
     assert warned == [] and counter.keys == []  # trusted now
 
 
+@pytest.mark.e2e
 def test_cli_export_of_a_garbled_alignment_dataset_rebuilds_it(workspace: Path, tmp_path: Path) -> None:
     import numpy as np
 
@@ -461,6 +448,7 @@ def test_cli_export_of_a_garbled_alignment_dataset_rebuilds_it(workspace: Path, 
     assert len(list((workspace / "datasets").glob(f"{first['id']}.corrupt-*"))) == 1
 
 
+@pytest.mark.e2e
 def test_cli_export_of_a_garbled_property_dataset_writes_rows_that_match_their_labels(
     workspace: Path, tmp_path: Path
 ) -> None:
@@ -485,6 +473,7 @@ def test_cli_export_of_a_garbled_property_dataset_writes_rows_that_match_their_l
     assert len(list(ds.path.parent.glob(f"{ds.path.name}.corrupt-*"))) == 1
 
 
+@pytest.mark.e2e
 def test_gape_worker_rebuilds_garbled_molecule_and_encoding_caches(tmp_path: Path) -> None:
     import numpy as np
 
@@ -570,7 +559,6 @@ def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
     import numpy as np
 
     from engine.sources import SOURCES, parse_params
-    from tests.test_sources_real import write_aqsol
 
     write_aqsol(tmp_path)
     source = SOURCES.get("aqsol")(parse_params(SOURCES.get("aqsol"), {}))
@@ -587,13 +575,12 @@ def test_a_truncated_pyg_processed_cache_is_moved_aside_and_processed_again(
 # issue 19, files, messages and size guards
 
 
+@pytest.mark.e2e
 def test_an_export_onto_a_full_disk_names_the_file_leaves_nothing_and_reruns(tmp_path: Path, small_disk) -> None:
-    from tests.test_analysis import rec
-    from tests.test_bad_inputs import _history_of
 
     disk, grow = small_disk
     # runs.json of 400 records is about 150 KB: more than the disk holds
-    ws = _history_of(tmp_path, [rec("gcn", 0.1, 0.5, seed) for seed in range(400)])
+    ws = history_of(tmp_path, [rec("gcn", 0.1, 0.5, seed) for seed in range(400)])
     out = disk / "tables"
     res = run_cli("export", "--out", str(out), "--workspace", ws)
     assert res.returncode == 2, res.stderr
@@ -613,10 +600,11 @@ def test_an_export_onto_a_full_disk_names_the_file_leaves_nothing_and_reruns(tmp
     assert len(json.loads((out / "runs.json").read_text())) == 400
 
 
+@pytest.mark.e2e
 def test_a_family_module_that_does_not_import_is_one_warning_and_the_others_still_work(tmp_path: Path) -> None:
     (tmp_path / "broken_family.py").write_text("def register(:\n")
     env = {
-        "GAPTUI_FAMILIES": "broken_family,tests.toy_family",
+        "GAPTUI_FAMILIES": "broken_family,tests.support.toy_family",
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
     }
     res = run_cli("tasks", env=env)
@@ -646,28 +634,31 @@ def test_a_property_build_that_would_take_weeks_is_refused_with_its_time(monkeyp
 
 # ------------------------------------------ issue 19, done artefacts (2), processes and Slurm (6), timeout (10)
 
-TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family", "OMP_NUM_THREADS": "1"}
+TOY_ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family", "OMP_NUM_THREADS": "1"}
 
 
-def _toy_preset(tmp_path: Path, models: list[str]) -> Path:
-    path = tmp_path / f"toy-{len(models)}.toml"
-    doc = {"task": "toy", "sizes": [2, 3], "models": models, "seeds": [0], "steps": 1}
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in doc.items()))
-    return path
-
-
+@pytest.mark.e2e
 @pytest.mark.slow  # two dependency chains run twice through `gaptui run`: about a minute on 2 cores
 def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependants_wait(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     where = ("--workspace", str(ws), "--cpu-jobs", "2", "--gpus", "none")
-    assert run_cli("run", "--preset", str(_toy_preset(tmp_path, ["mean"])), *where, env=TOY_ENV).returncode == 0
+    assert (
+        run_cli(
+            "run",
+            "--preset",
+            str(toy_preset(tmp_path, "toy-1", models=["mean"], seeds=[0], steps=1)),
+            *where,
+            env=TOY_ENV,
+        ).returncode
+        == 0
+    )
     before = {(r["axes"]["model"], r["axes"]["size"]): r for r in read_records(Workspace(ws))}
     gone, garbled = before["pre", 2], before["pre", 3]
     (Path(gone["run_dir"]) / "result.json").unlink()
     (Path(garbled["run_dir"]) / "result.json").write_text('{"status": "do')
 
     # runs added to the grid need the pre runs: they wait for their second doing, which says why, one line each
-    bigger = str(_toy_preset(tmp_path, ["mean", "median"]))
+    bigger = str(toy_preset(tmp_path, "toy-2", models=["mean", "median"], seeds=[0], steps=1))
     dry = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
     assert dry.returncode == 0, dry.stderr
     notes = [
@@ -735,9 +726,10 @@ def test_a_pretraining_run_whose_checkpoint_is_gone_is_planned_again_for_its_gap
     assert pre.model != BASELINE
 
 
+@pytest.mark.e2e
 def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: Path, toy: None) -> None:
     from gaptui.scheduler import Job
-    from tests.toy_family import ToySpec
+    from tests.support.toy_family import ToySpec
 
     ws = Workspace(tmp_path / "ws")
     specs = [ToySpec(size=2, seed=seed) for seed in (0, 1)]
@@ -781,9 +773,10 @@ def test_the_timeout_counts_from_each_runs_start_event_not_the_spawn(tmp_path: P
         sleeper.wait()
 
 
+@pytest.mark.e2e
 def test_a_reattached_run_counts_its_timeout_from_the_start_its_worker_wrote_before(tmp_path: Path, toy: None) -> None:
     from gaptui.scheduler import Job
-    from tests.toy_family import ToySpec
+    from tests.support.toy_family import ToySpec
 
     ws = Workspace(tmp_path / "ws")
     spec = ToySpec(size=2, seed=0)
@@ -832,6 +825,7 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
+@pytest.mark.e2e
 def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path: Path) -> None:
     args = ["properties", "build", "--property", "symmetric", "--sizes", "1", "--graphs", "500000", "-j", "2"]
     proc = subprocess.Popen(
@@ -849,23 +843,24 @@ def test_sigkill_of_a_parallel_property_build_leaves_no_process_behind(tmp_path:
             workers = [c for c in seen.values() if "multiprocessing" in c and "resource_tracker" not in c]
             return len(workers) >= 2 and any("resource_tracker" in c for c in seen.values())
 
-        _wait_for(pool_up, timeout=120, what="two pool workers and the resource tracker")
+        wait_for(pool_up, timeout=120, what="two pool workers and the resource tracker")
         proc.kill()
         proc.wait()
-        _wait_for(lambda: not any(_alive(pid) for pid in seen), timeout=30, what="the end of every descendant")
+        wait_for(lambda: not any(alive(pid) for pid in seen), timeout=30, what="the end of every descendant")
     finally:
         proc.kill()
         for pid in seen:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_failed_slurm_submission_is_one_error_line_and_leaves_no_run_queued(tmp_path: Path, toy: None) -> None:
     from gaptui import launch
     from gaptui.presets import load_preset
 
     ws = Workspace(tmp_path / "ws")
-    preset = _toy_preset(tmp_path, ["mean"])
+    preset = toy_preset(tmp_path, "toy-1", models=["mean"], seeds=[0], steps=1)
     specs = launch.plan(load_preset(str(preset), ws), ws, {}).specs
     mean = specs[-1]
     with History(ws, write=True) as history:  # a run stopped before: it stays as it was
@@ -911,7 +906,7 @@ def test_the_apps_launch_redoes_a_done_run_without_its_result_and_withdraws_a_fa
     from gaptui.tui.planning import SlotConfig
 
     ws = Workspace(tmp_path / "ws")
-    preset = load_preset(str(_toy_preset(tmp_path, ["mean"])), ws)
+    preset = load_preset(str(toy_preset(tmp_path, "toy-1", models=["mean"], seeds=[0], steps=1)), ws)
     pre = launch.plan(preset, ws, {}).specs[0]
     folder = ws.runs / pre.hash()[:12]
     folder.mkdir(parents=True)  # done, its result.json deleted since
@@ -952,7 +947,9 @@ def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_
     from gaptui.tui.messages import ManagerNotice
 
     ws = Workspace(tmp_path / "ws")
-    pre, _, mean, _ = launch.plan(load_preset(str(_toy_preset(tmp_path, ["mean"])), ws), ws, {}).specs
+    pre, _, mean, _ = launch.plan(
+        load_preset(str(toy_preset(tmp_path, "toy-1", models=["mean"], seeds=[0], steps=1)), ws), ws, {}
+    ).specs
     assert mean.after == pre.hash()
     (ws.runs / pre.hash()[:12]).mkdir(parents=True)  # done, its result.json deleted since
     posted: list = []
@@ -972,6 +969,7 @@ def test_retrying_a_dependant_in_the_app_redoes_the_done_run_it_reads_when_that_
     }
 
 
+@pytest.mark.e2e
 def test_the_worker_trains_a_done_run_again_when_its_model_is_gone(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = _spec_file(tmp_path, epochs=1)
@@ -993,7 +991,6 @@ def test_the_worker_trains_a_done_run_again_when_its_model_is_gone(tmp_path: Pat
 def _garbled_history(tmp_path: Path) -> tuple[Path, list[str]]:
     """A history of two good alignment runs and four records garbled as a user meets them; returns the workspace
     and the ids of the garbled ones."""
-    from tests.test_analysis import rec
 
     good = [rec("gcn", 0.1, 0.6, seed=s) for s in (0, 1)] + [rec("gin", 0.1, 0.7, seed=s) for s in (0, 1)]
     no_axes = {k: v for k, v in rec("ghostnet", 0.1, 0.9).items() if k != "axes"}
@@ -1008,6 +1005,7 @@ def _garbled_history(tmp_path: Path) -> tuple[Path, list[str]]:
     return ws, [r["id"] for r in bad]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "command",
     [
@@ -1041,6 +1039,7 @@ def test_garbled_records_are_named_once_left_out_and_left_alone(tmp_path: Path, 
         assert "ghostnet" not in markdown and "gin" in markdown
 
 
+@pytest.mark.e2e
 def test_history_and_show_list_garbled_records_without_a_traceback(tmp_path: Path) -> None:
     ws, bad = _garbled_history(tmp_path)
     listed = run_cli("history", "-w", str(ws), env={"COLUMNS": "300"})

@@ -19,8 +19,8 @@ from safetensors.numpy import load_file, save_file
 
 from engine.alignment.datasets import DatasetSpec, build_dataset
 from engine.errors import GaptuiError
-from tests.helpers_cli import gaptui
-from tests.test_pairs_layout import write_folder
+from tests.support.cli import gaptui
+from tests.support.sources import write_folder
 
 
 def _safetensors(path: Path, header: dict, payload: bytes = b"") -> None:
@@ -327,6 +327,7 @@ def test_export_never_replaces_the_users_own_json(dataset_ws, tmp_path: Path, mo
     assert (out / "gaptui-dataset.json").read_text() == '{"my": "notes"}'
 
 
+@pytest.mark.e2e
 def test_export_removes_what_a_killed_export_left_and_writes_files_as_open_would(
     dataset_ws, tmp_path: Path, monkeypatch, capsys
 ) -> None:

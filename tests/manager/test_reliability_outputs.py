@@ -22,8 +22,9 @@ import pytest
 
 from engine.errors import GaptuiError
 from engine.files import STAGE_PREFIX, describe_os_error, written_by
-from tests.conftest import ROOT, run_cli
-from tests.test_analysis import rec
+from tests.support import ROOT
+from tests.support.cli import run_cli
+from tests.support.records import history_of, rec
 
 DEAD = 2**22 + 11  # above the largest pid: no live process owns a name holding it
 
@@ -278,6 +279,7 @@ def _killed(tmp_path: Path, records: list, out: Path, target: str, nth: int, com
     assert res.returncode == -signal.SIGKILL, res.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("target", "nth"), [(".gaptui-export.json", 1), ("tables.md", 1), ("runs.json", 1), (".gaptui-export.json", 2)]
 )
@@ -299,6 +301,7 @@ def test_an_export_killed_by_sigkill_is_completed_by_the_rerun(tmp_path: Path, t
     assert json.loads((out / analysis.EXPORT_MANIFEST).read_text())["files"] == list(analysis.EXPORT_FILES)
 
 
+@pytest.mark.e2e
 def test_a_report_killed_by_sigkill_leaves_a_staging_folder_the_rerun_removes(tmp_path: Path, plotting: None) -> None:
     from gaptui import report
 
@@ -425,13 +428,13 @@ def test_figures_and_export_onto_a_full_disk_leave_the_folder_as_it_was(
     assert "alignment-lines-ws.png" not in _files(figs) and len(json.loads((tables / "runs.json").read_text())) == 16
 
 
+@pytest.mark.e2e
 def test_a_cli_report_onto_a_full_tmpfs_is_one_line_and_reruns(tmp_path: Path, plotting: None, small_disk) -> None:
     from gaptui import report
-    from tests.test_bad_inputs import _history_of
 
     disk, grow = small_disk
     records = _history(("er", "ws"))
-    ws = _history_of(tmp_path, records)
+    ws = history_of(tmp_path, records)
     out = disk / "report"
     res = run_cli("report", "--out", str(out), "--workspace", ws)
     assert res.returncode == 2, res.stderr
@@ -446,6 +449,7 @@ def test_a_cli_report_onto_a_full_tmpfs_is_one_line_and_reruns(tmp_path: Path, p
 # ------------------------------------------------------------------------------------------ the CLI's lines
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args",
     [
@@ -457,9 +461,8 @@ def test_a_cli_report_onto_a_full_tmpfs_is_one_line_and_reruns(tmp_path: Path, p
     ids=["figures", "report", "export", "properties-export"],
 )
 def test_an_out_that_is_a_file_is_one_error_line(tmp_path: Path, args: list[str]) -> None:
-    from tests.test_bad_inputs import _history_of
 
-    ws = _history_of(tmp_path, _history())
+    ws = history_of(tmp_path, _history())
     out = tmp_path / "out.txt"
     out.write_text("a file")
     res = run_cli(*args, "--out", str(out), "--workspace", ws)
@@ -470,10 +473,10 @@ def test_an_out_that_is_a_file_is_one_error_line(tmp_path: Path, args: list[str]
     assert out.read_text() == "a file"
 
 
+@pytest.mark.e2e
 def test_cli_figures_refuse_a_users_file_in_one_line_and_force_replaces_it(tmp_path: Path, plotting: None) -> None:
-    from tests.test_bad_inputs import _history_of
 
-    ws = _history_of(tmp_path, _history())
+    ws = history_of(tmp_path, _history())
     out = tmp_path / "figs"
     out.mkdir()
     (out / "alignment-lines-er.png").write_bytes(b"mine")

@@ -17,22 +17,20 @@ optuna = pytest.importorskip("optuna")
 from engine.errors import GaptuiError  # noqa: E402
 from gaptui.history import History  # noqa: E402
 from gaptui.workspace import Workspace  # noqa: E402
-from tests.helpers_cli import gaptui  # noqa: E402
-from tests.test_figures import alignment_history  # noqa: E402
-from tests.test_tune import PRESET, _FakeHistory, _FakeScheduler  # noqa: E402
-
-
-def _preset(tmp_path: Path, trials: int = 2, space: str = "layers = [2, 3]", models: str = '["gcn"]') -> Path:
-    path = tmp_path / "study.toml"
-    path.write_text(PRESET.format(models=models, trials=trials).replace("layers = [2, 3]", space))
-    return path
-
+from tests.support.cli import gaptui, run_cli  # noqa: E402
+from tests.support.fakes import FakeHistory, FakeScheduler  # noqa: E402
+from tests.support.presets import (  # noqa: E402
+    PROBE,  # noqa: E402
+    tune_preset,
+)
+from tests.support.records import alignment_history, fixed_records, history_of, trial_records  # noqa: E402
+from tests.support.tui import SIZE, notices  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ tune: sizes and bounds
 
 
 def test_a_billion_trials_is_a_count_never_a_billion_specs(tmp_path: Path, monkeypatch, capsys) -> None:
-    preset, ws = _preset(tmp_path, trials=1_000_000_000), tmp_path / "ws"
+    preset, ws = tune_preset(tmp_path, '["gcn"]', trials=1_000_000_000), tmp_path / "ws"
     ran = gaptui(monkeypatch, capsys, "tune", "--preset", str(preset), "--dry-run", "-w", str(ws))
     assert ran.code == 0, ran.err
     assert "1000000000 trial(s) per row" in ran.out and "1,000,000,000 run(s)" in ran.out
@@ -52,7 +50,7 @@ BOUNDS = [
 def test_a_bound_no_run_accepts_is_refused_by_the_dry_run(
     tmp_path: Path, monkeypatch, capsys, name: str, space: str, expected: str
 ) -> None:
-    preset = _preset(tmp_path, space=space)
+    preset = tune_preset(tmp_path, '["gcn"]', space=space)
     ran = gaptui(monkeypatch, capsys, "tune", "--preset", str(preset), "--dry-run", "-w", str(tmp_path / "ws"))
     line = ran.one_error()
     assert line.startswith(f"error: {preset}: [tune] space: ") and expected in line
@@ -64,9 +62,9 @@ def test_a_trial_whose_runs_cannot_be_built_fails_once_and_is_never_taken_up_aga
     from gaptui import tuning
 
     ws = Workspace.resolve(tmp_path / "ws")
-    settings = tuning.load_tune(str(_preset(tmp_path)), ws)[1]
+    settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
     (row,) = settings.rows
-    search = tuning.Search(ws, settings, _FakeScheduler(), _FakeHistory({}), capacity=1)
+    search = tuning.Search(ws, settings, FakeScheduler(), FakeHistory({}), capacity=1)
 
     def refuse(self, row, params):  # what a value no model accepts did at run time before the bounds were checked
         raise GaptuiError(f"{settings.where}: [tune]: model 'gcn': layers=3 is invalid")
@@ -86,7 +84,7 @@ def test_a_final_killed_half_way_reads_k_of_n_in_its_tuned_cells(tmp_path: Path)
     from gaptui.run_records import new_record
 
     ws = Workspace.resolve(tmp_path / "ws")
-    settings = tuning.load_tune(str(_preset(tmp_path)), ws)[1]
+    settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
     (row,) = settings.rows
     result = tuning.RowResult(row, 2, 0, 0, 0, 0.5, {"layers": 2, "lr": 1e-3}, 0, [0.5])
     specs = settings.final_specs(row, result.best_params)  # 2 noise levels x 2 seeds
@@ -106,14 +104,13 @@ def test_a_final_killed_half_way_reads_k_of_n_in_its_tuned_cells(tmp_path: Path)
 
 
 def test_status_writes_nothing_and_preset_code_is_named_before_any_import(tmp_path: Path, monkeypatch, capsys) -> None:
-    from tests.test_preset_code import PROBE
 
     code = tmp_path / "code"
     code.mkdir()
     (code / "gaptui_probe_tune.py").write_text(PROBE)
     monkeypatch.syspath_prepend(str(code))
     monkeypatch.delitem(__import__("sys").modules, "gaptui_probe_tune", raising=False)
-    preset = _preset(tmp_path, models='["gcn", "gaptui_probe_tune:Model"]')
+    preset = tune_preset(tmp_path, models='["gcn", "gaptui_probe_tune:Model"]')
     for ws in (tmp_path / "ws%41", tmp_path / "w?s#x"):  # characters a database URL would read otherwise
         for flag in ("--status", "--dry-run"):
             ran = gaptui(monkeypatch, capsys, "tune", "--preset", str(preset), flag, "-w", str(ws))
@@ -129,7 +126,7 @@ def test_the_study_database_is_in_the_workspace_named_whatever_its_characters(tm
 
     for name in ("ws%41", "w?s", "a{b}", "x#y&z=1"):
         ws = Workspace.resolve(tmp_path / name)
-        settings = tuning.load_tune(str(_preset(tmp_path)), ws)[1]
+        settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
         tuning.open_studies(ws, settings)
         assert (tmp_path / name / "tune" / "study.db").is_file(), name
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["study.toml", "ws%41", "w?s", "a{b}", "x#y&z=1"])
@@ -155,13 +152,14 @@ def read_only_view(tmp_path: Path):
         subprocess.run(["umount", "-l", str(view)], capture_output=True)  # lazily: a test may hold a file open
 
 
+@pytest.mark.e2e
 def test_a_read_only_workspace_is_one_line_and_its_status_still_reads(
     tmp_path: Path, read_only_view, monkeypatch, capsys
 ) -> None:
     from gaptui import tuning
 
     folder, view = read_only_view
-    preset = _preset(tmp_path)
+    preset = tune_preset(tmp_path, '["gcn"]')
     ws = Workspace.resolve(folder / "ws")
     tuning.open_studies(ws, tuning.load_tune(str(preset), ws)[1])
     with History(ws, write=True):
@@ -217,7 +215,7 @@ def test_a_record_of_the_wrong_types_is_left_out_of_every_command_with_one_warni
         history.put_many(records)
     before = ws.history.read_bytes()
     warning = f"warning: history record {records[0]['id']} left out: {expected}"
-    preset = _preset(tmp_path)
+    preset = tune_preset(tmp_path, '["gcn"]')
     commands = (["history"], ["history", "--json"], ["table"], ["stats"], ["tune", "--preset", str(preset), "--status"])
     for args in commands:
         ran = gaptui(monkeypatch, capsys, *args, "-w", str(ws.root))
@@ -233,11 +231,9 @@ def test_a_record_of_the_wrong_types_is_left_out_of_every_command_with_one_warni
 @pytest.mark.asyncio
 async def test_the_app_opens_every_section_on_records_of_the_wrong_types(tmp_path: Path) -> None:
     from gaptui.tui.app import GaptuiApp
-    from tests.test_tui import SIZE, fixed_records, notices
-    from tests.test_tui_tune import _trial_records
 
     ws = Workspace(tmp_path / "ws")
-    trials = _trial_records(ws)
+    trials = trial_records(ws)
     faulty = [
         {**trials[0], "hash": "f" * 64, "id": "faulty000001", "tune": {**trials[0]["tune"], "trials": "12"}},
         {**trials[1], "hash": "e" * 64, "id": "faulty000002", "axes": ["er", 0.1]},
@@ -311,12 +307,11 @@ def test_two_exports_into_one_folder_never_log_a_run_twice(tmp_path: Path, no_wa
     assert not (folder / "wandb").exists()
 
 
+@pytest.mark.e2e
 def test_an_offline_export_writes_only_under_the_folder_named(tmp_path: Path, no_wandb_login: Path) -> None:
     pytest.importorskip("wandb")
-    from tests.conftest import run_cli
-    from tests.test_report import _workspace
 
-    ws = _workspace(tmp_path, alignment_history(tmp_path)[:2])
+    ws = history_of(tmp_path, alignment_history(tmp_path)[:2])
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     out = tmp_path / "out"

@@ -22,9 +22,11 @@ from gaptui.processes import worker_gone
 from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, new_record
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT, run_cli
-from tests.test_manager import _preset
-from tests.test_reliability import SPEC, TRAIN, _alive, _wait_for
+from tests.support import ROOT
+from tests.support.cli import TRAIN_ARGS, run_cli
+from tests.support.engine import TINY_SPEC
+from tests.support.presets import alignment_preset
+from tests.support.waiting import alive, wait_for
 
 EPOCHS = "300"  # about 10 s of epochs: still running when it is killed after its first one
 
@@ -43,9 +45,10 @@ def _dead_pid() -> int:
 # ------------------------------------------------------------------------------------------ the rule
 
 
+@pytest.mark.e2e
 def test_a_running_record_reads_interrupted_only_when_its_worker_is_gone(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
-    specs = [load_spec({**SPEC, "seed": seed}) for seed in range(6)]
+    specs = [load_spec({**TINY_SPEC, "seed": seed}) for seed in range(6)]
     folders = [ws.runs / run_id(s) for s in specs]
     for folder in folders:
         folder.mkdir(parents=True)
@@ -98,10 +101,11 @@ def test_a_running_record_reads_interrupted_only_when_its_worker_is_gone(tmp_pat
 # ------------------------------------------------------------------------------------------ a killed train
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # about 40 s of CLI and worker processes; run with -m slow
 def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    command = [sys.executable, "-m", "gaptui", *TRAIN, "--epochs", EPOCHS, "--workspace", str(ws)]
+    command = [sys.executable, "-m", "gaptui", *TRAIN_ARGS, "--epochs", EPOCHS, "--workspace", str(ws)]
     env = {**os.environ, "GAPTUI_OFFLINE": "1"}
     train = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
     try:
@@ -113,10 +117,10 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
             events = read_events(ws / records[0]["run_dir"] / "events.jsonl")[0]
             return any(e["event"] == "epoch" for e in events)
 
-        _wait_for(training, what="the first epoch")
+        wait_for(training, what="the first epoch")
         record = _stored(ws)[0]
         worker = record["pid"]
-        assert worker != train.pid and _alive(worker) and record["host"] == platform.node()
+        assert worker != train.pid and alive(worker) and record["host"] == platform.node()
         assert read_records(Workspace(ws))[0]["status"] == "running"  # alive: shown running
         # Both die at once, the worker before it can write a final event: freeze train (nothing it could file),
         # kill its worker, then train.
@@ -124,7 +128,7 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
         os.kill(worker, signal.SIGKILL)
         train.kill()
         train.wait(timeout=30)
-        _wait_for(lambda: not _alive(worker), timeout=60, what="the worker's end")
+        wait_for(lambda: not alive(worker), timeout=60, what="the worker's end")
     finally:
         if train.poll() is None:
             train.kill()
@@ -141,7 +145,7 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
     assert _stored(ws)[0]["status"] == "running"
 
     # the next manager (a grid of another run) records it interrupted
-    preset = _preset(tmp_path, noise=(0.1,), models=("gcn",))
+    preset = alignment_preset(tmp_path, noise=(0.1,), models=("gcn",))
     res = run_cli("run", "--preset", str(preset), "--workspace", str(ws))
     assert res.returncode == 0, res.stderr
     assert "1 interrupted run(s)" in res.stderr
@@ -150,7 +154,7 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
     assert [r["status"] for r in stored.values() if r["id"] != record["id"]] == ["done"]
 
     # the same command resumes it from its checkpoint and completes it
-    res = run_cli(*TRAIN, "--epochs", EPOCHS, "--json", "--workspace", str(ws))
+    res = run_cli(*TRAIN_ARGS, "--epochs", EPOCHS, "--json", "--workspace", str(ws))
     assert res.returncode == 0, res.stderr
     done = {r["id"]: r for r in read_records(Workspace(ws))}[record["id"]]
     assert done["status"] == "done"
@@ -161,9 +165,10 @@ def test_a_killed_foreground_train_reads_interrupted_is_recorded_so_and_resumes(
 # ------------------------------------------------------------------------------------------ train --spec
 
 
+@pytest.mark.e2e
 def test_train_spec_from_another_workspace_builds_its_data_in_this_one(tmp_path: Path) -> None:
     old = tmp_path / "old-ws"  # never created: the workspace the file was written in is gone
-    raw = {**SPEC, "datasets_dir": str(old / "datasets"), "data_root": str(old / "data")}
+    raw = {**TINY_SPEC, "datasets_dir": str(old / "datasets"), "data_root": str(old / "data")}
     spec_file = tmp_path / "copy" / "runs" / "r" / "spec.json"
     spec_file.parent.mkdir(parents=True)
     spec_file.write_text(json.dumps(raw))
@@ -183,7 +188,7 @@ def test_train_spec_placement_is_the_workspaces_unless_set(tmp_path: Path) -> No
 
     ws = Workspace(tmp_path / "ws")
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps({**SPEC, "datasets_dir": "/old/datasets", "data_root": "/old/data"}))
+    spec_file.write_text(json.dumps({**TINY_SPEC, "datasets_dir": "/old/datasets", "data_root": "/old/data"}))
     spec = _chosen_spec(ws, None, None, [], spec_file, [])
     assert (spec.datasets_dir, spec.data_root) == (str(ws.datasets), str(ws.raw_data))
     chosen = _chosen_spec(ws, None, None, [], spec_file, ['datasets_dir="/shared/datasets"'])

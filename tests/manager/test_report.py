@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.records import alignment_history, gape_history, properties_history  # noqa: E402
+
 pytest.importorskip("matplotlib")
 pytest.importorskip("markdown")
 
-from tests.conftest import run_cli  # noqa: E402
-from tests.test_figures import alignment_history, gape_history, properties_history  # noqa: E402
 
-
-def _workspace(tmp_path: Path, records: list) -> Path:
+def history_of(tmp_path: Path, records: list) -> Path:
     from gaptui.history import History
     from gaptui.workspace import Workspace
 
@@ -50,6 +50,7 @@ def test_report_of_every_family(tmp_path: Path) -> None:
     assert html.count("<table>") >= 6
 
 
+@pytest.mark.e2e
 def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None:
     from gaptui import report
 
@@ -61,7 +62,7 @@ def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None
     report.write_report(gape + alignment_history(tmp_path), out)
     assert "# alignment" in (out / "report.md").read_text() and (out / "figures" / "alignment-cd.png").is_file()
     # A file the report did not write is never replaced without --force, and nothing else changes (the CLI).
-    ws = _workspace(tmp_path, gape)
+    ws = history_of(tmp_path, gape)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "report.md").write_text("my notes")
@@ -76,13 +77,14 @@ def test_report_updates_in_place_and_keeps_foreign_files(tmp_path: Path) -> None
     assert f"wrote {mine / 'report.html'}" in res.stdout
 
 
+@pytest.mark.e2e
 def test_export_to_mlflow_logs_every_finished_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlflow")
     from gaptui import mlflow_export
 
     records = gape_history(tmp_path)
     (Path(records[0]["run_dir"]) / "result.json").write_text('{"status": "done"}')
-    ws = _workspace(tmp_path, records)
+    ws = history_of(tmp_path, records)
     store = f"file:{tmp_path / 'mlruns'}"
     res = run_cli("export", "--mlflow", store, "--workspace", str(ws))
     assert res.returncode == 0, res.stderr
@@ -106,6 +108,7 @@ def test_export_to_mlflow_logs_every_finished_run_once(tmp_path: Path, monkeypat
     assert mlflow_export.epoch_metrics(Path(records[0]["run_dir"]))[0][0] == "train_loss"
 
 
+@pytest.mark.e2e
 def test_export_needs_a_destination(tmp_path: Path) -> None:
     res = run_cli("export", "--workspace", str(tmp_path / "ws"))
     assert res.returncode == 2

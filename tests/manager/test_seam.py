@@ -18,7 +18,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.support import ROOT
+
 FAMILY_PACKAGES = ("engine.alignment", "engine.gape", "engine.properties", "engine.brec")
 BUILTIN_NAMES = ("alignment", "gape", "properties", "brec")
 MAX_FUNCTION_LINES = 120
@@ -111,6 +114,7 @@ def test_no_function_is_longer_than_120_lines() -> None:
     assert not long, "\n".join(long)
 
 
+@pytest.mark.e2e
 def test_importing_every_engine_module_loads_no_textual_or_tinydb() -> None:
     modules = sorted(m for m in _sources("engine") if not m.endswith("__main__"))
     code = (

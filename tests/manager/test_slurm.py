@@ -32,8 +32,10 @@ from gaptui.backends.slurm import (
 from gaptui.history import read_records
 from gaptui.presets import load_preset
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.test_manager import _manager, _starts, _wait_for
+from tests.support.cli import run_cli, start_cli
+from tests.support.presets import alignment_preset
+from tests.support.tui import SIZE
+from tests.support.waiting import event_starts, wait_for, wait_until
 
 
 def _slurm_up() -> str | None:
@@ -51,28 +53,6 @@ def _slurm_up() -> str | None:
 
 needs_slurm = pytest.mark.skipif(_slurm_up() is not None, reason=str(_slurm_up()))
 
-PRESET = """
-description = "slurm test grid"
-noise = {noise}
-models = {models}
-seeds = [0]
-
-[run]
-epochs = {epochs}
-batch_size = {batch_size}
-budget = 5000
-out_dim = 8
-
-[slurm]
-{slurm}
-
-[[datasets]]
-base = "er"
-params = {{ n = 16, degree = 4 }}
-train = {train}
-val = 6
-"""
-
 
 def _preset(
     tmp_path: Path,
@@ -84,18 +64,18 @@ def _preset(
     batch_size: int = 10,
     name: str = "grid",
 ) -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(
-        PRESET.format(
-            noise=json.dumps(list(noise)),
-            models=json.dumps(list(models)),
-            epochs=epochs,
-            slurm=textwrap.dedent(slurm),
-            train=train,
-            batch_size=batch_size,
-        )
+    """The tiny grid with a [slurm] table (``slurm``: its lines)."""
+    return alignment_preset(
+        tmp_path,
+        name,
+        noise=noise,
+        models=models,
+        laplacian=None,
+        description="slurm test grid",
+        run={"epochs": epochs, "batch_size": batch_size},
+        dataset={"train": train},
+        tail="\n[slurm]\n" + textwrap.dedent(slurm) + "\n",
     )
-    return path
 
 
 def _records(ws: Path) -> list[dict[str, Any]]:
@@ -150,6 +130,7 @@ def test_slurm_options_merge_validate_and_round_trip(tmp_path: Path) -> None:
         load_preset(str(bad))
 
 
+@pytest.mark.e2e
 def test_run_refuses_a_tmp_workspace_and_bad_slurm_input(tmp_path: Path) -> None:
     preset = _preset(tmp_path)
     under_tmp = Path("/tmp") / f"gaptui-{os.getpid()}-refused" / "ws"  # pytest's own folders may live elsewhere
@@ -171,6 +152,7 @@ def _slurm_run(preset: Path, ws: Path, *extra: str, timeout: float = 600) -> sub
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 def test_smoke_on_slurm_matches_a_local_run(tmp_path: Path) -> None:
@@ -198,6 +180,7 @@ def test_smoke_on_slurm_matches_a_local_run(tmp_path: Path) -> None:
         assert cell["median"] == pytest.approx(cells[0][key]["median"], rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 def test_detach_then_sigkilled_manager_reattaches_each_cell_once(tmp_path: Path) -> None:
@@ -211,8 +194,8 @@ def test_detach_then_sigkilled_manager_reattaches_each_cell_once(tmp_path: Path)
     assert status.returncode == 0, status.stderr
     assert {row["id"] for row in json.loads(status.stdout)} <= {r["id"] for r in records}
 
-    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
-    _wait_for(lambda: sum(r["status"] == "done" for r in _records(ws)) >= 1, timeout=300)
+    proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
+    wait_for(lambda: sum(r["status"] == "done" for r in _records(ws)) >= 1, timeout=300)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert sum(r["status"] == "done" for r in _records(ws)) < 3
@@ -223,19 +206,20 @@ def test_detach_then_sigkilled_manager_reattaches_each_cell_once(tmp_path: Path)
     records = _records(ws)
     assert len(records) == 3 and {r["status"] for r in records} == {"done"}
     for record in records:
-        assert _starts(record["run_dir"]) == 1  # nothing submitted twice
+        assert event_starts(record["run_dir"]) == 1  # nothing submitted twice
         assert len(record["slurm"]["jobs"]) == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 def test_scancel_records_cancelled_and_a_rerun_resumes(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, models=("tests.helpers_worker:SleepyModel",), epochs=6, train=20, batch_size=2)
+    preset = _preset(tmp_path, models=("tests.support.worker_models:SleepyModel",), epochs=6, train=20, batch_size=2)
     res = _slurm_run(preset, ws, "--detach")
     assert res.returncode == 0, res.stderr
     (record,) = _records(ws)
-    _wait_for(lambda: any(e["event"] == "epoch" for e in _events(record)), timeout=300)
+    wait_for(lambda: any(e["event"] == "epoch" for e in _events(record)), timeout=300)
     res = run_cli("cancel", record["id"], "-w", str(ws))
     assert res.returncode == 0 and f"cancelled 1 run(s): {record['id']}" in res.stdout, res.stdout + res.stderr
     (record,) = _records(ws)
@@ -250,6 +234,7 @@ def test_scancel_records_cancelled_and_a_rerun_resumes(tmp_path: Path) -> None:
     assert len(starts) == 2 and starts[1]["resumed_from"] is not None
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) -> None:
@@ -259,14 +244,14 @@ def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) ->
     # the run saves its checkpoint and stops, and the manager submits it again, with the preset's 10 minutes.
     preset = _preset(
         tmp_path,
-        models=("tests.helpers_worker:SleepyModel",),
+        models=("tests.support.worker_models:SleepyModel",),
         epochs=24,
         train=20,
         batch_size=2,
         slurm="time = 10\nmax_retries = 1",
     )
-    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
-    _wait_for(lambda: any(e["event"] == "epoch" for r in _records(ws) for e in _events(r)), timeout=300)
+    proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
+    wait_for(lambda: any(e["event"] == "epoch" for r in _records(ws) for e in _events(r)), timeout=300)
     (record,) = _records(ws)
     first_job = record["slurm"]["job_id"]
     subprocess.run(["scontrol", "update", f"JobId={first_job}", "TimeLimit=-8"], check=True, timeout=30)
@@ -283,11 +268,14 @@ def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) ->
     assert sorted({e["epoch"] for e in events if e["event"] == "epoch"}) == list(range(1, 25))
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    preset = _preset(tmp_path, models=("tests.helpers_worker:HardExitModel", "tests.helpers_worker:KillParentModel"))
+    preset = _preset(
+        tmp_path, models=("tests.support.worker_models:HardExitModel", "tests.support.worker_models:KillParentModel")
+    )
     res = _slurm_run(preset, ws)
     assert res.returncode == 1 and "2 run(s) failed" in res.stderr, res.stderr
     records = {r["axes"]["model"].split(":")[1]: r for r in _records(ws)}
@@ -302,6 +290,7 @@ def test_hard_exits_are_failed_with_their_log_tail(tmp_path: Path) -> None:
     assert f"job(s) {hard['slurm']['job_id']}: FAILED" in shown.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slurm
 @needs_slurm
 @pytest.mark.asyncio
@@ -310,7 +299,6 @@ async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_s
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.planning import SlotConfig
     from gaptui.tui.screens.confirm import ChoiceScreen
-    from tests.test_tui import SIZE, wait_until
 
     # The app has no --force: its workspace must not be under /tmp.
     root = Path.home() / ".cache" / "gaptui-tests"
@@ -321,7 +309,7 @@ async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_s
         description="",
         datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
         noise=(0.1,),
-        models=("tests.helpers_worker:SleepyModel",),
+        models=("tests.support.worker_models:SleepyModel",),
         seeds=(0,),
         run=RunOptions(epochs=200, batch_size=2, budget=5000, out_dim=8),
     )

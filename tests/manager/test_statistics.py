@@ -14,8 +14,8 @@ from scipy import stats as sps
 from engine.tasks import family
 from gaptui import analysis
 from gaptui.analysis import statistics
-from tests.conftest import run_cli
-from tests.test_analysis import rec
+from tests.support.cli import run_cli
+from tests.support.records import rec
 
 LOSS = family("alignment").metric("val_loss")
 
@@ -157,6 +157,7 @@ def test_renderers_say_what_they_tested() -> None:
     assert latex.count("\\begin{tabular}") == 2 and "Friedman $\\chi^2 = 3.00$" in latex
 
 
+@pytest.mark.e2e
 def test_stats_command_json(tmp_path: Path) -> None:
     from gaptui.history import History
     from gaptui.workspace import Workspace

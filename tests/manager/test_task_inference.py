@@ -13,10 +13,11 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui import analysis
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.test_family_references import gape_records, properties_records, toy_records
+from tests.support.cli import run_cli
+from tests.support.records import gape_records, properties_records, toy_records
+from tests.support.waiting import wait_until
 
-TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family"}
+TOY_ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family"}
 
 
 def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Workspace:
@@ -51,6 +52,7 @@ def test_the_family_is_the_records_one_or_given_never_assumed() -> None:
     assert analysis.view_task([]) == "alignment"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [["table"], ["stats"], ["gap"], ["figures", "--out", "{tmp}/figures"]])
 def test_a_history_of_two_families_asks_for_the_task_in_one_line(tmp_path: Path, command: list[str]) -> None:
     ws = _workspace(tmp_path, gape_records() + properties_records())
@@ -62,6 +64,7 @@ def test_a_history_of_two_families_asks_for_the_task_in_one_line(tmp_path: Path,
     assert not (tmp_path / "figures").exists()
 
 
+@pytest.mark.e2e
 def test_a_history_of_two_families_with_the_task_given(tmp_path: Path) -> None:
     where = ("--workspace", str(_workspace(tmp_path, gape_records() + properties_records()).root))
     table = run_cli("table", "--task", "gape", "--format", "json", *where)
@@ -76,6 +79,7 @@ def test_a_history_of_two_families_with_the_task_given(tmp_path: Path) -> None:
     assert out.returncode == 2 and "pass --task NAME" in out.stderr and not (tmp_path / "x").exists()
 
 
+@pytest.mark.e2e
 def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy: None) -> None:
     ws = _workspace(tmp_path, toy_records())
     where = ("--workspace", str(ws.root))
@@ -93,6 +97,7 @@ def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy: None)
     assert stats.returncode == 0 and json.loads(stats.stdout)["task"] == "toy", stats.stderr
 
 
+@pytest.mark.e2e
 def test_an_empty_history_shows_no_runs_of_any_family(tmp_path: Path) -> None:
     where = ("--workspace", str(_workspace(tmp_path, []).root))
     res = run_cli("table", *where)
@@ -123,7 +128,6 @@ def test_a_form_document_names_its_family_unless_loaded_from_a_preset_that_named
 async def test_the_ranking_screen_opens_on_the_historys_family(tmp_path: Path) -> None:
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.screens.ranking import RankingScreen
-    from tests.test_tui import wait_until
 
     ws = _workspace(tmp_path, gape_records())
     app = GaptuiApp(ws)

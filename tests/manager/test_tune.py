@@ -15,41 +15,10 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from engine.errors import GaptuiError  # noqa: E402
-from tests.conftest import ROOT, run_cli  # noqa: E402
-
-PRESET = """description = "a tiny study"
-noise = [0.05, 0.2]
-models = {models}
-seeds = [0, 1]
-laplacian = false
-
-[run]
-epochs = 2
-batch_size = 20
-budget = 3000
-out_dim = 8
-
-[[datasets]]
-base = "er"
-params = {{ n = 20, degree = 4 }}
-train = 40
-val = 10
-
-[tune]
-trials = {trials}
-at = 0.2
-sampler = "random"
-seed = 3
-[tune.space]
-lr = {{ log = [1e-4, 1e-2] }}
-layers = [2, 3]
-"""
-
-
-def _preset(tmp_path: Path, models: str = '["gcn", "gin"]', trials: int = 2, extra: str = "") -> Path:
-    path = tmp_path / "study.toml"
-    path.write_text(PRESET.format(models=models, trials=trials) + extra)
-    return path
+from tests.support import ROOT  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.fakes import FakeHistory, FakeScheduler  # noqa: E402
+from tests.support.presets import tune_preset  # noqa: E402
 
 
 def _studies(ws: Path) -> dict[str, object]:
@@ -58,8 +27,9 @@ def _studies(ws: Path) -> dict[str, object]:
             for s in optuna.get_all_study_summaries(storage)}  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_a_study_gives_each_row_its_trials_then_the_final_rows_join_the_table(tmp_path: Path) -> None:
-    preset, ws = _preset(tmp_path), tmp_path / "ws"
+    preset, ws = tune_preset(tmp_path), tmp_path / "ws"
     dry = run_cli("tune", "--preset", str(preset), "--dry-run", "-w", str(ws))
     assert dry.returncode == 0, dry.stderr
     assert "2 row(s), 2 trial(s) per row, 1 run(s) per trial, at noise 0.2; 4 run(s)" in dry.stdout
@@ -104,8 +74,9 @@ def test_a_study_gives_each_row_its_trials_then_the_final_rows_join_the_table(tm
     assert f"| {best['best_value']:.4f} |" in text and "gcn (tuned)" in text
 
 
+@pytest.mark.e2e
 def test_a_manager_killed_mid_study_is_finished_by_the_same_command(tmp_path: Path) -> None:
-    preset, ws = _preset(tmp_path, models='["gcn"]', trials=3), tmp_path / "ws"
+    preset, ws = tune_preset(tmp_path, models='["gcn"]', trials=3), tmp_path / "ws"
     command = [sys.executable, "-m", "gaptui", "tune", "--preset", str(preset), "--cpu-jobs", "1", "-w", str(ws)]
     env = {**os.environ, "GAPTUI_OFFLINE": "1"}
     manager = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,20 +139,21 @@ def test_bad_tune_tables_are_one_error_naming_the_file_and_key(tmp_path: Path, c
     from gaptui.workspace import Workspace
 
     body, message = BAD[case]
-    text = PRESET.format(models='["gcn"]', trials=2)
-    path = tmp_path / "study.toml"
+    path = tune_preset(tmp_path, '["gcn"]')
+    text = path.read_text()
     path.write_text(text[: text.index("[tune]")] + "[tune]\n" + body + "\n")
     with pytest.raises(GaptuiError, match=message) as caught:
         load_tune(str(path), Workspace.resolve(tmp_path / "ws"))
     assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
 
 
+@pytest.mark.e2e
 def test_a_changed_study_is_refused_unless_renamed(tmp_path: Path) -> None:
     from gaptui.tuning import load_tune, open_studies
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
-    preset = _preset(tmp_path, models='["gcn"]', trials=3)
+    preset = tune_preset(tmp_path, models='["gcn"]', trials=3)
     open_studies(ws, load_tune(str(preset), ws)[1])
     preset.write_text(preset.read_text().replace("layers = [2, 3]", "layers = [2, 3, 4]"))
     with pytest.raises(GaptuiError, match=r"\[tune\] changed since study 'study' began \(space\)"):
@@ -196,39 +168,16 @@ def test_a_changed_study_is_refused_unless_renamed(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr  # a preset with [tune] still runs as a grid
 
 
-class _FakeHistory:
-    def __init__(self, records: dict) -> None:
-        self.records = records
-
-    def by_hash(self) -> dict:
-        return self.records
-
-    def update_many(self, updates: dict) -> None:
-        for run_hash, fields in updates.items():
-            self.records[run_hash].update(fields)
-
-
-class _FakeScheduler:
-    def __init__(self) -> None:
-        self.cancelled: list[str] = []
-        self.running: dict = {}
-        self.queue: list = []
-
-    def cancel(self, run_hash: str) -> bool:
-        self.cancelled.append(run_hash)
-        return True
-
-
 def test_the_median_pruner_stops_a_trial_below_the_median_and_records_it_pruned(tmp_path: Path) -> None:
     from gaptui.tuning import Pending, Search, load_tune
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
-    preset = _preset(tmp_path, models='["gcn"]', trials=3)
+    preset = tune_preset(tmp_path, models='["gcn"]', trials=3)
     preset.write_text(preset.read_text().replace("seed = 3\n", 'seed = 3\npruner = "median"\nprune_startup = 1\n'))
     settings = load_tune(str(preset), ws)[1]
     (row,) = settings.rows
-    scheduler, history = _FakeScheduler(), _FakeHistory({})
+    scheduler, history = FakeScheduler(), FakeHistory({})
     search = Search(ws, settings, scheduler, history, capacity=1)
     study = search.studies[row.key]
     study.add_trial(
@@ -255,8 +204,9 @@ def test_the_median_pruner_stops_a_trial_below_the_median_and_records_it_pruned(
     assert history.records[spec.hash()]["tune"]["pruned"] is True
 
 
+@pytest.mark.e2e
 def test_a_seconds_budget_stops_asking_once_a_row_trained_its_seconds(tmp_path: Path) -> None:
-    preset, ws = _preset(tmp_path, models='["gcn"]', trials=20), tmp_path / "ws"
+    preset, ws = tune_preset(tmp_path, models='["gcn"]', trials=20), tmp_path / "ws"
     preset.write_text(preset.read_text().replace("seed = 3\n", 'seed = 3\nbudget = "seconds"\nseconds = 0.001\n'))
     ran = run_cli("tune", "--preset", str(preset), "--cpu-jobs", "1", "--json", "-w", str(ws))
     assert ran.returncode == 0, ran.stderr
@@ -269,7 +219,7 @@ def test_a_grid_study_tells_its_last_grid_point_without_error(tmp_path: Path) ->
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
-    preset = _preset(tmp_path, models='["gcn"]', trials=2)
+    preset = tune_preset(tmp_path, models='["gcn"]', trials=2)
     preset.write_text(
         preset.read_text()
         .replace('sampler = "random"', 'sampler = "grid"')
@@ -277,8 +227,8 @@ def test_a_grid_study_tells_its_last_grid_point_without_error(tmp_path: Path) ->
     )
     settings = load_tune(str(preset), ws)[1]
     (row,) = settings.rows
-    history = _FakeHistory({})
-    search = Search(ws, settings, _FakeScheduler(), history, capacity=2)
+    history = FakeHistory({})
+    search = Search(ws, settings, FakeScheduler(), history, capacity=2)
     search._queue = lambda specs: None  # no scheduler here: the runs are filed below as done
     search.fill()
     assert len(search.pending) == 2

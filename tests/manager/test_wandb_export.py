@@ -10,9 +10,8 @@ import pytest
 wandb = pytest.importorskip("wandb")
 
 from gaptui import wandb_export  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
-from tests.test_figures import gape_history  # noqa: E402
-from tests.test_report import _workspace  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.records import gape_history, history_of  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +28,10 @@ def _offline_runs(folder: Path) -> list[Path]:
     return sorted((folder / "wandb").glob("offline-run-*"))
 
 
+@pytest.mark.e2e
 def test_each_run_is_logged_offline_once_with_its_config_history_and_cell(tmp_path: Path) -> None:
     records = gape_history(tmp_path)
-    ws = _workspace(tmp_path, records)
+    ws = history_of(tmp_path, records)
     res = run_cli("export", "--wandb", "gaptui-test", "--workspace", str(ws))
     assert res.returncode == 0, res.stderr
     folder = ws / "exports" / "wandb"
@@ -125,8 +125,9 @@ def test_online_runs_already_there_are_skipped_and_half_logged_ones_replaced(
     assert [o["id"] for o in opened] == [f"{records[1]['id']}-1", f"{records[2]['id']}-1"]
 
 
+@pytest.mark.e2e
 def test_bad_use_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ws = _workspace(tmp_path, gape_history(tmp_path)[:2])
+    ws = history_of(tmp_path, gape_history(tmp_path)[:2])
     res = run_cli("export", "--wandb", "team/proj", "--workspace", str(ws))
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--entity" in res.stderr
     res = run_cli("export", "--entity", "lab", "--workspace", str(ws))

@@ -1,4 +1,4 @@
-"""A toy task family, registered the way a plug-in registers one (``GAPTUI_FAMILIES=tests.toy_family``).
+"""A toy task family, registered the way a plug-in registers one (``GAPTUI_FAMILIES=tests.support.toy_family``).
 
 It exercises the whole seam without torch: a spec with a dependency (a ``pre`` run per size that the other
 runs of that size need), an input to prepare (a small data file, whose builds are logged so a test can count
@@ -146,7 +146,7 @@ class Toy(TaskFamily):
     optimal = {None: "optimal size (largest best − worst spread)"}
     form = ToyForm()
     cost_model = ToyCosts
-    commands = "tests.toy_family"  # its own `gaptui toy ...` commands: register() below
+    commands = "tests.support.toy_family"  # its own `gaptui toy ...` commands: register() below
 
     def record_axes(self, spec: ToySpec) -> dict[str, Any]:
         return {"size": spec.size, "model": spec.model}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import tomllib
 from textual.command import CommandPalette
-from textual.widgets import Input, OptionList, Select, SelectionList
+from textual.widgets import Input, OptionList, SelectionList
 
 from engine.tasks import family, task_of
 from gaptui.presets import BUNDLED, dump_document, load_preset
@@ -21,7 +21,8 @@ from gaptui.tui.screens.confirm import ChoiceScreen
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
 from gaptui.tui.screens.preset_picker import PresetPicker
 from gaptui.workspace import Workspace
-from tests.test_tui import SIZE, tasks_done, type_into, wait_until
+from tests.support.tui import SIZE, switch_task, tasks_done, type_into
+from tests.support.waiting import wait_until
 
 PES = ["none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe"]
 
@@ -40,13 +41,6 @@ async def choose(form: NewExperimentScreen, key: str, values: list[Any]) -> None
     options.deselect_all()
     for value in values:
         options.select(value)
-
-
-async def switch_task(pilot: Any, form: NewExperimentScreen, task: str, field: str) -> None:
-    """Choose ``task`` in the picker and wait until its form is drawn, every field and row composed."""
-    form.query_one("#task", Select).value = task
-    await wait_until(pilot, lambda: form.built_task == task, what=f"{task} form")
-    assert form.query(f"#{field}")
 
 
 async def load(pilot: Any, form: NewExperimentScreen, name: str) -> None:

@@ -17,8 +17,7 @@ from gaptui.plots import curves_of, curves_plot, epoch_rows
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
 from gaptui.workspace import Workspace
-from tests.test_form import switch_task
-from tests.test_tui import SIZE
+from tests.support.tui import SIZE, switch_task
 
 
 def _events(per_epoch: dict[str, float], evals: dict[str, float], epochs: int = 3) -> list[dict[str, Any]]:

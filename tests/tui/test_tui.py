@@ -8,13 +8,11 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Select, SelectionList, Static, TabbedContent
 
 from engine.alignment.form import parse_noise_level
-from engine.alignment.preset import DatasetEntry, Preset, RunOptions, dump_preset
+from engine.alignment.preset import dump_preset
 from engine.errors import GaptuiError
 from gaptui.history import History, read_records
 from gaptui.presets import load_preset
@@ -41,11 +39,11 @@ from gaptui.tui.widgets.banner import ReadOnlyBanner
 from gaptui.tui.widgets.ranking_grid import RankingGrid
 from gaptui.tui.widgets.record_table import RecordTable
 from gaptui.workspace import Workspace
-from tests.conftest import ROOT
-from tests.test_preset_code import PROBE
-
-SIZE = (120, 40)
-
+from tests.support import ROOT
+from tests.support.presets import PROBE, tiny_preset
+from tests.support.records import run_events, seeded_workspace
+from tests.support.tui import SIZE, notices, tasks_done, type_into
+from tests.support.waiting import wait_until
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -57,52 +55,6 @@ SIZE = (120, 40)
 WAIT_BOUND = 600.0
 
 
-async def wait_until(pilot: Pilot, predicate: Callable[[], bool], timeout: float = WAIT_BOUND, what: str = "") -> None:
-    """Poll ``predicate`` between pilot pauses (subprocess progress cannot be awaited otherwise)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what or predicate}")
-
-
-async def tasks_done(app: GaptuiApp) -> None:
-    """Wait for the app's background tasks (not the manager loop, which lives as long as the app)."""
-    tasks = [w for w in app.workers if w.group != "manager"]
-    if tasks:  # an empty list would mean "every worker" to wait_for_complete
-        await app.workers.wait_for_complete(tasks)
-
-
-async def type_into(pilot: Pilot, widget: Input, text: str) -> None:
-    """Replace an input's text by typing it, as a user would."""
-    widget.focus()
-    widget.value = ""
-    await pilot.press(*text)
-
-
-def tiny_preset(epochs: int = 2, noise: tuple[float, ...] = (0.05, 0.2), models: tuple[str, ...] = ("gcn",)) -> Preset:
-    return Preset(
-        name="tiny",
-        description="test grid",
-        datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
-        noise=noise,
-        models=models,
-        seeds=(0,),
-        run=RunOptions(epochs=epochs, batch_size=10, budget=5000, out_dim=8),
-    )
-
-
-def notices(app: GaptuiApp) -> list[str]:
-    """Every notification the app showed, oldest first, expired ones too (``tests/conftest.py`` keeps them)."""
-    return list(app.__dict__.get("notice_log", []))
-
-
-def epoch_events(record: dict[str, Any]) -> list[dict[str, Any]]:
-    path = Path(record["run_dir"]) / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def kill_group(pid: int | None) -> None:
     """SIGTERM a worker's process group (test clean-up; the worker checkpoints and exits)."""
     if pid:
@@ -110,64 +62,10 @@ def kill_group(pid: int | None) -> None:
             os.killpg(pid, signal.SIGTERM)
 
 
-def fixed_records(ws: Workspace) -> list[dict[str, Any]]:
-    """Deterministic history: 2 models x 3 noise levels x 2 seeds on ER, plus a failed run, with run dirs."""
-    from gaptui.presets import grid
-    from gaptui.scheduler import new_record
-
-    preset = Preset(
-        name="fixed",
-        description="",
-        datasets=(DatasetEntry("er", {"n": 16, "degree": 4}, train=20, val=6),),
-        noise=(0.04, 0.12, 0.24),
-        models=("gcn", "gin"),
-        seeds=(0, 1),
-        run=RunOptions(epochs=3, batch_size=10, budget=5000, out_dim=8),
-    )
-    records = []
-    for i, spec in enumerate(grid(preset, ws)):
-        record = new_record(spec, ws, preset="fixed", planned_seeds=2)
-        noise = spec.dataset["noise"]
-        skill = {"gcn": 0.80, "gin": 0.86}[spec.model] - noise * (1.5 if spec.model == "gcn" else 1.0)
-        acc = round(skill + 0.01 * spec.seed, 4)
-        failed = i == 5
-        record.update(
-            status="failed" if failed else "done",
-            created=f"2025-01-01T10:{i:02d}:00+0000",
-            finished=None if failed else f"2025-01-01T11:{i:02d}:00+0000",
-            duration=30.0 + i,
-            attempts=1,
-            metrics={} if failed else {"val_lap_acc": acc, "val_loss": round(1 - acc, 4), "train_loss": 0.5},
-            params=4990,
-            error="injected failure" if failed else None,
-            tags=["baseline"] if spec.model == "gcn" else [],
-            repro={} if failed else {"host": "testhost", "seed": spec.seed, "versions": {"torch": "x"}},
-        )
-        run_dir = Path(record["run_dir"])
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lines = [{"v": 1, "event": "start", "epochs": 3, "t": 0.0}]
-        for e in (1, 2, 3):  # as the worker writes them: each epoch's evaluation, then the epoch
-            lines.append({"v": 1, "event": "eval", "epoch": e, "val_lap_acc": acc * e / 3, "t": float(e)})
-            lines.append(
-                {"v": 1, "event": "epoch", "epoch": e, "train_loss": 2.0 / e, "val_acc": acc * e / 3, "t": float(e)}
-            )
-        (run_dir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-        records.append(record)
-    return records
-
-
-def seeded_workspace(root: Path) -> Workspace:
-    if root.exists():
-        shutil.rmtree(root)
-    ws = Workspace(root)
-    with History(ws, write=True) as history:
-        history.put_many(fixed_records(ws))
-    return ws
-
-
 # ------------------------------------------------------------------------------------------ pure helpers
 
 
+@pytest.mark.e2e
 def test_the_engine_and_the_cli_never_import_textual() -> None:
     code = (
         "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli; "
@@ -354,20 +252,20 @@ async def test_cancel_a_running_run(tmp_path: Path) -> None:
         runs.table.move_to(run_hash)
         await pilot.press("c")
         await wait_until(pilot, lambda: app.book.get(run_hash)["status"] == "cancelled", what="the cancellation")
-        events = epoch_events(app.book.get(run_hash))
+        events = run_events(app.book.get(run_hash))
         assert events[-1]["event"] == "cancelled"
         assert read_records(ws)[0]["status"] == "cancelled"
         # retry resumes the run from its checkpoint; cancel it again
         await pilot.press("r")
         await wait_until(
-            pilot, lambda: sum(e["event"] == "start" for e in epoch_events(app.book.get(run_hash))) == 2, what="restart"
+            pilot, lambda: sum(e["event"] == "start" for e in run_events(app.book.get(run_hash))) == 2, what="restart"
         )
-        resumed = [e for e in epoch_events(app.book.get(run_hash)) if e["event"] == "start"][-1]
+        resumed = [e for e in run_events(app.book.get(run_hash)) if e["event"] == "start"][-1]
         assert resumed["resumed_from"] is not None and app.book.get(run_hash)["attempts"] == 2
         await pilot.press("c")
         await wait_until(pilot, lambda: app.book.get(run_hash)["status"] == "cancelled", what="the second cancellation")
         # its duration counts both parts: the first from its start to its cancel, the second from its spawn
-        record, events = app.book.get(run_hash), epoch_events(app.book.get(run_hash))
+        record, events = app.book.get(run_hash), run_events(app.book.get(run_hash))
         first = [e for e in events if e["event"] in ("start", "cancelled")][:2]
         expected = (events[-1]["t"] - record["started_ts"]) + (first[1]["t"] - first[0]["t"])
         assert record["duration"] == pytest.approx(expected, abs=0.05)
@@ -744,10 +642,10 @@ async def test_a_preset_naming_local_code_asks_once_per_file_before_importing_it
 async def test_a_family_preset_changed_since_it_was_loaded_is_not_launched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toy: None
 ) -> None:
-    import tests.toy_family
+    import tests.support.toy_family
 
     # a family without a form launches its preset file as loaded
-    monkeypatch.setattr(tests.toy_family.Toy, "form", None)
+    monkeypatch.setattr(tests.support.toy_family.Toy, "form", None)
     ws = Workspace(tmp_path / "ws")
     (ws.root / "presets").mkdir(parents=True)
     path = ws.root / "presets" / "toy-grid.toml"

@@ -6,8 +6,9 @@ import ast
 from pathlib import Path
 
 from gaptui.tui.context import AppContext
+from tests.support import ROOT
 
-SCREENS = Path(__file__).resolve().parent.parent / "gaptui" / "tui" / "screens"
+SCREENS = ROOT / "gaptui" / "tui" / "screens"
 
 
 def test_the_app_provides_what_screens_use(tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ from gaptui.tui.app import GaptuiApp
 from gaptui.tui.planning import MAX_GRID_RUNS, FormDraft, count_seeds, over_limit, parse_seeds
 from gaptui.tui.screens.new_experiment import NewExperimentScreen, OneAtATime
 from gaptui.workspace import Workspace
-from tests.test_tui import SIZE, notices, type_into, wait_until
+from tests.support.tui import SIZE, notices, type_into
+from tests.support.waiting import wait_until
 
 HUGE = "0-99999999"
 REFUSAL = "grid of 100,000,000 runs is over the limit of 100,000; narrow seeds or axes"

@@ -12,8 +12,13 @@ from gaptui.tui.planning import SlotConfig
 from gaptui.tui.screens.confirm import ChoiceScreen
 from gaptui.tui.screens.help import HelpScreen
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.test_tui import SIZE, notices, tiny_preset, wait_until
+from tests.support.cli import run_cli
+from tests.support.presets import tiny_preset
+from tests.support.tui import SIZE, notices
+from tests.support.waiting import wait_until
+
+#: Every test here starts the CLI or a worker in a subprocess.
+pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.asyncio

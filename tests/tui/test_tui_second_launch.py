@@ -17,7 +17,10 @@ from gaptui.tui.screens.history import HistoryScreen
 from gaptui.tui.screens.new_experiment import NewExperimentScreen
 from gaptui.tui.widgets.record_table import RecordTable, history_columns
 from gaptui.workspace import Workspace
-from tests.test_tui import SIZE, notices, seeded_workspace, tiny_preset, type_into, wait_until
+from tests.support.presets import tiny_preset
+from tests.support.records import fixed_records, seeded_workspace
+from tests.support.tui import SIZE, notices, type_into
+from tests.support.waiting import wait_until
 
 
 def ids_in_order(table: RecordTable, app: GaptuiApp, column: str) -> list[object]:
@@ -119,7 +122,6 @@ async def test_rows_appended_to_a_sorted_table_of_text_cells_keep_its_order(tmp_
 
 
 def seeded_records(ws: Workspace) -> list[dict]:
-    from tests.test_tui import fixed_records
 
     return fixed_records(ws)
 

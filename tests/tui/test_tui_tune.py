@@ -11,34 +11,15 @@ from textual.widgets import Input, Static
 from gaptui.history import History
 from gaptui.tui.app import GaptuiApp
 from gaptui.tuning import sparkline, study_rows
-from tests.test_tui import SIZE, fixed_records, type_into, wait_until
-
-
-def _trial_records(ws) -> list[dict]:
-    """Three trials of one row (values 0.5, 0.7, 0.6; the third's run still running) from the fixed history."""
-    base = [r for r in fixed_records(ws) if r["status"] == "done"][:3]
-    out = []
-    for number, (record, value, status) in enumerate(
-        zip(base, (0.5, 0.7, 0.6), ("done", "done", "running"), strict=True)
-    ):
-        out.append(
-            {
-                **record,
-                "hash": f"{number:064x}",
-                "id": f"tr{number:010d}",
-                "status": status,
-                "metrics": {"val_lap_acc": value} if status == "done" else {},
-                "tags": ["study=zoo"],
-                "tune": {"study": "zoo", "row": "er / gcn", "trials": [number], "of": 4, "metric": "val_lap_acc"},
-            }
-        )
-    return out
+from tests.support.records import fixed_records, trial_records
+from tests.support.tui import SIZE, type_into
+from tests.support.waiting import wait_until
 
 
 def test_study_rows_count_trials_and_keep_the_best_so_far(tmp_path: Path) -> None:
     from gaptui.workspace import Workspace
 
-    (row,) = study_rows(_trial_records(Workspace(tmp_path / "ws")))
+    (row,) = study_rows(trial_records(Workspace(tmp_path / "ws")))
     assert (row.study, row.row, row.ended, row.total, row.running) == ("zoo", "er / gcn", 2, 4, 1)
     assert row.best == [0.5, 0.7]
     assert sparkline([0.5, 0.7, 0.7]) == "▁██" and sparkline([]) == ""
@@ -50,7 +31,7 @@ async def test_runs_shows_the_study_and_history_filters_it(tmp_path: Path) -> No
 
     ws = Workspace(tmp_path / "ws")
     with History(ws, write=True) as history:
-        history.put_many(fixed_records(ws) + _trial_records(ws))
+        history.put_many(fixed_records(ws) + trial_records(ws))
     app = GaptuiApp(ws)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
