@@ -1,21 +1,22 @@
 """The table of bad inputs: each one gets one `error:` line naming the culprit, exit status 2, and nothing the user
-had is changed. Every case runs the CLI in a subprocess on real files."""
+had is changed. Every case runs the CLI's entry point on real files in this process; a few of them (one per way an
+error reaches the user) also run through ``python -m gaptui`` in a subprocess (marked e2e)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tomllib
 
-from tests.support import ROOT
-from tests.support.cli import run_cli
+from tests.support.cli import Ran, gaptui, run_cli
 from tests.support.presets import alignment_preset, tune_preset
 from tests.support.sources import write_folder
 
@@ -588,18 +589,70 @@ def _single_atoms(tmp: Path) -> str:
     return str(path)
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize(("setup", "args", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, setup, args: list[str], expected: str) -> None:
+#: Cases run through ``python -m gaptui`` as well: one per way an error reaches the user (a GaptuiError, Click's
+#: usage errors, an OSError, the terminal app's start, a size guard), so the real entry point is held to the table too.
+SUBPROCESS = {
+    "binary preset",
+    "not an integer (Click)",
+    "missing required option",
+    "workspace is a file",
+    "binary history in the app",
+    "dataset too large for memory",
+}
+#: Cases only a subprocess runs: ``gaptui --workspace W`` opens the terminal app, which a test process must not.
+ONLY_SUBPROCESS = {"binary history in the app"}
+
+
+def _case(tmp_path: Path, setup, args: list[str]) -> tuple[list[str], dict[str, bytes]]:
     value = setup(tmp_path)
-    before = _snapshot(tmp_path)
-    res = run_cli(*[a.replace("{}", value) for a in args], cwd=tmp_path)
+    return [a.replace("{}", value) for a in args], _snapshot(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "expected"),
+    [c[1:] for c in CASES if c[0] not in ONLY_SUBPROCESS],
+    ids=[c[0] for c in CASES if c[0] not in ONLY_SUBPROCESS],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], setup, args, expected: str
+) -> None:
+    """Each case through the CLI's entry point in this process (the code path a subprocess takes, without the cost
+    of starting Python, torch and PyG per case)."""
+    argv, before = _case(tmp_path, setup, args)
+    monkeypatch.chdir(tmp_path)
+    with _local_modules(tmp_path):
+        ran = gaptui(monkeypatch, capsys, *argv)
+    assert expected in ran.one_error(), ran.err  # one error line (notes may come first), exit 2, no traceback
+    assert _snapshot(tmp_path) == before  # nothing the user had was changed
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("setup", "args", "expected"),
+    [c[1:] for c in CASES if c[0] in SUBPROCESS],
+    ids=[c[0] for c in CASES if c[0] in SUBPROCESS],
+)
+def test_bad_input_through_python_m_gaptui(tmp_path: Path, setup, args: list[str], expected: str) -> None:
+    argv, before = _case(tmp_path, setup, args)
+    res = run_cli(*argv, cwd=tmp_path)
     # notes (what a preset merged, the code it runs) may come first; the error is one line
     lines = [line for line in res.stderr.strip().splitlines() if not line.startswith("note: ")]
     assert res.returncode == 2, res.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], res.stderr
     assert "Traceback" not in res.stderr
-    assert _snapshot(tmp_path) == before  # nothing the user had was changed
+    assert _snapshot(tmp_path) == before
+
+
+@contextmanager
+def _local_modules(folder: Path) -> Iterator[None]:
+    """Modules a case imports from its own folder (a user's pooling file) are forgotten after it, as a process
+    ending forgets them."""
+    try:
+        yield
+    finally:
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(folder)):
+                del sys.modules[name]
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -607,61 +660,55 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".lock"}
 
 
-@pytest.mark.e2e
-def test_disk_full_keeps_the_history_and_leaves_no_temp_file(tmp_path: Path) -> None:
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """``gaptui ARGS`` in this process, from the test's folder (as the table's cases run)."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> Ran:
+        with _local_modules(tmp_path):
+            return gaptui(monkeypatch, capsys, *args)
+
+    return run
+
+
+def test_disk_full_keeps_the_history_and_leaves_no_temp_file(
+    tmp_path: Path, cli: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = Path(_with_record(tmp_path))
     before = (ws / "history.json").read_bytes()
-    # The filesystem fills up under `gaptui note`: every fsync fails with ENOSPC.
-    code = (
-        "import errno, os, sys\n"
-        "def full(fd): raise OSError(errno.ENOSPC, 'No space left on device')\n"
-        "os.fsync = full\n"
-        "from gaptui.cli import main\n"
-        "sys.argv = ['gaptui', 'note', '0123', 'hello', '--workspace', sys.argv[1]]\n"
-        "main()\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code, str(ws)], capture_output=True, text=True, cwd=ROOT, env={**os.environ}
-    )
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.strip().splitlines() == [
+
+    def full(fd: int) -> None:  # the filesystem fills up under `gaptui note`: every fsync fails
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    res = cli("note", "0123", "hello", "--workspace", str(ws))
+    assert res.code == 2, res.err
+    assert res.err.strip().splitlines() == [
         f"error: disk full at {ws / 'history.json'} (while writing the history (it was left as it was))"
     ]
     assert (ws / "history.json").read_bytes() == before
     assert sorted(p.name for p in ws.iterdir() if p.name.endswith(".tmp")) == []
 
 
-@pytest.mark.e2e
-def test_preset_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+def test_preset_with_a_byte_order_mark_loads(tmp_path: Path, cli: Callable[..., Ran]) -> None:
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + Path(_grid(tmp_path)).read_bytes())
-    res = run_cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "--workspace", str(tmp_path / "ws"))
-    assert res.returncode == 0, res.stderr
-    assert "1 runs" in res.stdout and "memory peak of pairs of er: gcn on er" in res.stdout
+    res = cli("run", "--preset", str(path), "--dry-run", "--no-estimate", "--workspace", str(tmp_path / "ws"))
+    assert res.code == 0, res.err
+    assert "1 runs" in res.out and "memory peak of pairs of er: gcn on er" in res.out
 
 
-@pytest.mark.e2e
-def test_more_cpu_jobs_than_cores_warns(tmp_path: Path) -> None:
-    res = run_cli(
-        "run",
-        "--preset",
-        "smoke",
-        "--dry-run",
-        "--no-estimate",
-        "--cpu-jobs",
-        "999",
-        "--workspace",
-        str(tmp_path / "ws"),
-    )
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.startswith("warning: --cpu-jobs 999 is more than the ") and "cores of this machine" in res.stderr
+def test_more_cpu_jobs_than_cores_warns(tmp_path: Path, cli: Callable[..., Ran]) -> None:
+    res = cli("run", "--preset", "smoke", "--dry-run", "--no-estimate", "--cpu-jobs", "999", "-w", str(tmp_path / "ws"))
+    assert res.code == 0, res.err
+    assert res.err.startswith("warning: --cpu-jobs 999 is more than the ") and "cores of this machine" in res.err
 
 
 # issue 19, planning-time checks and molecule files
 
 
-@pytest.mark.e2e
-def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path) -> None:
+def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path, cli: Callable[..., Ran]) -> None:
     (tmp_path / "mols.csv").write_text("smiles,y\n" + "".join(f"{'C' * k}O,{k}\n" for k in range(1, 11)))
     preset = tmp_path / "g.toml"
     preset.write_text(
@@ -669,42 +716,42 @@ def test_repeated_grid_values_are_merged_with_one_note_each(tmp_path: Path) -> N
             'pes = ["none", "rwpe"]', 'pes = ["none", "rwpe", "rwpe"]'
         )
     )
-    res = run_cli("run", "--preset", str(preset), "--dry-run", "--no-estimate", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.strip().splitlines() == [
+    res = cli("run", "--preset", str(preset), "--dry-run", "--no-estimate")
+    assert res.code == 0, res.err
+    assert res.err.strip().splitlines() == [
         f"note: {preset}: key 'pes' repeats rwpe: merged (a grid is a set of runs)",
         f"note: {preset}: key 'seeds' repeats 0: merged (a grid is a set of runs)",
     ]
-    assert "2 runs" in res.stdout
+    assert "2 runs" in res.out
 
 
-@pytest.mark.e2e
-def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_warns(tmp_path: Path) -> None:
+def test_published_folder_and_import_path_pooling_that_pass_plan_and_one_label_warns(
+    tmp_path: Path, cli: Callable[..., Ran]
+) -> None:
     preset = _study(tmp_path, poolings='["tinypool:good", "tinypool:good"]', module=POOL_MODULE, published={})
-    res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.strip().splitlines() == [
+    res = cli("run", "--preset", preset, "--dry-run", "--no-estimate")
+    assert res.code == 0, res.err
+    assert res.err.strip().splitlines() == [
         f"note: {preset}: this preset runs code from tinypool:good (pooling; tinypool from "
         f"{tmp_path / 'tinypool.py'}, not an installed package)",
         f"note: {preset}: key 'poolings' repeats tinypool:good: merged (a grid is a set of runs)",
     ]
-    assert "1 runs" in res.stdout
+    assert "1 runs" in res.out
     (tmp_path / "pub" / "GraphRandom-Train" / "symmetric.csv").write_text("1,0,0,1,1\n0,0,0,0,1\n")
-    res = run_cli("run", "--preset", preset, "--dry-run", "--no-estimate", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.strip().splitlines()[-1] == (
+    res = cli("run", "--preset", preset, "--dry-run", "--no-estimate")
+    assert res.code == 0, res.err
+    assert res.err.strip().splitlines()[-1] == (
         f"warning: published = {tmp_path / 'pub'}: the training file of 'symmetric' (random) holds label 1 only: "
         "a model learns nothing from it"
     )
 
 
-@pytest.mark.e2e
-def test_a_bad_molecule_file_is_refused_once_before_any_record(tmp_path: Path) -> None:
+def test_a_bad_molecule_file_is_refused_once_before_any_record(tmp_path: Path, cli: Callable[..., Ran]) -> None:
     """8 runs of a missing molecule file: one error line, exit 2, no record and no run folder (not a dry run)."""
     ws = tmp_path / "ws"
-    res = run_cli("run", "--preset", _gape(tmp_path, "nosuch.csv"), "-w", str(ws), "--gpus", "none", cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.strip().splitlines() == [f"error: molecules: {tmp_path / 'nosuch.csv'} does not exist"]
+    res = cli("run", "--preset", _gape(tmp_path, "nosuch.csv"), "-w", str(ws), "--gpus", "none")
+    assert res.code == 2, res.err
+    assert res.err.strip().splitlines() == [f"error: molecules: {tmp_path / 'nosuch.csv'} does not exist"]
     records = json.loads((ws / "history.json").read_text()).get("runs", {}) if (ws / "history.json").exists() else {}
     assert records == {}
     assert not (ws / "runs").exists() or not any((ws / "runs").iterdir())
@@ -720,9 +767,8 @@ def test_a_molecule_csv_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     assert [g.target for g in mols.graphs] == [1.5, 2.0, 3.0] and mols.notes == []
 
 
-@pytest.mark.e2e
-def test_help_still_works_and_a_group_without_a_command_shows_its_help(tmp_path: Path) -> None:
-    res = run_cli("properties", "build", "--help", cwd=tmp_path)
-    assert res.returncode == 0 and "--graphs" in res.stdout and res.stderr == "", res.stderr
-    res = run_cli("properties", cwd=tmp_path)
-    assert "build" in res.stdout + res.stderr and "error:" not in res.stderr
+def test_help_still_works_and_a_group_without_a_command_shows_its_help(cli: Callable[..., Ran]) -> None:
+    res = cli("properties", "build", "--help")
+    assert res.code == 0 and "--graphs" in res.out and res.err == "", res.err
+    res = cli("properties")
+    assert "build" in res.out + res.err and "error:" not in res.err
