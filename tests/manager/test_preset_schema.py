@@ -56,7 +56,8 @@ def test_shipped_preset_expands_to_the_same_run_ids(name: str) -> None:
 
 
 def test_the_properties_preset_keeps_its_2160_ids_beside_the_hybrid_runs() -> None:
-    # Adding the hybrid pooling (seed 001, section 4.3) added 240 runs; the 2,160 of the nine poolings are unchanged.
+    # Adding the hybrid pooling (the property benchmark, section 4.3) added 240 runs; the 2,160 of the nine poolings
+    # are unchanged.
     specs = grid(load_preset("properties"), Workspace(Path("/tmp/unused")))
     old = sorted(spec.hash() for spec in specs if spec.pooling != "hybrid")
     digest = hashlib.sha256("\n".join(old).encode()).hexdigest()
