@@ -16,6 +16,7 @@ from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.loop import make_optimiser
 from tests.support.cli import run_cli
+from tests.support.records import record
 
 DATASET = {"base": "er", "noise": 0.12, "n_train": 100, "n_val": 20}
 
@@ -198,16 +199,9 @@ def test_constant_without_warm_up_starts_at_the_rate() -> None:
 
 
 def _record(n: int, recipe: str, seed: int, value: float) -> dict:
-    return {
-        "id": f"r{n}",
-        "hash": f"h{n}",
-        "status": "done",
-        "task": "alignment",
-        "axes": {"dataset": "er", "noise": 0.1, "model": "gcn", "recipe": recipe},
-        "seed": seed,
-        "metrics": {"val_lap_acc": value},
-        "finished": "2026-01-01T00:00:00",
-    }
+    """An alignment record of ``recipe`` (its axis) and LAP accuracy ``value``."""
+    axes = {"dataset": "er", "noise": 0.1, "model": "gcn", "recipe": recipe}
+    return record(n, "alignment", axes, seed, {"val_lap_acc": value})
 
 
 def test_a_table_says_its_recipe_and_marks_a_cell_that_mixes_recipes() -> None:
@@ -263,4 +257,4 @@ def test_records_filter_on_the_recipe_axis() -> None:
 
     records = [_record(1, "gaptui", 0, 0.5), _record(2, "legacy", 0, 0.4), _record(3, "ngab+lr=0.002", 0, 0.3)]
     chosen = RecordFilter(axes=parse_axis_filters(["recipe=legacy"], ["alignment"])).apply(records)
-    assert [r["id"] for r in chosen] == ["r2"]
+    assert [r["id"] for r in chosen] == [f"{2:012x}"]

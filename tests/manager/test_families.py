@@ -16,21 +16,16 @@ import pytest
 from engine.errors import GaptuiError
 from gaptui.history import read_records
 from gaptui.workspace import Workspace
-from tests.support import ROOT
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.presets import toy_preset
+from tests.support.records import run_events
 
 #: The worker subprocesses inherit this, so they find the family too.
 ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family", "OMP_NUM_THREADS": "1"}
 
 
-def _events(record: dict) -> list[dict]:
-    path = Path(record["run_dir"]) / "events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 def _count(record: dict, kind: str) -> int:
-    return sum(e["event"] == kind for e in _events(record))
+    return sum(e["event"] == kind for e in run_events(record))
 
 
 @pytest.mark.e2e
@@ -62,7 +57,7 @@ def test_toy_family_runs_end_to_end_in_dependency_order(tmp_path: Path, toy: Non
         upstream = by_hash[dep]
         assert upstream["axes"] == {"size": r["axes"]["size"], "model": "pre"}
         # it started only after its dependency was done
-        assert _events(r)[0]["t"] >= next(e["t"] for e in _events(upstream) if e["event"] == "done")
+        assert run_events(r)[0]["t"] >= next(e["t"] for e in run_events(upstream) if e["event"] == "done")
     # each distinct input was prepared once, before the workers (which then found it)
     builds = (ws / "datasets" / "builds.log").read_text().split()
     assert sorted(builds) == ["2", "3"]
@@ -110,23 +105,11 @@ def test_failed_dependency_blocks_its_dependants_which_never_start(tmp_path: Pat
     for r in records:
         if r["axes"]["size"] == 2 and r["axes"]["model"] != "pre":
             assert r["status"] == "blocked" and r["error"] == f"dependency {pre2['id']} failed"
-            assert _events(r) == [] and r["attempts"] == 0  # never started
+            assert run_events(r) == [] and r["attempts"] == 0  # never started
         elif r["axes"]["size"] == 3:
             assert r["status"] == "done"
     blocked = run_cli("history", "--status", "blocked", "--json", "--workspace", str(ws), env=ENV)
     assert len(json.loads(blocked.stdout)) == 2
-
-
-def _manager(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gaptui", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "GAPTUI_OFFLINE": "1", "COLUMNS": "200", **ENV},
-        start_new_session=True,
-    )
 
 
 @pytest.mark.e2e
@@ -134,7 +117,7 @@ def test_sigkill_mid_chain_then_rerun_finishes_every_cell_exactly_once(tmp_path:
     ws = tmp_path / "ws"
     gate = tmp_path / "gate"
     preset = toy_preset(tmp_path, seeds=[0], gate=str(gate))
-    proc = _manager("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2")
+    proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--cpu-jobs", "2", env=ENV, quiet=True)
 
     def waiting_downstream() -> list[dict]:
         try:

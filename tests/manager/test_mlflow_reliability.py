@@ -24,6 +24,8 @@ from engine.errors import GaptuiError  # noqa: E402
 from gaptui import mlflow_export  # noqa: E402
 from gaptui.mlflow_export import export_mlflow  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
+from tests.support.records import history_of
+from tests.support.records import record as run_record
 
 #: Every MlflowClient method the export calls: a kill is injected before each call in turn.
 CALLS = (
@@ -43,6 +45,9 @@ WRITES = ("log_batch", "log_artifact", "set_terminated", "set_tag")
 HTTP_VARS = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT")
 
 
+FINISHED = "2026-01-01T00:00:00"
+
+
 def _record(root: Path, n: int, result: bool = True) -> dict[str, Any]:
     folder = root / "runs" / f"r{n}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,35 +55,16 @@ def _record(root: Path, n: int, result: bool = True) -> dict[str, Any]:
     (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     if result:
         (folder / "result.json").write_text(json.dumps({"status": "done", "n": n}))
-    return {
-        "id": f"{n:012x}",
-        "hash": f"{n:064x}",
-        "status": "done",
-        "task": "gape",
-        "axes": {"pe": "rwpe", "dataset": "zinc"},
-        "seed": n,
-        "spec": {"task": "gape", "model": {"layers": 2, "hidden": 16}, "seed": n},
-        "metrics": {"val_mae": 0.5 + n / 100},
-        "finished": "2026-01-01T00:00:00",
-        "run_dir": str(folder),
-    }
+    spec = {"task": "gape", "model": {"layers": 2, "hidden": 16}, "seed": n}
+    metrics = {"val_mae": 0.5 + n / 100}
+    return run_record(
+        n, "gape", {"pe": "rwpe", "dataset": "zinc"}, n, metrics, spec=spec, finished=FINISHED, run_dir=str(folder)
+    )
 
 
 def _records(root: Path, count: int = 3) -> list[dict[str, Any]]:
     # The last run has no result.json: its MLflow run is complete without an artefact.
     return [_record(root, n, result=n < count - 1) for n in range(count)]
-
-
-def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
-    from gaptui.history import History
-    from gaptui.workspace import Workspace
-
-    ws = Workspace.resolve(tmp_path / "ws")
-    ws.root.mkdir(parents=True, exist_ok=True)
-    if records:
-        with History(ws, write=True) as history:
-            history.put_many(records)
-    return ws.root
 
 
 def _reader(uri: str) -> Any:
@@ -379,14 +365,14 @@ def test_a_bad_uri_is_one_line_error_before_anything_is_written(tmp_path: Path, 
 @pytest.mark.parametrize("case", CLI_CASES)
 def test_a_bad_uri_is_one_error_line_from_the_cli(tmp_path: Path, case: str) -> None:
     uri, says = _bad_uris(tmp_path)[case]
-    ws = _workspace(tmp_path, _records(tmp_path, 1))
+    ws = history_of(tmp_path, _records(tmp_path, 1))
     _one_error_line(run_cli("export", "--mlflow", uri, "--workspace", str(ws), timeout=60), says)
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc refuses new folders on Linux")
 def test_an_unwritable_file_store_is_one_error_line(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path, [])
+    ws = history_of(tmp_path, [])
     if os.geteuid() != 0:  # root writes anywhere but /proc
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
@@ -402,7 +388,7 @@ def test_a_server_that_never_answers_is_given_up_in_seconds(
 ) -> None:
     for var in HTTP_VARS:
         monkeypatch.delenv(var, raising=False)  # gaptui's own bound is measured
-    ws = _workspace(tmp_path, _records(tmp_path, 1))
+    ws = history_of(tmp_path, _records(tmp_path, 1))
     start = time.monotonic()  # what the CLI takes to start and fail at once (MLflow imported), on this machine
     _one_error_line(run_cli("export", "--mlflow", "foo://x", "--workspace", str(ws), timeout=60))
     baseline = time.monotonic() - start
@@ -416,7 +402,7 @@ def test_a_server_that_never_answers_is_given_up_in_seconds(
 
 @pytest.mark.e2e
 def test_a_bad_metric_is_refused_before_anything_is_logged(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path, _records(tmp_path, 2))
+    ws = history_of(tmp_path, _records(tmp_path, 2))
     store = tmp_path / "mlruns"
     res = run_cli("export", "--mlflow", f"file:{store}", "--metric", "val_maee", "--workspace", str(ws), timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr

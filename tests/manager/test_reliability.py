@@ -203,7 +203,7 @@ def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None
 
     def worker_started() -> bool:
         records = read_records(Workspace(workspace)) if (workspace / "history.json").exists() else []
-        return bool(records) and any(e["event"] == "epoch" for e in _events(records[0]))
+        return bool(records) and any(e["event"] == "epoch" for e in run_events(records[0]))
 
     wait_for(worker_started, what="the first epoch")
     record = read_records(Workspace(workspace))[0]
@@ -214,7 +214,7 @@ def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None
     assert proc.returncode == 130, stderr
     assert not alive(pid)
     record = read_records(Workspace(workspace))[0]
-    assert record["status"] == "cancelled" and _events(record)[-1]["event"] == "cancelled"
+    assert record["status"] == "cancelled" and run_events(record)[-1]["event"] == "cancelled"
 
     # killed outright, the CLI cannot forward anything: the worker notices its parent is gone and stops itself
     proc = subprocess.Popen(
@@ -225,15 +225,15 @@ def test_train_is_recorded_and_its_worker_stops_with_it(workspace: Path) -> None
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     wait_for(lambda: read_records(Workspace(workspace))[0]["status"] == "running", what="the resumed run")
-    wait_for(lambda: _events(read_records(Workspace(workspace))[0])[-1]["event"] == "epoch", what="an epoch")
+    wait_for(lambda: run_events(read_records(Workspace(workspace))[0])[-1]["event"] == "epoch", what="an epoch")
     pid = read_records(Workspace(workspace))[0]["pid"]
     proc.kill()
     proc.wait()
     wait_for(lambda: not alive(pid), timeout=60, what="the worker's exit")
-    assert _events(read_records(Workspace(workspace))[0])[-1]["event"] == "cancelled"
+    assert run_events(read_records(Workspace(workspace))[0])[-1]["event"] == "cancelled"
 
 
-def _events(record: dict) -> list[dict]:
+def run_events(record: dict) -> list[dict]:
     return read_events(Path(record["run_dir"]) / "events.jsonl")[0]
 
 
@@ -682,10 +682,10 @@ def test_a_done_run_whose_result_is_gone_or_garbled_runs_again_and_its_dependant
             earlier["status"] == "done" and earlier["metrics"] == old["metrics"] and earlier["why"] in notes[size - 2]
         )
         assert json.loads((Path(pre["run_dir"]) / "result.json").read_text())["status"] == "done"
-        redone = [e for e in _events(pre) if e["event"] == "done"]
+        redone = [e for e in run_events(pre) if e["event"] == "done"]
         assert len(redone) == 2
-        assert _events(after["median", size])[0]["t"] >= redone[-1]["t"]  # the new dependant waited for it
-        assert _events(after["mean", size]) == _events(before["mean", size])  # a done dependant is left alone
+        assert run_events(after["median", size])[0]["t"] >= redone[-1]["t"]  # the new dependant waited for it
+        assert run_events(after["mean", size]) == run_events(before["mean", size])  # a done dependant is left alone
     again = run_cli("run", "--preset", bigger, *where, "--dry-run", "--no-estimate", env=TOY_ENV)
     assert "note:" not in again.stderr and "done 6, failed 0, to run 0" in again.stdout
     shown = run_cli("show", gone["id"], "--workspace", str(ws), env={**TOY_ENV, "COLUMNS": "250"})

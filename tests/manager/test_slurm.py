@@ -34,6 +34,7 @@ from gaptui.presets import load_preset
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli, start_cli
 from tests.support.presets import alignment_preset
+from tests.support.records import run_events
 from tests.support.tui import SIZE
 from tests.support.waiting import event_starts, wait_for, wait_until
 
@@ -83,11 +84,6 @@ def _records(ws: Path) -> list[dict[str, Any]]:
         return read_records(Workspace(ws))
     except Exception:  # noqa: BLE001 - not written yet
         return []
-
-
-def _events(record: dict[str, Any]) -> list[dict[str, Any]]:
-    path = Path(record["run_dir"]) / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 # ---------------------------------------------------------------------------------------------- no cluster needed
@@ -219,18 +215,18 @@ def test_scancel_records_cancelled_and_a_rerun_resumes(tmp_path: Path) -> None:
     res = _slurm_run(preset, ws, "--detach")
     assert res.returncode == 0, res.stderr
     (record,) = _records(ws)
-    wait_for(lambda: any(e["event"] == "epoch" for e in _events(record)), timeout=300)
+    wait_for(lambda: any(e["event"] == "epoch" for e in run_events(record)), timeout=300)
     res = run_cli("cancel", record["id"], "-w", str(ws))
     assert res.returncode == 0 and f"cancelled 1 run(s): {record['id']}" in res.stdout, res.stdout + res.stderr
     (record,) = _records(ws)
     assert record["status"] == "cancelled" and record["slurm"]["state"] == "CANCELLED"
-    assert any(e["event"] == "cancelled" for e in _events(record))  # the worker saved its checkpoint
+    assert any(e["event"] == "cancelled" for e in run_events(record))  # the worker saved its checkpoint
 
     res = _slurm_run(preset, ws)
     assert res.returncode == 0, res.stderr
     (record,) = _records(ws)
     assert record["status"] == "done" and len(record["slurm"]["jobs"]) == 2
-    starts = [e for e in _events(record) if e["event"] == "start"]
+    starts = [e for e in run_events(record) if e["event"] == "start"]
     assert len(starts) == 2 and starts[1]["resumed_from"] is not None
 
 
@@ -251,7 +247,7 @@ def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) ->
         slurm="time = 10\nmax_retries = 1",
     )
     proc = start_cli("run", "--preset", str(preset), "--workspace", str(ws), "--backend", "slurm", "--force")
-    wait_for(lambda: any(e["event"] == "epoch" for r in _records(ws) for e in _events(r)), timeout=300)
+    wait_for(lambda: any(e["event"] == "epoch" for r in _records(ws) for e in run_events(r)), timeout=300)
     (record,) = _records(ws)
     first_job = record["slurm"]["job_id"]
     subprocess.run(["scontrol", "update", f"JobId={first_job}", "TimeLimit=-8"], check=True, timeout=30)
@@ -261,7 +257,7 @@ def test_time_limit_resubmits_and_resumes_from_the_checkpoint(tmp_path: Path) ->
     assert record["status"] == "done", record
     assert record["slurm"]["retries"] == 1 and record["slurm"]["jobs"][0] == first_job
     assert len(record["slurm"]["jobs"]) == 2 and record["attempts"] == 2
-    events = _events(record)
+    events = run_events(record)
     starts = [e for e in events if e["event"] == "start"]
     assert len(starts) == 2 and starts[1]["resumed_from"]["epoch"] >= 1
     assert [e["event"] for e in events].count("cancelled") == 1  # the checkpoint saved at the warning
@@ -317,7 +313,7 @@ async def test_the_app_launches_on_slurm_leaves_it_running_then_reattaches_and_s
         first = GaptuiApp(ws)
         async with first.run_test(size=SIZE) as pilot:
             assert first.launch(preset, SlotConfig(backend="slurm"))
-            await wait_until(pilot, lambda: any(_events(r)[-1:] for r in _records(ws.root)), 300, "a first event")
+            await wait_until(pilot, lambda: any(run_events(r)[-1:] for r in _records(ws.root)), 300, "a first event")
             (record,) = _records(ws.root)
             assert record["backend"] == "slurm" and record["slurm"]["job_id"]
             await pilot.press("ctrl+q")

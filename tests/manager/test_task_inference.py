@@ -6,29 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine.errors import GaptuiError
 from gaptui import analysis
-from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
-from tests.support.records import gape_records, properties_records, toy_records
+from tests.support.records import gape_records, properties_records, toy_records, workspace_with
 from tests.support.waiting import wait_until
 
 TOY_ENV = {"GAPTUI_FAMILIES": "tests.support.toy_family"}
-
-
-def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Workspace:
-    from gaptui.history import History
-
-    ws = Workspace.resolve(tmp_path / "ws")
-    ws.root.mkdir(parents=True)
-    if records:
-        with History(ws, write=True) as history:
-            history.put_many(records)
-    return ws
 
 
 def test_the_family_is_the_records_one_or_given_never_assumed() -> None:
@@ -55,7 +42,7 @@ def test_the_family_is_the_records_one_or_given_never_assumed() -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("command", [["table"], ["stats"], ["gap"], ["figures", "--out", "{tmp}/figures"]])
 def test_a_history_of_two_families_asks_for_the_task_in_one_line(tmp_path: Path, command: list[str]) -> None:
-    ws = _workspace(tmp_path, gape_records() + properties_records())
+    ws = workspace_with(tmp_path, gape_records() + properties_records())
     res = run_cli(*[c.format(tmp=tmp_path) for c in command], "--workspace", str(ws.root))
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip().splitlines() == [
@@ -66,7 +53,7 @@ def test_a_history_of_two_families_asks_for_the_task_in_one_line(tmp_path: Path,
 
 @pytest.mark.e2e
 def test_a_history_of_two_families_with_the_task_given(tmp_path: Path) -> None:
-    where = ("--workspace", str(_workspace(tmp_path, gape_records() + properties_records()).root))
+    where = ("--workspace", str(workspace_with(tmp_path, gape_records() + properties_records()).root))
     table = run_cli("table", "--task", "gape", "--format", "json", *where)
     assert table.returncode == 0, table.stderr
     (doc,) = json.loads(table.stdout)
@@ -81,7 +68,7 @@ def test_a_history_of_two_families_with_the_task_given(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy: None) -> None:
-    ws = _workspace(tmp_path, toy_records())
+    ws = workspace_with(tmp_path, toy_records())
     where = ("--workspace", str(ws.root))
     table = run_cli("table", "--format", "json", *where, env=TOY_ENV)
     assert table.returncode == 0, table.stderr
@@ -99,7 +86,7 @@ def test_a_plug_in_familys_history_gets_its_own_table(tmp_path: Path, toy: None)
 
 @pytest.mark.e2e
 def test_an_empty_history_shows_no_runs_of_any_family(tmp_path: Path) -> None:
-    where = ("--workspace", str(_workspace(tmp_path, []).root))
+    where = ("--workspace", str(workspace_with(tmp_path, []).root))
     res = run_cli("table", *where)
     assert res.returncode == 0 and res.stdout.startswith("no finished runs yet in "), res.stdout
     assert "alignment" not in res.stdout
@@ -129,7 +116,7 @@ async def test_the_ranking_screen_opens_on_the_historys_family(tmp_path: Path) -
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.screens.ranking import RankingScreen
 
-    ws = _workspace(tmp_path, gape_records())
+    ws = workspace_with(tmp_path, gape_records())
     app = GaptuiApp(ws)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("f5")
