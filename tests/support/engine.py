@@ -22,12 +22,12 @@ TINY_SPEC = {
     "budget": 3000,
     "out_dim": 8,
 }
-
-
+#: The dataset of ``spec_file``: ER graphs of 20 nodes, 30 training pairs.
 PACK_DATASET = {"base": "er", "noise": 0.12, "n_train": 30, "n_val": 10, "params": {"n": 20, "degree": 5}}
 
 
 def spec_file(tmp_path: Path, name: str, **overrides) -> Path:
+    """Write ``tmp_path/NAME.json``: a two-epoch alignment spec with dropout (``overrides`` set any key)."""
     spec = {
         "dataset": PACK_DATASET,
         "model": "gcn",
@@ -46,6 +46,7 @@ def spec_file(tmp_path: Path, name: str, **overrides) -> Path:
 
 
 def result_of(out: Path) -> dict:
+    """The ``result.json`` a worker wrote into ``out``."""
     return json.loads((out / "result.json").read_text())
 
 

@@ -22,6 +22,7 @@ CPU2 = Slot("cpu#1", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
 
 
 def smoke_plan(ws: Path, known: dict[str, str] | None = None) -> launch.Plan:
+    """The plan of the shipped smoke preset in workspace ``ws`` (``known``: hashes the history holds)."""
     workspace = Workspace(ws)
     return launch.plan(load_preset("smoke", workspace), workspace, known or {})
 
@@ -43,12 +44,16 @@ class Counting:
 
 
 def estimator(ws: Path, counter: Counting, **kwargs) -> Estimator:
+    """An estimator measuring through ``counter``, its calibration cache in ``ws`` (``warned``: a list for its
+    warnings, ``records``: the history it reads; the rest are the estimator's own options)."""
     warned = kwargs.pop("warned", [])
     cache = CalibrationCache(calibration_path(Workspace(ws)), warned.append)
     return Estimator(cache, kwargs.pop("records", []), measure=counter.measure, overhead=counter.overhead, **kwargs)
 
 
 class FakeHistory:
+    """The history calls a search makes, on a dict of records by hash."""
+
     def __init__(self, records: dict) -> None:
         self.records = records
 
@@ -61,6 +66,8 @@ class FakeHistory:
 
 
 class FakeScheduler:
+    """A scheduler that runs nothing and records what it was asked to cancel."""
+
     def __init__(self) -> None:
         self.cancelled: list[str] = []
         self.running: dict = {}

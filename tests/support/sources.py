@@ -35,6 +35,7 @@ AQSOL_VAL = [_aqsol_graph(2, [(0, 1)]), _aqsol_graph(5, [(0, 1), (0, 2), (0, 3),
 
 
 def write_aqsol(root: Path) -> Path:
+    """AQSOL's raw pickles under ``root/aqsol/raw`` (a triangle, a path, a bondless and a one-way molecule)."""
     raw = root / "aqsol" / "raw"
     raw.mkdir(parents=True)
     for name, graphs in (("train", AQSOL_TRAIN), ("val", AQSOL_VAL), ("test", AQSOL_VAL[:1])):
@@ -56,6 +57,7 @@ def _zinc_mol(n: int, pairs: list[tuple[int, int]]) -> dict:
 
 
 def write_zinc(root: Path) -> None:
+    """ZINC's raw pickles and subset index files under ``root/zinc/raw``."""
     raw = root / "zinc" / "raw"
     raw.mkdir(parents=True)
     train = [_zinc_mol(2, [(0, 1)]), _zinc_mol(3, [(0, 1), (1, 2)]), _zinc_mol(4, [(0, 1), (1, 2), (2, 3), (3, 0)])]
@@ -74,6 +76,7 @@ PATH = [(30 + i, 31 + i) for i in range(9)]
 
 
 def write_cora(root: Path) -> None:
+    """CoraFull's ``cora.npz`` (a 30-cycle, a 10-node path and a self-loop) under ``root/corafull/cora/raw``."""
     import scipy.sparse as sp
 
     raw = root / "corafull" / "cora" / "raw"
@@ -96,6 +99,7 @@ def write_cora(root: Path) -> None:
 
 
 def write_arxiv_raw(raw: Path, edges: list[tuple[int, int]], num_nodes: int) -> None:
+    """ogbn-arxiv's raw ``edge.csv.gz`` and ``num-node-list.csv.gz`` in ``raw``."""
     raw.mkdir(parents=True, exist_ok=True)
     with gzip.open(raw / "edge.csv.gz", "wt") as f:
         f.writelines(f"{u},{v}\n" for u, v in edges)
@@ -121,6 +125,7 @@ SMILES = [
 
 
 def write_pcqm(root: Path, smiles: list[str], split: dict[str, object]) -> Path:
+    """PCQM4Mv2's ``data.csv.gz`` of ``smiles`` and its ``split_dict.pt`` under ``root/pcqm4mv2``."""
     folder = root / "pcqm4mv2" / "pcqm4m-v2"
     (folder / "raw").mkdir(parents=True)
     with gzip.open(folder / "raw" / "data.csv.gz", "wt") as f:
@@ -140,6 +145,7 @@ OFFICIAL_SPLIT = {
 
 
 def pair_edges_both_ways(edges: np.ndarray) -> np.ndarray:
+    """``[2, 2m]``: undirected edges ``[m, 2]`` in both directions, sorted, as the safetensors layout stores them."""
     both = np.concatenate([edges, edges[:, ::-1]], axis=0)
     return np.ascontiguousarray(both[np.lexsort((both[:, 1], both[:, 0]))].T, dtype=np.int64)
 
