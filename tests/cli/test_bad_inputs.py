@@ -5,6 +5,7 @@ error reaches the user) also run through ``python -m gaptui`` in a subprocess (m
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import sys
@@ -645,14 +646,20 @@ def test_bad_input_through_python_m_gaptui(tmp_path: Path, setup, args: list[str
 
 @contextmanager
 def _local_modules(folder: Path) -> Iterator[None]:
-    """Modules a case imports from its own folder (a user's pooling file) are forgotten after it, as a process
-    ending forgets them."""
+    """What a case leaves in the interpreter is forgotten after it, as a process ending forgets it: the folders it
+    put on ``sys.path`` (a preset's own folder, to find a user's pooling file) and the modules it imported from its
+    folder, so the next case finds its own file and not this one's."""
+    path = list(sys.path)
     try:
         yield
     finally:
+        sys.path[:] = path
         for name, module in list(sys.modules.items()):
             if str(getattr(module, "__file__", None) or "").startswith(str(folder)):
                 del sys.modules[name]
+        for entry in [e for e in sys.path_importer_cache if str(e).startswith(str(folder))]:
+            del sys.path_importer_cache[entry]
+        importlib.invalidate_caches()
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

@@ -140,6 +140,7 @@ def _train(tmp_path: Path, mode: str) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
+@pytest.mark.e2e  # torch.compile builds with the C++ compiler
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile needs a C++ compiler")
 def test_compile_on_and_off_give_the_same_metrics(tmp_path: Path) -> None:
     eager, compiled = _train(tmp_path, "off"), _train(tmp_path, "on")

@@ -28,11 +28,6 @@ from tests.support.waiting import wait_until
 rdkit = pytest.importorskip("rdkit")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 def molecules(name: str, root: Path, seed: int = 0, **params: object):
     cls = SOURCES.get(name)
     return cls(parse_params(cls, {k: str(v) for k, v in params.items()})).molecules(np.random.default_rng(seed), root)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor, nn
@@ -43,15 +41,6 @@ def permute(edge_index: Tensor, batch: Tensor, x: Tensor, perm: Tensor) -> tuple
     inverse[perm] = torch.arange(perm.numel())
     shuffled = edge_index[:, torch.randperm(edge_index.size(1), generator=torch.Generator().manual_seed(7))]
     return inverse[shuffled], batch[perm], x[perm]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: extra intra-op threads only add spin-waiting, badly so on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

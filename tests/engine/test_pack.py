@@ -108,6 +108,7 @@ def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> N
     assert starts[0]["pid"] != starts[1]["pid"]
 
 
+@pytest.mark.e2e  # the scheduler starts its workers
 def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_path: Path) -> None:
     # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so the cancel lands inside training.
     from engine.alignment.spec import RunSpec
@@ -156,6 +157,7 @@ def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_p
     assert len(starts) == 2 and starts[1]["resumed_from"] is not None and starts[0]["pid"] != starts[1]["pid"]
 
 
+@pytest.mark.e2e  # the scheduler starts its workers
 def test_a_free_slot_takes_the_first_ready_run_and_more_seeds_of_its_cell(tmp_path: Path) -> None:
     from engine.alignment.spec import RunSpec
     from gaptui.history import History

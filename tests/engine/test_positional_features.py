@@ -33,11 +33,6 @@ from engine.sources.synthetic import bernoulli_graphs
 from tests.support.cli import run_cli
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 def _pairs(count: int = 8, n: int = 16, seed: int = 0, eta: float = 0.1) -> PairSplit:
     rng = np.random.default_rng(seed)
     return correlate(bernoulli_graphs(n, 5 / (n - 1), count, rng), "add_remove", eta, rng)[0]

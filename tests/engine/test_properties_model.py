@@ -25,11 +25,6 @@ from engine.properties.training import (
 from engine.tasks import Cancelled
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 def _kinds(events: list[str]) -> Callable[..., None]:
     """An emitter recording the kinds of a run's events, but for ``progress`` (where it is, said now and then)."""
 

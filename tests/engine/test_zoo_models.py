@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,6 @@ from tests.support.cli import run_cli
 from tests.support.engine import Events, Stopper, equal_size_batch, ragged_batch, random_graph, result_of, spec_file
 
 NEW = ["tagcn", "sgc", "pan", "graphgps"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # --------------------------------------------------------------------------------------------------- PAN

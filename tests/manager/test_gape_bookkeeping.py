@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.support.cli import run_cli
 
@@ -39,11 +38,6 @@ epochs = 2
 batch_size = 16
 warmup_steps = 2
 """
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from textual.widgets import Input, SelectionList, Static
 
 import gaptui.launch
@@ -31,11 +30,6 @@ HUGE = "0-99999999"
 REFUSAL = "grid of 100,000,000 runs is over the limit of 100,000; narrow seeds or axes"
 #: Python memory the form may take while it refuses the huge grid (listing its seeds alone takes gigabytes).
 MEMORY_BUDGET = 200 * 2**20
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
 
 
 @pytest.fixture
