@@ -1,9 +1,11 @@
 """Memory estimates, checked before anything large is allocated.
 
 Two things grow with the parameters: a dataset (its arrays while it is generated and saved) and a training batch
-(the dense similarity ``S [B, Nmax, Nmax]`` with its softmax and gradient). Both are estimated from the spec
-alone; a plan that cannot fit in the machine's memory is refused in one line with the estimate and the
-machine's total, before minutes are spent generating.
+(the dense similarity ``S [B, Nmax, Nmax]`` with its softmax and gradient, and what the model's layers save for
+the backward pass per node and per edge, measured by :mod:`engine.models.footprint`). Both are estimated from the
+spec alone; a plan that cannot fit in the machine's memory is refused in one line with the estimate and the
+machine's total, before minutes are spent generating, and the scheduler starts a worker only while the estimates
+of the running ones and its own fit in the machine's memory.
 """
 
 from __future__ import annotations
@@ -114,9 +116,19 @@ def machine_memory() -> int | None:
         return None
 
 
-#: ``model_bytes(graphs, nodes)``: what a model's layers hold beyond the node states in one training step, for a
-#: batch of ``graphs`` graphs of about ``nodes`` nodes (:meth:`engine.models.base.ResidualGNN.batch_bytes`).
-ModelBytes = Callable[[int, float], int]
+#: ``model_bytes(graphs, nodes, degree)``: what a model's layers hold in one training step (the tensors autograd
+#: saves per node and per edge, measured: :mod:`engine.models.footprint`; dense matrices the model declares:
+#: :meth:`engine.models.base.ResidualGNN.batch_bytes`), for ``graphs`` graphs of about ``nodes`` nodes and mean
+#: degree ``degree``.
+ModelBytes = Callable[[int, float, float], int]
+#: A worker's own resident memory besides its batch: Python, torch, PyG, the run's code and its dataset (0.34 GB for
+#: ``gaptui train`` of a finished run; 0.45-0.55 GB before the first step on connectome-sized pairs, whose GCN and GIN
+#: steps peaked 0.08 GB above the estimate with 0.45 GB: benchmarks/bench_memory.py).
+PROCESS_BYTES = 550 << 20
+#: The peak of a step over the tensors it saves: the gradients flowing back beside them, and the freed blocks the
+#: allocator keeps for the next step. Measured peak RSS less the process, over the saved tensors and similarities,
+#: 1.53 (GATv2) to 1.64 (GIN) on connectome-sized batches (benchmarks/bench_memory.py).
+STEP_SLACK = 1.7
 
 
 def estimate(
@@ -151,9 +163,10 @@ def estimate(
     batch = None
     if batch_size is not None:
         b = min(batch_size, max(1, pairs))
-        batch = int(_SIM_COPIES * 4 * b * nodes * nodes + 2 * b * nodes * 512)
-        if model_bytes is not None:
-            batch += int(model_bytes(2 * b, nodes))  # G and G~ of each pair
+        batch = _SIM_COPIES * 4 * b * nodes * nodes + 2 * b * nodes * 512
+        if model_bytes is not None:  # G and G~ of each pair; G~'s degree grows with the noise
+            batch += model_bytes(2 * b, nodes, degree * (1 + canonical["noise"] / 2))
+        batch = int(STEP_SLACK * batch + PROCESS_BYTES)
     return MemoryEstimate(nodes, degree, pairs, dataset, generation, batch)
 
 

@@ -1,8 +1,9 @@
 """Run-record columns from task-family metadata: what the history/runs views of the CLI and the app show.
 
-For one family the columns are its axes (alignment: dataset, η, model), the seed and its result metric
-(alignment: LAP acc in percent); across families they are the task, the axes as one ``what`` text, the seed and
-each record's own result metric.
+For one family the columns are its axes (alignment: dataset, η, model), the seed, its protocol settings
+(alignment: epochs, pairs, batch, budget, noise model; :mod:`gaptui.protocol`) and its result metric (alignment: LAP
+acc in percent); across families they are the task, the axes as one ``what`` text, the seed, each record's settings
+as one ``protocol`` text and its own result metric. Protocol columns are ``optional``: views may hide them.
 
 ``record_family`` is re-exported from :mod:`gaptui.record`, its home.
 """
@@ -13,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.tasks import Metric, TaskFamily, family
+from engine.errors import GaptuiError
+from engine.tasks import Metric, Setting, TaskFamily, family
+from gaptui.protocol import protocol_words, settings_texts
 from gaptui.record import Record, axis_value, record_family, record_metrics, record_task
 
 
@@ -26,6 +29,8 @@ class RecordColumn:
     value: Callable[[Record], Any]
     text: Callable[[Record], str]
     numeric: bool = False
+    #: A protocol column, which ``gaptui history --hide`` and the app's History may hide.
+    optional: bool = False
 
 
 def result_metric(fam: TaskFamily) -> Metric:
@@ -70,20 +75,53 @@ def _axis_column(fam: TaskFamily, key: str) -> RecordColumn:
     return RecordColumn(key, axis.name, value, lambda r: axis.format(value(r)), axis.numeric)
 
 
+def _setting_column(setting: Setting) -> RecordColumn:
+    def text(r: Record) -> str:
+        return settings_texts(r).get(setting.key, "")
+
+    def value(r: Record) -> Any:
+        found = text(r)
+        try:
+            return float(found)
+        except ValueError:
+            return found or None
+
+    return RecordColumn(setting.key, setting.name, value, text, numeric=len(setting.fields) == 1, optional=True)
+
+
 SEED = RecordColumn("seed", "seed", lambda r: r.get("seed"), lambda r: str(r.get("seed", "")), True)
 TASK = RecordColumn("task", "task", record_task, record_task)
 WHAT = RecordColumn("what", "run of", describe, describe)
+PROTOCOL = RecordColumn("protocol", "protocol", protocol_words, protocol_words, optional=True)
 
 
 def record_columns(task: str | None) -> list[RecordColumn]:
     """Descriptive columns for the records of ``task`` (None: records of any family)."""
     if task is None:
         result = RecordColumn("result", "result", result_value, result_text, True)
-        return [TASK, WHAT, SEED, result]
+        return [TASK, WHAT, SEED, PROTOCOL, result]
     fam = family(task)
     metric = result_metric(fam)
     result = RecordColumn("result", metric.name, result_value, result_text, True)
-    return [*(_axis_column(fam, a.key) for a in fam.axes), SEED, result]
+    settings = [_setting_column(s) for s in fam.settings()]
+    return [*(_axis_column(fam, a.key) for a in fam.axes), SEED, *settings, result]
+
+
+def visible_columns(columns: list[RecordColumn], hide: list[str]) -> list[RecordColumn]:
+    """``columns`` without the protocol columns ``hide`` names (repeatable or comma-separated keys or names;
+    ``protocol``: all of them). A key that names no protocol column is one :class:`GaptuiError` line."""
+    keys = [k.strip() for item in hide for k in item.split(",") if k.strip()]
+    optional = {c.key: c for c in columns if c.optional} | {c.label: c for c in columns if c.optional}
+    gone: set[str] = set()
+    for key in keys:
+        if key == "protocol":
+            gone |= {c.key for c in columns if c.optional}
+        elif key in optional:
+            gone.add(optional[key].key)
+        else:
+            known = ", ".join(["protocol", *dict.fromkeys(c.key for c in columns if c.optional)])
+            raise GaptuiError(f"--hide '{key}': not a protocol column of these runs; columns: {known}")
+    return [c for c in columns if c.key not in gone]
 
 
 def aligned(rows: list[list[str]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:

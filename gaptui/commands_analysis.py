@@ -50,6 +50,15 @@ TunedOpt = Annotated[
     bool,
     typer.Option("--tuned", help="Also show the rows `gaptui tune --final` re-ran, as '<row> (tuned)'."),
 ]
+ByOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--by",
+        help="Split rows by this key too (repeatable or comma-separated): a setting of the task (alignment: epochs, "
+        "pairs, batch, budget, noise_model), an axis outside the table (recipe) or any key of the runs' specs "
+        "(lr, dataset.n_val, model_kwargs.layers).",
+    ),
+]
 FilterOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
@@ -85,6 +94,11 @@ def _load(
     return ws, records
 
 
+def by_keys(by: list[str] | None) -> tuple[str, ...]:
+    """``--by`` values, repeatable and comma-separated, as one tuple of keys."""
+    return tuple(k.strip() for item in by or [] for k in item.split(",") if k.strip())
+
+
 def _each_task(records: list[dict[str, Any]], task: str | None, narrowed: str | None = None) -> list[str]:
     """The families a command covers: ``task`` when given (checked), else every family the history holds runs of
     (none for an empty history). An option that names one family's metric or table (``narrowed``) needs ``task``
@@ -99,18 +113,27 @@ def _each_task(records: list[dict[str, Any]], task: str | None, narrowed: str | 
 
 
 def _tables(
-    records: list[dict[str, Any]], task: str | None, group: str | None, metric: str | None
+    records: list[dict[str, Any]],
+    task: str | None,
+    group: str | None,
+    metric: str | None,
+    by: tuple[str, ...] = (),
 ) -> tuple[list[analysis.RankingTable], str]:
     """Validated tables of ``task`` (None: the history holds no run), plus the reason when there are none (for a
     friendly message)."""
     if task is None:
+        if by:
+            raise GaptuiError(f"--by {','.join(by)}: the history holds no runs to say which keys they have")
         return [], "no finished runs yet"
+    from gaptui.analysis.cells import check_by
+
+    check_by(analysis.check_task(task), by, records)
     declared = analysis.check_metric(metric, records, task)
     if not analysis.done_groups(records, task):
         return [], f"no finished {task} runs yet"
     if group is not None:
         analysis.check_group(group, records, task)
-    tables = analysis.build_tables(records, declared, group, task=task)
+    tables = analysis.build_tables(records, declared, group, task=task, by=by)
     where = f" on {group}" if group else ""
     return tables, "" if tables else f"no finished {task} run{where} reports metric '{declared.key}'"
 
@@ -123,6 +146,7 @@ def table_cmd(
     task: TaskOpt = None,
     filters: FilterOpt = None,
     tuned: TunedOpt = False,
+    by: ByOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Rank like Table D.3 (alignment: models x noise) or as another task lays out: median ± std over seeds.
@@ -134,11 +158,11 @@ def table_cmd(
     """
     analysis.check_format(fmt)
     if reference is not None:
-        _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters, tuned)
+        _table_with_reference(task, dataset, metric, fmt, reference, workspace, filters, tuned, by_keys(by))
         return
     ws, records = _load(workspace, filters, task, tuned=tuned)
     task = analysis.infer_task(records, task)
-    tables, why_empty = _tables(records, task, dataset, metric)
+    tables, why_empty = _tables(records, task, dataset, metric, by_keys(by))
     if fmt == "json":
         print_json(analysis.tables_json(tables))
         return
@@ -165,6 +189,7 @@ def _table_with_reference(
     workspace: Path | None,
     filters: list[str] | None = None,
     tuned: bool = False,
+    by: tuple[str, ...] = (),
 ) -> None:
     from gaptui import reference as ref
 
@@ -174,7 +199,7 @@ def _table_with_reference(
     chosen = ref.load_reference(name, ws, task)
     task = chosen.task  # the history's family, or (no run yet) the one the reference holds
     ref.check_metric(chosen, metric)
-    tables, why_empty = _tables(records, task, dataset, metric)
+    tables, why_empty = _tables(records, task, dataset, metric, by)
     pairs = [(table, ref.compare(table, chosen)) for table in tables]
     comparisons = [c for _, c in pairs if c is not None]
     overlap = not tables or any(ref.shared_cells(table, chosen) for table in tables)
@@ -195,7 +220,11 @@ def _table_with_reference(
     if fmt == "json":
         print_json([ref.comparison_json(c) for c in comparisons])
         return
-    if fmt == "csv":
+    if fmt == "csv":  # the protocols have no place in the CSV: beside it, as notes
+        from gaptui.reference_protocol import protocol_notes
+
+        for line in protocol_notes(comparisons):
+            err_console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
         sys.stdout.write(ref.render_csv(comparisons))
         return
     if fmt == "md":
@@ -216,12 +245,13 @@ def gap_cmd(
     metric: MetricOpt = None,
     task: TaskOpt = None,
     tuned: TunedOpt = False,
+    by: ByOpt = None,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the gap to the worst trained row per column (alignment: per noise level) and the optimal column."""
     ws, records = _load(workspace, tuned=tuned)
-    tables, why_empty = _tables(records, analysis.infer_task(records, task), dataset, metric)
+    tables, why_empty = _tables(records, analysis.infer_task(records, task), dataset, metric, by_keys(by))
     gaps = [analysis.gap_analysis(t) for t in tables]
     if as_json:
         print_json([g.as_dict() for g in gaps])
@@ -360,6 +390,7 @@ def stats_cmd(
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the critical difference.")] = 0.05,
     task: TaskOpt = None,
     tuned: TunedOpt = False,
+    by: ByOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Test which rows of each task's tables differ: Welch and Mann-Whitney per cell (Holm-corrected), average ranks,
@@ -371,11 +402,12 @@ def stats_cmd(
         raise GaptuiError(f"--alpha {alpha:g}: expected a level between 0 and 1, e.g. 0.05")
     ws, records = _load(workspace, tuned=tuned)
     tasks = _each_task(records, task, metric or dataset)
-    results, empty = [], []
+    results, empty, protocols = [], [], []
     for name in tasks or [None]:
-        tables, why_empty = _tables(records, name, dataset, metric)
+        tables, why_empty = _tables(records, name, dataset, metric, by_keys(by))
         if any(not t.derived for t in tables):
             results.append(statistics.table_statistics(tables, alpha=alpha))
+            protocols.append(analysis.protocol_lines([t for t in tables if not t.derived]))
         else:
             empty.append(why_empty or f"no {name} ranking tables")
     if not results:
@@ -390,7 +422,11 @@ def stats_cmd(
         return
     render = {"text": statistics.render_text, "md": statistics.render_markdown, "latex": statistics.render_latex}
     heading = {"text": "{} statistics", "md": "## {}", "latex": "% task {}"}[fmt]
-    parts = [(heading.format(r.task) + "\n\n" if len(results) > 1 else "") + render[fmt](r) for r in results]
+    prefix = "% " if fmt == "latex" else ""
+    parts = []
+    for result, lines in zip(results, protocols, strict=True):
+        stated = "".join(f"{prefix}{line.removeprefix('- ')}\n" for line in lines if line)  # the protocol
+        parts.append((heading.format(result.task) + "\n\n" if len(results) > 1 else "") + stated + render[fmt](result))
     sys.stdout.write("\n".join(parts))
 
 

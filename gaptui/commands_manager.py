@@ -642,13 +642,21 @@ def history_cmd(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
+    hide: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--hide",
+            help="Hide these protocol columns (repeatable or comma-separated): a setting such as epochs, pairs, "
+            "batch, or 'protocol' for all of them.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
     from engine.tasks import family
     from gaptui import analysis
     from gaptui.cli_tables import print_table
-    from gaptui.columns import aligned, record_columns
+    from gaptui.columns import aligned, record_columns, visible_columns
     from gaptui.history import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
 
@@ -669,7 +677,7 @@ def history_cmd(
         )
         return
     tasks = analysis.record_tasks(records)
-    columns = record_columns(task or (tasks[0] if len(tasks) == 1 else None))
+    columns = visible_columns(record_columns(task or (tasks[0] if len(tasks) == 1 else None)), hide or [])
     total = len(records)
     if limit and total > limit:
         records = sorted(records, key=lambda r: r.get("created") or "")[-limit:]
@@ -705,11 +713,13 @@ def show_cmd(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one run: its axes, spec, metrics, reproducibility record and training curves."""
+    """Show one run: its axes, spec, metrics, reproducibility record, training curves and probes."""
     from engine.events import read_events
     from engine.tasks import family
     from gaptui.history import History
     from gaptui.plots import curves_plot
+    from gaptui.probe_view import probe_tables, probes_heading, read_probes
+    from gaptui.protocol import settings_texts
     from gaptui.record import record_family, record_metrics, record_task
 
     ws = Workspace.resolve(workspace)
@@ -724,8 +734,9 @@ def show_cmd(
         else:
             record = history.get(run)
     events = read_events(Path(record["run_dir"]) / "events.jsonl")[0] if record.get("run_dir") else []
+    probes = read_probes(record.get("run_dir"))
     if as_json:
-        print_json({**record, "events": events})
+        print_json({**record, "events": events, **({"probes": probes} if probes else {})})
         return
     fam = record_family(record)
     head = Table(title=f"run {record['id']} ({record_task(record)}, {record['status']})", show_header=False)
@@ -734,6 +745,10 @@ def show_cmd(
     axes = record.get("axes") or {}
     for axis in fam.axes if fam else ():
         head.add_row(axis.name, escape(axis.format(axes.get(axis.key))))
+    texts = settings_texts(record)
+    for setting in fam.settings() if fam else ():
+        if texts.get(setting.key):
+            head.add_row(setting.name, escape(texts[setting.key]))
     for key in ("seed", "depends", "params", "duration", "preset", "tags", "note", "error", "run_dir"):
         value = record.get(key)
         if value not in (None, "", []):
@@ -763,6 +778,10 @@ def show_cmd(
     if any(e.get("event") == "epoch" for e in events):
         plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
         console.print(Text.from_ansi(plot))
+    if probes:  # written by a family's probe command (gaptui probe)
+        console.print(escape(probes_heading(probes)), highlight=False)
+        for probe_table in probe_tables(probes):
+            console.print(probe_table)
     if record.get("log_tail") and record["status"] == "failed":
         console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
     console.print(

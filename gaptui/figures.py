@@ -40,7 +40,9 @@ MANIFEST = ".gaptui-figures.json"
 COLOURS = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#999999")
 
 
-def _matplotlib() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend with the house style (sizes for a two-column paper, embedded
+    fonts, deterministic files); a GaptuiError naming the extra when matplotlib is missing."""
     try:
         import matplotlib
     except ImportError:
@@ -80,7 +82,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-") or "all"
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (its suffix is the format) without dates or versions, atomically; closes it."""
     import io
 
     fmt = path.suffix.lstrip(".")
@@ -135,7 +138,7 @@ def _legend_below(fig: Any, ax: Any) -> None:
 
 def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     """The metric against the columns: one line per row (centre over seeds) with its min-max seed band."""
-    plt = _matplotlib()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
     scale = _scale(table.metric)
     numeric = _numeric_columns(table.columns)
@@ -169,12 +172,12 @@ def draw_lines(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(_fit(f"{_title(table)}: {table.layout.statistic} over seeds, band = min-max", COLUMN_WIDTH))
     ax.grid(alpha=0.3, linewidth=0.5)
     _legend_below(fig, ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
     """Each row's gap to the worst trained row per column, with the optimal column (largest spread) marked."""
-    plt = _matplotlib()
+    plt = pyplot()
     gap = analysis.gap_analysis(table)
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.6), layout="constrained")
     scale = _scale(table.metric)
@@ -197,12 +200,12 @@ def draw_gap(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(title)
     ax.grid(alpha=0.3, linewidth=0.5)
     _legend_below(fig, ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_bars(table: analysis.RankingTable, path: Path) -> Path:
     """Grouped bars: one group per column, one bar per row (centre), error bars = sample std over seeds."""
-    plt = _matplotlib()
+    plt = pyplot()
     width = COLUMN_WIDTH if len(table.columns) * len(table.rows) <= 24 else FULL_WIDTH
     fig, ax = plt.subplots(figsize=(width, 2.4))
     scale = _scale(table.metric)
@@ -225,12 +228,12 @@ def draw_bars(table: analysis.RankingTable, path: Path) -> Path:
     ax.set_title(_fit(f"{_title(table)}: {what}", width))
     ax.grid(axis="y", alpha=0.3, linewidth=0.5)
     ax.legend(frameon=False, ncols=min(4, n), loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
     """Rows x columns of cell centres, annotated (viridis: readable in greyscale), best per column in bold."""
-    plt = _matplotlib()
+    plt = pyplot()
     scale = _scale(table.metric)
     grid = [
         [(c.median * scale if (c := table.cell(r, col)) else math.nan) for col in table.columns] for r in table.rows
@@ -254,21 +257,15 @@ def draw_heatmap(table: analysis.RankingTable, path: Path) -> Path:
     fig.colorbar(image, ax=ax, label=_metric_label(table.metric), fraction=0.03, pad=0.01)
     what = table.statistic if table.derived else f"{table.layout.statistic} over seeds"
     ax.set_title(_fit(f"{_title(table)}: {what}; bold = best per column", FULL_WIDTH))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]], fig_spec: Figure, path: Path) -> Path:
-    """Metrics named ``<prefix><x>`` against x, per row: the mean over every finished run of the row in the table."""
-    plt = _matplotlib()
+    """Metrics named ``<prefix><x>`` against x, per row: the mean over every run of the row's cells in the table."""
+    plt = pyplot()
     pattern = re.compile(re.escape(fig_spec.prefix) + r"(\d+(?:\.\d+)?)$")
-    layout = table.layout
     by_row: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for rec in records:
-        if rec.get("status") != "done" or analysis.record_task(rec) != table.task:
-            continue
-        if layout.group and str(analysis.axis_value(rec, layout.group)) != table.group:
-            continue
-        row = str(analysis.axis_value(rec, layout.rows))
+    for row, _, rec in _cell_runs(table, records):
         for key, value in (rec.get("metrics") or {}).items():
             if (m := pattern.match(key)) and isinstance(value, (int, float)) and math.isfinite(value):
                 by_row[row][float(m.group(1))].append(float(value))
@@ -283,27 +280,32 @@ def draw_series(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     ax.set_title(_fit(f"{_title(table)}: accuracy by {fig_spec.label or fig_spec.prefix}", COLUMN_WIDTH))
     ax.grid(alpha=0.3, linewidth=0.5)
     _legend_below(fig, ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
+
+
+def _cell_runs(
+    table: analysis.RankingTable, records: Sequence[dict[str, Any]]
+) -> Iterable[tuple[str, Any, dict[str, Any]]]:
+    """(row, column, record) of every run whose value a cell of ``table`` holds: the rows as the table splits them
+    (one cell, one protocol), never regrouped from the records' axes."""
+    by_id = {str(r.get("id")): r for r in records}
+    for cell in table.iter_cells():
+        for run_id in cell.ids:
+            if (record := by_id.get(run_id)) is not None:
+                yield cell.row, cell.column, record
 
 
 def learning_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     """Per column and row: the median over seeds of ``train_loss`` (``epoch`` events) and of the table's metric
-    (``eval`` events) at each epoch, read from the runs' ``events.jsonl``."""
-    layout, metric = table.layout, table.metric.key
+    (``eval`` events) at each epoch, read from the ``events.jsonl`` of the runs each cell holds."""
+    metric = table.metric.key
     out: dict[Any, dict[str, Any]] = defaultdict(lambda: defaultdict(lambda: {"loss": {}, "metric": {}}))
     per: dict[tuple[Any, str], dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: {"loss": defaultdict(list), "metric": defaultdict(list)}
     )
-    for rec in records:
-        if rec.get("status") != "done" or analysis.record_task(rec) != table.task or not rec.get("run_dir"):
+    for row, column, rec in _cell_runs(table, records):
+        if not rec.get("run_dir"):
             continue
-        if layout.group and str(analysis.axis_value(rec, layout.group)) != table.group:
-            continue
-        try:
-            column = table.column_axis.key_of(analysis.axis_value(rec, layout.columns))
-        except (TypeError, ValueError):
-            continue
-        row = table.row_axis.key_of(analysis.axis_value(rec, layout.rows))
         series = per[(column, row)]
         for event in iter_events(Path(rec["run_dir"]) / "events.jsonl"):
             epoch = event.get("epoch")
@@ -325,7 +327,7 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     columns = [c for c in table.columns if c in curves][:8]
     if not columns:
         return None
-    plt = _matplotlib()
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, len(columns), figsize=(FULL_WIDTH, 3.2), squeeze=False, sharex="col")
@@ -352,7 +354,7 @@ def draw_curves(table: analysis.RankingTable, records: Sequence[dict[str, Any]],
     fig.legend(handles, labels, loc="upper center", ncols=min(6, max(1, len(labels))), frameon=False,
                bbox_to_anchor=(0.5, 1.06))  # fmt: skip
     fig.suptitle(f"{_title(table)}: learning curves, median over seeds", y=1.12)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 0.05) -> Path | None:
@@ -364,7 +366,7 @@ def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 
     ranks = rank_test(plain, plain[0].metric.higher_is_better, alpha)
     if len(ranks.average_ranks) < 2 or ranks.critical_difference is None:
         return None
-    plt = _matplotlib()
+    plt = pyplot()
     k = len(ranks.average_ranks)
     ordered = sorted(ranks.average_ranks.items(), key=lambda kv: kv[1])
     cd = ranks.critical_difference["value"]
@@ -402,7 +404,7 @@ def draw_cd(tables: Sequence[analysis.RankingTable], path: Path, alpha: float = 
     friedman = ranks.friedman
     note = f"; Friedman p = {friedman['p']:.3g}" if friedman and friedman.get("p") is not None else ""
     ax.set_title(_fit(f"{plain[0].task}: average ranks over {ranks.cells} cells{note}", COLUMN_WIDTH))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ driver

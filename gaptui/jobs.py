@@ -36,6 +36,8 @@ class Job:
     stderr: Path | None = None
     #: Put back in the queue when it ends cancelled (another run of its pack was cancelled, not this one).
     requeue: bool = False
+    #: Bytes its worker needs at its peak (:meth:`Scheduler.memory_of`), shared by the runs of a pack.
+    memory: int = 0
     #: The status (and error) a stop files instead of ``cancelled`` (``interrupted``: no one chose to stop it).
     stopped_as: tuple[str, str | None] = ("cancelled", None)
 

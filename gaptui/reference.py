@@ -10,18 +10,23 @@ columns such as ``runs`` are ignored), preceded by optional ``# key: value`` lin
     # metric: val_lap_acc          (default: the family's default metric)
     # units: percent               (percent or share; default share, as gaptui export writes accuracies)
     # table: NAME                  (optional: a derived table of the family, e.g. "Table 2: mean R score")
+    # protocol: epochs=300, pairs=5000/500, noise_model=add_remove, seeds=10
+    # protocol[aqsol]: pairs=7836/998, noise_model=add    (a group's own values, over the line above)
     dataset,model,noise,median,std
     er,gcn,0.12,49.5,0.9
     er,laplacian,0.12,7.5,         (std may be empty)
 
-Any other line starting with ``#`` is a comment. A file loaded for no family that names none is of the one family
-whose table layout its header has (an export of another machine), else read as every reference was before
-families: alignment's (:data:`engine.tasks.LEGACY_TASK`). Shipped references live in ``gaptui/references/`` as
-``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``: Table 1 of the alignment paper,
-``properties.paper``: Table 2 of the property-suite paper); a family may also ship its own
-(:class:`engine.tasks.References`). ``--reference NAME`` finds, for the family compared,
-``<workspace>/references/<task>.NAME.csv`` or ``<workspace>/references/NAME.csv`` (first), then a shipped one,
-or takes a path; loaded for no family, ``NAME`` must be one family's only.
+``protocol`` keys are the family's settings (:class:`engine.tasks.Setting`: alignment's ``epochs``, ``pairs``,
+``batch``, ``budget``, ``noise_model``) and ``seeds`` (values per cell); a comparison prints them beside ours and
+says when they differ (:mod:`gaptui.reference_protocol`). Any other line starting with ``#`` is a comment.
+
+A file loaded for no family that names none is of the one family whose table layout its header has (an export of another
+machine), else read as every reference was before families: alignment's (:data:`engine.tasks.LEGACY_TASK`). Shipped
+references live in ``gaptui/references/`` as ``<task>.<name>.csv`` (``alignment.paper``: Table D.3, ``gape.paper``:
+Table 1 of the alignment paper, ``properties.paper``: Table 2 of the property-suite paper); a family may also ship its
+own (:class:`engine.tasks.References`). ``--reference NAME`` finds, for the family compared,
+``<workspace>/references/<task>.NAME.csv`` or ``<workspace>/references/NAME.csv`` (first), then a shipped one, or takes
+a path; loaded for no family, ``NAME`` must be one family's only.
 
 Comparison, per table of ours that the reference covers (same table kind, same group) and per column of it:
 
@@ -39,7 +44,7 @@ import io
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +52,16 @@ from engine.errors import GaptuiError, did_you_mean
 from engine.files import read_user_text
 from engine.tasks import FAMILIES, LEGACY_TASK, Axis, Metric, TaskFamily, family
 from gaptui import analysis
+from gaptui.reference_protocol import ProtocolComparison, compare_protocol
 from gaptui.workspace import Workspace
 
 #: References shipped with gaptui (inside the package, so an installed wheel finds them): ``<task>.<name>.csv``.
 BUNDLED = Path(__file__).resolve().parent / "references"
 #: Names of a cell's centre a reference may use (``median`` for Table D.3, ``mean`` for Table 1 and Table 2).
 CENTRES = ("median", "mean")
-META_KEYS = ("source", "task", "metric", "units", "table")
+META_KEYS = ("source", "task", "metric", "units", "table", "protocol")
 UNITS = ("share", "percent")
-_META = re.compile(r"#\s*([a-z_]+)\s*:(.*)")
+_META = re.compile(r"#\s*([a-z_]+)(?:\[(.+?)\])?\s*:(.*)")
 
 
 def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
@@ -110,6 +116,8 @@ class Reference:
     task: str
     axes: tuple[str, ...] = ()
     table: str = ""
+    #: What the reference's runs were run with, per group (``""``: every group): setting key (or ``seeds``) -> text.
+    protocol: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def family(self) -> TaskFamily:
@@ -260,6 +268,7 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
     """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
     loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
     meta: dict[str, str] = {}
+    protocol_lines: list[tuple[int, str, str]] = []
     data_lines: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -267,7 +276,12 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
             continue
         if stripped.startswith("#"):
             if match := _META.fullmatch(stripped):
-                key, value = match.group(1), match.group(2).strip()
+                key, group, value = match.group(1), match.group(2), match.group(3).strip()
+                if key == "protocol":
+                    protocol_lines.append((number, (group or "").strip(), value))
+                    continue
+                if group is not None:
+                    continue  # "# word[...]: ..." of another key: a comment
                 if key not in META_KEYS:
                     raise GaptuiError(
                         f"{path}:{number}: unknown key '{key}'{did_you_mean(key, META_KEYS)}; "
@@ -340,8 +354,11 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
         cells[key] = ReferenceCell(key, median, std)
     if not cells:
         raise GaptuiError(f"{path}: no rows after the header")
+    from gaptui.reference_protocol import parse_protocol_lines
+
+    protocol = parse_protocol_lines(fam, protocol_lines, path)
     return Reference(
-        name or path.stem, meta.get("source") or str(path), metric, path, cells, declared_task, axes, table
+        name or path.stem, meta.get("source") or str(path), metric, path, cells, declared_task, axes, table, protocol
     )
 
 
@@ -409,6 +426,8 @@ class Comparison:
     reference: Reference
     rows: tuple[str, ...]
     agreement: dict[Any, ColumnAgreement]
+    #: Our protocol beside the reference's (None: the reference states none).
+    protocol: ProtocolComparison | None = None
 
     def pair(self, row: str, column: Any) -> tuple[analysis.Cell | None, ReferenceCell | None]:
         return self.table.cell(row, column), reference_cell(self.table, self.reference, row, column)
@@ -463,7 +482,7 @@ def compare(table: analysis.RankingTable, reference: Reference) -> Comparison | 
             if all(c is not None for c in ours_best):
                 within = all(c.mark in (analysis.BEST, analysis.WITHIN_1) for c in ours_best if c is not None)
         agreement[column] = ColumnAgreement(column, common, None if math.isnan(tau) else tau, best, within)
-    return Comparison(table, reference, rows, agreement)
+    return Comparison(table, reference, rows, agreement, compare_protocol(table, reference))
 
 
 def shared_cells(table: analysis.RankingTable, reference: Reference) -> int:
@@ -554,6 +573,10 @@ def render_rich(cmp: Comparison) -> Any:
         f"point of our best. Reference: {cmp.reference.source}",
         style="dim",
     )
+    if cmp.protocol is not None:
+        *same, verdict = cmp.protocol.lines()
+        caption.append("\n" + "\n".join(same), style="dim")
+        caption.append("\n" + verdict, style="bold yellow" if cmp.protocol.differs else "green")
     table = Table(title=escape(title), caption=caption, caption_justify="left", show_lines=True)
     column_axis = cmp.table.column_axis
     table.add_column(column_axis.prefix.rstrip("=") or column_axis.name)
@@ -597,6 +620,8 @@ def render_markdown(comparisons: Sequence[Comparison]) -> str:
         column_axis = cmp.table.column_axis
         out.append(f"## {_label(cmp)}: ours vs {cmp.reference.name}\n")
         out.append(f"{metric.key}, ours / reference (ours − reference). Reference: {cmp.reference.source}\n")
+        if cmp.protocol is not None:
+            out.append("".join(f"- {line}\n" for line in cmp.protocol.lines()))
         head = column_axis.prefix.rstrip("=") or column_axis.name
         out.append(f"| {head} | " + " | ".join(cmp.rows) + " | tau | reference best within 1 |")
         out.append("|---|" + "---:|" * len(cmp.rows) + "---:|:---:|")
@@ -694,6 +719,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         "metric": cmp.table.metric.key,
         "reference": cmp.reference.name,
         "source": cmp.reference.source,
+        "protocol": None if cmp.protocol is None else cmp.protocol.as_dict(),
         "cells": cells,
         "agreement": [
             {

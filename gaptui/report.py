@@ -138,10 +138,10 @@ def family_section(
     plain = [t for t in tables if not t.derived]
     if plain:
         result = statistics.table_statistics(tables)
-        out += ["## Statistics", "", statistics.render_markdown(result).rstrip(), ""]
+        out += ["## Statistics", "", *analysis.protocol_lines(plain), statistics.render_markdown(result).rstrip(), ""]
     drawn = figures.draw_figures(mine, staging, task, fmt)
     if drawn:
-        out += ["## Figures", ""]
+        out += ["## Figures", "", *analysis.protocol_lines(plain)]
         out += [f"![{p.stem}]({FIGURES}/{p.name})" + "\n" for p in drawn]
     if ref := _reference_section(task, tables, ws):
         out += ["## Reference", "", *ref, ""]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,21 +17,17 @@ PlannedSeeds = int | Mapping[str, int] | None
 
 
 def planned_seeds_by_run(specs: Iterable[TaskSpec]) -> dict[str, int]:
-    """Run hash -> the seeds the grid ``specs`` plans for the run's table cell: how many of its specs share the
-    cell (its family's table group, row and column, and task), counted as its table counts runs (one per seed and
-    value of the layout's ``uniform`` axes). A preset's cell of models plans its seeds; a run the grid holds once
-    per cell (a GAPE grid's pretraining run, a deterministic baseline) plans one."""
-    cells: dict[str, set[str]] = {}
+    """Run hash -> the seeds the grid ``specs`` plans for the run's table cell: how many of its specs differ from it
+    by their seed alone (one cell holds one protocol, :mod:`gaptui.analysis.cells`). A preset's cell of models
+    plans its seeds; a run the grid holds once per cell (a GAPE grid's pretraining run, a deterministic baseline)
+    plans one."""
+    seeds: dict[str, set[int]] = {}
     cell_of: dict[str, str] = {}
     for spec in specs:
-        fam = family(spec.task)
-        axes, layout = fam.record_axes(spec), fam.table
-        place = [axes.get(key) if key is not None else None for key in (layout.group, layout.rows, layout.columns)]
-        cell = json.dumps([spec.task, place], sort_keys=True, default=str)
-        run = json.dumps([spec.seed, [axes.get(key) for key in layout.uniform]], sort_keys=True, default=str)
-        cells.setdefault(cell, set()).add(run)
+        cell = spec.seedless()
+        seeds.setdefault(cell, set()).add(spec.seed)
         cell_of[spec.hash()] = cell
-    return {h: len(cells[cell]) for h, cell in cell_of.items()}
+    return {h: len(seeds[cell]) for h, cell in cell_of.items()}
 
 
 def new_record(

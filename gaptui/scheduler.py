@@ -56,6 +56,7 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
 from engine.files import read_json
+from engine.memory import machine_memory
 from engine.tasks import TaskSpec, family
 from gaptui.durations import run_seconds
 from gaptui.history import History, now
@@ -136,6 +137,9 @@ class Scheduler(Recovery):
         #: Dependencies of queued runs (run hash -> the hashes it needs), from their families.
         self.depends: dict[str, tuple[str, ...]] = {}
         self.running: dict[str, Job] = {}
+        #: Workers start only while the memory their runs need (:meth:`memory_of`) stays within this many bytes
+        #: (the machine's memory; None: no limit); one always starts when none runs.
+        self.memory_limit: int | None = machine_memory()
         self.finished: list[dict[str, Any]] = []
         #: Run ids that :meth:`recover` found finished (their worker ended while no manager watched).
         self.refiled: list[str] = []
@@ -203,7 +207,27 @@ class Scheduler(Recovery):
         self.check_fail_fast()
         free = self.control.free_slots(self.slots)
         for pack in self.take_packs(len(free)):
-            self._start(pack, free.pop(0))
+            # host memory: a CPU worker's batch lives there (a GPU worker's on its device)
+            need = self.memory_of(pack) if free[0].env.get("CUDA_VISIBLE_DEVICES") == "" else 0
+            if self.running and self.memory_held() + need > (self.memory_limit or need):
+                self.queue.extendleft(reversed(pack))  # waits for a running worker to free its memory
+                break
+            self._start(pack, free.pop(0), need)
+
+    def memory_of(self, pack: list[TaskSpec]) -> int:
+        """What the worker of ``pack`` needs at its peak: its family's estimate for one run
+        (:func:`engine.memory.memory_needs`) times the runs it trains together; 0 when unknown."""
+        from engine.memory import memory_needs
+
+        try:
+            needs = memory_needs(pack[:1])
+        except GaptuiError:  # a spec the launch cannot size: start it, its worker reports
+            return 0
+        return needs[0].need * len(pack) if needs else 0
+
+    def memory_held(self) -> int:
+        """Bytes the running workers need (each pack once)."""
+        return sum({job.pid: job.memory for job in self.running.values()}.values())
 
     def check_fail_fast(self) -> None:
         """Once ``control.fail_fast`` runs failed with the same error, start no other: the queued runs are recorded
@@ -272,7 +296,7 @@ class Scheduler(Recovery):
         record = self.history.find(spec.hash())
         return Path(record["run_dir"]) if record and record.get("run_dir") else self.ws.runs / run_id(spec)
 
-    def _start(self, specs: list[TaskSpec], slot: Slot) -> None:
+    def _start(self, specs: list[TaskSpec], slot: Slot, memory: int = 0) -> None:
         """Start one worker process on ``slot`` for ``specs`` (one run, or a pack of one cell's seeds)."""
         runs: list[tuple[TaskSpec, Path]] = []
         for spec in specs:
@@ -305,7 +329,9 @@ class Scheduler(Recovery):
             h = spec.hash()
             events = run_dir / "events.jsonl"
             offset = events.stat().st_size if events.exists() else 0
-            self.running[h] = Job(spec, h, run_dir, slot, proc.pid, proc, offset=offset, pack=pack, stderr=stderr_path)
+            self.running[h] = Job(
+                spec, h, run_dir, slot, proc.pid, proc, offset=offset, pack=pack, stderr=stderr_path, memory=memory
+            )
             self._status(
                 h,
                 status="running",

@@ -1095,40 +1095,46 @@ def sparkline(values: list[float], width: int = 24) -> str:
 
 def ranking_change(records: Iterable[Mapping[str, Any]], task: str, key: str, study: str) -> list[dict[str, Any]]:
     """Per table and column: Kendall's tau between the rows ranked by their default runs and by the final runs of
-    ``study`` (metric ``key``), on the rows that have both (the centre over seeds is the family's statistic)."""
-    from statistics import mean, median
-
+    ``study`` (metric ``key``), on the rows that have both; cells as the ranking tables make them (the family's
+    centre over seeds, one protocol per cell: :func:`gaptui.analysis.build_tables`)."""
     from scipy.stats import kendalltau
 
+    from gaptui import analysis
+
     fam = family(task)
-    layout = fam.table
-    centre = median if layout.statistic == "median" else mean
-    values: dict[tuple[str, str, str, bool], list[float]] = {}
-    for record in records:
-        if record.get("task") != fam.name or record.get("status") != "done":
-            continue
-        tune = record.get("tune") or {}
-        if tune and not (tune.get("final") and tune.get("study") == study):
-            continue
-        axes = record.get("axes") or {}
-        value = (record.get("metrics") or {}).get(key)
-        if not isinstance(value, (int, float)):
-            continue
-        group = "" if layout.group is None else fam.axis(layout.group).format(axes.get(layout.group))
-        row = str(tune.get("label")) if tune else fam.axis(layout.rows).format(axes.get(layout.rows))
-        column = _column_label(fam, axes.get(layout.columns))
-        values.setdefault((group, column, row, bool(tune)), []).append(float(value))
+    mine = [
+        r
+        for r in records
+        if r.get("task") == fam.name
+        and (not r.get("tune") or ((r.get("tune") or {}).get("final") and (r.get("tune") or {}).get("study") == study))
+    ]
+    if not any(r.get("status") == "done" for r in mine):
+        return []
     out = []
-    for group, column in sorted({(g, c) for g, c, _, _ in values}):
-        rows = sorted({r for g, c, r, t in values if (g, c) == (group, column) and t}
-                      & {r for g, c, r, t in values if (g, c) == (group, column) and not t})  # fmt: skip
-        if len(rows) < 2:
+    for table in analysis.build_tables(table_view(mine, tuned=True), key, task=fam.name):
+        if table.derived:
             continue
-        default = [centre(values[(group, column, r, False)]) for r in rows]
-        tuned = [centre(values[(group, column, r, True)]) for r in rows]
-        tau = kendalltau(default, tuned).statistic
-        out.append({"group": group, "column": column, "rows": rows, "tau": None if tau != tau else float(tau)})
+        tuned = {untuned(r): r for r in table.rows if untuned(r) != r}
+        for column in table.columns:
+            rows = [
+                r
+                for r in table.rows
+                if r in tuned and table.cell(r, column) is not None and table.cell(tuned[r], column) is not None
+            ]
+            if len(rows) < 2:
+                continue
+            default = [table.cells[(r, column)].median for r in rows]
+            after = [table.cells[(tuned[r], column)].median for r in rows]
+            tau = kendalltau(default, after).statistic
+            label = _column_label(fam, column)
+            out.append({"group": table.group, "column": label, "rows": rows, "tau": None if tau != tau else float(tau)})
     return out
+
+
+def untuned(row: str) -> str:
+    """The default row a tuned row stands beside: ``gin`` for ``gin (tuned)``, ``gin (epochs 20)`` for
+    ``gin (tuned, epochs 20)``; any other row as it is."""
+    return row.replace(TUNED, "").replace(" (tuned, ", " (")
 
 
 def report_lines(records: Iterable[Mapping[str, Any]], task: str) -> list[str]:

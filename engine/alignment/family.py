@@ -4,9 +4,9 @@ Spec: :class:`engine.alignment.spec.RunSpec` (a base dataset, a noise level and 
 ``laplacian`` baseline or a solver of :mod:`engine.alignment.solvers`, optionally a decoder searching on top of a
 trained model). Data: the cached pair datasets of :mod:`engine.alignment.datasets`. Axes: dataset label x noise x
 model x recipe; tables: one per dataset, models as rows, noise levels as columns, the reference rows (Laplacian
-baseline, solvers, search on a model) never marked, the dataset's symmetry ceilings as rows of their own, a cell
-whose runs differ in recipe marked. Presets (:mod:`engine.alignment.preset`) expand datasets x noise x models x
-seeds (see :class:`Preset`).
+baseline, solvers, search on a model) never marked, the dataset's symmetry ceilings as rows of their own. The
+protocol (epochs, pairs, batch, budget, noise model) is shown under every table and in the history. Presets
+(:mod:`engine.alignment.preset`) expand datasets x noise x models x seeds (see :class:`Preset`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.preset import (
+    BASELINE,
     REFERENCE_ORDER,
     ROW_ORDER,
     Preset,
@@ -26,13 +27,24 @@ from engine.alignment.preset import (
     is_reference_row,
     model_label,
     parse_preset,
+    typed_value,
 )
-from engine.alignment.recipes import RECIPES, spec_recipe_label
+from engine.alignment.recipes import RECIPE_FIELDS, RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
 from engine.cost import CostModel
 from engine.errors import GaptuiError
-from engine.tasks.declarations import Axis, Bound, Figure, Metric, References, TableLayout, TrainFlags, Tunable
+from engine.tasks.declarations import (
+    Axis,
+    Bound,
+    Figure,
+    Metric,
+    References,
+    Setting,
+    TableLayout,
+    TrainFlags,
+    Tunable,
+)
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
@@ -56,6 +68,53 @@ def noise_problem(coordinates: Mapping[str, Any]) -> str:
     """A reference row's noise outside [0, 1) is no cell of the family."""
     noise = coordinates.get("noise")
     return f"noise {noise:g} is outside [0, 1)" if isinstance(noise, float) and not 0 <= noise < 1 else ""
+
+
+_MODEL_ROWS: dict[str, str] = {}
+
+
+def model_row_problem(label: Any) -> str:
+    """Why a reference row's model is no row a run can have, ``""`` when one can: ``ggnn[steps=2]`` is the row of a
+    ``ggnn`` run with the model option ``steps = 2`` (the label a run of that spec gets, :func:`model_label`); an
+    unknown model, an unknown option, or a label written otherwise (``ggnn[steps = 2]``) is a problem. Rows with
+    positional inputs or a decoder (``graphgps+rwpe:16``, ``gin+faq``) and solver rows are taken as written."""
+    if not isinstance(label, str) or "+" in label or label == BASELINE or label.partition("[")[0] in REFERENCE_ORDER:
+        return ""
+    if label not in _MODEL_ROWS:
+        name, bracket, rest = label.partition("[")
+        options = {}
+        for item in filter(None, rest.removesuffix("]").split(",")) if bracket else ():
+            key, _, value = item.partition("=")
+            options[key] = typed_value(value)
+        spec = {"task": "alignment", "dataset": {"base": "er", "noise": 0.1}, "model": name, "seed": 0}
+        try:
+            _check_model_options(name, options)
+            made = model_label(RunSpec.from_dict({**spec, "model_kwargs": options}))
+            _MODEL_ROWS[label] = "" if made == label else f"model '{label}' reads '{made}' as a run's row"
+        except GaptuiError as exc:
+            _MODEL_ROWS[label] = f"model '{label}' is no row a run can have: {exc}"
+    return _MODEL_ROWS[label]
+
+
+def _check_model_options(name: str, options: Mapping[str, Any]) -> None:
+    """A built-in model's options as a row names them: each one the model has, with a value it takes."""
+    from engine import models
+
+    if name not in models.names():
+        return
+    known = models.info(name).options
+    for key, value in options.items():
+        if key not in known:
+            raise GaptuiError(f"model '{name}' has no option '{key}'; options: {', '.join(sorted(known))}")
+        try:
+            known[key].check(value)
+        except ValueError as exc:
+            raise GaptuiError(f"model '{name}' option {key}={value!r}: {exc}") from None
+
+
+def reference_problem(coordinates: Mapping[str, Any]) -> str:
+    """A reference row is no cell of the family: its noise is outside [0, 1) or its model is no run's row."""
+    return noise_problem(coordinates) or model_row_problem(coordinates.get("model"))
 
 
 #: ``gaptui train`` flag -> RunSpec field, for the flags that set a field of the same meaning.
@@ -211,7 +270,15 @@ class Alignment(TaskFamily):
         Axis("dataset", "dataset"),
         Axis("noise", "noise", numeric=True, prefix="η="),
         Axis("model", "model", order=(*REFERENCE_ORDER, *ROW_ORDER)),
-        Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label),
+        # The recipe names the eleven recipe fields: runs of one cell that differ in them read as two recipes.
+        Axis("recipe", "recipe", order=tuple(RECIPES), of_spec=spec_recipe_label, covers=RECIPE_FIELDS),
+    )
+    protocol = (
+        Setting("epochs", "epochs", ("epochs",)),
+        Setting("pairs", "pairs", ("dataset.n_train", "dataset.n_val")),
+        Setting("batch", "batch", ("batch_size",)),
+        Setting("budget", "budget", ("budget",)),
+        Setting("noise_model", "noise model", ("dataset.noise_model",)),
     )
     table = TableLayout(
         group="dataset",
@@ -224,7 +291,6 @@ class Alignment(TaskFamily):
             Bound("val_orbit_ceiling", "ceiling: orbits", BOUNDED, "the most any method can expect: orbits / nodes"),
             Bound("val_wl_ceiling", "ceiling: 1-WL", BOUNDED, "the same for message passing: 1-WL classes / nodes"),
         ),
-        uniform=("recipe",),
     )
     tunable = {
         "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
@@ -234,7 +300,7 @@ class Alignment(TaskFamily):
     }
     figures = (Figure("lines"), Figure("gap"), Figure("curves"), Figure("cd"))
     #: Table D.3 of the alignment paper, shipped as gaptui/references/alignment.paper.csv.
-    references = References("paper", problem=noise_problem)
+    references = References("paper", problem=reference_problem)
     #: Section 5: the noise level at which the models are most separated.
     optimal = {None: "optimal noise (largest best − worst spread)"}
     form = FormModule("engine.alignment.form")

@@ -80,12 +80,13 @@ def solver_entry(entry: str, where: str) -> tuple[str, dict[str, Any]]:
             key, eq, value = item.partition("=")
             if not eq:
                 raise GaptuiError(f"{where}: key 'solvers' value '{entry}': option '{item}' is not key=value")
-            options[key.strip()] = _typed(value.strip())
+            options[key.strip()] = typed_value(value.strip())
     solver_options(name, options, f"{where}: key 'solvers' value '{entry}'")
     return name, options
 
 
-def _typed(text: str) -> Any:
+def typed_value(text: str) -> Any:
+    """An option value as written in a label (``steps=2``): a bool, an int, a float, else the text."""
     if text in ("true", "false"):
         return text == "true"
     for kind in (int, float):

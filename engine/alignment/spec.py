@@ -330,17 +330,29 @@ class RunSpec(TaskSpec):
         except GaptuiError:
             return 0  # validate names the bad value
 
-    def model_bytes(self) -> Callable[[int, float], int] | None:
-        """What the built-in model declares a training batch needs beyond the node states
-        (:meth:`engine.models.base.ResidualGNN.batch_bytes`), as ``(graphs, nodes) -> bytes``; None for the
-        baseline and a user's import-path model."""
+    def model_bytes(self) -> Callable[[int, float, float], int] | None:
+        """What the built-in model holds in a training step, as ``(graphs, nodes, degree) -> bytes``: the tensors
+        autograd saves per node, per edge and per node pair, measured on tiny batches
+        (:func:`engine.models.footprint.step_footprint`), or the dense matrices the model declares
+        (:meth:`engine.models.base.ResidualGNN.batch_bytes`) when more; None for the baseline and a user's
+        import-path model."""
+        from engine.alignment.features import feature_dim
         from engine.models import MODELS
+        from engine.models.footprint import step_footprint
 
         if not self.trained or ":" in self.model or self.model not in MODELS:
             return None
         cls = MODELS.get(self.model)
         options = cls.resolve_options(self.model_options())
-        return lambda graphs, nodes: cls.batch_bytes(options, graphs, nodes)
+        given = self.model_options()
+        footprint = step_footprint(self.model, self.out_dim or 64, self.budget, feature_dim(self.features), given)
+
+        def step(graphs: int, nodes: float, degree: float) -> int:
+            square = int(footprint.per_square * graphs * nodes * nodes)  # what the declared matrices measure
+            dense = cls.batch_bytes(options, graphs, nodes)
+            return footprint.bytes(graphs, nodes, degree) - square + max(square, dense)
+
+        return step
 
     @frozen_json
     def canonical(self) -> dict[str, Any]:

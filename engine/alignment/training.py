@@ -174,16 +174,12 @@ def node_features(
     return model_inputs(kind, edge_index, num_nodes, batch=batch)
 
 
-def similarity(
+def siamese_inputs(
     model: nn.Module, batch: SiameseBatch, features: Features | str = "degree", flips: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embed both graphs of every pair in one pass; returns ``S [B, Nmax, Nmax]`` and the node mask ``[B, Nmax]``.
-
-    The input is the base part of ``features`` from the batch's edges, then the batch's positional block (computed
-    now from each graph when the batch has none), times ``flips`` ``[2B, P]`` (one row per graph: G of pair b is
-    row b, H row B + b) when given. Padded columns of ``S`` are ``-inf`` so that they take no probability mass in
-    the row softmax.
-    """
+    """The model's input ``x [2N, dim]`` and ``edge_index`` for both graphs of every pair of ``batch``: the base
+    part of ``features`` from the batch's edges, then its positional block (computed now from each graph when the
+    batch has none), times ``flips`` ``[2B, P]`` (one row per graph: G of pair b is row b, H row B + b)."""
     nodes = int(batch.batch.shape[0])
     node_flips = None if flips is None else flips.to(batch.batch.device)[batch.batch]
     x = model_inputs(features, batch.edge_index, nodes, batch.positional, node_flips, batch.batch)
@@ -191,6 +187,18 @@ def similarity(
     if batch.undirected_sorted and getattr(model, "reads_edge_index", False):
         # A model that says it reads PyG's EdgeIndex flags builds its sparse matrices without sorting.
         edge_index = EdgeIndex(edge_index, sparse_size=(nodes, nodes), sort_order="row", is_undirected=True)
+    return x, edge_index
+
+
+def similarity(
+    model: nn.Module, batch: SiameseBatch, features: Features | str = "degree", flips: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embed both graphs of every pair in one pass; returns ``S [B, Nmax, Nmax]`` and the node mask ``[B, Nmax]``.
+
+    The input is :func:`siamese_inputs`'s. Padded columns of ``S`` are ``-inf`` so that they take no probability
+    mass in the row softmax.
+    """
+    x, edge_index = siamese_inputs(model, batch, features, flips)
     emb = model(x, edge_index, batch.batch)
     # Under a bf16 autocast (the precision option) only the model's forward pass runs in bf16: the similarity,
     # and so the row softmax, the loss and the LAP, are computed in fp32.

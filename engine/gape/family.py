@@ -18,7 +18,7 @@ from typing import Any
 from engine.cost import CostModel
 from engine.gape.preset import PE_ORDER, GapePreset, dataset_label, grid, parse_preset
 from engine.gape.spec import GapeSpec
-from engine.tasks.declarations import Axis, Figure, Metric, References, TableLayout, Tunable
+from engine.tasks.declarations import Axis, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
@@ -99,6 +99,12 @@ class Gape(TaskFamily):
     default_metric = "val_mae"
     axes = (Axis("dataset", "dataset"), Axis("pe", "PE", order=PE_ORDER))
     table = TableLayout(group=None, rows="pe", columns="dataset", statistic="mean")
+    protocol = (
+        Setting("epochs", "epochs", ("epochs",)),
+        Setting("steps", "steps", ("steps",)),
+        Setting("batch", "batch", ("batch_size",)),
+        Setting("budget", "budget", ("budget",)),
+    )
     tunable = {
         "lr": Tunable("lr", "float", {"log": [1e-4, 2e-3]}, "the transformer's AdamW learning rate"),
         "layers": Tunable("layers", "int", [4, 8, 12], "transformer layers (width follows the budget)"),

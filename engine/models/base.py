@@ -246,6 +246,21 @@ class ResidualGNN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> Tensor:
         """Embed every node: ``[N, in_dim]`` -> ``[N, out_dim]``."""
+        return self._propagate(x, edge_index, batch, None)
+
+    def layer_states(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None) -> list[tuple[str, Tensor]]:
+        """Every layer's node states on the way to :meth:`forward`'s output, in order, named: ``input`` (the
+        state after the input layer, ``[N, width]``), ``block 1`` .. ``block B`` (after each residual block),
+        ``output`` (the readout, ``[N, out_dim]``, equal to :meth:`forward`). The same computation as
+        :meth:`forward` (which keeps nothing), for probes of a trained model (:mod:`engine.alignment.probes`)."""
+        states: list[tuple[str, Tensor]] = []
+        states.append(("output", self._propagate(x, edge_index, batch, states)))
+        return states
+
+    def _propagate(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor | None, states: list[tuple[str, Tensor]] | None
+    ) -> Tensor:
+        """The forward pass; with ``states``, each layer's state is appended to it as it is computed."""
         graph = Graph.from_edge_index(edge_index, batch, x.shape[0])
         sparse = self.sparse
         conv_of = convolve if sparse else _pyg_conv
@@ -257,9 +272,13 @@ class ResidualGNN(nn.Module):
             h = norm_of(self.input_norm, conv_of(self.input, x, graph), graph)
         else:
             h = act(conv_of(self.input, x, graph))
+        if states is not None:
+            states.append(("input", h))
         for i, conv in enumerate(self.convs):
             if self.layer_is_block:  # a GraphLayer holding its own residuals and norms
                 h = conv_of(conv, h, graph)
+                if states is not None:
+                    states.append((f"block {i + 1}", h))
                 continue
             if self.batch_norms and i == self._norm_before:
                 h = self.batch_norms[0](h)  # no batch vector: one set of statistics for the whole batch
@@ -273,6 +292,8 @@ class ResidualGNN(nn.Module):
             if self.dropout:
                 update = F.dropout(update, p=self.dropout, training=self.training)
             h = h + update
+            if states is not None:
+                states.append((f"block {i + 1}", h))
         if self.batch_norms:
             if self._norm_before >= len(self.convs):  # too few blocks: the first norm falls on the readout too
                 h = self.batch_norms[0](h)

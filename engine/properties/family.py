@@ -21,7 +21,7 @@ from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, PROPERTY_N
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
 from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
-from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
+from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
 from engine.tasks.registry import FAMILIES
@@ -135,6 +135,11 @@ class Properties(TaskFamily):
         ),
     )
     table = TableLayout(group="dimension", rows="pooling", columns="property")
+    protocol = (
+        Setting("epochs", "epochs", ("epochs",)),
+        Setting("batch", "batch", ("batch_size",)),
+        Setting("graphs", "graphs", ("graphs",)),
+    )
     tunable = {
         "lr": Tunable("lr", "float", {"log": [1e-4, 1e-2]}, "AdamW learning rate"),
         "hidden": Tunable("hidden", "int", [32, 64, 128], "the backbone's hidden width"),

@@ -5,6 +5,9 @@ from engine.sources import synthetic  # noqa: F401
 
 # isort: split
 from engine.sources import molecules, pairs, real, user  # noqa: F401
+
+# isort: split
+from engine.sources import connectome, packaged_molecules  # noqa: F401
 from engine.sources.base import (
     SOURCES,
     BaseSplits,

@@ -28,7 +28,7 @@ MOLECULE_SUFFIXES = (".csv", ".sdf")
 SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 
 
-def _check_fractions(name: str, val_fraction: float, test_fraction: float) -> None:
+def check_fractions(name: str, val_fraction: float, test_fraction: float) -> None:
     for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not 0 <= value < 1:
             raise GaptuiError(f"--param {key}={value} ({name}): expected a fraction in [0, 1)")
@@ -54,7 +54,7 @@ class MoleculesParams:
     test_fraction: float = 0.1
 
     def check(self) -> None:
-        _check_fractions("molecules", self.val_fraction, self.test_fraction)
+        check_fractions("molecules", self.val_fraction, self.test_fraction)
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Molecules(MoleculeSource):
     def molecules(self, rng: np.random.Generator, root: Path) -> MoleculeSet:
         p = self.params
         path = self._path()
-        chem = rdkit_chem()
+        chem = rdkit_chem(self.name)
         from rdkit import RDLogger
 
         RDLogger.DisableLog("rdApp.*")  # bad rows are reported once below, not one rdkit message each
@@ -264,7 +264,7 @@ class RingmolParams:
             raise GaptuiError(
                 f"--param n={self.n} (ringmol): {self.max_rings} rings need at least {6 * self.max_rings + 1} atoms"
             )
-        _check_fractions("ringmol", self.val_fraction, self.test_fraction)
+        check_fractions("ringmol", self.val_fraction, self.test_fraction)
 
 
 @register_source

@@ -38,12 +38,12 @@ PCQM4MV2_URL = "https://dgl-data.s3-accelerate.amazonaws.com/dataset/OGB-LSC/pcq
 # PCQM4Mv2: read the raw OGB-LSC files directly; PyG's and OGB's dataset classes convert all 3.7M molecules.
 
 
-def rdkit_chem() -> Any:
-    """``rdkit.Chem``, or a GaptuiError saying how to install it."""
+def rdkit_chem(source: str = "pcqm4mv2", extra: str = "rdkit") -> Any:
+    """``rdkit.Chem``, or a GaptuiError saying that ``source`` needs it and which extra installs it."""
     try:
         from rdkit import Chem
     except ImportError:
-        raise GaptuiError("pcqm4mv2 needs rdkit to read SMILES: pip install 'gaptui[rdkit]'") from None
+        raise GaptuiError(f"{source} needs rdkit to read SMILES: pip install 'gaptui[{extra}]'") from None
     return Chem
 
 

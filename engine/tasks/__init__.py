@@ -29,8 +29,8 @@ Where each part lives
     :mod:`engine.tasks.spec` (the spec base, :class:`Placement`), :mod:`engine.tasks.run` (what a loop receives
     and returns: :class:`RunContext`, :class:`Outcome`, :class:`Input`, :class:`Cancelled`, :class:`RunFailed`),
     :mod:`engine.tasks.declarations` (:class:`Metric`, :class:`Axis`, :class:`TableLayout`, :class:`DerivedTable`,
-    :class:`Figure`, :class:`Tunable`, :class:`References`, :class:`TrainFlags`), :mod:`engine.tasks.form`
-    (:class:`FormField`, :class:`FamilyForm` and their helpers),
+    :class:`Figure`, :class:`Tunable`, :class:`References`, :class:`TrainFlags`, :class:`Setting`),
+    :mod:`engine.tasks.form` (:class:`FormField`, :class:`FamilyForm` and their helpers),
     :mod:`engine.tasks.family` (:class:`TaskFamily`) and :mod:`engine.tasks.registry` (:data:`FAMILIES`, look-ups
     by name, :func:`artefact_problem`); the preset base and helpers are :mod:`engine.presets`', the cost model
     :mod:`engine.cost`'s and the run options (precision, device, compile) :mod:`engine.hardware`'s. This package
@@ -49,6 +49,7 @@ from engine.tasks.declarations import (
     Figure,
     Metric,
     References,
+    Setting,
     TableLayout,
     TrainFlags,
     Tunable,
@@ -68,7 +69,7 @@ from engine.tasks.registry import (
     load_spec_file,
     task_of,
 )
-from engine.tasks.run import RESULT, Cancelled, Input, Outcome, RunContext, RunFailed, run_steps
+from engine.tasks.run import PROBES, RESULT, Cancelled, Input, Outcome, RunContext, RunFailed, run_steps
 from engine.tasks.spec import Placement, TaskSpec
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "ENV_FAMILIES",
     "FAMILIES",
     "FORM_KINDS",
+    "PROBES",
     "RESULT",
     "Axis",
     "Cancelled",
@@ -96,6 +98,7 @@ __all__ = [
     "References",
     "RunContext",
     "RunFailed",
+    "Setting",
     "TableLayout",
     "Bound",
     "TaskFamily",

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.labels import natural_key
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -50,6 +52,10 @@ class Axis:
     order: tuple[str, ...] = ()
     #: The value from a record's spec dict, for records filed before the family declared this axis.
     of_spec: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    #: Spec fields (places in the canonical dict form, ``dataset.n_train`` for a nested one) whose values this
+    #: axis names in one word (alignment's recipe names the eleven recipe fields): where runs of one table cell
+    #: differ in them, the row label says the axis value rather than the fields (``gin (recipe ngab)``).
+    covers: tuple[str, ...] = ()
     #: Computed from the other axes (a property's class): filters and columns show it, a run's one-line
     #: description leaves it out.
     derived: bool = False
@@ -63,22 +69,37 @@ class Axis:
         return f"{self.prefix}{self.format(value)}"
 
     def sort_key(self, value: Any) -> tuple[Any, ...]:
-        """Numbers by value; others by ``order``, a listed value with options (``faq[init=barycenter]``) right after
-        the value itself, the rest alphabetically."""
+        """Numbers by value; others by ``order``, a listed value with options (``faq[init=barycenter]``) or with a
+        protocol of its own (``gin (epochs 20)``) right after the value itself, the rest alphabetically; numbers
+        inside a label compare as numbers (``epochs 5`` before ``epochs 20``)."""
         if self.numeric and isinstance(value, (int, float)):
-            return (0, float(value), "")
+            return (0, float(value), ())
         rank = {v: i for i, v in enumerate(self.order)}
         text = str(value)
         if text in rank:
-            return (1, rank[text], "")
-        base = text.partition("[")[0]
-        return (1, rank[base] + 0.5, text) if base in rank else (1, len(rank), text)
+            return (1, rank[text], ())
+        base = text.partition(" (")[0].partition("[")[0]
+        return (1, rank[base] + 0.5, natural_key(text)) if base in rank else (1, len(rank), natural_key(text))
 
     def key_of(self, value: Any) -> Any:
         """The grouping key of a value (numeric values rounded, so 0.12 computed two ways is one column)."""
         if self.numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
             return round(float(value), 6)
         return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A named part of a run's protocol (epochs, pairs, batch size): shown as a column of the history and the
+    app's History, by ``gaptui show``, in the protocol line under every table and beside a reference's protocol.
+
+    ``fields`` are places in the spec's canonical dict form (``epochs``, ``dataset.n_train`` for a nested one);
+    the setting's text is their values joined by ``/`` (``pairs 1000/200``). ``key`` names it in ``--by``,
+    ``--hide`` and a reference file's ``# protocol:`` line, ``name`` in headers and labels."""
+
+    key: str
+    name: str
+    fields: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -114,9 +135,6 @@ class TableLayout:
     bounds: tuple[Bound, ...] = ()
     #: The centre of a cell over seeds: ``median`` (Table D.3) or ``mean`` (Table 1 of GAPE).
     statistic: str = "median"
-    #: Axes outside the table's own whose value every run of a cell should share (alignment: the recipe). A
-    #: table says which value its runs have, and marks a cell whose runs differ in one.
-    uniform: tuple[str, ...] = ()
 
     def is_baseline(self, row: str) -> bool:
         """Whether the row is a reference (listed in ``baselines`` or recognised by ``reference``), never ranked."""

@@ -4,7 +4,8 @@ A family must declare ``name``, ``spec_type``, ``metrics``, ``axes`` and ``table
 ``run`` (or ``steps``), ``parse_preset`` and ``grid``. Everything else is optional:
 
 - declarations with defaults: ``title`` (the name), ``default_metric`` (the first metric), ``result_metric``,
-  ``figures``, ``tunable``, ``import_roles``, ``optimal``;
+  ``figures``, ``tunable``, ``import_roles``, ``optimal``, ``protocol`` (the spec's ``epochs``, ``steps`` and
+  ``batch_size`` fields where it has them);
 - hooks of the run model with defaults: ``is_baseline``, ``dependencies``, ``inputs``, ``check``, ``artefacts``,
   ``dependant_artefacts``, ``describe``, ``derived_tables``, ``preset_import_paths``;
 - capabilities, each an object the family opts into: ``form`` (:class:`engine.tasks.form.FamilyForm`: the terminal
@@ -35,6 +36,7 @@ from engine.tasks.declarations import (
     Figure,
     Metric,
     References,
+    Setting,
     TableLayout,
     TrainFlags,
     Tunable,
@@ -80,6 +82,10 @@ class TaskFamily:
     #: over the table's rows is largest (the first on a tie); a table not listed gets no such line. Alignment:
     #: ``{None: "optimal noise (largest best − worst spread)"}``, the noise that best separates the models.
     optimal: ClassVar[Mapping[str | None, str]] = {}
+    #: The settings that make a run's protocol readable (:class:`Setting`: epochs, pairs, batch...): columns of
+    #: the history, the protocol line under each table, what a reference's protocol is compared on. Empty: the
+    #: spec's ``epochs``, ``steps`` and ``batch_size`` fields, those it has (:meth:`settings`).
+    protocol: ClassVar[tuple[Setting, ...]] = ()
 
     # -------------------------------------------------------------------------------- optional capabilities
 
@@ -132,6 +138,17 @@ class TaskFamily:
     def row_of(self, spec: Any) -> str:
         """The value of the table's row axis for ``spec`` as shown (e.g. the model): how estimates group runs."""
         return self.axis(self.table.rows).format(self.record_axes(spec).get(self.table.rows))
+
+    def settings(self) -> tuple[Setting, ...]:
+        """:attr:`protocol`, or by default the spec type's ``epochs``, ``steps`` and ``batch_size`` fields."""
+        if self.protocol:
+            return self.protocol
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(self.spec_type)} if dataclasses.is_dataclass(self.spec_type) else ()
+        defaults = (Setting("epochs", "epochs", ("epochs",)), Setting("steps", "steps", ("steps",)),
+                    Setting("batch", "batch", ("batch_size",)))  # fmt: skip
+        return tuple(s for s in defaults if s.fields[0] in names)
 
     def optimal_line(self, derived: str | None) -> str:
         """The words of the "optimal" line of the ranking tables (``derived`` None) or of a derived table."""

@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 
 #: The file the worker writes when a run ends (``status``, ``run`` hash, metrics...).
 RESULT = "result.json"
+#: The file a family's probes of a finished run write into its folder (alignment: ``gaptui probe``): ``sections``,
+#: each a ``title``, ``columns`` (``key``, ``name``, ``unit``) and ``rows``, which any reader can print.
+PROBES = "probes.json"
 
 
 class Cancelled(Exception):

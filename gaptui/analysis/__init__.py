@@ -2,7 +2,8 @@
 
 Everything here is a pure function of run records (:class:`gaptui.record.Record`, as the history stores them); the
 only I/O is :func:`export_all`. One module per concept: :mod:`.lookup` (families, metrics and groups of the
-records; option checks), :mod:`.tables` (cells, marks, ranking and derived tables), :mod:`.gap` (gap and optimal
+records; option checks), :mod:`.cells` (one cell, one protocol: the rows split by protocol, ``--by``, the protocol
+line), :mod:`.tables` (cells, marks, ranking and derived tables), :mod:`.gap` (gap and optimal
 column), :mod:`.render` (Rich, text, Markdown, CSV, LaTeX, JSON, gap table and plot), :mod:`.export` (``gaptui
 export``), :mod:`.significance` (the per-cell tests behind the tie mark) and :mod:`.statistics` (``gaptui stats``:
 per-cell tests, ranks, Friedman, Nemenyi, rank consistency; imported on its own, ``from gaptui.analysis import
@@ -17,10 +18,10 @@ a 2,000-run history is a single pass.
 Statistics
     A cell is one (group, row, column). Its value is the **median** over seeds of one metric and its spread the
     **sample standard deviation** (``ddof=1``; 0 for a single run). Only ``status == "done"`` records with a finite
-    numeric value of the metric count. When one seed was run more than once (a re-run), the run that finished last
-    stands for that seed, so a cell never holds more values than seeds, unless its runs differ in an axis the
-    layout declares ``uniform`` (alignment: the recipe): those are kept apart, and the cell is marked ``‡`` with
-    the values it mixes, so two recipes are never averaged, or one replaced by the other, without a mark.
+    numeric value of the metric count. A cell holds runs of one protocol (:mod:`.cells`: every hashed option but
+    the seed): where the runs of a cell differ in protocol, the table's rows are split by what differs, and each
+    row label says its values (``gin (epochs 20)``), so two protocols are never averaged, nor one replaced by the
+    other. When one seed of a protocol was run more than once, the run that finished last stands for that seed.
 
 Units
     Metrics declared with unit ``%`` are shares in [0, 1] and are shown in percent with one decimal, like
@@ -69,6 +70,8 @@ from gaptui.analysis.render import (
     legend,
     legend_parts,
     optimal_line,
+    protocol_line,
+    protocol_lines,
     render_csv,
     render_gap_plot,
     render_gap_rich,
@@ -84,7 +87,6 @@ from gaptui.analysis.tables import (
     CELL_FIELDS,
     EMPTY,
     MARKERS,
-    MIXED_MARKER,
     RICH_STYLES,
     SIGNIFICANCE,
     TIED_MARKER,
@@ -111,7 +113,6 @@ __all__ = [
     "RICH_STYLES",
     "RankingTable",
     "SIGNIFICANCE",
-    "MIXED_MARKER",
     "TIED_MARKER",
     "WITHIN_1",
     "WITHIN_1_POINTS",
@@ -137,6 +138,8 @@ __all__ = [
     "legend_parts",
     "numeric_value",
     "optimal_line",
+    "protocol_line",
+    "protocol_lines",
     "record_task",
     "record_tasks",
     "render_csv",

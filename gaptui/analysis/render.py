@@ -18,7 +18,6 @@ from gaptui.analysis.tables import (
     CELL_FIELDS,
     EMPTY,
     MARKERS,
-    MIXED_MARKER,
     RICH_STYLES,
     TIED_MARKER,
     WITHIN_1,
@@ -58,16 +57,22 @@ def legend_parts(table: RankingTable) -> list[tuple[str, str]]:
         parts.insert(
             3, ("", f"{TIED_MARKER} not significantly different from the best (Holm-corrected Welch p ≥ 0.05)")
         )
-    for key, values in table.uniform_values.items():
-        name = table.family.axis(key).name
-        mixed = sorted({v for c in table.cells.values() for v in c.mixed.get(key, ())})
-        if len(values) == 1:
-            parts.insert(-1, ("", f"{name} {values[0]}"))
-        else:
-            parts.insert(-1, ("", f"{name}s {', '.join(values)}"))
-        if mixed:
-            parts.insert(-1, ("", f"{MIXED_MARKER} a cell mixing runs of {name}s {', '.join(mixed)}"))
     return parts
+
+
+def protocol_line(table: RankingTable) -> str:
+    """The table's protocol in one line (:class:`gaptui.analysis.cells.TableProtocol`), ``""`` without one."""
+    return table.protocol.line() if table.protocol is not None else ""
+
+
+def protocol_lines(tables: Sequence[RankingTable]) -> list[str]:
+    """What the runs of a section were run with: one line per table (``er: protocol: epochs 20 · ...``), then a
+    blank line; none for tables without a protocol."""
+    lines = []
+    for table in tables:
+        if line := protocol_line(table):
+            lines.append(f"- {table.group}: {line}" if table.group else f"- {line}")
+    return [*lines, ""] if lines else []
 
 
 def legend(table: RankingTable) -> str:
@@ -115,6 +120,8 @@ def render_rich(table: RankingTable, gap: GapAnalysis | None = None, width: int 
     for i, (mark, words) in enumerate(parts):
         caption.append(", " if 0 < i < len(parts) - 1 else " " if i else "")
         caption.append(words, style=RICH_STYLES[mark])
+    if line := protocol_line(table):
+        caption.append("\n" + line, style="dim")
     if gap is not None and (line := optimal_line(gap)):
         caption.append("\n" + line)
     headers = [table.header(c) for c in table.columns]
@@ -166,11 +173,7 @@ def _md_cell(c: Cell | None, metric: Metric) -> str:
     if c is None:
         return EMPTY
     text = c.text(metric)
-    marker = (
-        MARKERS[c.mark].replace("*", r"\*")
-        + (f" {TIED_MARKER}" if c.tied else "")
-        + (f" {MIXED_MARKER}" if c.mixed else "")
-    )
+    marker = MARKERS[c.mark].replace("*", r"\*") + (f" {TIED_MARKER}" if c.tied else "")
     if c.mark == BEST:
         return f"**{text}** {marker}"
     return f"{text} {marker.strip()}" if marker else text
@@ -190,6 +193,9 @@ def render_markdown(tables: Sequence[RankingTable]) -> str:
             out.append(f"| {row} | " + " | ".join(cells) + " |")
         out.append("")
         out.append(legend(table).replace("*", r"\*") + ".")
+        if line := protocol_line(table):
+            out.append("")
+            out.append(line[0].upper() + line[1:] + ".")
         if line := optimal_line(gap):
             out.append(line[0].upper() + line[1:] + ".")
         out.append("")
@@ -249,7 +255,7 @@ def _latex_cell(c: Cell | None, metric: Metric) -> str:
     body = f"{format_number(c.median, metric)} $\\pm$ {format_number(c.std, metric)}"
     if c.incomplete:
         body += f" ({c.runs}/{c.planned})"
-    tie = ("$^{\\dagger}$" if c.tied else "") + ("$^{\\ddagger}$" if c.mixed else "")
+    tie = "$^{\\dagger}$" if c.tied else ""
     if c.mark == BEST:
         return f"\\textbf{{{body}}}$^{{**}}${tie}"
     if c.mark == WITHIN_1:
@@ -275,6 +281,8 @@ def render_latex(tables: Sequence[RankingTable]) -> str:
     for table in tables:
         out.append(f"% {latex_escape(table_title(table))} [{latex_escape(table.metric.key)}]")
         out.append(f"% {latex_escape(legend(table))}")
+        if line := protocol_line(table):
+            out.append(f"% {latex_escape(line)}")
         out.append("\\begin{tabular}{l" + "r" * len(table.columns) + "}")
         out.append("\\toprule")
         header = " & ".join(_latex_header(table, c) for c in table.columns)
@@ -316,10 +324,22 @@ def tables_json(tables: Sequence[RankingTable]) -> list[dict[str, Any]]:
                 "rows": list(table.rows),
                 "columns": list(table.columns),
                 "optimal": gap.optimal,
+                "protocol": _protocol_json(table),
                 "cells": [{**table.cell_dict(c), "display": c.text(table.metric)} for c in table.iter_cells()],
             }
         )
     return docs
+
+
+def _protocol_json(table: RankingTable) -> dict[str, Any] | None:
+    protocol = table.protocol
+    if protocol is None:
+        return None
+    return {
+        "settings": {name: list(values) for name, values in protocol.settings},
+        "seeds_per_cell": list(protocol.seeds) if protocol.seeds else None,
+        "rows_split_by": list(protocol.split),
+    }
 
 
 def render_gap_rich(gap: GapAnalysis, width: int | None = None) -> Any:

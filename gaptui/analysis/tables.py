@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.tasks import Axis, DerivedTable, Metric, TableLayout, TaskFamily, family
+from gaptui.analysis.cells import Entry, Part, TableProtocol, base_row, check_by, split_rows, table_protocol
 from gaptui.analysis.lookup import format_number, group_matches, infer_task, numeric_value
 from gaptui.analysis.significance import ties_with_best
 from gaptui.record import Record, axis_value, record_task
@@ -25,14 +26,12 @@ WITHIN_3_POINTS = 3.0
 MARKERS = {BEST: "**", WITHIN_1: "*", WITHIN_3: "+", "": ""}
 #: Suffix of a cell not significantly different from the best (Holm-corrected Welch p >= SIGNIFICANCE).
 TIED_MARKER = "†"
-#: Suffix of a cell whose runs differ in a value that should be one per table (alignment: the recipe).
-MIXED_MARKER = "‡"
 SIGNIFICANCE = 0.05
 RICH_STYLES = {BEST: "bold red", WITHIN_1: "red", WITHIN_3: "blue", "": ""}
 EMPTY = "–"
 _TOLERANCE = 1e-9
 
-CELL_FIELDS = ("median", "std", "runs", "planned", "mark", "tied", "mixed")
+CELL_FIELDS = ("median", "std", "runs", "planned", "mark", "tied")
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,8 @@ class Cell:
     #: Not significantly different from the column's best (Holm-corrected Welch p >= 0.05;
     #: :mod:`gaptui.analysis.significance`).
     tied: bool = False
-    #: For each of the layout's ``uniform`` axes on which this cell's runs differ, the values they have.
-    mixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The run id of each value, in the same order (empty for derived and ceiling cells).
+    ids: tuple[str, ...] = ()
     #: A ceiling (:class:`engine.tasks.Bound`), not a row's result: its distinct values, shown without a spread.
     bound: bool = False
 
@@ -81,7 +80,6 @@ class Cell:
             self.text(metric)
             + (f" {MARKERS[self.mark]}" if self.mark else "")
             + (f" {TIED_MARKER}" if self.tied else "")
-            + (f" {MIXED_MARKER}" if self.mixed else "")
         )
 
 
@@ -99,10 +97,10 @@ class RankingTable:
     derived: bool = False
     layout_override: TableLayout | None = None
     statistic: str = "median ± std over seeds"
-    #: For each of the layout's ``uniform`` axes, the values the table's runs have (sorted; one when uniform).
-    uniform_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: The rows that are ceilings (:class:`engine.tasks.Bound` names), after the others.
     bounds: tuple[str, ...] = ()
+    #: What the table's runs were run with, and what its rows are split by (:mod:`gaptui.analysis.cells`).
+    protocol: TableProtocol | None = None
 
     @property
     def family(self) -> TaskFamily:
@@ -122,8 +120,9 @@ class RankingTable:
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        """The rows never ranked: the layout's references present in this table, and the ceilings."""
-        return tuple(r for r in self.rows if r in self.bounds or self.layout.is_baseline(r))
+        """The rows never ranked: the layout's references present in this table (with a protocol of their own too,
+        ``laplacian (epochs 5)``), and the ceilings."""
+        return tuple(r for r in self.rows if r in self.bounds or self.layout.is_baseline(base_row(r)))
 
     def cell(self, row: str, column: Any) -> Cell | None:
         """The cell, or None when the row has no finished run in this column."""
@@ -156,17 +155,13 @@ class RankingTable:
     def cell_dict(self, cell: Cell) -> dict[str, Any]:
         """JSON/CSV form of a cell, in the metric's own units."""
         values = {self.family.table.statistic: cell.median, "std": cell.std, "runs": cell.runs, "planned": cell.planned}
-        out = {**self.coordinates(cell), **values, "mark": cell.mark, "tied": cell.tied}
-        if self.layout.uniform:  # e.g. "recipe=gaptui|legacy" where the cell's runs differ; "" where they agree
-            out["mixed"] = "; ".join(f"{axis}={'|'.join(v)}" for axis, v in cell.mixed.items())
-        return out
+        return {**self.coordinates(cell), **values, "mark": cell.mark, "tied": cell.tied}
 
     def csv_columns(self) -> tuple[str, ...]:
         layout = self.layout
-        fields = CELL_FIELDS[1:] if layout.uniform else tuple(f for f in CELL_FIELDS[1:] if f != "mixed")
         return tuple(k for k in (layout.group, layout.rows, layout.columns) if k) + (
             self.family.table.statistic,
-            *fields,
+            *CELL_FIELDS[1:],
         )
 
 
@@ -197,13 +192,16 @@ def build_tables(
     group: str | None = None,
     *,
     task: str | None = None,
+    by: Sequence[str] = (),
 ) -> list[RankingTable]:
     """One :class:`RankingTable` per group label (sorted) of ``task``, from finished records holding ``metric``.
 
     ``task`` None: the one family the records hold runs of (:func:`~gaptui.analysis.lookup.infer_task`: records of
     several families are an error; none, no table). ``metric`` defaults to the family's ``default_metric``.
-    ``planned`` of a cell is the largest ``planned_seeds`` of any record (any status) in that cell, so a grid still
-    running shows "3/10". Groups, rows and columns appear only once a run of them has finished.
+    Rows are split where a cell's runs differ in protocol, and by the keys ``by`` names
+    (:func:`gaptui.analysis.cells.split_rows`: one cell, one protocol). ``planned`` of a cell is the largest
+    ``planned_seeds`` of any record (any status) in that cell, so a grid still running shows "3/10". Groups, rows
+    and columns appear only once a run of them has finished.
     """
     records = list(records)
     task = infer_task(records, task)
@@ -212,96 +210,112 @@ def build_tables(
     fam = family(task)
     layout = fam.table
     m = metric if isinstance(metric, Metric) else fam.metric(metric or fam.default_metric)
-    row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
-    # (seed, uniform axis values) -> (finished, value): the last finished run of a seed wins, and runs that differ
-    # in a uniform axis (two recipes) are two values of the cell, which is then marked as mixed.
-    per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float]]] = defaultdict(dict)
+    by_parts = check_by(fam, by, records)
+    entries = _entries(fam, records, group)
+    rows_of, parts = split_rows(fam, entries, by_parts)
+    # seed -> (finished, value, record): the last finished run of a seed wins (a re-run of the same protocol).
+    per_seed: dict[tuple[str, str, Any], dict[Any, tuple[str, float, Record]]] = defaultdict(dict)
     planned: dict[tuple[str, str, Any], int] = {}
-    uniform = layout.uniform
     bounds = layout.bounds_of(m.key)
     bound_values: dict[tuple[str, str, Any], set[float]] = defaultdict(set)
-    for rec in records:
-        if record_task(rec) != task:
-            continue
-        label = "" if layout.group is None else str(axis_value(rec, layout.group))
-        if group is not None and not group_matches(fam, label, group):
-            continue
-        try:
-            key = (
-                label,
-                row_axis.key_of(axis_value(rec, layout.rows)),
-                col_axis.key_of(axis_value(rec, layout.columns)),
-            )
-        except (TypeError, ValueError):
-            continue
+    for (rec, label, _, column), row in zip(entries, rows_of, strict=True):
+        key = (label, row, column)
         if (p := _planned(rec.get("planned_seeds"))) is not None:
             planned[key] = max(p, planned.get(key, 0))
         if rec.get("status") != "done":
             continue
         for bound in bounds:
             if (limit := numeric_value((rec.get("metrics") or {}).get(bound.key))) is not None:
-                bound_values[(key[0], bound.name, key[2])].add(limit)
+                bound_values[(label, bound.name, column)].add(limit)
         value = numeric_value((rec.get("metrics") or {}).get(m.key))
         if value is None:
             continue
         finished = str(rec.get("finished") or "")
         seeds = per_seed[key]
-        seed = (rec.get("seed"), tuple(_text(axis_value(rec, a)) for a in uniform))
+        seed = rec.get("seed")
         if seed not in seeds or finished >= seeds[seed][0]:
-            seeds[seed] = (finished, value)
+            seeds[seed] = (finished, value, rec)
 
-    grouped: dict[str, dict[tuple[str, Any], tuple[float, ...]]] = defaultdict(dict)
-    seeds_of: dict[tuple[str, str, Any], tuple[Any, ...]] = {}
-    mixed_of: dict[tuple[str, str, Any], dict[str, tuple[str, ...]]] = {}
-    table_values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    grouped: dict[str, dict[tuple[str, Any], dict[Any, tuple[str, float, Record]]]] = defaultdict(dict)
     for (label, row, column), seeds in per_seed.items():
-        grouped[label][(row, column)] = tuple(v for _, v in seeds.values())
-        seeds_of[(label, row, column)] = tuple(seed for seed, _ in seeds)
-        mixed: dict[str, tuple[str, ...]] = {}
-        for i, axis in enumerate(uniform):
-            values = {u[i] for _, u in seeds if u[i] is not None}  # None: a record without the axis
-            if not layout.is_baseline(row):
-                table_values[label][axis] |= values
-            if len(values) > 1:
-                mixed[axis] = tuple(sorted(values))
-        mixed_of[(label, row, column)] = mixed
-
-    tables = []
-    for label in sorted(grouped):
-        cells_values = grouped[label]
-        rows = tuple(sorted({r for r, _ in cells_values}, key=row_axis.sort_key))
-        columns = tuple(sorted({c for _, c in cells_values}, key=col_axis.sort_key))
-        # "median" keeps its name for either statistic: it is the cell's centre (the layout says which).
-        centre = statistics.mean if layout.statistic == "mean" else statistics.median
-        medians = {k: centre(v) for k, v in cells_values.items()}
-        best_at = _best_per_column(medians, m, layout.is_baseline)
-        cells = {}
-        for (row, column), values in cells_values.items():
-            median = medians[(row, column)]
-            mark = "" if layout.is_baseline(row) or column not in best_at else _mark(median, best_at[column], m)
-            cells[(row, column)] = Cell(
-                group=label,
-                row=row,
-                column=column,
-                values=values,
-                median=median,
-                std=statistics.stdev(values) if len(values) > 1 else 0.0,
-                planned=planned.get((label, row, column)),
-                mark=mark,
-                seeds=seeds_of[(label, row, column)],
-                mixed=mixed_of[(label, row, column)],
-            )
-        uniform_values = {a: tuple(sorted(v)) for a, v in table_values[label].items() if v}
-        bound_rows = _bound_cells(label, columns, bounds, bound_values, cells)
-        table = RankingTable(
-            task, label, m, rows + bound_rows, columns, cells, uniform_values=uniform_values, bounds=bound_rows
-        )
-        tables.append(_with_ties(table))
+        grouped[label][(row, column)] = seeds
+    tables = [
+        _ranking_table(fam, m, label, grouped[label], planned, bound_values, parts.get(label, []))
+        for label in sorted(grouped)
+    ]
     done = [r for r in records if record_task(r) == task and r.get("status") == "done"]
     for derived in fam.derived_tables(done, m.key) if done else []:
         if group is None or group == derived.name:
-            tables.append(_derived_table(task, derived))
+            tables.append(_derived_table(task, derived, table_protocol(fam, done, ())))
     return tables
+
+
+def _entries(fam: TaskFamily, records: list[Record], group: str | None) -> list[Entry]:
+    """``fam``'s records in ``group`` (None: every group) with their group label, row and column key; records
+    whose row or column is no value of the axis are left out."""
+    layout = fam.table
+    row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
+    entries: list[Entry] = []
+    for rec in records:
+        if record_task(rec) != fam.name:
+            continue
+        label = "" if layout.group is None else str(axis_value(rec, layout.group))
+        if group is not None and not group_matches(fam, label, group):
+            continue
+        try:
+            row = row_axis.key_of(axis_value(rec, layout.rows))
+            column = col_axis.key_of(axis_value(rec, layout.columns))
+        except (TypeError, ValueError):
+            continue
+        entries.append((rec, label, row, column))
+    return entries
+
+
+def _ranking_table(
+    fam: TaskFamily,
+    m: Metric,
+    label: str,
+    cells_seeds: dict[tuple[str, Any], dict[Any, tuple[str, float, Record]]],
+    planned: dict[tuple[str, str, Any], int],
+    bound_values: dict[tuple[str, str, Any], set[float]],
+    parts: Sequence[Part],
+) -> RankingTable:
+    """One group's table: cells (centre, spread, marks), ceiling rows, ties and its protocol."""
+    layout = fam.table
+    row_axis, col_axis = fam.axis(layout.rows), fam.axis(layout.columns)
+    rows = tuple(sorted({r for r, _ in cells_seeds}, key=row_axis.sort_key))
+    columns = tuple(sorted({c for _, c in cells_seeds}, key=col_axis.sort_key))
+    # "median" keeps its name for either statistic: it is the cell's centre (the layout says which).
+    centre = statistics.mean if layout.statistic == "mean" else statistics.median
+    values = {k: tuple(v for _, v, _ in seeds.values()) for k, seeds in cells_seeds.items()}
+    medians = {k: centre(v) for k, v in values.items()}
+
+    def is_baseline(row: str) -> bool:
+        return layout.is_baseline(base_row(row))
+
+    best_at = _best_per_column(medians, m, is_baseline)
+    cells = {}
+    for (row, column), seeds in cells_seeds.items():
+        median = medians[(row, column)]
+        mark = "" if is_baseline(row) or column not in best_at else _mark(median, best_at[column], m)
+        cells[(row, column)] = Cell(
+            group=label,
+            row=row,
+            column=column,
+            values=values[(row, column)],
+            median=median,
+            std=statistics.stdev(values[(row, column)]) if len(seeds) > 1 else 0.0,
+            planned=planned.get((label, row, column)),
+            mark=mark,
+            seeds=tuple(seeds),
+            ids=tuple(str(rec.get("id")) for _, _, rec in seeds.values()),
+        )
+    trained = [k for k in cells_seeds if not is_baseline(k[0])] or list(cells_seeds)
+    runs = [rec for k in trained for _, _, rec in cells_seeds[k].values()]
+    protocol = table_protocol(fam, runs, (len(cells_seeds[k]) for k in trained), parts)
+    bound_rows = _bound_cells(label, columns, layout.bounds_of(m.key), bound_values, cells)
+    table = RankingTable(fam.name, label, m, rows + bound_rows, columns, cells, bounds=bound_rows, protocol=protocol)
+    return _with_ties(table)
 
 
 def _bound_cells(
@@ -326,10 +340,6 @@ def _bound_cells(
     return tuple(rows)
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def _with_ties(table: RankingTable) -> RankingTable:
     """``table`` with :attr:`Cell.tied` set on the cells not significantly different from their column's best."""
     cells = dict(table.cells)
@@ -339,13 +349,13 @@ def _with_ties(table: RankingTable) -> RankingTable:
     return dataclasses.replace(table, cells=cells)
 
 
-def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
+def _derived_table(task: str, derived: DerivedTable, protocol: TableProtocol | None = None) -> RankingTable:
     """A family's :class:`DerivedTable` as a ranking table: cells are means ± sample std, best marked per column."""
     fam = family(task)
     row_axis, col_axis = fam.axis(derived.rows), fam.axis(derived.columns)
     values = {k: tuple(v) for k, v in derived.values.items() if v}
     means = {k: statistics.fmean(v) for k, v in values.items()}
-    best_at = _best_per_column(means, derived.metric, derived.baselines)
+    best_at = _best_per_column(means, derived.metric, lambda row: row in derived.baselines)
     cells = {
         (row, column): Cell(
             group=derived.name,
@@ -371,6 +381,7 @@ def _derived_table(task: str, derived: DerivedTable) -> RankingTable:
         derived=True,
         layout_override=TableLayout(None, derived.rows, derived.columns, baselines=derived.baselines),
         statistic=derived.statistic,
+        protocol=protocol,
     )
     return _with_ties(table) if derived.ties else table
 

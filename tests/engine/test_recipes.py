@@ -204,21 +204,20 @@ def _record(n: int, recipe: str, seed: int, value: float) -> dict:
     return record(n, "alignment", axes, seed, {"val_lap_acc": value})
 
 
-def test_a_table_says_its_recipe_and_marks_a_cell_that_mixes_recipes() -> None:
-    from gaptui.analysis import MIXED_MARKER, build_tables, legend, render_latex, render_markdown
+def test_a_table_says_its_recipe_and_splits_a_row_whose_cell_mixes_recipes() -> None:
+    from gaptui.analysis import build_tables, protocol_line, render_latex, render_markdown
 
     same = [_record(i, "gaptui", i, 0.5 + i / 100) for i in range(3)]
     (table,) = build_tables(same, task="alignment")
-    assert table.uniform_values == {"recipe": ("gaptui",)} and not table.cell("gcn", 0.1).mixed
-    assert "recipe gaptui" in legend(table) and MIXED_MARKER not in legend(table)
+    assert table.rows == ("gcn",) and "recipe gaptui" in protocol_line(table)
 
-    # the same seed under two recipes: both kept (neither replaces the other) and the cell is marked
+    # the same seed under two recipes: neither replaces the other, nor are they averaged: two rows that say so
     mixed = [*same, _record(9, "legacy", 0, 0.9)]
     (table,) = build_tables(mixed, task="alignment")
-    cell = table.cell("gcn", 0.1)
-    assert cell.mixed == {"recipe": ("gaptui", "legacy")} and cell.runs == 4
-    assert f"{MIXED_MARKER} a cell mixing runs of recipes gaptui, legacy" in legend(table)
-    assert MIXED_MARKER in render_markdown([table]) and "\\ddagger" in render_latex([table])
+    assert table.rows == ("gcn (recipe gaptui)", "gcn (recipe legacy)")
+    assert table.cell("gcn (recipe gaptui)", 0.1).runs == 3 and table.cell("gcn (recipe legacy)", 0.1).values == (0.9,)
+    assert "recipe gaptui | legacy (in the row labels)" in protocol_line(table)
+    assert "gcn (recipe legacy)" in render_markdown([table]) and "gcn (recipe legacy)" in render_latex([table])
 
 
 # ------------------------------------------------------------------------------------------------ surfaces

@@ -172,7 +172,7 @@ def test_a_graphgps_grid_that_cannot_fit_is_refused_before_it_starts(monkeypatch
     with pytest.raises(GaptuiError, match=r"graphgps on er needs about .* GB of memory .* lower --batch-size"):
         RunSpec(dataset=dataset, model="graphgps").check_memory()
     need = RunSpec(dataset=dataset, model="graphgps", batch_size=2).model_bytes()
-    assert need is not None and need(4, 2000) == 2 * 4 * 4 * 4 * 2000**2 * 4
+    assert need is not None and need(4, 2000, 8) >= 2 * 4 * 4 * 4 * 2000**2 * 4  # its declared attention scores
     assert RunSpec(dataset=dataset, model="laplacian").model_bytes() is None
 
 

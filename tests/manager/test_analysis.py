@@ -330,7 +330,7 @@ def test_table_command_formats(cli) -> None:
     assert "95.0 ± 3.4 **" in res.output and "tree" not in res.output
     docs = json.loads(cli("table", "--format", "json").output)
     assert [d["dataset"] for d in docs] == ["er", "tree"]
-    assert cli("table", "-f", "csv").output.startswith("dataset,model,noise,median,std,runs,planned,mark,tied,mixed\n")
+    assert cli("table", "-f", "csv").output.startswith("dataset,model,noise,median,std,runs,planned,mark,tied\n")
     assert "| gcn |" in cli("table", "-f", "md").output
     assert "\\begin{tabular}" in cli("table", "-f", "latex", "--metric", "val_lap_acc").output
 

@@ -34,7 +34,7 @@ def single_noise(root: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("task", ["alignment", "gape", "properties"])
 def test_no_legend_or_label_over_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str) -> None:
     laid_out: dict[str, tuple[Any, ...]] = {}
-    save = figures._save
+    save = figures.save_figure
 
     def measured(fig: Any, path: Path) -> Path:
         fig.canvas.draw()
@@ -50,7 +50,7 @@ def test_no_legend_or_label_over_the_data(tmp_path: Path, monkeypatch: pytest.Mo
         )
         return save(fig, path)
 
-    monkeypatch.setattr(figures, "_save", measured)
+    monkeypatch.setattr(figures, "save_figure", measured)
     records = {
         "alignment": lambda: [*alignment_history(tmp_path), *single_noise(tmp_path)],
         "gape": lambda: gape_history(tmp_path),

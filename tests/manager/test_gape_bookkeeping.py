@@ -73,7 +73,7 @@ def test_the_pretraining_run_plans_one_seed_and_its_table_cell_is_complete(grid_
     assert table.returncode == 0, table.stderr
     assert "gin" in table.stdout and "(1/2)" not in table.stdout  # a complete cell shows no count
     (alignment,) = build_tables(records, task="alignment")
-    assert [(c.runs, c.planned) for c in alignment.iter_cells()] == [(1, 1)]
+    assert [(c.runs, c.planned) for c in alignment.iter_cells() if not c.bound] == [(1, 1)]  # ceilings apart
     (gape,) = build_tables(records, task="gape")
     assert sorted((c.row, c.runs, c.planned) for c in gape.iter_cells()) == [("gape", 2, 2), ("none", 2, 2)]
 

@@ -27,7 +27,9 @@ def test_shipped_presets() -> None:
     assert paper.size == 5 * 8 * 5 * 10 + 5 * 8
     specs = grid(paper, ws)
     assert len({s.hash() for s in specs}) == len(specs) == 2040
-    assert {s.model for s in specs} == {"gcn", "gin", "gatedgcn", "gat", "gatv2", "laplacian"}
+    # the paper's "GatedGCN" is ggnn with two propagation steps (Table C.2: width 48, 59,680 parameters)
+    assert {s.model for s in specs} == {"gcn", "gin", "ggnn", "gat", "gatv2", "laplacian"}
+    assert {s.model_kwargs.get("steps") for s in specs if s.model == "ggnn"} == {2}
     assert sorted({s.dataset["noise"] for s in specs}) == [0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.3]
     assert all(s.epochs == 300 for s in specs)
     # seed-major: the first 205 runs cover every (dataset, noise, model) cell once
@@ -151,7 +153,7 @@ def test_runs_of_one_cell_are_asked_their_memory_once(monkeypatch) -> None:
     specs = grid(parse_preset(tomllib.loads(text)), Workspace(Path("/tmp/unused")))
     needs = memory_needs(specs)
     assert len(specs) == 6 and asked == [0, 0]  # gcn and gin, each asked for its first seed only
-    assert len(needs) == 1  # one dataset and batch: one need
+    assert len(needs) == 2  # one dataset and batch, but each model holds its own tensors in a step
 
 
 def test_a_reseeded_spec_hashes_as_its_own_canonical_form_whatever_keys_surround_the_seed() -> None:

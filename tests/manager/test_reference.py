@@ -18,7 +18,7 @@ from tests.support.records import rec
 
 PAPER_DATASETS = ("er", "aqsol", "pcqm4mv2", "ogbn-arxiv", "corafull")
 PAPER_NOISES = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)
-PAPER_MODELS = ("laplacian", "gcn", "gin", "gatedgcn", "gat", "gatv2")
+PAPER_MODELS = ("laplacian", "gcn", "gin", "ggnn[steps=2]", "gat", "gatv2")
 
 
 def test_paper_reference_covers_every_cell_of_table_d3() -> None:
@@ -32,7 +32,7 @@ def test_paper_reference_covers_every_cell_of_table_d3() -> None:
     for dataset, model, noise, median, std in (
         ("er", "gat", 0.12, 65.6, 0.8),
         ("er", "gcn", 0.04, 97.6, 0.4),
-        ("aqsol", "gatedgcn", 0.15, 63.3, 0.4),
+        ("aqsol", "ggnn[steps=2]", 0.15, 63.3, 0.4),
         ("pcqm4mv2", "gcn", 0.15, 61.7, 1.7),
         ("ogbn-arxiv", "gin", 0.30, 16.7, 0.2),
         ("corafull", "gatv2", 0.30, 22.8, 0.2),
@@ -46,9 +46,9 @@ def test_paper_reference_covers_every_cell_of_table_d3() -> None:
 def fixture_history() -> list[dict]:
     """ER runs compared with the paper by hand.
 
-    eta 0.12 (paper: gcn 49.5 < gin 54.8 < gatedgcn 62.8 < gat 65.6 = gatv2 65.6):
-        ours gcn 63.5 (two seeds 63.0 and 64.0), gin 55.0, gatedgcn 60.0, gat 62.0, gatv2 61.0, laplacian 7.0.
-        Pairs: gcn against each of the 4 others discordant (4), the 5 pairs among gin < gatedgcn < gat, gatv2
+    eta 0.12 (paper: gcn 49.5 < gin 54.8 < ggnn[steps=2] 62.8 < gat 65.6 = gatv2 65.6):
+        ours gcn 63.5 (two seeds 63.0 and 64.0), gin 55.0, ggnn[steps=2] 60.0, gat 62.0, gatv2 61.0, laplacian 7.0.
+        Pairs: gcn against each of the 4 others discordant (4), the 5 pairs among gin < ggnn[steps=2] < gat, gatv2
         concordant, gat-gatv2 tied in the paper (neither) -> tau_b = (5 - 4) / sqrt(10 * 9) = 0.1054.
         Paper best gat and gatv2; our best gcn 63.5, gat 1.5 points below -> not within 1 -> "no".
         Differences: gcn +14.0, gin +0.2, laplacian -0.5.
@@ -56,7 +56,7 @@ def fixture_history() -> list[dict]:
     eta 0.5: not in the paper -> no tau, no verdict.
     """
     rows = [rec("gcn", 0.12, 0.63, 0), rec("gcn", 0.12, 0.64, 1)]
-    rows += [rec(m, 0.12, v) for m, v in (("gin", 0.55), ("gatedgcn", 0.60), ("gat", 0.62), ("gatv2", 0.61))]
+    rows += [rec(m, 0.12, v) for m, v in (("gin", 0.55), ("ggnn[steps=2]", 0.60), ("gat", 0.62), ("gatv2", 0.61))]
     rows += [rec("laplacian", 0.12, 0.07), rec("gcn", 0.04, 0.98), rec("gat", 0.04, 0.99)]
     rows += [rec("gcn", 0.5, 0.05), rec("gat", 0.5, 0.06), rec("gcn", 0.1, 0.5, dataset="tree")]
     return rows
@@ -67,7 +67,7 @@ def test_compare_differences_tau_and_best_by_hand() -> None:
     (table,) = analysis.build_tables(fixture_history(), "val_lap_acc", "er")
     cmp = reference.compare(table, paper)
     assert cmp is not None
-    assert cmp.rows == ("laplacian", "gcn", "gin", "gatedgcn", "gat", "gatv2")
+    assert cmp.rows == ("laplacian", "gcn", "gin", "ggnn[steps=2]", "gat", "gatv2")
     assert cmp.difference("gcn", 0.12) == pytest.approx(0.14)
     assert cmp.difference("gin", 0.12) == pytest.approx(0.002)
     assert cmp.difference("laplacian", 0.12) == pytest.approx(-0.005)
@@ -75,7 +75,7 @@ def test_compare_differences_tau_and_best_by_hand() -> None:
     at12 = cmp.agreement[0.12]
     assert at12.tau == pytest.approx(1 / math.sqrt(90))
     assert at12.reference_best == ("gat", "gatv2") and at12.best_within_1 is False
-    assert at12.rows == ("gcn", "gin", "gatedgcn", "gat", "gatv2")
+    assert at12.rows == ("gcn", "gin", "ggnn[steps=2]", "gat", "gatv2")
     at04 = cmp.agreement[0.04]
     assert at04.tau == pytest.approx(1.0) and at04.reference_best == ("gat",) and at04.best_within_1 is True
     at50 = cmp.agreement[0.5]

@@ -1,4 +1,5 @@
-"""Alignment's own commands: ``gaptui datasets build | list | stats | export | sources`` and ``gaptui models``."""
+"""Alignment's own commands: ``gaptui datasets build | list | stats | export | sources``, ``gaptui models`` and
+``gaptui probe`` (:mod:`gaptui.families.alignment.probe_command`)."""
 
 from __future__ import annotations
 
@@ -326,6 +327,9 @@ def evaluate_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    from gaptui.families.alignment.probe_command import probe_cmd
+
     app.add_typer(datasets_app, name="datasets")
     app.command("models")(models_cmd)
+    app.command("probe")(probe_cmd)
     app.command("evaluate")(evaluate_cmd)

@@ -62,6 +62,7 @@ class HistoryScreen(SectionScreen):
         Binding("slash", "focus_filter", "Filter"),
         Binding("s", "sort_next", "Sort by next column"),
         Binding("S", "sort_reverse", "Reverse sort"),
+        Binding("p", "toggle_protocol", "Protocol columns"),
         Binding("escape", "clear_filter", "Clear filter"),
     ]
     DEFAULT_CSS = """
@@ -80,6 +81,8 @@ class HistoryScreen(SectionScreen):
         self._axes = RecordFilter()
         #: The family shown (None: every family; the columns are then those of the one present, if only one).
         self.task_name: str | None = None
+        #: Whether the protocol columns (epochs, pairs, batch...) are shown (``p`` toggles them).
+        self.show_protocol = True
         # Searchable text by hash, reused while the record object is the same (records are replaced on change).
         self._haystacks: dict[str, tuple[Record, str]] = {}
 
@@ -163,7 +166,13 @@ class HistoryScreen(SectionScreen):
             picker.set_options(options)
             picker.value = self.task_name if self.task_name in tasks else ALL_TASKS
         shown = self.task_name or (tasks[0] if len(tasks) == 1 else None)
-        self.table.set_columns(history_columns(shown))
+        self.table.set_columns(history_columns(shown, self.show_protocol))
+
+    def action_toggle_protocol(self) -> None:
+        """Show or hide the protocol columns (epochs, pairs, batch...)."""
+        self.show_protocol = not self.show_protocol
+        self._rebuild()
+        self.notify(f"protocol columns {'shown' if self.show_protocol else 'hidden'}", timeout=2)
 
     @on(Select.Changed, "#history-task")
     def _task_chosen(self, event: Select.Changed) -> None:

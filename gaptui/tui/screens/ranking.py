@@ -25,6 +25,7 @@ from engine.errors import GaptuiError
 from engine.files import atomic_write_text
 from engine.tasks import FAMILIES, family
 from gaptui import analysis, reference
+from gaptui.analysis.cells import by_keys
 from gaptui.record import usable_records
 from gaptui.tui.messages import ManagerNotice
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
@@ -61,6 +62,7 @@ class RankingScreen(SectionScreen):
         Binding("m", "next_metric", "Next metric"),
         Binding("r", "next_reference", "Next reference"),
         Binding("t", "next_task", "Next task"),
+        Binding("b", "next_by", "Split rows by"),
     ]
     DEFAULT_CSS = """
     RankingScreen #ranking-bar { height: 1; padding: 0 1; }
@@ -83,6 +85,8 @@ class RankingScreen(SectionScreen):
         self.tables: list[analysis.RankingTable] = []
         #: Name of the reference compared with (None: plain ranking table).
         self.reference: str | None = None
+        #: The key the rows are split by as well (``gaptui table --by``; None: only where protocols differ).
+        self.by: str | None = None
         self._dirty = True
 
     def compose_body(self) -> ComposeResult:
@@ -155,7 +159,10 @@ class RankingScreen(SectionScreen):
         metrics = analysis.known_metrics(records, self.task_name)
         if self.metric not in metrics:
             self.metric = family(self.task_name).default_metric
-        self.tables = analysis.build_tables(records, self.metric, task=self.task_name)
+        if self.by is not None and self.by not in by_keys(family(self.task_name)):
+            self.by = None
+        by = (self.by,) if self.by else ()
+        self.tables = analysis.build_tables(records, self.metric, task=self.task_name, by=by)
         metric_select = self.query_one("#ranking-metric", Select)
         with self.prevent(Select.Changed):
             task_select = self.query_one("#ranking-task", Select)
@@ -214,12 +221,13 @@ class RankingScreen(SectionScreen):
             return
         gap = analysis.gap_analysis(table)
         title.update(analysis.table_title(table))
-        # The legend of `render_rich`, in the colours of the marks.
-        legend.update(
-            Text(" ").join(
-                Text(words, style=analysis.RICH_STYLES[mark]) for mark, words in analysis.legend_parts(table)
-            )
+        # The legend of `render_rich`, in the colours of the marks, then the table's protocol.
+        text = Text(" ").join(
+            Text(words, style=analysis.RICH_STYLES[mark]) for mark, words in analysis.legend_parts(table)
         )
+        if line := analysis.protocol_line(table):
+            text.append("\n" + line)
+        legend.update(text)
         self.query_one(GapPlot).draw(gap)
 
     @on(Select.Changed, "#ranking-dataset")
@@ -273,6 +281,13 @@ class RankingScreen(SectionScreen):
             else:
                 select.value = self.reference
         self._show()
+
+    def action_next_by(self) -> None:
+        """Cycle the key the rows are split by as well: none -> each setting and outer axis of the family -> none."""
+        keys: list[str | None] = [None, *by_keys(family(self.task_name))]
+        self.by = keys[(keys.index(self.by) + 1) % len(keys)] if self.by in keys else None
+        self.notify(f"rows split by {self.by}" if self.by else "rows split only where protocols differ", timeout=2)
+        self.rebuild()
 
     def action_next_metric(self) -> None:
         metrics = analysis.known_metrics(self.gapp.book, self.task_name)

@@ -1,5 +1,5 @@
-"""RunDetailScreen: one run's curves (from its ``events.jsonl``), summary, spec, reproducibility record, log, and
-its tags and note, editable through the history."""
+"""RunDetailScreen: one run's curves (from its ``events.jsonl``), summary, spec, reproducibility record, probes, log,
+and its tags and note, editable through the history."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from rich.console import Group, RenderableType
 from rich.json import JSON
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,6 +20,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Log, Static, TabbedContent, TabPane, TextArea
 
 from gaptui.columns import describe, record_family
+from gaptui.probe_view import probe_tables, probes_heading, read_probes
 from gaptui.record import record_metrics, record_task
 from gaptui.tui.feed import RunFeed
 from gaptui.tui.planning import IN_FLIGHT, RETRYABLE, format_duration
@@ -47,6 +50,17 @@ SUMMARY_KEYS = (
 )
 
 
+def probes_view(record: dict[str, Any]) -> RenderableType:
+    """The Probes tab: the run's probes (``probes.json`` in its folder) as tables, or how to get them."""
+    report = read_probes(record.get("run_dir"))
+    if report is None:
+        return (
+            "No probes in this run's folder yet (probes.json, written by a family's probe command, such as "
+            f"`gaptui probe {record.get('id', 'ID')}`); press p to read it again."
+        )
+    return Group(Text(probes_heading(report)), *probe_tables(report))
+
+
 class RunDetailScreen(SectionScreen):
     """Pushed over History (Enter) or from Runs (``o``); Escape goes back."""
 
@@ -57,6 +71,7 @@ class RunDetailScreen(SectionScreen):
         Binding("ctrl+s", "save", "Save tags & note"),
         Binding("ctrl+r", "retry", "Retry run"),
         Binding("ctrl+k", "cancel_run", "Cancel run"),
+        Binding("p", "refresh_probes", "Probes"),
     ]
     DEFAULT_CSS = """
     RunDetailScreen #detail-curves { height: 1fr; min-height: 8; }
@@ -102,6 +117,8 @@ class RunDetailScreen(SectionScreen):
                 yield Static(JSON(json.dumps(record.get("spec") or {}, sort_keys=True)), id="spec")
             with TabPane("Reproducibility", id="tab-repro"), VerticalScroll():
                 yield Static(id="repro")
+            with TabPane("Probes", id="tab-probes"), VerticalScroll():
+                yield Static(id="probes")
             with TabPane("Log", id="tab-log"):
                 yield Log(id="detail-log", max_lines=500)
 
@@ -164,6 +181,12 @@ class RunDetailScreen(SectionScreen):
         self.query_one("#repro", Static).update(
             JSON(json.dumps(repro, sort_keys=True)) if repro else "no reproducibility record (the run has not finished)"
         )
+        self.query_one("#probes", Static).update(probes_view(record))
+
+    def action_refresh_probes(self) -> None:
+        """Read the run's probes again (a probe command may have written them since the screen opened)."""
+        self.query_one("#probes", Static).update(probes_view(self.record))
+        self.query_one("#detail-tabs", TabbedContent).active = "tab-probes"
 
     def add_events(self, events: list[dict[str, Any]], reset: bool = False) -> None:
         """Events of this run; drawn at the next redraw."""

@@ -45,6 +45,8 @@ class Column:
     sort_value: Callable[[Record], Any]
     width: int | None = None
     justify: str = "left"
+    #: A protocol column (epochs, pairs, batch...), which the History may hide.
+    optional: bool = False
 
 
 def _status(record: Record) -> Text:
@@ -64,8 +66,8 @@ STATUS = Column("status", "status", _status, lambda r: r.get("status"), 11)
 
 def _column(col: RecordColumn) -> Column:
     if col.numeric:
-        return Column(col.key, col.label, lambda r: _right(col.text(r)), col.value, None, "right")
-    return Column(col.key, col.label, lambda r: Text(col.text(r)), col.value, None)
+        return Column(col.key, col.label, lambda r: _right(col.text(r)), col.value, None, "right", col.optional)
+    return Column(col.key, col.label, lambda r: Text(col.text(r)), col.value, None, optional=col.optional)
 
 
 def family_columns(task: str | None) -> tuple[Column, Column]:
@@ -87,9 +89,11 @@ TAGS = Column(
 )
 
 
-def history_columns(task: str | None) -> tuple[Column, ...]:
-    """Columns of the history view for ``task``'s runs (None: runs of any family)."""
+def history_columns(task: str | None, protocol: bool = True) -> tuple[Column, ...]:
+    """Columns of the history view for ``task``'s runs (None: runs of any family); without ``protocol``, none of
+    the protocol columns (epochs, pairs, batch...)."""
     described, result = family_columns(task)
+    described = tuple(c for c in described if protocol or not c.optional)
     return (ID, *described, SEED, STATUS, result, DURATION, TAGS)
 
 
