@@ -13,7 +13,8 @@ from engine.alignment.datasets import DatasetSpec, build_dataset
 from engine.errors import GaptuiError
 from engine.sources import SOURCES, parse_params
 from engine.sources.connectome import chosen_mice, ordered_pairs, read_participants, split_mice
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.packages import fake_distribution, hidden_distributions
 
 NODES = 20
 GENOTYPES = {"BTBR": 3, "B6": 3, "CAST": 2}
@@ -146,6 +147,7 @@ def test_bad_parameters_are_one_line(mice, params: dict, expected: str) -> None:
         source(path=folder, **params).check_files(folder)
 
 
+@pytest.mark.e2e
 def test_a_mouse_that_does_not_exist_is_refused_on_the_command_line(mice, tmp_path: Path) -> None:
     folder, _ = mice
     res = run_cli(
@@ -157,25 +159,7 @@ def test_a_mouse_that_does_not_exist_is_refused_on_the_command_line(mice, tmp_pa
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def hidden_distributions(tmp_path: Path, *names: str) -> dict[str, str]:
-    """An environment whose Python sees the distributions ``names`` as not installed (a ``sitecustomize`` that makes
-    :func:`importlib.metadata.distribution` refuse them), so a test of the missing-extra line runs whether or not
-    the extra is installed here."""
-    folder = tmp_path / "hide-dists"
-    folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text(
-        "import importlib.metadata as m\n"
-        f"_hidden = {set(names)!r}\n"
-        "_real = m.distribution\n"
-        "def _distribution(name):\n"
-        "    if name in _hidden:\n"
-        "        raise m.PackageNotFoundError(name)\n"
-        "    return _real(name)\n"
-        "m.distribution = _distribution\n"
-    )
-    return {"PYTHONPATH": str(folder)}
-
-
+@pytest.mark.e2e
 def test_without_graspologic_the_line_says_what_to_install(tmp_path: Path) -> None:
     env = hidden_distributions(tmp_path, "graspologic")
     res = run_cli("datasets", "build", "connectome", "--noise", "0", "-w", str(tmp_path / "ws"), env=env)
@@ -185,15 +169,7 @@ def test_without_graspologic_the_line_says_what_to_install(tmp_path: Path) -> No
     assert "pip install 'gaptui[connectome]'" in line and "pip install --no-deps graspologic==3.4.4" in line
 
 
-def fake_distribution(site: Path, name: str, version: str) -> None:
-    """A ``*.dist-info`` folder as pip writes it, so :func:`importlib.metadata.distribution` finds ``name`` in
-    ``site`` (the package's files are placed beside it by the caller)."""
-    info = site / f"{name}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "RECORD").write_text("")
-
-
+@pytest.mark.e2e
 def test_the_installed_graspologic_data_is_found_without_importing_it(tmp_path: Path) -> None:
     site = tmp_path / "site"
     write_mice(site / "graspologic" / "datasets" / "mice")

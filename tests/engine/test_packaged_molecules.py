@@ -16,8 +16,8 @@ from engine.alignment.datasets import DatasetSpec, build_dataset
 from engine.errors import GaptuiError
 from engine.gape.data import MoleculeSpec, build_molecules
 from engine.sources import SOURCES, parse_params
-from tests.conftest import run_cli
-from tests.test_connectome import fake_distribution, hidden_distributions
+from tests.support.cli import run_cli
+from tests.support.packages import fake_distribution, hidden_distributions
 
 pytest.importorskip("rdkit")
 
@@ -152,6 +152,7 @@ def test_bad_moses_parameters_are_one_line(params: dict, expected: str) -> None:
     assert str(err.value).startswith(expected)
 
 
+@pytest.mark.e2e
 def test_without_the_wheels_the_lines_say_what_to_install(tmp_path: Path) -> None:
     env = hidden_distributions(tmp_path, "molsets", "qm9pack")
     qm9 = run_cli("datasets", "build", "qm9", "--noise", "0.1", "-w", str(tmp_path / "ws"), env=env)
@@ -163,6 +164,7 @@ def test_without_the_wheels_the_lines_say_what_to_install(tmp_path: Path) -> Non
     assert "pip install 'gaptui[moses]' && pip install --no-deps molsets==0.3.1" in moses.stderr
 
 
+@pytest.mark.e2e
 def test_the_installed_wheels_data_is_found_without_importing_them(tmp_path: Path) -> None:
     site = tmp_path / "site"
     write_moses(site / "moses" / "dataset" / "data")

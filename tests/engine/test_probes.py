@@ -18,7 +18,7 @@ from engine.alignment.spec import RunSpec
 from engine.alignment.training import PairTensors
 from engine.errors import GaptuiError
 from engine.pairs import PairSplit
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -195,6 +195,7 @@ def test_roc_auc_and_balanced_accuracy_match_their_definitions() -> None:
     assert np.isnan(roc_auc(score, np.ones(200, bool))) and np.isnan(balanced_accuracy(predicted, np.zeros(200, bool)))
 
 
+@pytest.mark.e2e
 def test_the_edge_probe_reads_edges_that_the_states_decide_and_not_from_noise() -> None:
     rng = np.random.default_rng(2)
     n, graphs = 30, 8
@@ -221,6 +222,7 @@ def test_the_edge_probe_reads_edges_that_the_states_decide_and_not_from_noise() 
 # gaptui probe, show and the run detail
 
 
+@pytest.mark.e2e
 def test_probe_command_writes_the_report_reuses_it_and_draws_the_figures(trained, tmp_path: Path) -> None:
     ws, gin, gcn = trained
     res = run_cli("probe", gin.name, "-w", str(ws), "--pairs", "6", "--graphs", "20", "--json")
@@ -245,6 +247,7 @@ def test_probe_command_writes_the_report_reuses_it_and_draws_the_figures(trained
     assert all((out / name).stat().st_size > 10_000 for name in names)
 
 
+@pytest.mark.e2e
 def test_show_prints_the_probes_and_the_json_holds_them(trained) -> None:
     ws, gin, _ = trained
     probe_here(ws, gin)
@@ -255,6 +258,7 @@ def test_show_prints_the_probes_and_the_json_holds_them(trained) -> None:
     assert doc["probes"]["layers"][-1]["layer"] == "output"
 
 
+@pytest.mark.e2e
 def test_a_probe_of_another_family_s_run_is_one_error_line(trained) -> None:
     ws, gin, _ = trained
     folder = ws / "runs" / "fakegape0000"
@@ -265,6 +269,7 @@ def test_a_probe_of_another_family_s_run_is_one_error_line(trained) -> None:
     assert res.stderr.strip() == "error: run fakegape0000: a gape run; probes read finished alignment runs only"
 
 
+@pytest.mark.e2e
 def test_a_probe_of_a_run_that_has_not_finished_is_one_error_line(trained, tmp_path: Path) -> None:
     ws, gin, _ = trained
     folder = tmp_path / "unfinished"
@@ -275,6 +280,7 @@ def test_a_probe_of_a_run_that_has_not_finished_is_one_error_line(trained, tmp_p
     assert res.stderr.strip() == "error: run unfinished has not finished (status: no result yet)"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
@@ -300,6 +306,7 @@ def test_probes_refuse_what_is_not_a_finished_trained_alignment_run(trained, tmp
         open_probe_inputs(folder, ws / "datasets", None)
 
 
+@pytest.mark.e2e
 def test_probe_options_are_checked_and_unknown_runs_named(trained) -> None:
     from engine.gape.embed import resolve_run
 
@@ -320,6 +327,7 @@ def _text(static) -> str:
     return console.export_text()
 
 
+@pytest.mark.e2e
 @pytest.mark.asyncio
 async def test_the_run_detail_shows_the_probes_and_reads_them_again(trained) -> None:
     from textual.widgets import Static, TabbedContent

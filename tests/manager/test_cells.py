@@ -13,9 +13,10 @@ from engine.tasks import family
 from gaptui import analysis, reference
 from gaptui.run_records import new_record
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
+from tests.support import FIXTURES
+from tests.support.cli import run_cli
 
-FIXTURE_V1 = Path(__file__).parent / "fixtures" / "history_v1.json"
+FIXTURE_V1 = FIXTURES / "history_v1.json"
 
 
 def run(model: str, seed: int, value: float, *, finished: str = "2026-01-01T00:00:00", **fields: Any) -> dict[str, Any]:
@@ -186,6 +187,7 @@ def workspace(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     return ws.root, records
 
 
+@pytest.mark.e2e
 def test_cli_table_history_show_and_by(workspace: tuple[Path, list[dict[str, Any]]]) -> None:
     root, records = workspace
     where = ("--workspace", str(root))
@@ -219,6 +221,7 @@ def test_cli_table_history_show_and_by(workspace: tuple[Path, list[dict[str, Any
     assert res.returncode == 0 and "1000/200" in res.stdout and "noise model" in res.stdout
 
 
+@pytest.mark.e2e
 def test_an_old_history_keeps_its_run_ids_and_states_its_protocol(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     ws.root.mkdir()
