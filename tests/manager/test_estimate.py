@@ -159,6 +159,7 @@ def test_a_family_without_a_cost_model_is_estimated_from_its_cells_history(tmp_p
     assert "not estimated: 1 run(s): mean: no finished run of this cell on this machine yet" in "\n".join(lines)
 
 
+@pytest.mark.e2e  # the calibration measures in worker processes
 def test_measure_times_the_real_training_step_and_the_baseline() -> None:
     key = CostKey("gin", nodes=12, degree=3, batch_size=4, budget=2000, out_dim=8)
     t = measure(key, seconds=0.05)

@@ -54,6 +54,7 @@ def test_each_run_is_logged_offline_once_with_its_config_history_and_cell(tmp_pa
     assert len(_offline_runs(folder)) == 18
 
 
+@pytest.mark.e2e  # the export is killed in a subprocess
 def test_a_run_killed_half_way_is_set_aside_and_logged_again_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

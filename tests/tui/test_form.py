@@ -154,6 +154,7 @@ async def test_gape_and_properties_forms_show_their_fields_and_save_what_loads_b
         await pilot.press("ctrl+q")
 
 
+@pytest.mark.e2e  # the app launches workers
 @pytest.mark.asyncio
 async def test_launch_properties_and_gape_from_the_form(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
@@ -195,6 +196,7 @@ async def test_launch_properties_and_gape_from_the_form(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: not app.is_running, what="the app to exit")
 
 
+@pytest.mark.e2e  # the app launches workers
 @pytest.mark.asyncio
 async def test_the_toy_plug_in_gets_a_form_to_fill_save_and_launch(tmp_path: Path, toy: None) -> None:
     ws = Workspace(tmp_path / "ws")

@@ -54,6 +54,7 @@ async def launch_from_form(pilot, app: GaptuiApp, seeds: str, total: int) -> Non
     )
 
 
+@pytest.mark.e2e  # the app launches workers
 @pytest.mark.asyncio
 async def test_launching_twice_while_history_is_sorted_then_opening_the_app_again(tmp_path: Path) -> None:
     ws = seeded_workspace(tmp_path / "ws")  # 12 runs: the app opens on History, sorted by run id
@@ -126,6 +127,7 @@ def seeded_records(ws: Workspace) -> list[dict]:
     return fixed_records(ws)
 
 
+@pytest.mark.e2e  # the app launches workers
 def test_an_error_in_the_app_files_its_runs_interrupted_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
