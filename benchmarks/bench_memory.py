@@ -13,8 +13,8 @@ steps (forward, loss, backward, AdamW step); its peak resident memory (``ru_maxr
 
 - **before**: the estimate before the step footprints: four float32 copies of the similarity ``S [B, n, n]`` and
   512 bytes per node, plus what the model declared (dense matrices of GraphGPS and PAN only);
-- **after**: :func:`engine.memory.estimate` now: the tensors autograd saves per node and per edge, measured on tiny
-  batches (:mod:`engine.models.footprint`), the allocator's slack and the process itself.
+- **after**: :func:`engine.alignment.memory.estimate` now: the tensors autograd saves per node and per edge,
+  measured on tiny batches (:mod:`engine.models.footprint`), the allocator's slack and the process itself.
 
 The ratio columns are measured peak / estimate: above 1 the estimate is short (a grid of several such runs can
 exhaust the machine's memory), below 1 it is conservative.
@@ -84,8 +84,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from engine.alignment.datasets import DatasetSpec, build_dataset
+    from engine.alignment.memory import estimate
     from engine.alignment.spec import RunSpec
-    from engine.memory import estimate
 
     print(f"bench_memory: load average {os.getloadavg()}, batch of {args.pairs} pairs, ER({args.n}, {args.degree})")
     work = Path(tempfile.mkdtemp(prefix="gaptui-bench-memory-"))

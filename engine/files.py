@@ -1,5 +1,5 @@
 """Safe files: atomic writes, size + SHA-256 fingerprints, corrupt files moved aside, advisory locks, and one
-guard that turns filesystem errors into one clear line.
+guard that turns filesystem errors into one clear line (the user's own files are read by :mod:`engine.user_files`).
 
 Every artefact gaptui caches or resumes from (dataset arrays, checkpoints) is written with a fingerprint; a
 reader that finds a mismatch moves the file aside as ``<name>.corrupt-<UTC time>`` (never deletes it) and the
@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -149,73 +148,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any, **dump_args: Any) -> None:
     atomic_write_text(path, json.dumps(obj, default=str, **dump_args))
-
-
-#: The largest file a command reads whole when the user names it (a preset, an edge list, a graph file, a CSV).
-USER_FILE_LIMIT = 1 << 30
-
-
-@contextlib.contextmanager
-def open_user_file(path: Path, expected: str, limit: int = USER_FILE_LIMIT) -> Iterator[tuple[Any, int]]:
-    """``(binary file, size)`` of a regular file the user named, of at most ``limit`` bytes: the one opening of such
-    files. A folder, a FIFO or a device (``/dev/zero``), a larger file or one that cannot be opened is one
-    :class:`GaptuiError` line naming it and saying what was ``expected`` (e.g. "a preset is a TOML text file");
-    nothing waits for a writer (a FIFO is opened without blocking)."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise os_error(exc, f"reading it; {expected}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise GaptuiError(f"{path}: a folder, not a file; {expected}")
-        if not stat.S_ISREG(info.st_mode):
-            raise GaptuiError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); {expected}")
-        if info.st_size > limit:
-            raise GaptuiError(
-                f"{path}: {info.st_size:,} bytes, more than the {limit:,} read from such a file; {expected}"
-            )
-        fh = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with fh:
-        try:
-            yield fh, info.st_size
-        except OSError as exc:
-            raise os_error(OSError(exc.errno, exc.strerror, str(path)), f"reading it; {expected}") from None
-
-
-def read_user_bytes(path: Path, expected: str, limit: int = USER_FILE_LIMIT) -> bytes:
-    """The bytes of a regular file the user named (:func:`open_user_file`); nothing beyond ``limit`` is read."""
-    with open_user_file(path, expected, limit) as (fh, _size):
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise GaptuiError(f"{path}: grew past the {limit:,} bytes read from such a file while it was read; {expected}")
-    return data
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    for test, name in (*kinds, (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "a special file"
-
-
-def decode_user_text(data: bytes, path: Path, expected: str) -> str:
-    """``data`` of the user's file ``path`` as UTF-8, a byte-order mark (some editors write one) dropped; a file that
-    is not text (binary, another encoding) is one :class:`GaptuiError` line naming it and the byte."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise GaptuiError(f"{path}: not UTF-8 text (byte {exc.start}); {expected}") from None
-
-
-def read_user_text(path: Path, expected: str) -> str:
-    """The text of a file the user named (:func:`read_user_bytes`, :func:`decode_user_text`)."""
-    return decode_user_text(read_user_bytes(path, expected), path, expected)
 
 
 def written_by(folder: Path, manifest: str) -> set[str]:

@@ -95,23 +95,6 @@ def device_fields(device: torch.device) -> dict[str, str]:
     return {"device": str(device), "device_name": name}
 
 
-def precision_field(section: str) -> Any:
-    """The ``precision`` field of a family's New-experiment form (a choice of :data:`PRECISIONS`; blank: the
-    family's default, ``auto``), written into the preset's ``[run]`` table."""
-    from engine.tasks.form import FormField
-
-    return FormField(
-        "precision",
-        "precision",
-        "choice",
-        None,
-        "auto: bf16 only where measured as accurate and faster",
-        choices=PRECISIONS,
-        placeholder="auto",
-        section=section,
-    )
-
-
 #: What ``auto`` chooses on hardware with native bf16, per device type, from the measurements recorded in
 #: ``docs/performance.md`` (``benchmarks/bench_precision.py``): True only where bf16 was measured faster per epoch
 #: for every model *and* its accuracy equal to fp32's within the seed spread. A device type not measured is False.

@@ -4,12 +4,13 @@ A family writes its training step and its evaluation only, as an :class:`EpochTa
 the rest, the same way for every family:
 
 - **Resume at the exact position.** The checkpoint (``checkpoint.pt`` in the run folder, written atomically with
-  its size and SHA-256 by :class:`Checkpoints`; the previous one is kept) holds the :class:`TrainState` (completed
-  epochs, batches of the current epoch, optimiser steps, the running loss of the epoch), the state of every part
-  the task names (model, optimiser, scheduler: :meth:`EpochTask.parts`), the task's own fields and the random
-  generators (torch, CUDA, NumPy, ``random``). A run stopped in the middle of an epoch and resumed ends with the
-  same weights and metrics as the uninterrupted run, provided the task's batch order is a pure function of
-  (seed, epoch) (:func:`epoch_order`) and its epoch starts at ``state.batch_in_epoch``.
+  its size and SHA-256 by :class:`engine.checkpoints.Checkpoints`, which resumes from it; the previous one is
+  kept) holds the :class:`TrainState` (completed epochs, batches of the current epoch, optimiser steps, the
+  running loss of the epoch), the state of every part the task names (model, optimiser, scheduler:
+  :meth:`EpochTask.parts`), the task's own fields and the random generators (torch, CUDA, NumPy, ``random``). A
+  run stopped in the middle of an epoch and resumed ends with the same weights and metrics as the uninterrupted
+  run, provided the task's batch order is a pure function of (seed, epoch) (:func:`epoch_order`) and its epoch
+  starts at ``state.batch_in_epoch``. The body of an epoch is :func:`epoch_body`.
 - **Stop.** ``should_stop()`` is polled between batches (by :func:`run_batches`) and after each epoch: the
   checkpoint is saved, then :class:`~engine.tasks.Cancelled` names the epoch, step and batch reached.
 - **Non-finite loss.** :class:`NonFiniteLoss` (raised by :func:`run_batches`) becomes
@@ -37,27 +38,19 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from engine.errors import GaptuiError
-from engine.files import atomic_write_json, fingerprint, mismatch, move_aside, read_json
+from engine.checkpoints import Checkpoints
 from engine.hardware import RunOptions, autocast, resolve_device, resolve_precision
+from engine.tasks.run import Cancelled, RunContext, RunFailed
 
 if TYPE_CHECKING:
     import torch
 
-    from engine.tasks.run import RunContext
 
-#: Version of the checkpoint layout; a newer one is refused with one line (a checkpoint without ``format`` is 1).
-CHECKPOINT_FORMAT = 1
-#: The checkpoint files of a run folder.
-CHECKPOINT = "checkpoint.pt"
-PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 #: Training steps between two reads of the loss from the device (see :func:`run_batches`).
 CHECK_EVERY = 25
 
@@ -134,140 +127,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> dict[str, Any]:
-    """The process's random generators (torch, CUDA when initialised, NumPy, ``random``), in a form that
-    ``torch.load(..., weights_only=True)`` reads back."""
-    import random
-
-    import numpy as np
-    import torch
-
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
-        "numpy": [str(name), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), gauss],
-        "random": [version, list(internal), gauss_next],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(gauss)))
-    version, internal, gauss_next = state["random"]
-    random.setstate((version, tuple(internal), gauss_next))
-
-
-# ------------------------------------------------------------------------------------------------ checkpoints
-
-
-class Checkpoints:
-    """The run's checkpoint, its fingerprint and the previous one; loading falls back past corrupt files."""
-
-    def __init__(self, out: Path, log: Callable[[str], None]) -> None:
-        self.path = Path(out) / CHECKPOINT
-        self.previous = Path(out) / PREVIOUS_CHECKPOINT
-        self.log = log
-
-    @staticmethod
-    def sums(path: Path) -> Path:
-        return path.with_suffix(".json")
-
-    def save(self, payload: dict[str, Any]) -> None:
-        """Write ``payload`` with ``torch.save``; the current checkpoint becomes the previous one."""
-        import torch
-
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        torch.save(payload, tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        sums = fingerprint(tmp)
-        # The order keeps one consistent (file, fingerprint) pair at every instant: a file without its
-        # fingerprint is checked by loading it instead.
-        if self.path.exists():
-            if self.sums(self.path).exists():
-                os.replace(self.sums(self.path), self.sums(self.previous))
-            else:
-                self.sums(self.previous).unlink(missing_ok=True)
-            os.replace(self.path, self.previous)
-        os.replace(tmp, self.path)
-        atomic_write_json(self.sums(self.path), sums, indent=2, sort_keys=True)
-
-    def load(self, device: Any) -> dict[str, Any] | None:
-        """The newest checkpoint that passes its check, or None; corrupt ones are moved aside with a log line."""
-        for path in (self.path, self.previous):
-            ckpt = self._load_checked(path, device)
-            if ckpt is not None:
-                if path == self.previous:
-                    self.log(f"resuming from the previous checkpoint {path.name}")
-                return ckpt
-        return None
-
-    def _load_checked(self, path: Path, device: Any) -> dict[str, Any] | None:
-        if not path.exists():
-            return None
-        ckpt, problem = check_checkpoint(path, device)
-        if problem:
-            aside = move_aside(path)
-            if self.sums(path).exists():
-                os.replace(self.sums(path), aside.with_name(aside.name + ".json"))
-            message = f"checkpoint {path} is corrupt ({problem}); moved aside to {aside.name}"
-            self.log(f"warning: {message}")
-            print(f"warning: {message}", file=sys.stderr)
-            return None
-        return ckpt
-
-
-def _legacy(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint of the property study's own loop before the shared one (``model``, ``optimizer``, ``epoch``,
-    ``last``; written at epoch ends) in the shared layout; any other dict as it is."""
-    if "state" not in ckpt and {"model", "optimizer", "epoch", "last"} <= set(ckpt):
-        return {
-            "state": {"epoch": int(ckpt["epoch"])},
-            "metrics": dict(ckpt["last"]),
-            "model": ckpt["model"],
-            "optimizer": ckpt["optimizer"],
-        }
-    return ckpt
-
-
-def check_checkpoint(path: Path, device: Any = "cpu") -> tuple[dict[str, Any] | None, str]:
-    """``(checkpoint, "")`` when ``path`` matches its fingerprint (``<stem>.json``, when written) and loads as a
-    gaptui checkpoint; ``(None, why)`` otherwise."""
-    import torch
-
-    expected = read_json(Checkpoints.sums(path))
-    problem = mismatch(path, expected) if isinstance(expected, dict) else ""
-    if problem:
-        return None, problem
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is treated as corrupt
-        return None, f"unreadable ({type(exc).__name__})"
-    ckpt = _legacy(ckpt) if isinstance(ckpt, dict) else ckpt
-    if not isinstance(ckpt, dict) or "state" not in ckpt:
-        return None, "not a gaptui checkpoint"
-    return ckpt, ""
-
-
-def read_checkpoint(path: Path, device: Any = "cpu") -> dict[str, Any]:
-    """The checkpoint at ``path`` after its check; one-line :class:`GaptuiError` when it is corrupt."""
-    ckpt, problem = check_checkpoint(path, device)
-    if ckpt is None:
-        raise GaptuiError(f"checkpoint {path} is corrupt ({problem}); train the run again to get its model back")
-    return ckpt
-
-
 # ------------------------------------------------------------------------------------------------ the loop
 
 
@@ -286,6 +145,12 @@ class TrainState:
     @property
     def mean_loss(self) -> float:
         return self.loss_sum / max(self.loss_nodes, 1)
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any]) -> TrainState:
+        """The state a checkpoint saved (fields this version does not know are left out)."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
     def next_epoch(self) -> None:
         self.epoch, self.batch_in_epoch, self.loss_sum, self.loss_nodes, self.tally = self.epoch + 1, 0, 0.0, 0, {}
@@ -485,8 +350,6 @@ def epoch_steps(
     :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss and :class:`GaptuiError` for a
     checkpoint of another run or of a newer gaptui.
     """
-    from engine.tasks.run import Cancelled, RunFailed
-
     parts = task.parts()
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = Checkpoints(ctx.run_dir, ctx.log)
@@ -499,54 +362,17 @@ def epoch_steps(
     if options.compile == "on" or (options.compile == "auto" and task.compile_pays(device)):
         ctx.emit("progress", phase="preparing", what="compiling the model")
         task.compile()
-    ckpt = checkpoints.load(device)
-    if ckpt is not None:
-        where = checkpoints.path
-        written = str(ckpt.get("precision", "fp32"))
-        if written != precision and options.precision != "auto":
-            raise GaptuiError(
-                f"{where} was written in {written} precision and this run asks for {precision}; "
-                f"run it with precision = {written} or use a fresh run folder"
-            )
-        if written != precision:
-            ctx.log(f"resuming in {written} precision, the checkpoint's")
-            precision = written
-        if int(ckpt.get("format", 1)) > CHECKPOINT_FORMAT:
-            raise GaptuiError(
-                f"{where} has checkpoint format {ckpt.get('format')}, newer than this gaptui reads "
-                f"({CHECKPOINT_FORMAT}); upgrade gaptui or use a fresh run folder"
-            )
-        if ckpt.get("run", run) != run:
-            raise GaptuiError(f"{where} belongs to another run spec; use a fresh --out folder")
-        for name, part in parts.items():
-            if name not in ckpt:
-                raise GaptuiError(f"{where} holds no {name} state; delete it to train the run from the start")
-            part.load_state_dict(ckpt[name])
-        known = {f for f in TrainState.__dataclass_fields__}
-        state = TrainState(**{k: v for k, v in ckpt["state"].items() if k in known})
-        metrics = dict(ckpt.get("metrics", {}))
-        task.load_checkpoint(ckpt)
-        if ckpt.get("rng") is not None:
-            set_rng_state(ckpt["rng"])
+    resumed = checkpoints.resume(run, parts, precision, options.precision != "auto", device)
+    if resumed is not None:
+        precision, metrics = resumed.precision, resumed.metrics
+        state = TrainState.restored(resumed.state)
+        task.load_checkpoint(resumed.checkpoint)
+        resumed.restore_rng()
         resumed_from = {"epoch": state.epoch, "batch": state.batch_in_epoch, "step": state.step}
         ctx.log(f"resuming from epoch {state.epoch}, batch {state.batch_in_epoch} (step {state.step})")
 
     def save() -> None:
-        payload = {
-            "format": CHECKPOINT_FORMAT,
-            "run": run,
-            "precision": precision,
-            **task.checkpoint_fields(),
-            "state": asdict(state),
-            "metrics": metrics,
-            "rng": rng_state(),
-            **{name: part.state_dict() for name, part in parts.items()},
-        }
-        checkpoints.save(payload)
-
-    def cancel() -> Cancelled:
-        save()
-        return Cancelled(epoch=state.epoch, step=state.step, batch=state.batch_in_epoch)
+        checkpoints.save_run(run, precision, asdict(state), metrics, parts, task.checkpoint_fields())
 
     ctx.emit(
         "start",
@@ -558,37 +384,73 @@ def epoch_steps(
         resumed_from=resumed_from,
         pid=os.getpid(),
     )
-    optimizer = parts.get("optimizer")
-    summary: dict[str, float] = {}
     should_stop = progress_notes(ctx, state, task.steps_per_epoch)
     while state.epoch < task.epochs:
-        t0 = time.perf_counter()
-        try:
-            finished = run_epoch(task, state, should_stop, precision, device)
-        except NonFiniteLoss as exc:
-            event = {"epoch": exc.epoch, "step": exc.step}
-            raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None
-        if not finished:
-            raise cancel()
-        epoch = state.epoch + 1
-        summary = task.summary(state)
-        seconds = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        evaluated = task.evaluate(epoch, summary)
-        if evaluated is not None:
-            metrics = dict(evaluated)
-            ctx.emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **evaluated)
-        state.next_epoch()
-        # An evaluation's metrics stand until the next one; the training figures fill what it left out.
-        metrics = {**summary, **metrics} if evaluated is not None else {**metrics, **summary}
-        save()
-        lr = optimizer.param_groups[0]["lr"] if optimizer is not None else None
-        fields = task.epoch_fields(evaluated)
-        ctx.emit("epoch", epoch=epoch, step=state.step, **summary, lr=lr, seconds=round(seconds, 4), **fields)
-        shown = " ".join(f"{k} {v:.4f}" for k, v in {**summary, **fields}.items() if isinstance(v, float))
-        rate = f" lr {lr:.2e}" if lr is not None else ""
-        ctx.log(f"epoch {epoch}/{task.epochs} {shown}{rate} {seconds:.2f}s")
-        if ctx.should_stop():
-            raise cancel()
+        finished = epoch_body(task, ctx, state, should_stop, precision, device)
+        if finished is not None:
+            metrics = finished.merged(metrics)
+            save()
+            finished.report(ctx, task, state, parts.get("optimizer"))
+        if finished is None or ctx.should_stop():
+            save()
+            raise Cancelled(epoch=state.epoch, step=state.step, batch=state.batch_in_epoch)
         yield
     return LoopResult(metrics, state, precision)
+
+
+@dataclass
+class EpochDone:
+    """One finished epoch (:func:`epoch_body`): its number, the training summary, the evaluation (None when the
+    task did not evaluate) and the seconds of its training."""
+
+    epoch: int
+    summary: dict[str, float]
+    evaluated: dict[str, float] | None
+    seconds: float
+
+    def merged(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The run's metrics after this epoch: an evaluation's stand until the next one; the training figures fill
+        what it left out."""
+        if self.evaluated is not None:
+            return {**self.summary, **self.evaluated}
+        return {**metrics, **self.summary}
+
+    def report(self, ctx: RunContext, task: EpochTask, state: TrainState, optimizer: Any) -> None:
+        """The ``epoch`` event and the log line of this epoch."""
+        lr = optimizer.param_groups[0]["lr"] if optimizer is not None else None
+        fields = task.epoch_fields(self.evaluated)
+        seconds = round(self.seconds, 4)
+        ctx.emit("epoch", epoch=self.epoch, step=state.step, **self.summary, lr=lr, seconds=seconds, **fields)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in {**self.summary, **fields}.items() if isinstance(v, float))
+        rate = f" lr {lr:.2e}" if lr is not None else ""
+        ctx.log(f"epoch {self.epoch}/{task.epochs} {shown}{rate} {self.seconds:.2f}s")
+
+
+def epoch_body(
+    task: EpochTask,
+    ctx: RunContext,
+    state: TrainState,
+    should_stop: Callable[[], bool],
+    precision: str,
+    device: Any,
+) -> EpochDone | None:
+    """The body of one epoch: train the rest of epoch ``state.epoch + 1`` (:func:`run_epoch`), then evaluate it
+    (an ``eval`` event when the task did) and move ``state`` to the next epoch. None when ``should_stop()`` stopped
+    it between two batches; :class:`~engine.tasks.RunFailed` (kind ``nan``) on a non-finite loss."""
+    t0 = time.perf_counter()
+    try:
+        finished = run_epoch(task, state, should_stop, precision, device)
+    except NonFiniteLoss as exc:
+        event = {"epoch": exc.epoch, "step": exc.step}
+        raise RunFailed(str(exc), "nan", event=event, **task.failure_fields()) from None
+    if not finished:
+        return None
+    epoch = state.epoch + 1
+    summary = task.summary(state)
+    seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    evaluated = task.evaluate(epoch, summary)
+    if evaluated is not None:
+        ctx.emit("eval", epoch=epoch, seconds=round(time.perf_counter() - t1, 4), **dict(evaluated))
+    state.next_epoch()
+    return EpochDone(epoch, summary, None if evaluated is None else dict(evaluated), seconds)

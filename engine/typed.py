@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 import types
 import typing
@@ -18,6 +19,20 @@ from engine.errors import GaptuiError, did_you_mean
 #: Digits as a user types them: ASCII only. ``str.isdigit`` and ``int()`` also take ``"²"``, ``"١"`` or ``"５"``,
 #: which no one writes for a count, a GPU index or a pair number.
 _ASCII_COUNT = re.compile(r"[0-9]+")
+
+
+def short_value(value: Any) -> str:
+    """A value as a label or a legend shows it: ints, strings and floats of at most 4 significant digits as written
+    (``0.002``, ``5e-05``), a float with more (one a search sampled) rounded to 3 significant digits: ``0.153``,
+    ``1.02e-3`` (not ``0.0010197722346506274``)."""
+    if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
+        return str(value)
+    if float(f"{value:.4g}") == value:
+        return str(value)
+    if 1e-2 <= abs(value) < 1e4:
+        return f"{value:.3g}"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def ascii_count(text: Any) -> int | None:

@@ -38,10 +38,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.checkpoints import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, EXIT_CRASH, EXIT_INPUT, EXIT_NAN, EXIT_OK, EventWriter
 from engine.files import FileLock, atomic_write_json, read_json
-from engine.loop import CHECKPOINT, PREVIOUS_CHECKPOINT, rng_state, set_rng_state
 from engine.memory import flush_denormals, tune_allocator
 from engine.tasks.registry import artefact_problem, family, load_spec, load_spec_file
 from engine.tasks.run import Cancelled, RunContext, RunFailed, run_steps
@@ -92,12 +92,15 @@ class _Stop:
 
 
 def versions() -> dict[str, str]:
-    """Package versions that decide the numbers, for the reproducibility record.
+    """Package versions that decide the numbers, for the reproducibility record; gaptui's names its code too
+    (:func:`engine.provenance.code_version`: the commit or a hash of the sources).
 
     Read from the installed packages' metadata, not by importing them: importing ``torch_geometric`` pulls in
     ``torch._dynamo``, seconds of start-up that a worker whose family uses neither would pay at its end."""
     import importlib
     from importlib.metadata import PackageNotFoundError, version
+
+    from engine.provenance import code_version
 
     def of(name: str) -> str:
         try:
@@ -114,7 +117,7 @@ def versions() -> dict[str, str]:
         "torch_geometric": of("torch_geometric"),
         "numpy": of("numpy"),
         "scipy": of("scipy"),
-        "gaptui": of("gaptui"),
+        "gaptui": code_version(),
     }
 
 
@@ -141,9 +144,9 @@ def check_run_folder(out: Path, spec: TaskSpec) -> None:
         other = None
     if other is None:
         raise GaptuiError(f"{existing} is not a readable run spec; choose another run folder")
-    if other.hash() != spec.hash():
+    if other.run_id() != spec.run_id():
         raise GaptuiError(
-            f"run folder {out} holds another run ({other.hash()[:12]}: {family(other.task).describe(other)}); "
+            f"run folder {out} holds another run ({other.run_id()[:12]}: {family(other.task).describe(other)}); "
             "choose another folder (or pass --force to replace it)"
         )
 
@@ -197,7 +200,7 @@ class Run:
     def result(self, status: str, **fields: Any) -> dict[str, Any]:
         record = {
             "status": status,
-            "run": self.spec.hash(),
+            "run": self.spec.run_id(),
             "task": self.spec.task,
             "spec": self.spec.to_dict(),
             "versions": versions(),
@@ -295,7 +298,7 @@ class _Folder:
         for name in TEMPORARY:
             (out / name).unlink(missing_ok=True)
         echo = None if self.quiet else sys.stdout
-        self.events = EventWriter(out / "events.jsonl", echo=echo, common={"run": spec.hash()})
+        self.events = EventWriter(out / "events.jsonl", echo=echo, common={"run": spec.run_id()})
         self.log = open(out / "log.txt", "a")  # noqa: SIM115 - closed by close(), after the last step
         return self._steps(spec)
 

@@ -574,9 +574,18 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
 
 def _register_commands() -> None:
-    from gaptui import commands_analysis, commands_manager, commands_queue, commands_slurm, commands_tune, families
+    from gaptui import (
+        commands_analysis,
+        commands_diff,
+        commands_manager,
+        commands_queue,
+        commands_slurm,
+        commands_tune,
+        families,
+    )
 
     commands_manager.register(app)
+    commands_diff.register(app)
     commands_queue.register(app)
     commands_tune.register(app)
     commands_analysis.register(app)

@@ -416,7 +416,7 @@ def _estimate(
 ) -> tuple[Any, list[str]]:
     """The dry run's duration estimate (``gaptui.estimate``), calibrating on this machine where needed, and its
     lines (the estimate None when it failed)."""
-    from engine.cost import CalibrationCache
+    from engine.tasks.cost import CalibrationCache
     from gaptui.cli_progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
     from gaptui.history import read_records
@@ -770,6 +770,9 @@ def show_cmd(
             name = f"{fam.metric(key).name} ({key})"
         head.add_row(escape(name), f"{value:.4f}" if isinstance(value, float) else str(value))
     repro = record.get("repro") or {}
+    code = (repro.get("versions") or {}).get("gaptui")
+    if code:  # the release alone in runs recorded before gaptui named its code
+        head.add_row("code", escape(str(code) if "(" in str(code) else f"{code} (code not recorded)"))
     for key in ("device_name", "precision", "versions", "project", "dataset_id"):
         if repro.get(key):
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])

@@ -165,6 +165,14 @@ def _report(ws: Workspace, settings: Any, as_json: bool, read_only: bool = False
     for line in tuning.summary_lines(settings, rows):
         console.print(escape(line), highlight=False, soft_wrap=True)
     axis = settings.family.axis(settings.family.table.columns).name
+    if not change:  # tau compares two rankings of the same rows: the default grid's and the final runs'
+        console.print(
+            f"  Kendall tau: no column has two rows with both default and final runs yet (gaptui run --preset "
+            f"{settings.where}; gaptui tune --preset {settings.where} --final)",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
     for item in change:
         tau = "undefined (ties)" if item["tau"] is None else f"{item['tau']:.2f}"
         where = f"{item['group']} " if item["group"] else ""

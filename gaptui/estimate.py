@@ -34,9 +34,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import engine.cost
-from engine.cost import CalibrationCache, CellHistory, Conditions, CostContext, CostReport, Profile
+import engine.tasks.cost
 from engine.tasks import LEGACY_TASK, family
+from engine.tasks.cost import CalibrationCache, CellHistory, Conditions, CostContext, CostReport, Profile
 from gaptui.calibration import measure_on_slots, measure_overhead
 from gaptui.durations import format_duration
 from gaptui.scheduler import Slot, group_packs
@@ -220,7 +220,7 @@ class Estimator(CostContext):
 
     def machine(self, profile: Profile) -> dict[str, str]:
         if profile.device not in self._machines:
-            self._machines[profile.device] = engine.cost.machine(profile.device)
+            self._machines[profile.device] = engine.tasks.cost.machine(profile.device)
         return self._machines[profile.device]
 
     def history(self, fam: Any, spec: Any, profile: Profile) -> CellHistory | None:

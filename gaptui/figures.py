@@ -78,7 +78,7 @@ def style(index: int) -> dict[str, Any]:
     }
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-") or "all"
 
 
@@ -469,7 +469,7 @@ def draw_figures(
             written += [path] if path else []
             continue
         for table in chosen:
-            name = out / f"{task}-{spec.kind}-{_slug(table.group or task)}.{fmt}"
+            name = out / f"{task}-{spec.kind}-{slug(table.group or task)}.{fmt}"
             if spec.kind == "lines":
                 written.append(draw_lines(table, name))
             elif spec.kind == "gap":

@@ -29,6 +29,7 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.typed import ascii_count
 from gaptui import analysis
+from gaptui.record import flatten
 from gaptui.tracking import epoch_metrics, finished_records
 
 #: MLflow's limits: a param value's length and entries per ``log_batch`` call.
@@ -67,13 +68,10 @@ class MlflowSummary:
     unreadable: list[str] = field(default_factory=list)
 
 
-def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, Mapping):
-        for key in sorted(value, key=str):
-            yield from _flatten(value[key], f"{prefix}.{key}" if prefix else str(key))
-    elif prefix:
-        text = "" if value is None else str(value)
-        yield prefix, text[:MAX_PARAM]
+def _flatten(value: Any) -> Iterator[tuple[str, str]]:
+    for key, leaf in flatten(value).items():
+        text = "" if leaf is None else str(leaf)
+        yield key, text[:MAX_PARAM]
 
 
 @contextmanager

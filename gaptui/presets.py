@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.files import decode_user_text, read_user_bytes
-from engine.presets import SlurmOptions, toml_value
 from engine.tasks import Placement, PresetBase, family, task_of
+from engine.tasks.presets import SlurmOptions, toml_value
+from engine.user_files import decode_user_text, read_user_bytes
 from gaptui.workspace import Workspace
 
 try:

@@ -368,3 +368,14 @@ def split_words(words: Iterable[str]) -> tuple[list[str], dict[str, str]]:
         else:
             plain.append(word)
     return plain, filters
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping (a spec) as one level, its keys joined by ``.`` (``dataset.n_train``) in sorted order; a
+    leaf (lists included) is kept as it is."""
+    if not isinstance(value, Mapping):
+        return {prefix: value} if prefix else {}
+    out: dict[str, Any] = {}
+    for key in sorted(value, key=str):
+        out.update(flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+    return out

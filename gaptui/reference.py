@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.files import read_user_text
 from engine.tasks import FAMILIES, LEGACY_TASK, Axis, Metric, TaskFamily, family
+from engine.user_files import read_user_text
 from gaptui import analysis
 from gaptui.reference_protocol import ProtocolComparison, compare_protocol
 from gaptui.workspace import Workspace

@@ -43,8 +43,10 @@ def _demote(markdown_text: str) -> str:
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for name in ("gaptui", "torch", "torch_geometric", "numpy", "scipy", "matplotlib"):
+    from engine.provenance import code_version
+
+    out = {"gaptui": code_version()}
+    for name in ("torch", "torch_geometric", "numpy", "scipy", "matplotlib"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:
@@ -53,12 +55,10 @@ def _versions() -> dict[str, str]:
 
 
 def _generator() -> list[str]:
-    from gaptui.run_records import git_commit
-
-    here = git_commit(Path(__file__).resolve().parent)
-    sha = f"{here['commit'][:12]}{' (with local changes)' if here['dirty'] else ''}" if here else "not a checkout"
-    versions = ", ".join(f"{k} {v}" for k, v in _versions().items())
-    return [f"- gaptui source: {sha}", f"- packages of this report: {versions}"]
+    versions = _versions()
+    code = versions.pop("gaptui")
+    packages = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return [f"- gaptui code of this report: {code}", f"- packages of this report: {packages}"]
 
 
 def _repro_section(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -81,8 +81,13 @@ def _repro_section(records: Sequence[dict[str, Any]]) -> list[str]:
     def counted(c: Counter[str]) -> str:
         return ", ".join(f"{k} ({n})" for k, n in sorted(c.items())) or "not recorded"
 
+    # Runs recorded before gaptui named its code carry the release alone: said so, not taken for one version.
+    code = Counter(
+        {v if "(" in v else f"{v} (code not recorded)": n for v, n in packages.pop("gaptui", Counter()).items()}
+    )
     lines = [
         f"- finished runs: {len(done)} of {len(records)} recorded",
+        f"- gaptui code (runs): {counted(code)}",
         f"- presets (runs): {counted(presets)}",
         f"- seeds: {', '.join(map(str, seeds)) or 'none'}",
         f"- devices (runs): {counted(devices)}",
@@ -124,10 +129,11 @@ def family_section(
     """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``. Tables,
     statistics and figures leave out the runs of ``gaptui tune`` trials (its final runs shown with ``tuned``); a
     "Tuning" part summarises the family's studies."""
-    from gaptui.tuning import report_lines, table_view
+    from gaptui.tuning import table_view
+    from gaptui.tuning_report import report_lines
 
     fam = family(task)
-    tuning_lines = report_lines(records, task)
+    tuning_lines = report_lines(records, task, ws, staging, fmt)
     records = table_view(records, tuned)
     mine = analysis.task_records(records, task)
     tables = analysis.build_tables(mine, task=task)

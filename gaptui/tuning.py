@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from typing import Any
 from engine.errors import GaptuiError, did_you_mean
 from engine.files import sqlite_url
 from engine.tasks import Metric, TaskFamily, TaskSpec, Tunable, family, load_spec, task_of
-from engine.typed import ascii_count
+from engine.typed import ascii_count, short_value
 from gaptui.workspace import Workspace
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -600,6 +600,7 @@ class Search:
             trials = sorted({*tune.get("trials", []), pending.trial.number})
             tune.update({"study": self.settings.study, "row": pending.row.key, "trials": trials})
             tune.update({"of": self.settings.trials, "metric": self.settings.metric.key})
+            tune.update({"seeds": list(self.settings.seeds)})  # a trial's value needs every one of them done
             tune.update({"space": [d.text() for d in self.settings.space[pending.row.key]]})
             tune.update({"params": dict(pending.trial.params)})
             tags = sorted({*(record.get("tags") or []), f"study={self.settings.study}"})
@@ -654,7 +655,7 @@ class Search:
             _tell(self.studies[row.key], number, state=optuna.trial.TrialState.FAIL)
             why = str(exc).removeprefix(f"{self.settings.where}: [tune]: ")
             raise GaptuiError(
-                f"{self.settings.where}: [tune] space: row {row.key}, trial {number} ({_params_text(params)}): {why}; "
+                f"{self.settings.where}: [tune] space: row {row.key}, trial {number} ({params_text(params)}): {why}; "
                 "the trial is recorded failed"
             ) from None
 
@@ -749,7 +750,7 @@ class Search:
                     _tell(study, pending.trial.number, sum(numbers) / len(numbers))
                     self.say(
                         f"{pending.row.key}: trial {pending.trial.number} {self.settings.metric.key} "
-                        f"{sum(numbers) / len(numbers):.4f} ({_params_text(pending.trial.params)})"
+                        f"{sum(numbers) / len(numbers):.4f} ({params_text(pending.trial.params)})"
                     )
             else:
                 continue
@@ -812,8 +813,10 @@ def row_seconds(ws: Workspace, records: Mapping[str, Mapping[str, Any]], study: 
     return sum(run_seconds(ws, records[h]) for h in runs if h in records)
 
 
-def _params_text(params: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+def params_text(params: Mapping[str, Any]) -> str:
+    """Sampled values as every listing and legend shows them: ``layers 4, lr 1.02e-3`` (keys in order, floats
+    rounded by :func:`engine.typed.short_value`)."""
+    return ", ".join(f"{k} {short_value(v)}" for k, v in sorted(params.items()))
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -923,7 +926,7 @@ def summary_lines(settings: TuneSettings, rows: list[RowResult]) -> list[str]:
     for r in rows:
         space = "; ".join(d.text() for d in settings.space[r.row.key])
         best = "no trial done" if r.best_value is None else (
-            f"best {metric.key} {r.best_value:.4f} (trial {r.best_trial}: {_params_text(r.best_params)})"
+            f"best {metric.key} {r.best_value:.4f} (trial {r.best_trial}: {params_text(r.best_params)})"
         )  # fmt: skip
         spent = f", {r.seconds:.1f} s of training" + (f" of {settings.seconds:g}" if settings.seconds else "")
         lines.append(
@@ -1072,12 +1075,29 @@ def study_rows(records: Iterable[Mapping[str, Any]]) -> list[StudyRow]:
                 running += 1
                 continue
             ended += 1
-            values = [(r.get("metrics") or {}).get(metric) for r in runs]
-            if statuses and all(s == "done" for s in statuses) and all(isinstance(v, (int, float)) for v in values):
-                value = sum(values) / len(values)
+            value = trial_value(runs, metric)
+            if value is not None:
                 best.append(value if not best else (max if higher else min)(best[-1], value))
         out.append(StudyRow(key[0], key[1], ended, total, running, metric, best))
     return out
+
+
+def trial_value(runs: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    """The value of a trial from its runs' records: their mean ``metric`` once every seed the trial trains is done
+    with one (the seeds its records' ``tune.seeds`` name; records tagged before those were: every run found), else
+    None (a seed in flight, failed, cancelled or not recorded yet)."""
+    expected: set[Any] = set()
+    for record in runs:
+        expected.update((record.get("tune") or {}).get("seeds") or ())
+    done: dict[Any, float] = {}
+    for record in runs:
+        value = (record.get("metrics") or {}).get(metric)
+        if record.get("status") != "done" or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        done[record.get("seed")] = float(value)
+    if not done or not expected <= set(done):
+        return None
+    return sum(done.values()) / len(done)
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -1135,76 +1155,3 @@ def untuned(row: str) -> str:
     """The default row a tuned row stands beside: ``gin`` for ``gin (tuned)``, ``gin (epochs 20)`` for
     ``gin (tuned, epochs 20)``; any other row as it is."""
     return row.replace(TUNED, "").replace(" (tuned, ", " (")
-
-
-def report_lines(records: Iterable[Mapping[str, Any]], task: str) -> list[str]:
-    """The report's "Tuning" part for ``task``: per study and row, the search space, trials run, pruned and failed,
-    the best values and the best trial's metric, then per column Kendall's tau between the default and the tuned
-    ranking; read from the records alone (empty when the history holds no study of ``task``)."""
-    records = [r for r in records if r.get("task") == task]
-    rows = study_rows(records)
-    if not rows:
-        return []
-    about: dict[tuple[str, str], dict[str, Any]] = {}
-    pruned: dict[tuple[str, str], set[int]] = {}
-    trial_runs: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
-    for record in records:
-        tune = record.get("tune")
-        if not isinstance(tune, Mapping) or not tune.get("trials"):
-            continue
-        key = (str(tune.get("study")), str(tune.get("row")))
-        about.setdefault(key, {}).update({k: tune[k] for k in ("space", "metric") if k in tune})
-        for number in tune["trials"]:
-            trial_runs.setdefault((*key, int(number)), []).append(record)
-            if tune.get("pruned"):
-                pruned.setdefault(key, set()).add(int(number))
-    lines = ["## Tuning", ""]
-    lines += [
-        "| study | row | trials | pruned | failed | space | best values | best |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- | ---: |",
-    ]
-    studies: dict[str, str] = {}
-    for row in rows:
-        key = (row.study, row.row)
-        info = about.get(key, {})
-        metric = str(info.get("metric") or row.metric)
-        studies[row.study] = metric
-        higher = True
-        with contextlib.suppress(GaptuiError):
-            higher = family(task).metric(metric).higher_is_better
-        best_value, best_params = None, {}
-        failed = 0
-        for (study, name, _number), runs in sorted(trial_runs.items()):
-            if (study, name) != key or any(r.get("status") in ("queued", "running") for r in runs):
-                continue
-            values = [(r.get("metrics") or {}).get(metric) for r in runs]
-            if _number in pruned.get(key, set()):
-                continue
-            if not all(
-                r.get("status") == "done" and isinstance(v, (int, float)) for r, v in zip(runs, values, strict=True)
-            ):
-                failed += 1
-                continue
-            value = sum(values) / len(values)
-            if best_value is None or (value > best_value if higher else value < best_value):
-                best_value, best_params = value, dict((runs[0].get("tune") or {}).get("params") or {})
-        total = "" if row.total is None else f"/{row.total}"
-        best = "" if best_value is None else f"{best_value:.4f}"
-        lines.append(
-            f"| {row.study} | {row.row} | {row.ended}{total} | {len(pruned.get(key, set()))} | {failed} | "
-            f"{'; '.join(info.get('space') or [])} | {_params_text(best_params)} | {best} |"
-        )
-    lines.append("")
-    axis = family(task).axis(family(task).table.columns).name
-    for study, metric in studies.items():
-        change = ranking_change(records, task, metric, study)
-        if not change:
-            lines += [f"Study `{study}`: no final runs beside default runs yet (`gaptui tune --final`).", ""]
-            continue
-        lines += [f"Study `{study}`, Kendall's tau between the default and the tuned ranking:", ""]
-        for item in change:
-            tau = "undefined (ties)" if item["tau"] is None else f"{item['tau']:.2f}"
-            where = f"{item['group']}, " if item["group"] else ""
-            lines.append(f"- {where}{axis} {item['column']}: {tau} over {len(item['rows'])} rows")
-        lines.append("")
-    return lines

@@ -33,7 +33,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from engine.errors import GaptuiError
-from engine.files import FileLock, atomic_write_text, read_user_bytes
+from engine.files import FileLock, atomic_write_text
+from engine.user_files import read_user_bytes
 from gaptui import analysis
 from gaptui.tracking import epoch_metrics, finished_records, record_run_dir
 

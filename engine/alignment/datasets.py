@@ -178,7 +178,7 @@ def _build(
                 "building it again from the files as they are now"
             )
 
-    from engine.memory import check_fits
+    from engine.alignment.memory import check_fits
 
     check_fits(canonical, what=f"dataset {ident}")
     started = time.perf_counter()

@@ -32,8 +32,8 @@ from engine.alignment.preset import (
 from engine.alignment.recipes import RECIPE_FIELDS, RECIPES, spec_recipe_label
 from engine.alignment.run import AlignmentRun, dataset_dirs
 from engine.alignment.spec import RunSpec
-from engine.cost import CostModel
 from engine.errors import GaptuiError
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import (
     Axis,
     Bound,
@@ -191,10 +191,10 @@ class AlignmentCosts(CostModel):
         return overhead_probe(placement.datasets_dir, placement.data_root, count)
 
     def memory(self, spec: RunSpec) -> Any:
-        """The dataset and a training batch (:func:`engine.memory.pairs_need`); a real or user dataset's size from
-        its built statistics (None until it is built: the launch checks it again then)."""
+        """The dataset and a training batch (:func:`engine.alignment.memory.pairs_need`); a real or user dataset's
+        size from its built statistics (None until it is built: the launch checks it again then)."""
         from engine.alignment.datasets import dataset_id, open_dataset
-        from engine.memory import pairs_need
+        from engine.alignment.memory import pairs_need
 
         if not spec.trains:
             return spec.solver_need(self._built_order(spec))
@@ -324,10 +324,10 @@ class Alignment(TaskFamily):
 
     def dependencies(self, spec: RunSpec) -> tuple[str, ...]:
         # Search on top of a model reads the trained run of the same spec without its decoder.
-        return (spec.undecoded().hash(),) if spec.decoder else ()
+        return (spec.undecoded().run_id(),) if spec.decoder else ()
 
     def dependant_artefacts(self, spec: RunSpec) -> tuple[str, ...]:
-        from engine.loop import CHECKPOINT
+        from engine.checkpoints import CHECKPOINT
 
         # A GAPE or decoding run embeds with the trained model; the training-free runs have none.
         return (CHECKPOINT,) if spec.trains else ()

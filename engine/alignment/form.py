@@ -9,8 +9,7 @@ from typing import Any
 
 from engine.alignment.recipes import DEFAULT_RECIPE, RECIPES
 from engine.errors import GaptuiError
-from engine.hardware import precision_field
-from engine.tasks.form import FormField, form_table, table_values
+from engine.tasks.form import FormField, form_table, precision_field, table_values
 
 #: The noise grid of the paper (Table D.3), as shares.
 PAPER_NOISE = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)
@@ -103,9 +102,12 @@ def row_hints(row: Mapping[str, Any]) -> dict[str, str]:
 
 
 def fields() -> tuple[FormField, ...]:
-    from engine.alignment.preset import RunOptions
+    """The form: base datasets, noise levels, rows (models, solvers, search), then the training options."""
+    return (*_grid_fields(), *_training_fields("Training"))
 
-    defaults = RunOptions()
+
+def _grid_fields() -> tuple[FormField, ...]:
+    """What the grid spans: base datasets, noise levels and its rows."""
     dataset = (
         FormField("base", "base", "choice", "er", "base dataset", choices_from=_bases),
         FormField("params", "parameters", "params", {}, "base dataset parameters, key=value"),
@@ -114,7 +116,6 @@ def fields() -> tuple[FormField, ...]:
         FormField("val", "val", "int", None, "validation pairs", placeholder="default"),
         FormField("seed", "seed", "int", None, "dataset seed", placeholder="0"),
     )
-    section = "Training"
     return (
         FormField(
             "datasets",
@@ -165,6 +166,15 @@ def fields() -> tuple[FormField, ...]:
             choices_from=_decoders,
             section="Search on each model",
         ),
+    )
+
+
+def _training_fields(section: str) -> tuple[FormField, ...]:
+    """The seeds, the training options, the recipe and the run policy, in ``section``."""
+    from engine.alignment.preset import RunOptions
+
+    defaults = RunOptions()
+    return (
         FormField("seeds", "seeds", "seeds", [0], placeholder="0-9 or 0,3", section=section),
         *(
             FormField(key, key.replace("_", " "), "int", None, placeholder=str(getattr(defaults, key)), section=section)

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.alignment.draws import coin_hits, offsets, uniform_permutations, uniform_subsets
 from engine.errors import GaptuiError
-from engine.graphs import Graph, bernoulli_hits, connected_from_root, stable_group, triu_pair, triu_slot
+from engine.graphs import Graph, bernoulli_hits, connected_from_root, stable_group, triu_pair
 from engine.pairs import PairSplit
 
 NOISE_MODELS = ("add_remove", "add")
-# The random stream depends on these sizes (draws happen per block and per chunk): changing one changes the
-# datasets built from a seed, so bump engine.alignment.datasets.FORMAT_VERSION with it.
-#: Most coins drawn at once for the graphs whose non-edges are added with probability above 1/2.
-_DENSE_SLOTS = 1 << 22
+# The random stream depends on these sizes (draws happen per block and per chunk, with engine.alignment.draws'
+# DENSE_SLOTS): changing one changes the datasets built from a seed, so bump
+# engine.alignment.datasets.FORMAT_VERSION with it.
 #: Nodes plus edges per chunk of graphs assembled together: small enough for the chunk's arrays to stay in cache.
 _CHUNK = 1 << 18
 #: Node pairs per chunk at most (the chunk's table of taken pairs). A graph with more pairs than this is a
@@ -119,125 +119,6 @@ class NoiseStats:
         }
 
 
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    """``[len + 1]`` int64 exclusive prefix sums: where each of consecutive blocks of ``sizes`` starts."""
-    out = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
-
-
-def _uniform_subsets(
-    want: np.ndarray,
-    free: np.ndarray,
-    slot_ptr: np.ndarray,
-    taken: np.ndarray,
-    owner: np.ndarray,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """For each graph ``g`` of a chunk, ``want[g]`` distinct pairs drawn uniformly among its ``free[g]`` untaken ones.
-
-    ``want``, ``free`` ``[P]``; graph ``g`` owns the pair slots ``slot_ptr[g] .. slot_ptr[g + 1] - 1`` of the
-    chunk; ``taken`` (bool, the edges marked) and ``owner`` (int scratch) cover those slots. Returns
-    ``(graph, slot)``, both ``[sum(want)]``, the slots chunk-wide, and marks them taken.
-
-    Rejection in rounds: each graph still short draws uniform slots (exact integers), as many as should give
-    what it lacks; a draw is kept if its slot is free and is the one draw of the round that ``owner`` keeps for
-    that slot, and a graph keeps its first such draws up to what it lacks. Which draws survive depends only on
-    where equal and taken values sit in the i.i.d. sequence, never on the free values themselves, so by symmetry
-    the chosen set is a uniform subset of the free slots.
-    """
-    graphs: list[np.ndarray] = []
-    slots: list[np.ndarray] = []
-    need, left = want.copy(), free.copy()
-    short = np.flatnonzero(need > 0)
-    while short.size:
-        sizes = slot_ptr[short + 1] - slot_ptr[short]
-        # Draw what is lacking; where most slots are taken, about lacking * sizes / left so that the graph
-        # does not need a round per slot (the surplus is cut below).
-        ratio = sizes / left[short]
-        lacking = need[short]
-        draws = np.where(ratio > 2, (lacking * ratio * 1.05).astype(np.int64) + 2, lacking)
-        graph = np.repeat(short, draws)
-        if sizes.min() == sizes.max():
-            # One bound for all (graphs of one order): numpy's scalar-bound path is several times faster.
-            draw = slot_ptr[graph] + rng.integers(0, int(sizes[0]), size=graph.size)
-        else:
-            draw = slot_ptr[graph] + rng.integers(0, np.repeat(sizes, draws))
-        index = np.arange(draw.size, dtype=owner.dtype)
-        owner[draw] = index
-        keep = owner[draw] == index
-        keep &= ~taken[draw]
-        if (draws > lacking).any():
-            # Rank of each kept draw within its graph's draws: keep the first ones, up to what the graph lacks.
-            rank = np.cumsum(keep)
-            rank -= np.repeat(np.concatenate([[0], rank])[_offsets(draws)[:-1]], draws)
-            keep &= rank <= np.repeat(lacking, draws)
-        draw, graph = draw[keep], graph[keep]
-        taken[draw] = True
-        graphs.append(graph)
-        slots.append(draw)
-        got = np.bincount(graph, minlength=need.size)
-        need -= got
-        left -= got
-        short = np.flatnonzero(need > 0)
-    if not graphs:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    return np.concatenate(graphs), np.concatenate(slots)
-
-
-def _coin_hits(
-    ids: np.ndarray, p_add: np.ndarray, n: np.ndarray, edge_list: list[np.ndarray], rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Added edges of the graphs ``ids`` by one Bernoulli(p_add) coin per node pair, for ``p_add > 1/2``.
-
-    There more than half of the non-edges are added, so a coin per pair costs at most twice the output, where
-    drawing a subset would reject more and more draws. Coins are drawn in blocks of at most ``_DENSE_SLOTS``
-    pairs (bounded memory whatever the graph size); coins falling on edges are discarded, which leaves exactly
-    one independent coin per non-edge. Returns ``(graph [A], slot [A])`` sorted, ``slot`` within the graph.
-    """
-    if ids.size == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    sizes = n[ids] * (n[ids] - 1) // 2
-    cum = _offsets(sizes)
-    edges = np.concatenate([edge_list[i] for i in ids]).reshape(-1, 2)
-    counts = np.fromiter((edge_list[i].shape[0] for i in ids), dtype=np.int64, count=ids.size)
-    taken = np.sort(triu_slot(edges[:, 0], edges[:, 1], np.repeat(n[ids], counts)) + np.repeat(cum[:-1], counts))
-    graphs: list[np.ndarray] = []
-    slots: list[np.ndarray] = []
-    for a in range(0, int(cum[-1]), _DENSE_SLOTS):
-        b = min(a + _DENSE_SLOTS, int(cum[-1]))
-        s0 = int(np.searchsorted(cum, a, side="right")) - 1
-        s1 = int(np.searchsorted(cum, b, side="left"))
-        lens = np.minimum(cum[s0 + 1 : s1 + 1], b) - np.maximum(cum[s0:s1], a)
-        hit = np.flatnonzero(rng.random(b - a) < np.repeat(p_add[ids[s0:s1]], lens)) + a
-        if taken.size:
-            pos = np.minimum(np.searchsorted(taken, hit), taken.size - 1)
-            hit = hit[taken[pos] != hit]
-        seg = np.searchsorted(cum, hit, side="right") - 1
-        graphs.append(ids[seg])
-        slots.append(hit - cum[seg])
-    return np.concatenate(graphs), np.concatenate(slots)
-
-
-def _uniform_permutations(n: np.ndarray, node_ptr: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One uniform permutation of ``0 .. n_p - 1`` per graph, concatenated: ``[sum(n)]`` int64.
-
-    Graphs of equal order are shuffled together, one Fisher-Yates shuffle per row of a ``[graphs, order]``
-    array (``Generator.permuted``), so the cost is a few numpy calls per distinct order.
-    """
-    perm = np.empty(int(node_ptr[-1]), dtype=np.int64)
-    by_order = np.argsort(n, kind="stable")
-    cuts = np.flatnonzero(np.diff(n[by_order])) + 1
-    for group in np.split(by_order, cuts):
-        order = int(n[group[0]])
-        rows = rng.permuted(np.tile(np.arange(order, dtype=np.int64), (group.size, 1)), axis=1)
-        if group.size == n.size:
-            perm[:] = rows.ravel()
-        else:
-            perm[(node_ptr[group][:, None] + np.arange(order)).ravel()] = rows.ravel()
-    return perm
-
-
 def _upper_rows(lo: np.ndarray, hi: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Undirected edges ``lo < hi`` (any order; ``hi == size`` marks an entry to drop) sorted by ``(lo, hi)``:
     ``(lo [K], hi [K])`` of the kept ones.
@@ -324,15 +205,15 @@ class _Draws:
     #: Removed edges, ascending indices into the graphs' concatenated edges; ``removed_ptr [P + 1]`` per graph.
     removed: np.ndarray
     removed_ptr: np.ndarray
-    #: ``[P]`` edges each graph adds as a uniform subset of its non-edges (:func:`_uniform_subsets`).
+    #: ``[P]`` edges each graph adds as a uniform subset of its non-edges (:func:`uniform_subsets`).
     want: np.ndarray
     #: Graph with more than ``_CHUNK_SLOTS`` pairs -> ranks of the non-edges it adds.
     big_ranks: dict[int, np.ndarray]
-    #: Edges added by coins (:func:`_coin_hits`): ``(graph, slot)``, ``coin_ptr [P + 1]`` per graph.
+    #: Edges added by coins (:func:`coin_hits`): ``(graph, slot)``, ``coin_ptr [P + 1]`` per graph.
     coin_graph: np.ndarray
     coin_slot: np.ndarray
     coin_ptr: np.ndarray
-    #: ``[sum(n)]`` one uniform permutation per graph (:func:`_uniform_permutations`).
+    #: ``[sum(n)]`` one uniform permutation per graph (:func:`uniform_permutations`).
     perm: np.ndarray
     #: ``[P]`` edges each graph adds, however drawn.
     added: np.ndarray
@@ -382,8 +263,8 @@ def _draw_changes(
     want[subset] = rng.binomial(free[subset], p_add[subset])
     big_ids = np.flatnonzero(big & (p_add > 0))
     big_ranks = {int(i): bernoulli_hits(int(free[i]), float(p_add[i]), rng) for i in big_ids}
-    coin_graph, coin_slot = _coin_hits(np.flatnonzero(dense), p_add, n, edge_list, rng)
-    perm = _uniform_permutations(n, node_ptr, rng)
+    coin_graph, coin_slot = coin_hits(np.flatnonzero(dense), p_add, n, edge_list, rng)
+    perm = uniform_permutations(n, node_ptr, rng)
 
     removed_ptr = np.searchsorted(removed, edge_ptr)
     coin_ptr = np.searchsorted(coin_graph, np.arange(count + 1))
@@ -393,7 +274,7 @@ def _draw_changes(
 
 
 def _chunk_scratch(chunks: list[tuple[int, int]], slots: np.ndarray, big: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The chunks' table of taken pairs, and the scratch of _uniform_subsets, reused chunk after chunk."""
+    """The chunks' table of taken pairs, and the scratch of uniform_subsets, reused chunk after chunk."""
     table_size = max(int(slots[c0:c1].sum()) if not big[c0] else 0 for c0, c1 in chunks)
     taken = np.zeros(table_size, dtype=bool)
     owner = np.empty(table_size, dtype=np.int32 if table_size < np.iinfo(np.int32).max else np.int64)
@@ -415,7 +296,7 @@ def _chunk_of(
     """Lay out graphs ``c0 .. c1 - 1`` as one chunk; ValueError for an edge (u, v) with u >= v."""
     nc, mc = n[c0:c1], m[c0:c1]
     cnode_ptr = node_ptr[c0 : c1 + 1] - node_ptr[c0]
-    cslot_ptr = _offsets(slots[c0:c1])
+    cslot_ptr = offsets(slots[c0:c1])
     size = int(cnode_ptr[-1])
     node_type = np.int32 if size < np.iinfo(np.int32).max else np.int64
     edges = np.concatenate(edge_list[c0:c1]) if c1 - c0 > 1 else edge_list[c0]
@@ -473,7 +354,7 @@ def _chunk_added_edges(
     else:
         table = taken[: int(cslot_ptr[-1])]
         table[gslot] = True
-        ag, aslot = _uniform_subsets(draws.want[c0:c1], free[c0:c1], cslot_ptr, table, owner, rng)
+        ag, aslot = uniform_subsets(draws.want[c0:c1], free[c0:c1], cslot_ptr, table, owner, rng)
         table[:] = False
     coin_ptr = draws.coin_ptr
     if coin_ptr[c1] > coin_ptr[c0]:
@@ -533,9 +414,9 @@ def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Genera
 
     - removals: the hits of one Bernoulli(p_remove) sequence over all edges (:func:`bernoulli_hits`);
     - additions: per graph a Binomial(non-edges, p_add) count, then a uniform subset of that many non-edges
-      (:func:`_uniform_subsets`); coins for the graphs with ``p_add > 1/2`` (:func:`_coin_hits`), and for a
+      (:func:`uniform_subsets`); coins for the graphs with ``p_add > 1/2`` (:func:`coin_hits`), and for a
       graph with more than ``_CHUNK_SLOTS`` node pairs the hits of a Bernoulli sequence over its non-edges;
-    - permutations: a Fisher-Yates shuffle per graph (:func:`_uniform_permutations`).
+    - permutations: a Fisher-Yates shuffle per graph (:func:`uniform_permutations`).
 
     The pairs are assembled by chunks of graphs small enough for their arrays to stay in cache, on
     chunk-global node ids, with bucket passes instead of sorts.
@@ -547,14 +428,14 @@ def correlate(graphs: list[Graph], model: str, eta: float, rng: np.random.Genera
     p_remove, p_add = noise_probability_arrays(model, eta, n, m)
     if count == 0:
         return _empty_split()
-    node_ptr, edge_ptr = _offsets(n), _offsets(m)
+    node_ptr, edge_ptr = offsets(n), offsets(m)
     slots = n * (n - 1) // 2
     free = slots - m
     big = slots > _CHUNK_SLOTS
 
     # What decides the output sizes is drawn first, for all graphs.
     draws = _draw_changes(model, n, edge_list, node_ptr, edge_ptr, free, big, p_remove, p_add, rng)
-    g_ptr, h_ptr = 2 * edge_ptr, 2 * _offsets(m - np.diff(draws.removed_ptr) + draws.added)
+    g_ptr, h_ptr = 2 * edge_ptr, 2 * offsets(m - np.diff(draws.removed_ptr) + draws.added)
     g_index = np.empty((2, int(g_ptr[-1])), dtype=np.int64)
     h_index = np.empty((2, int(h_ptr[-1])), dtype=np.int64)
     connected = np.empty(count, dtype=bool)
@@ -615,8 +496,8 @@ def relabel(graphs: list[Graph], partners: list[Graph], rng: np.random.Generator
         h_parts.append(Graph(size, np.sort(perm[partner.edges], axis=1)).edge_index())
         perms.append(perm)
     n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
-    g_ptr = _offsets(np.array([p.shape[1] for p in g_parts], dtype=np.int64))
-    h_ptr = _offsets(np.array([p.shape[1] for p in h_parts], dtype=np.int64))
+    g_ptr = offsets(np.array([p.shape[1] for p in g_parts], dtype=np.int64))
+    h_ptr = offsets(np.array([p.shape[1] for p in h_parts], dtype=np.int64))
     g_index, h_index = np.concatenate(g_parts, axis=1), np.concatenate(h_parts, axis=1)
     split = PairSplit(n, g_index, g_ptr, h_index, h_ptr, np.concatenate(perms))
     edges = int(sum(g.num_edges for g in graphs))

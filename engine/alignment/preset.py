@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from engine.alignment.recipes import RECIPE_FIELDS, SCAFFOLD_FIELDS, resolve
 from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import (
+from engine.tasks.presets import (
     PresetBase,
     PresetHead,
     SlurmOptions,
@@ -24,6 +24,7 @@ from engine.presets import (
     unique_values,
 )
 from engine.tasks.spec import Placement
+from engine.typed import short_value
 
 BASELINE = "laplacian"
 #: The training-free rows, in table order: the Laplacian baseline, then the solvers.
@@ -41,12 +42,18 @@ def model_label(spec: RunSpec) -> str:
     than one cell. The base inputs (``degree``, ``ones``) are the recipe's, named by the recipe axis. A solver's
     options that differ from its defaults show the same way (``faq[init=barycenter]``); a search on top of a model
     adds its decoder (``gin+faq``)."""
-    label = spec.model
-    if spec.model_kwargs:
-        label += "[" + ",".join(f"{k}={v}" for k, v in sorted(spec.model_kwargs.items())) + "]"
-    positional = positional_text(spec.features) if spec.trained else ""
-    label = f"{label}+{positional}" if positional else label
+    label = row_label(spec.model, spec.model_kwargs, spec.features if spec.trained else None)
     return f"{label}+{spec.decoder}" if spec.decoder else label
+
+
+def row_label(model: str, model_kwargs: dict[str, Any], features: str | None) -> str:
+    """A model's row: ``model``, its options in brackets, the positional parts of ``features``. The BREC family
+    names its trained rows this way too, so the two families' rows of one architecture match."""
+    label = model
+    if model_kwargs:
+        label += "[" + ",".join(f"{k}={short_value(v)}" for k, v in sorted(model_kwargs.items())) + "]"
+    positional = positional_text(features)
+    return f"{label}+{positional}" if positional else label
 
 
 def is_reference_row(label: str) -> bool:
@@ -239,7 +246,7 @@ class Preset(PresetBase):
         return self.run
 
 
-#: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.presets`').
+#: The family's own top-level keys (the common ones, ``task`` ... ``[slurm]``, are :mod:`engine.tasks.presets`').
 OWN_KEYS = ("noise", "models", "laplacian", "solvers", "decoders", "model_options", "datasets")
 DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name in RunOptions().spec_fields())
@@ -255,10 +262,8 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
 
 def preset_of(head: PresetHead) -> Preset:
     """The alignment preset on a parsed common part: reads the family's keys (``head.own``, ``head.run``) only."""
-    from engine.alignment.datasets import DatasetSpec
     from engine.alignment.noise import check_noise
     from engine.models import MODELS
-    from engine.sources import SOURCES, parse_params
     from engine.typed import parse_dataclass
 
     where, raw = head.where, head.own
@@ -289,16 +294,7 @@ def preset_of(head: PresetHead) -> Preset:
                 f"{where}: key 'models' value '{model}' is not a model{did_you_mean(model, known)}; "
                 f"known: {', '.join(known)} or module.path:Factory"
             )
-    datasets = []
-    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
-        ds = parse_dataclass(DatasetEntry, entry, here)
-        try:
-            if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)
-                parse_params(SOURCES.get(ds.base), ds.params, "params", strict=True)
-            DatasetSpec(ds.base, noise[0], ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
-        except GaptuiError as exc:
-            raise GaptuiError(f"{here}: {exc}") from None
-        datasets.append(ds)
+    datasets = _dataset_entries(where, raw, noise[0])
     notes: list[str] = []
     noise = unique_values(noise, float, "noise", notes)
     models = unique_values(models, str, "models", notes)
@@ -331,9 +327,29 @@ def preset_of(head: PresetHead) -> Preset:
         raise GaptuiError(f"{where}: key 'models' names no model: the grid would have no runs")
     # Validate the run options once through the same checks the worker applies, and build each model once so an
     # impossible budget or a bad model option fails here rather than in every worker of the grid.
-    grid(preset, Placement(".", "."), limit=1)
+    # The models first: a bad model option is then named by the preset key that holds it.
     _check_models(preset, where)
+    grid(preset, Placement(".", "."), limit=1)
     return preset
+
+
+def _dataset_entries(where: str, raw: dict[str, Any], eta: float) -> list[DatasetEntry]:
+    """The ``[[datasets]]`` tables, each checked as the dataset spec it makes (at noise ``eta``)."""
+    from engine.alignment.datasets import DatasetSpec
+    from engine.sources import SOURCES, parse_params
+    from engine.typed import parse_dataclass
+
+    datasets = []
+    for here, entry in dataset_tables(where, raw, DATASET_KEYS):
+        ds = parse_dataclass(DatasetEntry, entry, here)
+        try:
+            if ds.base in SOURCES:  # typed values, as a preset gives them (an unknown base is named below)
+                parse_params(SOURCES.get(ds.base), ds.params, "params", strict=True)
+            DatasetSpec(ds.base, eta, ds.noise_model, ds.train, ds.val, ds.seed, ds.params).canonical()
+        except GaptuiError as exc:
+            raise GaptuiError(f"{here}: {exc}") from None
+        datasets.append(ds)
+    return datasets
 
 
 def _model_options(where: str, raw: Any, models: list[str]) -> dict[str, dict[str, Any]]:
@@ -467,8 +483,8 @@ def grid(preset: Preset, placement: Placement, limit: int | None = None) -> list
                             decoded[key] = RunSpec.from_dict({**template.to_dict(), "decoder": decoder}, where)
                         cell.append(decoded[key].reseeded(seed))
                 for spec in cell:
-                    if spec.hash() not in seen:
-                        seen.add(spec.hash())
+                    if spec.run_id() not in seen:
+                        seen.add(spec.run_id())
                         specs.append(spec)
                 if limit is not None and len(specs) >= limit:
                     return specs

@@ -326,7 +326,7 @@ def _report(
     return _clean(
         {
             "format": FORMAT,
-            "run": spec.hash(),
+            "run": spec.run_id(),
             "task": "alignment",
             "describe": family("alignment").describe(spec),
             "dataset": inputs.dataset.id,

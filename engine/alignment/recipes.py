@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.alignment.solvers import SOLVERS
 from engine.errors import GaptuiError, did_you_mean
+from engine.typed import short_value
 
 #: The spec fields a recipe sets: node inputs, the scaffold's model options and the optimiser.
 RECIPE_FIELDS = (
@@ -165,7 +166,7 @@ def recipe_label(values: Mapping[str, Any], model: str, named: str | None = None
             best = (len(differ), name, differ)
     assert best is not None
     _, name, differ = best
-    return name + "".join(f"+{k}={full[k]}" for k in differ)
+    return name + "".join(f"+{k}={short_value(full[k])}" for k in differ)
 
 
 def base_features(features: Any) -> Any:

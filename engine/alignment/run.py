@@ -103,7 +103,7 @@ class AlignmentRun:
         with LapEvaluator(ks=spec.topk) as evaluator:
             task = AlignmentTraining(self, dataset, device, evaluator)
             ctx.log(f"model {spec.model}: {task.params} parameters, width {task.width}, device {device}")
-            result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
+            result = yield from epoch_steps(task, ctx, spec.run_id(), spec.run_options())
         metrics = result.metrics
         if task.last_pairs is not None:
             from engine.alignment.search import ceiling_metrics, symmetry_of, write_pairs

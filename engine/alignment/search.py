@@ -101,7 +101,7 @@ def decoder_run(run: Any, dataset: Any) -> Outcome:
 
     spec, ctx = run.spec, run.ctx
     parent = spec.undecoded()
-    frozen = load_frozen(ctx.run_dir_of(parent.hash()))
+    frozen = load_frozen(ctx.run_dir_of(parent.run_id()))
     val = dataset.split("val")
     label = f"{spec.model}+{spec.decoder}"
     params = sum(p.numel() for p in frozen.model.parameters())
@@ -117,7 +117,7 @@ def decoder_run(run: Any, dataset: Any) -> Outcome:
         write_pairs(run, pairs)
         metrics |= ceiling_metrics(symmetry_of(run, dataset))
     ctx.log(
-        f"{label} (from run {parent.hash()[:12]}): the model's LAP "
+        f"{label} (from run {parent.run_id()[:12]}): the model's LAP "
         f"{metrics.get('val_model_lap_acc', float('nan')):.4f}, then FAQ {metrics.get('val_lap_acc', float('nan')):.4f}"
     )
     return _outcome(run, dataset, metrics, params=params, width=frozen.out_dim)
@@ -137,7 +137,7 @@ def model_lap(frozen: Any, split: PairSplit, batch_size: int, ks: Any) -> Alignm
 def _emit_start(run: Any, dataset: Any, model: str, pairs: int, *, width: int, params: int = 0) -> None:
     run.ctx.emit(
         "start",
-        run=run.spec.hash(),
+        run=run.spec.run_id(),
         model=model,
         params=params,
         width=width,
@@ -161,5 +161,5 @@ def _outcome(run: Any, dataset: Any, metrics: dict[str, float], *, params: int, 
     extra["dataset_seed"] = spec.dataset.get("seed", 0)
     if spec.decoder:
         extra["decoder"] = spec.decoder
-        extra["decodes"] = spec.undecoded().hash()
+        extra["decodes"] = spec.undecoded().run_id()
     return Outcome(metrics=metrics, params=params, extra=extra)

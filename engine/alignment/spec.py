@@ -28,14 +28,6 @@ from engine.tasks.spec import TaskSpec
 from engine.typed import frozen_json
 
 CLIP_MODES = ("value", "norm")
-#: Fields added after runs were recorded: hashed only when set away from their default, so the ids of
-#: existing runs (which all used the default) stay what they were.
-_HASHED_WHEN_SET = {
-    **{k: RECIPES[LEGACY_RECIPE].values[k] for k in ("input_layer", "norm", "activation", "block", "schedule")},
-    "compile": "auto",
-    "precision": "auto",
-    "decoder": None,
-}
 #: What a solver run's identity holds (the rest of a spec are training options it does not read).
 SOLVER_FIELDS = ("task", "dataset", "model", "model_kwargs", "topk", "seed")
 #: The training-free baseline of the paper (:mod:`engine.laplacian`).
@@ -105,6 +97,13 @@ class RunSpec(TaskSpec):
 
     #: The dataset spec is the ``dataset`` field's, which the seed of the run does not change.
     SEED_FREE: ClassVar[tuple[str, ...]] = (*TaskSpec.SEED_FREE, "_dataset_spec")
+    #: Fields added after runs were recorded, with the value those runs had (the scaffold's: the legacy recipe's).
+    HASHED_WHEN_SET: ClassVar[dict[str, Any]] = {
+        **{k: RECIPES[LEGACY_RECIPE].values[k] for k in ("input_layer", "norm", "activation", "block", "schedule")},
+        "compile": "auto",
+        "precision": "auto",
+        "decoder": None,
+    }
 
     def __post_init__(self) -> None:
         # Registered model names are case-insensitive: canonicalise before hashing so GCN and gcn are one run.
@@ -238,11 +237,13 @@ class RunSpec(TaskSpec):
         for key in MODEL_FIELDS:
             if key in self.model_kwargs:
                 raise GaptuiError(f"{where}: model_kwargs '{key}' duplicates the run option {key}; set it there")
-            if ":" in self.model and getattr(self, key) != _HASHED_WHEN_SET[key]:
+            if ":" in self.model and getattr(self, key) != self.HASHED_WHEN_SET[key]:
                 raise GaptuiError(
                     f"{where}: {key} = '{getattr(self, key)}' applies to built-in models only, not '{self.model}'"
                 )
-        if self.model != "laplacian" and ":" not in self.model:
+        from engine.alignment.solvers import is_solver
+
+        if self.model != LAPLACIAN and ":" not in self.model and not is_solver(self.model):
             from engine.models import check_options
 
             try:
@@ -288,7 +289,7 @@ class RunSpec(TaskSpec):
     def check_memory(self) -> None:
         """Refuse (one line, with the estimate) a run whose dataset or training batch cannot fit in memory, or a
         solver whose per-pair matrices cannot."""
-        from engine.memory import check_fits
+        from engine.alignment.memory import check_fits
 
         if not self.trained:
             need = self.solver_need()
@@ -358,11 +359,7 @@ class RunSpec(TaskSpec):
     def canonical(self) -> dict[str, Any]:
         """What the run computes, resolved (dataset defaults filled in), without placement fields."""
         # The recipe's name is not hashed: the values it filled in are, so a run is what it computes.
-        out = {
-            k: v
-            for k, v in super().canonical().items()
-            if k != "recipe" and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])
-        }
+        out = {k: v for k, v in super().canonical().items() if k != "recipe"}
         out["dataset"] = self.dataset_spec().canonical()
         from engine.alignment.solvers import is_solver
 
@@ -375,5 +372,5 @@ class RunSpec(TaskSpec):
 
         Defaults are left out so that a user's import-path model is called exactly as before.
         """
-        extra = {k: getattr(self, k) for k in MODEL_FIELDS if getattr(self, k) != _HASHED_WHEN_SET[k]}
+        extra = {k: getattr(self, k) for k in MODEL_FIELDS if getattr(self, k) != self.HASHED_WHEN_SET[k]}
         return {**self.model_kwargs, **extra}

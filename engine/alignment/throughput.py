@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.alignment.solvers import is_solver
-from engine.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
-from engine.cost import CellHistory, CostContext, CostReport, Profile, RunCost
+from engine.tasks.cost import CalibrationCache as CalibrationCache  # where the calibration cache was first
+from engine.tasks.cost import CellHistory, CostContext, CostReport, Profile, RunCost
 from engine.typed import json_fields
 
 #: Seconds of timed training steps per key (after the warm-up): enough steps for a median on a loaded machine.
@@ -160,10 +160,9 @@ def measure(key: CostKey, device: str | None = None, seconds: float = DEFAULT_SE
 def _measure_training(key: CostKey, device_name: str, seconds: float) -> Throughput:
     from engine import models
     from engine.alignment.features import feature_dim
-    from engine.alignment.training import PairTensors, compile_model, evaluate, train_epoch
-    from engine.evaluation import LapEvaluator
+    from engine.alignment.training import PairTensors, compile_model, train_epoch
     from engine.hardware import resolve_device
-    from engine.loop import CHECK_EVERY, Checkpoints, TrainState, make_optimiser, seed_everything
+    from engine.loop import CHECK_EVERY, TrainState, make_optimiser, seed_everything
 
     device = resolve_device(device_name)
     seed_everything(0)
@@ -220,33 +219,45 @@ def _measure_training(key: CostKey, device_name: str, seconds: float) -> Through
         times.append(time.perf_counter() - t1)
     step_s, timed = statistics.median(times) / per_call, len(times) * per_call
 
-    with LapEvaluator() as evaluator:
-        evaluate(model, data, key.batch_size, evaluator, key.features)
-        rounds: list[float] = []
-        t0 = time.perf_counter()
-        while not rounds or time.perf_counter() - t0 < seconds / 3:
-            t1 = time.perf_counter()
-            evaluate(model, data, key.batch_size, evaluator, key.features)
-            rounds.append(time.perf_counter() - t1)
-        val_pair_s = statistics.median(rounds) / len(data)
-
-    with tempfile.TemporaryDirectory(prefix="gaptui-calibration-") as tmp:
-        checkpoints = Checkpoints(Path(tmp), lambda _text: None)
-        payload = {"model": model.state_dict(), "optimizer": opt.state_dict(), "state": asdict(state)}
-        checkpoints.save(payload)  # the second save also rotates the previous one, as every later epoch does
-        t0 = time.perf_counter()
-        checkpoints.save(payload)
-        checkpoint_s = time.perf_counter() - t0
+    payload = {"model": model.state_dict(), "optimizer": opt.state_dict(), "state": asdict(state)}
     return Throughput(
         step_s=step_s,
-        val_pair_s=val_pair_s,
-        checkpoint_s=checkpoint_s,
+        val_pair_s=_measure_evaluation(key, model, data, seconds / 3),
+        checkpoint_s=_measure_checkpoint(payload),
         build_s=build_s,
         compile_s=compile_s,
         params=models.count_parameters(model),
         steps=timed,
         measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
+
+
+def _measure_evaluation(key: CostKey, model: Any, data: Any, seconds: float) -> float:
+    """Seconds per validation pair of ``model`` over ``data`` (the median of rounds over ``seconds``)."""
+    from engine.alignment.training import evaluate
+    from engine.evaluation import LapEvaluator
+
+    with LapEvaluator() as evaluator:
+        evaluate(model, data, key.batch_size, evaluator, key.features)
+        rounds: list[float] = []
+        t0 = time.perf_counter()
+        while not rounds or time.perf_counter() - t0 < seconds:
+            t1 = time.perf_counter()
+            evaluate(model, data, key.batch_size, evaluator, key.features)
+            rounds.append(time.perf_counter() - t1)
+    return statistics.median(rounds) / len(data)
+
+
+def _measure_checkpoint(payload: dict[str, Any]) -> float:
+    """Seconds to save ``payload`` as a run's checkpoint once one exists (the save that rotates the previous)."""
+    from engine.checkpoints import Checkpoints
+
+    with tempfile.TemporaryDirectory(prefix="gaptui-calibration-") as tmp:
+        checkpoints = Checkpoints(Path(tmp), lambda _text: None)
+        checkpoints.save(payload)  # the second save also rotates the previous one, as every later epoch does
+        t0 = time.perf_counter()
+        checkpoints.save(payload)
+        return time.perf_counter() - t0
 
 
 def _measure_laplacian(key: CostKey, seconds: float) -> Throughput:
@@ -480,7 +491,7 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
         size = graph_size(spec, ctx.datasets_dir)
         if size is None:
             why = f"{spec.dataset['base']}: graph size unknown until its dataset is built (`gaptui datasets build`)"
-            report.missing[spec.hash()] = why
+            report.missing[spec.run_id()] = why
             continue
         per: dict[Profile, CellHistory | tuple[Profile, str]] = {}
         for profile in ctx.profiles:
@@ -516,7 +527,7 @@ def estimate_costs(family: Any, specs: list[Any], ctx: CostContext) -> CostRepor
                 cost.shared[profile] = overhead
                 sources.append("calibration (measured now)" if now else "calibration (cached)")
         cost.source = sources[0]
-        report.costs[spec.hash()] = cost
+        report.costs[spec.run_id()] = cost
     return report
 
 

@@ -24,7 +24,7 @@ from engine.brec.data import CATEGORY_KEYS, PAPER_PARTS, TOTAL, load_pairs
 from engine.brec.preset import BrecPreset, grid, parse_preset
 from engine.brec.spec import BrecSpec, model_label
 from engine.brec.wl import WL_ROWS, wl_bytes
-from engine.cost import CostModel
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
@@ -175,7 +175,7 @@ class Brec(TaskFamily):
         from engine.brec.wl import verdicts
 
         pairs = load_pairs(spec.category, spec.data, spec.pairs)
-        ctx.emit("start", run=spec.hash(), model=spec.model, params=0, category=spec.category, pairs=len(pairs),
+        ctx.emit("start", run=spec.run_id(), model=spec.model, params=0, category=spec.category, pairs=len(pairs),
                  epochs=0, steps_per_epoch=0, resumed_from=None, pid=os.getpid())  # fmt: skip
         self.costs.memory(spec).check()
         started = time.perf_counter()
@@ -206,7 +206,7 @@ class Brec(TaskFamily):
         device = resolve_device(spec.device)
         pairs = load_pairs(spec.category, spec.data, spec.pairs)
         task = PairTraining(spec, pairs, device)
-        result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
+        result = yield from epoch_steps(task, ctx, spec.run_id(), spec.run_options())
         metrics = {**result.metrics, **task.metrics()}
         ctx.log(f"{self.describe(spec)}: {int(metrics['distinguished'])} of {len(pairs)} pairs distinguished, "
                 f"{int(metrics['reliability_failures'])} reliability failures")  # fmt: skip

@@ -7,8 +7,7 @@ from typing import Any
 
 from engine.brec.data import CATEGORY_KEYS
 from engine.brec.wl import WL_ROWS
-from engine.hardware import precision_field
-from engine.tasks.form import FormField, form_table, table_values
+from engine.tasks.form import FormField, form_table, precision_field, table_values
 
 #: Form key -> ``[run]`` key of the options the form shows (the others go in ``run_more``).
 RUN_FIELDS = {

@@ -29,7 +29,7 @@ from engine.brec.data import CATEGORY_KEYS, category
 from engine.brec.spec import BrecSpec
 from engine.brec.wl import WL_ROWS
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import PresetBase, SlurmOptions, list_of, parse_head, spec_options, unique_values
+from engine.tasks.presets import PresetBase, SlurmOptions, list_of, parse_head, spec_options, unique_values
 from engine.tasks.spec import Placement
 
 #: The ``[run]`` table: every BrecSpec option a grid does not fill in, plus the run policy.
@@ -165,8 +165,8 @@ def grid(preset: BrecPreset, placement: Placement, limit: int | None = None) -> 
     seen: set[str] = set()
 
     def add(spec: BrecSpec) -> bool:
-        if spec.hash() not in seen:
-            seen.add(spec.hash())
+        if spec.run_id() not in seen:
+            seen.add(spec.run_id())
             specs.append(spec)
         return limit is not None and len(specs) >= limit
 

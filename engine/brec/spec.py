@@ -12,7 +12,7 @@ in the alignment zoo) whose node embeddings are summed per graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.brec.data import category
 from engine.brec.rpc import STATISTICS, hotelling_threshold
@@ -58,6 +58,9 @@ class BrecSpec(TaskSpec):
     seed: int = 0
     device: str = "auto"
     datasets_dir: str | None = None
+
+    #: Options added after runs were recorded, with the value those runs had.
+    HASHED_WHEN_SET: ClassVar[dict[str, Any]] = {"precision": "auto"}
 
     def __post_init__(self) -> None:
         if isinstance(self.model, str) and ":" not in self.model:
@@ -135,12 +138,10 @@ class BrecSpec(TaskSpec):
 
     def canonical(self) -> dict[str, Any]:
         """What the run computes: an exact WL run is its test and its pairs alone; a trained run everything but
-        the placement fields (``precision`` only when set)."""
+        the placement fields (and ``precision`` only when set: :data:`HASHED_WHEN_SET`)."""
         out = super().canonical()
         if self.is_wl:
             return {k: v for k, v in out.items() if k in WL_FIELDS}
-        if out.get("precision") == "auto":
-            del out["precision"]
         return out
 
     def model_options(self) -> dict[str, Any]:
@@ -153,6 +154,6 @@ def model_label(spec: BrecSpec) -> str:
     architecture match."""
     if spec.is_wl:
         return spec.model
-    from engine.alignment.preset import model_label as alignment_label
+    from engine.alignment.preset import row_label
 
-    return alignment_label(spec)  # type: ignore[arg-type]  # reads model, model_kwargs and features only
+    return row_label(spec.model, spec.model_kwargs, spec.features)

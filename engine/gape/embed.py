@@ -97,7 +97,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     """
     from engine import models
     from engine.alignment.spec import RunSpec
-    from engine.loop import read_checkpoint
+    from engine.checkpoints import read_checkpoint
 
     run_dir = Path(run_dir)
     spec = RunSpec.from_file(run_dir / "spec.json")
@@ -116,7 +116,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     if not ckpt_path.is_file():
         raise GaptuiError(f"run {run_dir.name} has no checkpoint.pt to take the model from")
     ckpt = read_checkpoint(ckpt_path)
-    if ckpt.get("run") != spec.hash():
+    if ckpt.get("run") != spec.run_id():
         raise GaptuiError(f"{ckpt_path} belongs to another run spec than {run_dir / 'spec.json'}")
     from engine.alignment.features import feature_dim
 
@@ -130,7 +130,7 @@ def load_frozen(run_dir: Path, device: str | torch.device = "cpu") -> FrozenEmbe
     model.load_state_dict(ckpt["model"])
     device = torch.device(device)
     model.to(device).eval().requires_grad_(False)
-    return FrozenEmbedder(spec.hash(), run_dir, model, features, int(ckpt["out_dim"]), device)
+    return FrozenEmbedder(spec.run_id(), run_dir, model, features, int(ckpt["out_dim"]), device)
 
 
 def write_embeddings(

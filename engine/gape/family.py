@@ -15,9 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from engine.cost import CostModel
 from engine.gape.preset import PE_ORDER, GapePreset, dataset_label, grid, parse_preset
 from engine.gape.spec import GapeSpec
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.hardware import precision_field
-from engine.tasks.form import FormField, drop_blank, form_table, table_values
+from engine.tasks.form import FormField, drop_blank, form_table, precision_field, table_values
 
 #: Row order of Table 1 (the PEs a preset may list).
 PES = ("none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe")
@@ -68,7 +67,7 @@ def preset_from_form(values: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {"pes": list(values.get("pes") or []), "seeds": list(values.get("seeds") or [])}
     policy = drop_blank({k: values.get(k) for k in ("precision", "timeout", "retries")})
     if policy:
-        doc["run"] = policy  # the [run] table of every family's preset (engine.presets): precision and policy
+        doc["run"] = policy  # the [run] table of every family's preset (engine.tasks.presets): precision and policy
     datasets = []
     for row in values.get("datasets") or []:
         params = {**(row.get("params") or {}), **drop_blank({k: row.get(k) for k in MOLECULE_FIELDS})}

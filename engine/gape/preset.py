@@ -17,7 +17,7 @@ from engine.alignment.spec import RunSpec
 from engine.errors import GaptuiError
 from engine.gape.pe import KINDS, parse_pe
 from engine.gape.spec import GapeSpec
-from engine.presets import (
+from engine.tasks.presets import (
     PresetBase,
     PresetHead,
     RunPolicy,
@@ -75,7 +75,7 @@ class GapePreset(PresetBase):
     pes = ["none", "lap", "abs-lap", "r-lap", "rwpe", "gape", "gape+rwpe"]
     seeds = [0, 1, 2, 3]
 
-    [run]                     # optional: the run policy (engine.presets.RunPolicy)
+    [run]                     # optional: the run policy (engine.tasks.presets.RunPolicy)
     timeout = 3600            # seconds per run
     retries = 0
     precision = "auto"        # every run of the grid, pretraining included: auto, fp32 or bf16
@@ -109,7 +109,7 @@ class GapePreset(PresetBase):
 
 #: The run options a gape preset's ``[run]`` table may set beside the policy, for every run of the grid.
 GRID_RUN_KEYS = ("precision",)
-#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
+#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.tasks.presets`').
 OWN_KEYS = ("pes", "datasets")
 #: Policy keys that older gape presets set at the top level rather than in ``[run]``: still read there.
 TOP_LEVEL_POLICY = ("timeout", "retries")
@@ -148,9 +148,9 @@ def pretraining_spec(entry: GapeDataset, placement: Placement, precision: str = 
 def downstream_pe(pe: str, pretraining: RunSpec) -> str:
     """A preset's PE name with ``gape`` bound to the dataset's pretraining run (by its full hash)."""
     if pe == "gape":
-        return f"gape:{pretraining.hash()}"
+        return f"gape:{pretraining.run_id()}"
     if pe == "gape+rwpe":
-        return f"gape:{pretraining.hash()}+rwpe"
+        return f"gape:{pretraining.run_id()}+rwpe"
     return pe
 
 

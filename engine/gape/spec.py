@@ -48,6 +48,8 @@ class GapeSpec(TaskSpec):
     runs_dir: str | None = None
     #: Where or how the run executes, not what it computes: left out of the hash.
     PLACEMENT: ClassVar[tuple[str, ...]] = ("device", "datasets_dir", "data_root", "runs_dir")
+    #: Options added after runs were recorded, with the value those runs had.
+    HASHED_WHEN_SET: ClassVar[dict[str, Any]] = {"precision": "auto"}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "gape spec") -> GapeSpec:
@@ -100,8 +102,6 @@ class GapeSpec(TaskSpec):
         """What the run computes, resolved, without placement fields. Options an encoding ignores are dropped,
         so ``none`` with ``lap_k = 4`` and with ``lap_k = 8`` are one run."""
         out = super().canonical()
-        if out.get("precision") == "auto":
-            del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
         out["dataset"] = self.molecule_spec().canonical()
         pe = self.pe_spec()
         out["pe"] = pe.name

@@ -213,7 +213,7 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
 
     The molecules and their encoding are read once per worker process (the seeds of a pack share them).
     """
-    key = "gape-data:" + spec.replace(seed=0).hash()
+    key = "gape-data:" + spec.replace(seed=0).run_id()
     if key not in ctx.shared:
         ctx.emit("progress", phase="preparing", what=f"reading the molecules and their PE {spec.pe}")
         ctx.shared[key] = prepare(spec)
@@ -224,7 +224,7 @@ def gape_steps(spec: GapeSpec, ctx: RunContext) -> Generator[None, None, Outcome
     model = task.model
     ctx.log(f"transformer: {model.num_parameters} parameters, width {model.width}, ff {model.ff}; "
             f"PE {spec.pe} ({enc.dim} dims)")  # fmt: skip
-    result = yield from epoch_steps(task, ctx, spec.hash(), spec.run_options())
+    result = yield from epoch_steps(task, ctx, spec.run_id(), spec.run_options())
     metrics = {**result.metrics, **task.best}
     ctx.log(f"done: val MAE {metrics['val_mae']:.4f}")
     fields = task.fields()

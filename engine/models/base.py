@@ -18,7 +18,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, GraphNorm
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.models.sparse import Graph, GraphLayer, convolve, graph_norm
+from engine.models.graph_norm import graph_norm
+from engine.models.sparse import Graph, GraphLayer, convolve
 from engine.registry import Registry
 
 #: Conv factory: given the block width, return one message-passing layer mapping ``[N, width] -> [N, width]``.
@@ -364,8 +365,8 @@ class ResidualGNN(nn.Module):
     def batch_bytes(cls, options: Mapping[str, Any], graphs: int, nodes: float) -> int:
         """Bytes a training step needs beyond the node states, for ``graphs`` graphs of about ``nodes`` nodes
         (``options`` resolved): a layer that holds a dense ``nodes x nodes`` matrix per graph says so here, so a
-        grid that cannot fit is refused before it starts (:func:`engine.memory.pairs_need`). Node-sized tensors
-        are in the estimate's per-node allowance already; the default is 0."""
+        grid that cannot fit is refused before it starts (:func:`engine.alignment.memory.pairs_need`). Node-sized
+        tensors are in the estimate's per-node allowance already; the default is 0."""
         return 0
 
     @classmethod

@@ -14,19 +14,18 @@ layers whose aggregation is a fixed linear map of the node states (``GCNConv``, 
 
 with ``A[i, j] = 1`` for each edge ``j -> i``. :class:`Graph` builds ``A`` (and ``Â`` when asked) once per forward
 pass as CSR matrices, shared by every layer, together with their transposes, which the backward pass multiplies
-by (:class:`_Spmm`), so no product is ever transposed on the fly.
+by (:class:`Spmm`), so no product is ever transposed on the fly.
 
 Attention layers (``GATConv``, ``GATv2Conv``) weigh each edge per head; their aggregation ``out_h = A(alpha_h)
 x_h`` is one sparse product per head with the attention weights as the matrix values, and the gradient of those
-weights is a sampled dense product (``torch.sparse.sampled_addmm``) on the same pattern (:class:`_Attend`), so
+weights is a sampled dense product (``torch.sparse.sampled_addmm``) on the same pattern (:class:`Attend`), so
 the ``[edges, heads, channels]`` messages of PyG's path are never built (GATv2 still builds them once, for its
 scores). The edge-gated ``ResGatedGraphConv`` (GatedGCN) computes its gates per edge as PyG does, but gathers
-the node states to the edges and sums the messages back by products with the incidence matrix (:class:`_Gather`,
-:class:`_Sum`).
+the node states to the edges and sums the messages back by products with the incidence matrix (:class:`Gather`,
+:class:`Sum`).
 
-:func:`graph_norm` is PyG's ``GraphNorm`` per graph; when the graphs of a batch all have the same number of nodes
-and lie in order (alignment pairs of a fixed-order base, BFS samples), the per-graph statistics are a mean over
-one axis of a ``[graphs, nodes, width]`` view instead of two scatters and two gathers.
+The autograd functions of these products are :mod:`engine.models.sparse_autograd`'s; PyG's ``GraphNorm`` per
+graph, over a ``[graphs, nodes, width]`` view where the graphs allow it, is :mod:`engine.models.graph_norm`'s.
 
 Edges that hold both directions of each edge sorted by (source, target), as alignment pairs do, arrive as a PyG
 ``EdgeIndex`` flagged sorted and undirected (:meth:`Graph.from_edge_index`): the adjacency is then its own
@@ -38,10 +37,10 @@ keeps PyG's own path everywhere.
 
 Under bf16 autocast (the ``precision = "bf16"`` run option) the node states, linear layers and per-edge messages
 are bf16; every sparse product, which has no bf16 kernel on a CPU, runs in fp32 on its input cast up and returns
-its result cast back (:func:`_product`), forward and backward, so the matrices are always fp32
+its result cast back (:func:`sparse_product`), forward and backward, so the matrices are always fp32
 (:func:`matrix_dtype`). The attention layers' per-head score sums ``(x * att).sum(-1)`` are one small dense
 product with a block-diagonal matrix of the attention vectors, and their heads are aggregated by one product with
-a block matrix of the pattern per head (:class:`_Heads`), so no per-head slice is copied or stacked.
+a block matrix of the pattern per head (:class:`Heads`), so no per-head slice is copied or stacked.
 """
 
 from __future__ import annotations
@@ -63,273 +62,27 @@ from torch_geometric.nn import (
     GCNConv,
     GINConv,
     GINEConv,
-    GraphNorm,
     ResGatedGraphConv,
     SGConv,
     TAGConv,
 )
 from torch_geometric.utils import softmax
 
+from engine.models.sparse_autograd import (
+    Attend,
+    GatedMessages,
+    Gather,
+    PairScores,
+    Pattern,
+    Spmm,
+    Sum,
+    crow_of,
+    csr_matrix,
+    matrix_dtype,
+)
+
 # torch marks its CSR layout as beta; the products used here are the stable core (mm, sampled_addmm).
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-
-
-def _product(matrix: Tensor, x: Tensor) -> Tensor:
-    """``matrix @ x`` in the matrix's dtype, returned in ``x``'s: under bf16 autocast the node states are bf16,
-    while the sparse products (which have no bf16 kernel on a CPU) stay fp32, one cast each way."""
-    if x.dtype == matrix.dtype and not torch.is_autocast_enabled(x.device.type):
-        return matrix @ x
-    with torch.autocast(x.device.type, enabled=False):
-        return (matrix @ x.to(matrix.dtype)).to(x.dtype)
-
-
-def matrix_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the sparse matrices for node states of ``dtype``: fp32 for the 16-bit floats of autocast."""
-    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
-
-
-class _Spmm(torch.autograd.Function):
-    """``matrix @ x`` whose backward is ``transpose @ grad`` (with the transpose built once, beforehand)."""
-
-    @staticmethod
-    def forward(ctx: Any, matrix: Tensor, transpose: Tensor, x: Tensor) -> Tensor:
-        ctx.transpose = transpose
-        return _product(matrix, x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
-        return None, None, _product(ctx.transpose, grad)
-
-
-@dataclass(frozen=True)
-class _Heads:
-    """A pattern repeated once per attention head as one ``[N * H, N * H]`` CSR matrix: row ``i * H + h`` holds
-    row ``i``'s entries at columns ``j * H + h``. Node states ``[N, H, C]`` are then ``[N * H, C]`` as they lie,
-    so one product aggregates every head (no per-head slices, transposes or stacking), with ``values[p]`` the
-    weight ``alpha[e, h]`` at ``alpha.view(-1)[take[p]]``."""
-
-    crow: Tensor
-    col: Tensor
-    take: Tensor
-
-    @classmethod
-    def build(cls, crow: Tensor, col: Tensor, edge: Tensor, heads: int) -> _Heads:
-        """From a CSR pattern (``crow``, ``col``) whose entry ``k`` carries the weights of edge ``edge[k]``."""
-        n, nnz = crow.shape[0] - 1, col.shape[0]
-        deg = crow.diff()
-        row = torch.repeat_interleave(torch.arange(n, device=crow.device), deg)
-        head = torch.arange(heads, device=crow.device)
-        # entry k of row i, head h, sits at crow[i] * H + h * deg[i] + (k - crow[i])
-        pos = ((crow[:-1] * (heads - 1))[row] + torch.arange(nnz, device=crow.device))[:, None] + head * deg[row][
-            :, None
-        ]
-        take = torch.empty(nnz * heads, dtype=crow.dtype, device=crow.device)
-        take[pos.reshape(-1)] = (edge[:, None] * heads + head).reshape(-1)
-        cols = torch.empty_like(take)
-        cols[pos.reshape(-1)] = (col[:, None] * heads + head).reshape(-1)
-        rows = torch.cat([(crow[:-1, None] * heads + head * deg[:, None]).reshape(-1), crow[-1:] * heads])
-        return cls(rows, cols, take)
-
-    def matrix(self, alpha: Tensor, size: int) -> Tensor:
-        """The matrix with the weights ``alpha [E, H]``, for ``size = N * H``."""
-        values = alpha.reshape(-1)[self.take]
-        return torch.sparse_csr_tensor(self.crow, self.col, values, (size, size), check_invariants=False)
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    """Edges sorted by target (CSR rows), with what the transposed product needs: its rows and the edge order."""
-
-    src: Tensor
-    dst: Tensor
-    crow: Tensor
-    crow_t: Tensor
-    col_t: Tensor
-    order_t: Tensor  # edge positions (in CSR order) sorted by source: the transpose's value order
-    _heads: dict[int, tuple[_Heads, _Heads]] = field(default_factory=dict, compare=False, repr=False)
-
-    def matrix(self, values: Tensor, n: int) -> Tensor:
-        return torch.sparse_csr_tensor(self.crow, self.src, values, (n, n), check_invariants=False)
-
-    def per_head(self, heads: int) -> tuple[_Heads, _Heads]:
-        """The pattern once per head as one block matrix, and its transpose (built once per head count)."""
-        if heads not in self._heads:
-            edges = torch.arange(self.src.shape[0], device=self.src.device)
-            self._heads[heads] = (
-                _Heads.build(self.crow, self.src, edges, heads),
-                _Heads.build(self.crow_t, self.col_t, self.order_t, heads),
-            )
-        return self._heads[heads]
-
-    def matrix_t(self, values: Tensor, n: int) -> Tensor:
-        return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.order_t], (n, n), check_invariants=False)
-
-    def incidence(self, end: str, n: int, dtype: torch.dtype) -> Tensor:
-        """The ``[n, E]`` 0/1 matrix of which edges start (``end="src"``) or end (``"dst"``) at each node: the
-        sum over edges that a gather's backward is (:class:`_Gather`)."""
-        crow, cols = (self.crow_t, self.order_t) if end == "src" else (self.crow, self.positions)
-        ones = torch.ones(cols.shape[0], dtype=dtype, device=cols.device)
-        return torch.sparse_csr_tensor(crow, cols, ones, (n, cols.shape[0]), check_invariants=False)
-
-    @property
-    def positions(self) -> Tensor:
-        return torch.arange(self.dst.shape[0], device=self.dst.device)
-
-
-class _Sum(torch.autograd.Function):
-    """``out[i] = sum of x[e]`` over the edges ``e`` into node ``i`` (``x [E, C]`` in pattern order): one product
-    with the ``[N, E]`` incidence matrix, whose backward gathers the gradient of each edge's target."""
-
-    @staticmethod
-    def forward(ctx: Any, pattern: _Pattern, n: int, x: Tensor) -> Tensor:
-        ctx.pattern = pattern
-        return _product(pattern.incidence("dst", n, matrix_dtype(x.dtype)), x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
-        return None, None, grad.index_select(0, ctx.pattern.dst)
-
-
-def _crow(rows: Tensor, n: int) -> Tensor:
-    crow = torch.zeros(n + 1, dtype=rows.dtype, device=rows.device)
-    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=crow[1:])
-    return crow
-
-
-class _Attend(torch.autograd.Function):
-    """``out[:, h] = A(alpha[:, h]) @ x[:, h]`` per head: ``alpha [E, H]`` in pattern order, ``x [N, H, C]``; all
-    heads in one product with the block matrix of :meth:`_Pattern.per_head`."""
-
-    @staticmethod
-    def forward(ctx: Any, pattern: _Pattern, alpha: Tensor, x: Tensor) -> Tensor:
-        # The products run in fp32 (no bf16 sparse kernels on a CPU); under autocast, in and out are bf16.
-        n, heads, channels = x.shape
-        dtype = matrix_dtype(x.dtype)
-        flat, weights = x.reshape(n * heads, channels).to(dtype), alpha.to(dtype)
-        forward_heads, _ = pattern.per_head(heads)
-        with torch.autocast(x.device.type, enabled=False):
-            out = forward_heads.matrix(weights, n * heads) @ flat
-        ctx.pattern, ctx.dtypes = pattern, (alpha.dtype, x.dtype)
-        ctx.save_for_backward(weights, flat)
-        return out.view(n, heads, channels).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor]:
-        alpha, flat = ctx.saved_tensors
-        heads = alpha.shape[1]
-        size, channels = flat.shape
-        forward_heads, transposed = ctx.pattern.per_head(heads)
-        g = grad.reshape(size, channels).to(flat.dtype)
-        pattern = torch.sparse_csr_tensor(
-            forward_heads.crow,
-            forward_heads.col,
-            alpha.new_zeros(forward_heads.col.shape),
-            (size, size),
-            check_invariants=False,
-        )
-        sampled = torch.sparse.sampled_addmm(pattern, g, flat.T, beta=0.0).values()
-        grad_alpha = torch.empty_like(sampled)
-        grad_alpha[forward_heads.take] = sampled
-        grad_x = transposed.matrix(alpha, size) @ g
-        return None, grad_alpha.view_as(alpha).to(ctx.dtypes[0]), grad_x.view(grad.shape).to(ctx.dtypes[1])
-
-
-class _Gather(torch.autograd.Function):
-    """``x[pattern.src]`` or ``x[pattern.dst]`` (``x [N, ...]``), whose backward sums the edges' gradients into
-    their nodes by one sparse product with the incidence matrix, instead of the serial accumulating
-    ``index_put_`` that advanced indexing's backward is on a CPU (a third of a GATv2 step)."""
-
-    @staticmethod
-    def forward(ctx: Any, pattern: _Pattern, end: str, x: Tensor) -> Tensor:
-        ctx.pattern, ctx.end, ctx.shape = pattern, end, x.shape
-        return x.index_select(0, pattern.src if end == "src" else pattern.dst)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
-        pattern: _Pattern = ctx.pattern
-        incidence = pattern.incidence(ctx.end, ctx.shape[0], matrix_dtype(grad.dtype))
-        return None, None, _product(incidence, grad.reshape(grad.shape[0], -1)).view(ctx.shape)
-
-
-class _PairScores(torch.autograd.Function):
-    """GATv2's scores ``LeakyReLU(x_l[src] + x_r[dst]) @ att`` (``x [N, H * C]``, ``att [H * C, H]`` the
-    block-diagonal matrix of :func:`_per_head`) -> ``[E, H]``, with one ``[E, H * C]`` tensor made and kept:
-    the sum and the activation are computed in place, and the backward writes the activation's gradient in fp32
-    straight away, which both ends' incidence products then read (autograd's own makes three such tensors
-    forward and casts the gradient once per end)."""
-
-    @staticmethod
-    def forward(ctx: Any, pattern: _Pattern, x_l: Tensor, x_r: Tensor, att: Tensor, slope: float) -> Tensor:
-        edges = x_l.index_select(0, pattern.src)
-        edges += x_r.index_select(0, pattern.dst)
-        activated = F.leaky_relu_(edges, slope)
-        ctx.pattern, ctx.slope, ctx.dtypes = pattern, slope, (x_l.dtype, x_r.dtype)
-        ctx.n = x_l.shape[0]
-        ctx.save_for_backward(activated, att)
-        return activated @ att
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor, None]:
-        pattern: _Pattern = ctx.pattern
-        activated, att = ctx.saved_tensors
-        grad = grad.to(activated.dtype)
-        grad_att = (grad.T @ activated).T  # [H, E] @ [E, H * C]: no transposed copy of the [E, H * C] tensor
-        dtype = matrix_dtype(activated.dtype)
-        grad_edges = torch.empty(activated.shape, dtype=dtype, device=activated.device)
-        torch.ops.aten.leaky_relu_backward.grad_input(grad @ att.T, activated, ctx.slope, True, grad_input=grad_edges)
-        n = ctx.n
-        grad_l = pattern.incidence("src", n, dtype) @ grad_edges
-        grad_r = pattern.incidence("dst", n, dtype) @ grad_edges
-        return None, grad_l.to(ctx.dtypes[0]), grad_r.to(ctx.dtypes[1]), grad_att, None
-
-
-class _GatedMessages(torch.autograd.Function):
-    """GatedGCN's aggregation ``out_i = sum over edges j -> i of sigmoid(k_i + q_j) * v_j`` (``k, q, v [N, C]``):
-    the gate is made in place on the gathered keys, the messages are written in fp32 for the incidence product
-    that sums them, and the backward writes its two edge gradients in fp32 for the products that sum them back
-    (autograd's own path keeps five ``[E, C]`` tensors and casts three of them under bf16)."""
-
-    @staticmethod
-    def forward(ctx: Any, pattern: _Pattern, k: Tensor, q: Tensor, v: Tensor) -> Tensor:
-        dtype, n = matrix_dtype(k.dtype), k.shape[0]
-        gate = k.index_select(0, pattern.dst)
-        gate += q.index_select(0, pattern.src)
-        gate.sigmoid_()
-        values = v.index_select(0, pattern.src)
-        messages = torch.empty(gate.shape, dtype=dtype, device=gate.device)
-        torch.mul(gate, values, out=messages)
-        ctx.pattern, ctx.dtypes = pattern, (k.dtype, q.dtype, v.dtype)
-        ctx.save_for_backward(gate, values)
-        with torch.autocast(k.device.type, enabled=False):
-            return (pattern.incidence("dst", n, dtype) @ messages).to(k.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor]:
-        pattern: _Pattern = ctx.pattern
-        gate, values = ctx.saved_tensors
-        n, dtype = grad.shape[0], matrix_dtype(gate.dtype)
-        edge_grad = grad.to(gate.dtype).index_select(0, pattern.dst)
-        grad_values = torch.empty(gate.shape, dtype=dtype, device=gate.device)
-        torch.mul(edge_grad, gate, out=grad_values)
-        grad_logits = torch.empty_like(grad_values)
-        torch.ops.aten.sigmoid_backward.grad_input(edge_grad * values, gate, grad_input=grad_logits)
-        to_src, to_dst = pattern.incidence("src", n, dtype), pattern.incidence("dst", n, dtype)
-        k_dtype, q_dtype, v_dtype = ctx.dtypes
-        return (
-            None,
-            (to_dst @ grad_logits).to(k_dtype),
-            (to_src @ grad_logits).to(q_dtype),
-            (to_src @ grad_values).to(v_dtype),
-        )
-
-
-def _csr(rows: Tensor, cols: Tensor, values: Tensor, n: int) -> Tensor:
-    """A CSR ``n x n`` matrix from coordinates (any order; repeated coordinates add up, as messages do)."""
-    order = torch.argsort(rows, stable=True)
-    counts = torch.bincount(rows, minlength=n)
-    crow = torch.zeros(n + 1, dtype=rows.dtype, device=rows.device)
-    torch.cumsum(counts, 0, out=crow[1:])
-    return torch.sparse_csr_tensor(crow, cols[order], values[order], (n, n), check_invariants=False)
 
 
 @dataclass
@@ -418,7 +171,7 @@ class Graph:
     def _pair(self, key: str, values: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
         if key not in self._cache:
             n = self.num_nodes
-            self._cache[key] = (_csr(rows, cols, values, n), _csr(cols, rows, values, n))
+            self._cache[key] = (csr_matrix(rows, cols, values, n), csr_matrix(cols, rows, values, n))
         return self._cache[key]
 
     def adjacency(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -428,7 +181,7 @@ class Graph:
         if self.undirected_sorted:  # A = A^T, and its rows are the sources: the edge list is its CSR already
             if "adjacency" not in self._cache:
                 matrix = torch.sparse_csr_tensor(
-                    _crow(src, self.num_nodes), dst, ones, (self.num_nodes,) * 2, check_invariants=False
+                    crow_of(src, self.num_nodes), dst, ones, (self.num_nodes,) * 2, check_invariants=False
                 )
                 self._cache["adjacency"] = (matrix, matrix)
             return self._cache["adjacency"]
@@ -479,21 +232,21 @@ class Graph:
             values = dinv[src] * dinv[dst]
             if self.undirected_sorted:  # symmetric, rows are the sources: the edge list is its CSR already
                 matrix = torch.sparse_csr_tensor(
-                    _crow(src, self.num_nodes), dst, values, (self.num_nodes,) * 2, check_invariants=False
+                    crow_of(src, self.num_nodes), dst, values, (self.num_nodes,) * 2, check_invariants=False
                 )
                 self._cache["sym"] = (matrix, matrix)
             else:
                 return self._pair("sym", values, dst, src)
         return self._cache["sym"]
 
-    def loops(self) -> _Pattern:
+    def loops(self) -> Pattern:
         """The edges with every self-loop replaced by one per node (as the attention layers add them), by target."""
         loops = self._with_loops()
         if loops is not None and "loops" not in self._cache:
             # Sorted by (row, col) and symmetric: read as (target, source), the list is sorted by target.
             rows, cols, crow, _ = loops
             order_t = torch.argsort(cols, stable=True)
-            self._cache["loops"] = _Pattern(cols, rows, crow, crow, rows[order_t], order_t)
+            self._cache["loops"] = Pattern(cols, rows, crow, crow, rows[order_t], order_t)
         if "loops" not in self._cache:
             src, dst = self.edge_index
             keep = src != dst
@@ -502,24 +255,26 @@ class Graph:
             order = torch.argsort(dst, stable=True)
             src, dst = src[order], dst[order]
             order_t = torch.argsort(src, stable=True)
-            pattern = _Pattern(src, dst, _crow(dst, self.num_nodes), _crow(src, self.num_nodes), dst[order_t], order_t)
+            pattern = Pattern(
+                src, dst, crow_of(dst, self.num_nodes), crow_of(src, self.num_nodes), dst[order_t], order_t
+            )
             self._cache["loops"] = pattern  # type: ignore[assignment]
         return self._cache["loops"]  # type: ignore[return-value]
 
-    def edges(self) -> _Pattern:
+    def edges(self) -> Pattern:
         """The edges as they are (no self-loops added), by target: what an edge-gated layer sums over."""
         if "edges" not in self._cache:
             src, dst = self.edge_index
             n = self.num_nodes
             if self.undirected_sorted:  # read as (target, source), the list is sorted by target already
-                crow = _crow(src, n)
+                crow = crow_of(src, n)
                 order_t = torch.argsort(dst, stable=True)
-                pattern = _Pattern(dst, src, crow, crow, src[order_t], order_t)
+                pattern = Pattern(dst, src, crow, crow, src[order_t], order_t)
             else:
                 order = torch.argsort(dst, stable=True)
                 src, dst = src[order], dst[order]
                 order_t = torch.argsort(src, stable=True)
-                pattern = _Pattern(src, dst, _crow(dst, n), _crow(src, n), dst[order_t], order_t)
+                pattern = Pattern(src, dst, crow_of(dst, n), crow_of(src, n), dst[order_t], order_t)
             self._cache["edges"] = pattern
         return self._cache["edges"]
 
@@ -529,7 +284,7 @@ class Graph:
         if blocks is not None:
             n = blocks.shape[1]
             return torch.bmm(blocks, x.reshape(-1, n, x.shape[-1])).view(x.shape)
-        return _Spmm.apply(matrices[0], matrices[1], x)
+        return Spmm.apply(matrices[0], matrices[1], x)
 
     def dense_blocks(self, matrix: Tensor, dtype: torch.dtype) -> Tensor | None:
         """``matrix`` as its ``[graphs, n, n]`` diagonal blocks in ``dtype`` (built once per pass), when the states
@@ -628,10 +383,10 @@ def _gat(conv: GATConv, h: Tensor, graph: Graph) -> Tensor:
     # (x * att).sum(-1) per head, for both ends, as one product with a [H * C, 2H] block-diagonal matrix
     att = torch.cat([_per_head(conv.att_src), _per_head(conv.att_dst)], 1)
     score_src, score_dst = (x.reshape(x.shape[0], -1) @ att.to(x.dtype)).chunk(2, dim=1)
-    scores = _Gather.apply(pattern, "src", score_src) + _Gather.apply(pattern, "dst", score_dst)
+    scores = Gather.apply(pattern, "src", score_src) + Gather.apply(pattern, "dst", score_dst)
     alpha = F.leaky_relu(scores, conv.negative_slope)
     alpha = softmax(alpha, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
-    return _finish_attention(conv, _Attend.apply(pattern, alpha, x), h)
+    return _finish_attention(conv, Attend.apply(pattern, alpha, x), h)
 
 
 def _gatv2(conv: GATv2Conv, h: Tensor, graph: Graph) -> Tensor:
@@ -639,9 +394,9 @@ def _gatv2(conv: GATv2Conv, h: Tensor, graph: Graph) -> Tensor:
     x_r = x_l if conv.share_weights else conv.lin_r(h).view(-1, conv.heads, conv.out_channels)
     pattern = graph.loops()
     att = _per_head(conv.att)
-    scores = _PairScores.apply(pattern, x_l.flatten(1), x_r.flatten(1), att.to(x_l.dtype), conv.negative_slope)
+    scores = PairScores.apply(pattern, x_l.flatten(1), x_r.flatten(1), att.to(x_l.dtype), conv.negative_slope)
     alpha = softmax(scores, pattern.dst, ptr=pattern.crow, num_nodes=graph.num_nodes)
-    return _finish_attention(conv, _Attend.apply(pattern, alpha, x_l), h)
+    return _finish_attention(conv, Attend.apply(pattern, alpha, x_l), h)
 
 
 def _gated(conv: ResGatedGraphConv, h: Tensor, graph: Graph) -> Tensor:
@@ -656,10 +411,10 @@ def _gated(conv: ResGatedGraphConv, h: Tensor, graph: Graph) -> Tensor:
     width = conv.lin_key.weight.shape[0]
     k, q, v, *skip = F.linear(h, weight, bias).split(width, dim=1)
     if isinstance(conv.act, nn.Sigmoid):
-        out = _GatedMessages.apply(pattern, k, q, v)
+        out = GatedMessages.apply(pattern, k, q, v)
     else:
-        gate = conv.act(_Gather.apply(pattern, "dst", k) + _Gather.apply(pattern, "src", q))
-        out = _Sum.apply(pattern, graph.num_nodes, gate * _Gather.apply(pattern, "src", v))
+        gate = conv.act(Gather.apply(pattern, "dst", k) + Gather.apply(pattern, "src", q))
+        out = Sum.apply(pattern, graph.num_nodes, gate * Gather.apply(pattern, "src", v))
     if skip:
         out = out + skip[0]
     return out if conv.bias is None else out + conv.bias
@@ -727,56 +482,3 @@ class GraphLayer(nn.Module):
 
     def forward(self, h: Tensor, graph: Graph, fast: bool = True) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def graph_norm(norm: GraphNorm, x: Tensor, graph: Graph) -> Tensor:
-    """PyG's ``GraphNorm(x, batch)``, over a ``[graphs, nodes, width]`` view when the graphs allow it."""
-    n = graph.graph_size
-    if n is None:
-        return norm(x, graph.batch)
-    h = x.view(-1, n, x.shape[-1])
-    return _DenseGraphNorm.apply(h, norm.weight, norm.bias, norm.mean_scale, norm.eps).view_as(x)
-
-
-def _node_sum(x: Tensor) -> Tensor:
-    """``x [G, n, C]`` summed over the nodes, ``[G, 1, C]``, in fp32 or ``x``'s wider dtype. A bf16 sum accumulates
-    in fp32 and is rounded once, at the end; ``sum(dtype=float32)`` would first copy all of ``x`` to fp32."""
-    return x.sum(1, keepdim=True).to(matrix_dtype(x.dtype))
-
-
-class _DenseGraphNorm(torch.autograd.Function):
-    r"""GraphNorm over ``h [graphs, nodes, width]`` with its gradient written out, so that a pass over the nodes is
-    made only where one is needed (4 forward, 4 backward; autograd's own takes twice as many) and the node-sized
-    tensors stay in ``h``'s dtype (bf16 under autocast), the per-graph statistics in fp32 (or ``h``'s, if wider):
-
-    .. math::
-        \mu = \operatorname{mean}_n h, \quad o = h - \alpha \mu, \quad r = (\operatorname{mean}_n o^2 +
-        \epsilon)^{-1/2}, \quad y = o \, w r + b.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, h: Tensor, weight: Tensor, bias: Tensor, alpha: Tensor, eps: float) -> Tensor:
-        mean = _node_sum(h).div_(h.shape[1])  # [G, 1, C]
-        out = h - (alpha * mean).to(h.dtype)
-        square = _node_sum(torch.square(out)).div_(h.shape[1])
-        rstd = torch.rsqrt(square + eps)
-        scale = weight * rstd
-        ctx.save_for_backward(out, mean, rstd, weight, alpha)
-        return torch.addcmul(bias.to(h.dtype), out, scale.to(h.dtype))
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, None]:
-        out, mean, rstd, weight, alpha = ctx.saved_tensors
-        n = out.shape[1]
-        grad_sum = _node_sum(grad)  # B = sum_n dy
-        grad_out_sum = _node_sum(grad * out)  # A = sum_n dy * o
-        scale = weight * rstd
-        k = weight * grad_out_sum * rstd.pow(3) / n  # d/do through r: -k o
-        # sum_n of d/do, with sum_n o = n (1 - alpha) mean: what the mean subtraction takes back
-        go_sum = scale * grad_sum - k * (n * (1 - alpha) * mean)
-        grad_h = torch.addcmul((-alpha * go_sum / n).to(grad.dtype), grad, scale.to(grad.dtype))
-        grad_h.addcmul_(out, (-k).to(grad.dtype))
-        grad_weight = (grad_out_sum * rstd).sum((0, 1))
-        grad_bias = grad_sum.sum((0, 1))
-        grad_alpha = -(go_sum * mean).sum((0, 1))
-        return grad_h, grad_weight, grad_bias, grad_alpha, None

@@ -23,7 +23,8 @@ from torch_geometric.nn import GatedGraphConv, GINEConv, GPSConv, ResGatedGraphC
 
 from engine.models.base import Option, ResidualGNN, choice, positive_int, probability, register
 from engine.models.gat import HeadsSplitWidth
-from engine.models.sparse import Graph, GraphLayer, convolve, graph_norm
+from engine.models.graph_norm import graph_norm
+from engine.models.sparse import Graph, GraphLayer, convolve
 
 #: The local message-passing layers a GPS layer may use.
 LOCALS = ("gine", "gatedgcn", "ggnn")

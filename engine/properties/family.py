@@ -16,11 +16,11 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.cost import CostModel
 from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, PROPERTY_NAMES
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
 from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FormModule
@@ -176,7 +176,7 @@ class Properties(TaskFamily):
 
     def dependencies(self, spec: PropertySpec) -> tuple[str, ...]:
         trainer = spec.trainer()
-        return () if trainer is None else (trainer.hash(),)
+        return () if trainer is None else (trainer.run_id(),)
 
     def describe(self, spec: PropertySpec) -> str:
         how = "" if spec.strategy == "standard" else f" {spec.strategy}"
@@ -219,7 +219,7 @@ class Properties(TaskFamily):
         device = resolve_device(spec.device)
         params = sum(p.numel() for p in build_model(spec.pooling, spec.options()).parameters())
         trainer = spec.trainer()
-        trained = None if trainer is None else ctx.run_dir_of(trainer.hash()) / "checkpoint.pt"
+        trained = None if trainer is None else ctx.run_dir_of(trainer.run_id()) / "checkpoint.pt"
         start = {"params": params, "device": str(device), "property": spec.property, "dimension": spec.dimension}
         if spec.strategy != "standard":
             start["strategy"] = spec.strategy
@@ -228,7 +228,7 @@ class Properties(TaskFamily):
             spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx,
             datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,
             data_seed=spec.data_seed, published=Path(spec.published) if spec.published else None,
-            device=device, trained=trained, run=spec.hash(), start=start, strategy=spec.strategy_options(),
+            device=device, trained=trained, run=spec.run_id(), start=start, strategy=spec.strategy_options(),
         )  # fmt: skip
         ctx.log(f"{self.describe(spec)}: U score {metrics['u_score']:.4f}")
         extra = {**device_fields(device), "precision": resolve_precision(spec.precision, device)}

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.hardware import precision_field
-from engine.tasks.form import FormField, form_table, table_values
+from engine.tasks.form import FormField, form_table, precision_field, table_values
 
 #: Form key -> ``[run]`` key of the run options the form shows (the others go in ``run_more``).
 RUN_FIELDS = {

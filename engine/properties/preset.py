@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.errors import GaptuiError, did_you_mean
-from engine.presets import PresetBase, RunPolicy, list_of, parse_head, unique_values
 from engine.properties.definitions import PROPERTY_NAMES
 from engine.properties.scores import DIMENSIONS
 from engine.properties.spec import CellOptions, PropertySpec
+from engine.tasks.presets import PresetBase, RunPolicy, list_of, parse_head, unique_values
 from engine.tasks.spec import Placement
 
 DIMENSION_ORDER = tuple(DIMENSIONS)
@@ -20,7 +20,7 @@ DIMENSION_ORDER = tuple(DIMENSIONS)
 @dataclass(frozen=True, kw_only=True)
 class StudyOptions(CellOptions, RunPolicy):
     """The ``[run]`` table of a preset: cell options copied into every spec (``spec_fields()``), plus the run policy
-    (:class:`engine.presets.RunPolicy`: how the scheduler treats runs)."""
+    (:class:`engine.tasks.presets.RunPolicy`: how the scheduler treats runs)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def strategy_dimensions(dimensions: tuple[str, ...] | list[str], strategy: str) 
     return [d for d in DIMENSION_ORDER if d in dims]
 
 
-#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.presets`').
+#: The family's own top-level keys (the common ones, ``task`` ... ``[run]``, are :mod:`engine.tasks.presets`').
 OWN_KEYS = ("properties", "poolings", "dimensions", "strategies")
 #: The cell options a ``[run]`` table may set beside the policy.
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(CellOptions))

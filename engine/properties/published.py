@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import read_user_bytes
 from engine.properties.definitions import get_property
+from engine.user_files import read_user_bytes
 
 FAMILY_FOLDERS = {"random": "GraphRandom", "perturb": "GraphPerturb"}
 

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from engine.errors import GaptuiError
-from engine.files import read_user_bytes
 from engine.properties.backbone import IDGNNFast
+from engine.user_files import read_user_bytes
 
 
 @dataclass

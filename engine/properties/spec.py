@@ -10,7 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.errors import GaptuiError
 from engine.properties.options import TrainOptions
@@ -51,6 +51,9 @@ class PropertySpec(TaskSpec, CellOptions):
     strategy: str = "standard"
     device: str = "auto"
     datasets_dir: str | None = None
+
+    #: Options added after runs were recorded, with the value those runs had.
+    HASHED_WHEN_SET: ClassVar[dict[str, Any]] = {"precision": "auto", "strategy": "standard"}
 
     def validate(self, where: str = "run spec") -> None:
         from engine.properties.datasets import PropertyDatasetSpec, check_builds_fit
@@ -107,18 +110,14 @@ class PropertySpec(TaskSpec, CellOptions):
 
         out = super().canonical()
         out["negatives"] = self.negatives or DEFAULT_NEGATIVES
-        if out.get("precision") == "auto":
-            del out["precision"]  # hashed only when set, so the ids of runs from before the option stay
         from engine.properties.strategies import ALL_STRATEGY_OPTIONS, STRATEGY_OPTIONS
 
-        # A strategy's options are hashed only with the strategy that reads them, and `standard` not at all, so
-        # the ids of runs from before strategies stay.
+        # A strategy's options are hashed only with the strategy that reads them (`standard`, hashed only when
+        # set, reads none), so the ids of runs from before strategies stay.
         used = STRATEGY_OPTIONS.get(out.get("strategy", "standard"), ())
         for key in ALL_STRATEGY_OPTIONS:
             if key not in used:
                 out.pop(key, None)
-        if out.get("strategy") == "standard":
-            del out["strategy"]
         return out
 
     def strategy_options(self) -> Any:

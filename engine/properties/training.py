@@ -22,9 +22,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.checkpoints import read_checkpoint
 from engine.errors import GaptuiError, unknown
 from engine.hardware import RunOptions
-from engine.loop import EpochTask, TrainState, epoch_steps, read_checkpoint
+from engine.loop import EpochTask, TrainState, epoch_steps
 from engine.properties.backbone import IDGNNFast
 from engine.properties.datasets import FAMILIES, GRAPHS_PER_DATASET, PropertyDatasetSpec, build_property_dataset
 from engine.properties.definitions import get_property, suite_sizes

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import fingerprint, read_user_bytes
+from engine.files import fingerprint
 from engine.sources.base import MoleculeSet, MoleculeSource, molecule_graph, register_source, seeded_splits
 from engine.sources.real import atomic_numbers, first_items, mol_item, rdkit_chem
+from engine.user_files import read_user_bytes
 
 MOLECULE_SUFFIXES = (".csv", ".sdf")
 #: Words of a split column, and the split each means.

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import GaptuiError
-from engine.files import fingerprint, open_user_file, staged_files
+from engine.files import fingerprint, staged_files
 from engine.graphs import Graph, NormalisationReport, simple_graph
 from engine.sources.base import BaseSplits, Source, register_source, split_counts
 from engine.sources.fetch import download_blocked, error_reason, pick
+from engine.user_files import open_user_file
 
 SPLITS = ("train", "val")
 KINDS = ("orders", "base-graphs", "corrupted-graphs")

@@ -25,12 +25,13 @@ if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
 from engine.errors import GaptuiError
-from engine.files import fingerprint, read_user_text
+from engine.files import fingerprint
 from engine.graphs import Graph, NormalisationReport
 from engine.registry import import_object
 from engine.sampling import adjacency, bfs_nodes, induced_subgraph
 from engine.sources.base import BaseSplits, Source, graphs_from_edge_lists, register_source
 from engine.sources.real import NETWORK_ERRORS, offline, pyg_item, socket_timeout
+from engine.user_files import read_user_text
 
 #: Default train / validation counts when BFS-sampling (the paper's scheme for large graphs).
 BFS_SIZES = (5000, 500)

@@ -14,7 +14,7 @@ declare ``name``, ``spec_type`` (a :class:`TaskSpec` dataclass), ``metrics`` (:c
 ``grid(preset, placement, limit)``. The rest is optional (see :mod:`engine.tasks.family`): declarations with
 defaults, hooks of the run model (dependencies, inputs to prepare, checks of a plan, derived tables) and
 capabilities a family opts into: a New-experiment form (:class:`FamilyForm`), a cost model
-(:class:`engine.cost.CostModel`), published references (:class:`References`), CLI commands of its own, parts of
+(:class:`engine.tasks.cost.CostModel`), published references (:class:`References`), CLI commands of its own, parts of
 its own in ``gaptui report`` and the flags of ``gaptui train`` that describe one of its runs (:class:`TrainFlags`).
 ``docs/families.md`` holds a complete plug-in family. Training loops share :mod:`engine.loop` (resume at the exact
 batch, checksummed checkpoints, stop -> :class:`Cancelled`, non-finite loss named by step, the standard events, the
@@ -32,16 +32,15 @@ Where each part lives
     :class:`Figure`, :class:`Tunable`, :class:`References`, :class:`TrainFlags`, :class:`Setting`),
     :mod:`engine.tasks.form` (:class:`FormField`, :class:`FamilyForm` and their helpers),
     :mod:`engine.tasks.family` (:class:`TaskFamily`) and :mod:`engine.tasks.registry` (:data:`FAMILIES`, look-ups
-    by name, :func:`artefact_problem`); the preset base and helpers are :mod:`engine.presets`', the cost model
-    :mod:`engine.cost`'s and the run options (precision, device, compile) :mod:`engine.hardware`'s. This package
+    by name, :func:`artefact_problem`); the preset base and helpers are :mod:`engine.tasks.presets`', the cost model
+    :mod:`engine.tasks.cost`'s and the run options (precision, device, compile) :mod:`engine.hardware`'s. This package
     re-exports them, so a plug-in family imports everything from ``engine.tasks``; engine modules import from the
     module that defines what they use.
 """
 
 from __future__ import annotations
 
-from engine.cost import CostModel
-from engine.presets import PresetBase, check_run_options, list_of, seeds_of, unique_values, unknown_keys
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import (
     Axis,
     Bound,
@@ -56,6 +55,15 @@ from engine.tasks.declarations import (
 )
 from engine.tasks.family import TaskFamily
 from engine.tasks.form import FORM_KINDS, FamilyForm, FormField, FormModule, drop_blank, form_table, table_values
+from engine.tasks.presets import (
+    PresetBase,
+    check_run_options,
+    list_of,
+    parse_head,
+    seeds_of,
+    unique_values,
+    unknown_keys,
+)
 from engine.tasks.registry import (
     BUILTIN,
     ENTRY_POINT_GROUP,
@@ -113,6 +121,7 @@ __all__ = [
     "list_of",
     "load_spec",
     "load_spec_file",
+    "parse_head",
     "run_steps",
     "seeds_of",
     "table_values",

@@ -9,7 +9,7 @@ A family must declare ``name``, ``spec_type``, ``metrics``, ``axes`` and ``table
 - hooks of the run model with defaults: ``is_baseline``, ``dependencies``, ``inputs``, ``check``, ``artefacts``,
   ``dependant_artefacts``, ``describe``, ``derived_tables``, ``preset_import_paths``;
 - capabilities, each an object the family opts into: ``form`` (:class:`engine.tasks.form.FamilyForm`: the terminal
-  app's New-experiment form; None: the app offers to load a preset), ``cost_model`` (:class:`engine.cost.CostModel`:
+  app's New-experiment form; None: the app offers to load a preset), ``cost_model`` (:class:`CostModel`:
   what a run costs in seconds and memory; the default learns from finished runs of the same cell), ``references``
   (:class:`engine.tasks.declarations.References`: published tables ``gaptui report`` compares with) and
   ``commands`` (a module whose ``register(app)`` adds ``gaptui`` commands of the family's own), ``report`` (a
@@ -26,10 +26,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from engine.cost import CostModel
 from engine.errors import GaptuiError, unknown
-from engine.presets import PresetBase
 from engine.registry import find_import_paths
+from engine.tasks.cost import CostModel
 from engine.tasks.declarations import (
     Axis,
     DerivedTable,
@@ -42,6 +41,7 @@ from engine.tasks.declarations import (
     Tunable,
 )
 from engine.tasks.form import FamilyForm
+from engine.tasks.presets import PresetBase
 from engine.tasks.run import RESULT, Input, Outcome, RunContext
 from engine.tasks.spec import Placement, TaskSpec
 
@@ -92,7 +92,7 @@ class TaskFamily:
     #: The terminal app's New-experiment form; None: the app offers to load one of the family's presets instead.
     form: ClassVar[FamilyForm | None] = None
     #: What a run costs (``gaptui run --dry-run``, the app's launch bar) and the memory it needs (a plan that
-    #: cannot fit is refused before any work): a :class:`engine.cost.CostModel` subclass, bound to the family
+    #: cannot fit is refused before any work): a :class:`engine.tasks.cost.CostModel` subclass, bound to the family
     #: as :attr:`costs`.
     cost_model: ClassVar[type[CostModel]] = CostModel
     #: Published tables to compare with (``gaptui report``, ``--reference NAME``); None: none.

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.hardware import PRECISIONS
+
 #: The kinds of :class:`FormField` and the type of their value in a form's ``values``:
 #: ``multi`` (checkboxes over ``choices``: a list of the chosen values), ``numbers`` (a typed list of numbers:
 #: ``list[float]``), ``seeds`` (``0-9, 12``: ``list[int]``), ``int`` / ``number`` (``int | None`` / ``float |
@@ -117,3 +119,18 @@ class FormModule(FamilyForm):
 
     def form_values(self, raw: dict[str, Any]) -> dict[str, Any]:
         return dict(self._functions().form_values(raw))
+
+
+def precision_field(section: str) -> Any:
+    """The ``precision`` field of a family's New-experiment form (a choice of :data:`PRECISIONS`; blank: the
+    family's default, ``auto``), written into the preset's ``[run]`` table."""
+    return FormField(
+        "precision",
+        "precision",
+        "choice",
+        None,
+        "auto: bf16 only where measured as accurate and faster",
+        choices=PRECISIONS,
+        placeholder="auto",
+        section=section,
+    )

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import GaptuiError, unknown
-from engine.files import read_user_text
 from engine.tasks.family import TaskFamily
 from engine.tasks.run import RESULT
 from engine.tasks.spec import TaskSpec
+from engine.user_files import read_user_text
 
 #: Modules that register the families shipped with gaptui (imported on first use of :data:`FAMILIES`).
 BUILTIN = ("engine.alignment.family", "engine.gape.family", "engine.properties.family", "engine.brec.family")
@@ -187,7 +187,7 @@ def artefact_problem(spec: TaskSpec, run_dir: Path, dependants: bool = False) ->
             result = read_json(path)
             if not isinstance(result, dict):
                 return f"its {name} is corrupt (not a JSON object)"
-            if result.get("run") != spec.hash():
+            if result.get("run") != spec.run_id():
                 return f"its {name} belongs to another run ({str(result.get('run'))[:12]})"
             if result.get("status") != "done":
                 return f"its {name} says {result.get('status')!r}, not done"

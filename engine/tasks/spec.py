@@ -11,12 +11,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from engine.hardware import RunOptions
 from engine.typed import frozen_json, json_fields, parse_dataclass
-
-if TYPE_CHECKING:
-    from engine.hardware import RunOptions
 
 
 class TaskSpec:
@@ -30,6 +28,10 @@ class TaskSpec:
     seed: int
     #: Fields that say where or how a run executes, not what it computes: left out of the hash.
     PLACEMENT: ClassVar[tuple[str, ...]] = ("device", "datasets_dir", "data_root")
+    #: Options added after runs were recorded, each with the value every run before it had: the canonical form
+    #: holds one only when it is set away from that value, so a new option leaves the ids of the runs recorded
+    #: before it as they were (``{"precision": "auto"}`` in every built-in family).
+    HASHED_WHEN_SET: ClassVar[Mapping[str, Any]] = {}
     #: Attributes a spec caches that do not depend on its ``seed``: :meth:`reseeded` keeps them.
     SEED_FREE: ClassVar[tuple[str, ...]] = ("_seedless",)
 
@@ -48,14 +50,25 @@ class TaskSpec:
 
     @frozen_json
     def canonical(self) -> dict[str, Any]:
-        return {k: v for k, v in self.to_dict().items() if k not in self.PLACEMENT}
+        """What the run computes: the dict form without the :data:`PLACEMENT` fields and without each
+        :data:`HASHED_WHEN_SET` option left at its old value. A family extends it with what its runs resolve
+        (a dataset's defaults filled in) and leave out (options its run does not read)."""
+        unset = self.HASHED_WHEN_SET
+        return {
+            k: v for k, v in self.to_dict().items() if k not in self.PLACEMENT and not (k in unset and v == unset[k])
+        }
 
-    def hash(self) -> str:
+    def run_id(self) -> str:
+        """The run's identity: SHA-256 of :meth:`canonical` as sorted, compact JSON (64 hex digits; tables show
+        its first 12). Where a run executes never changes it; neither does an option at its old value."""
         known = self.__dict__.get("_hash")
         if known is None:  # specs are frozen: computed once (a grid's planning asks each spec many times)
             known = _digest(self.canonical())
             object.__setattr__(self, "_hash", known)
         return known
+
+    #: The name most of the manager calls :meth:`run_id` by.
+    hash = run_id
 
     def seedless(self) -> str:
         """The spec without its seed, as sorted JSON: specs with equal keys differ only by seed (one cell of a
@@ -95,8 +108,6 @@ class TaskSpec:
         ``compile``) from this spec's fields of those names, the defaults for those it has not: what its
         ``validate`` checks them with and what the shared epoch loop receives. The fields stay the spec's own, so
         its hash is what it was."""
-        from engine.hardware import RunOptions
-
         names = [f.name for f in dataclasses.fields(RunOptions) if hasattr(self, f.name)]
         return RunOptions(**{name: getattr(self, name) for name in names})
 

@@ -37,8 +37,8 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.events import EXIT_CANCELLED, read_events
-from engine.presets import SlurmOptions
 from engine.tasks import TaskSpec, load_spec
+from engine.tasks.presets import SlurmOptions
 from gaptui.backends.slurm_jobs import (
     FAILED_STATES,
     QUEUED_STATES,

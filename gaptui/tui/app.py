@@ -262,6 +262,8 @@ class GaptuiApp(App[None]):
         yield SystemCommand("History", "Every run of the workspace: filter, sort, details (F4)", self._goto("history"))
         yield SystemCommand("Ranking", "Table D.3 per dataset and the accuracy-gap plot (F5)", self._goto("ranking"))
         yield SystemCommand("Export ranking table", "Write the current table to <workspace>/exports", self._export)
+        if isinstance(screen, HistoryScreen):
+            yield SystemCommand("Diff marked runs", "The marked runs side by side (space marks, D)", screen.action_diff)
         if self.state.paused:
             yield SystemCommand("Resume the queue", "Start queued runs again (p in Runs)", self.action_pause_queue)
         else:

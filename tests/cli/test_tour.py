@@ -123,6 +123,7 @@ STEPS = {
     "run --preset paper --dry-run": Step("run --preset paper --dry-run --no-estimate", fast=True),
     "history --filter model=gin --filter noise=0.12": Step("history --filter model=gin --filter noise=0.12"),
     "show 3f2a9c1b2d4e": Step("show {alignment_run}"),
+    "diff 3f2a9c1b2d4e 7a8b9c0d1e2f": Step("diff {alignment_run} {alignment_other_run}"),
     "table --format latex": Step("table --format latex"),
     "table --reference paper": Step("table --reference paper"),
     "gap": Step("gap"),
@@ -210,7 +211,8 @@ class Tour:
             assert "error:" not in res.stderr and "Traceback" not in res.stderr, said
 
     def run_ids(self) -> dict[str, str]:
-        """The first finished run of each family (what ``3f2a9c1b2d4e`` and ``RUN`` stand for)."""
+        """The first finished run of each family (what ``3f2a9c1b2d4e`` and ``RUN`` stand for), and its second
+        (``7a8b9c0d1e2f``)."""
         if not (self.ws / "history.json").exists():
             return {}
         from gaptui.history import read_records
@@ -219,7 +221,9 @@ class Tour:
         ids = {}
         for record in sorted(read_records(Workspace(self.ws)), key=lambda r: r.get("created") or ""):
             if record["status"] == "done" and record.get("axes", {}).get("model") != "laplacian":
-                ids.setdefault(f"{record['task']}_run", record["id"])
+                first = ids.setdefault(f"{record['task']}_run", record["id"])
+                if first != record["id"]:  # the second, for ``diff``
+                    ids.setdefault(f"{record['task']}_other_run", record["id"])
         return ids
 
 

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import torch
 
+from engine.checkpoints import CHECKPOINT
 from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.gape.spec import GapeSpec
 from engine.gape.train import run_gape
 from engine.hardware import RunOptions
-from engine.loop import CHECKPOINT, TrainState, epoch_steps
+from engine.loop import TrainState, epoch_steps
 from engine.properties.options import TrainOptions
 from engine.properties.training import load_study_data, train_model
 from engine.tasks import Cancelled, RunContext, RunFailed, run_steps

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.alignment.memory import estimate
 from engine.alignment.spec import RunSpec
-from engine.memory import estimate
 from gaptui.history import History
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace

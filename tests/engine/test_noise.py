@@ -105,11 +105,11 @@ def test_edges_of_h_are_sorted_so_order_leaks_nothing() -> None:
 
 
 def test_large_graph_uses_sparse_sampler_with_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.alignment.noise as noise
+    import engine.alignment.draws as draws
 
     rng = np.random.default_rng(5)
     graphs = bernoulli_graphs(200, 0.05, 40, rng)
-    monkeypatch.setattr(noise, "_DENSE_SLOTS", 100)  # force the sparse path
+    monkeypatch.setattr(draws, "DENSE_SLOTS", 100)  # force the sparse path
     _, stats = correlate(graphs, "add_remove", 0.2, rng)
     assert stats.added / stats.edges == pytest.approx(0.2, abs=0.02)
     assert stats.removed / stats.edges == pytest.approx(0.2, abs=0.02)

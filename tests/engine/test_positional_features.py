@@ -360,7 +360,7 @@ def rwpe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_run_trains_with_rwpe_and_one_with_lap_caching_their_inputs(rwpe_run: Path) -> None:
-    from engine.loop import read_checkpoint
+    from engine.checkpoints import read_checkpoint
 
     lap_run = _train_run(rwpe_run.parents[1], "lap:4")
     for run_dir, dim in ((rwpe_run, 6), (lap_run, 4)):

@@ -80,6 +80,7 @@ def test_events_files_and_checkpoint(tmp_path: Path) -> None:
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "done" and result["metrics"] == done["metrics"] and result["params"] == start["params"]
     assert {"torch", "torch_geometric", "numpy", "scipy", "python"} <= set(result["versions"])
+    assert " (commit " in result["versions"]["gaptui"] or " (sources " in result["versions"]["gaptui"]  # the code
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["state"]["epoch"] == 3 and ckpt["run"] == result["run"]
     assert "epoch 3/3" in (out / "log.txt").read_text()

@@ -17,8 +17,8 @@ from torch import Tensor
 from engine import models
 from engine.alignment.run import AlignmentRun
 from engine.alignment.spec import RunSpec
+from engine.checkpoints import CHECKPOINT
 from engine.errors import GaptuiError
-from engine.loop import CHECKPOINT
 from engine.models.powers import PANConv
 from engine.models.sparse import Graph
 from engine.tasks import Cancelled, RunContext, run_steps
@@ -358,7 +358,7 @@ def test_train_with_positional_features_files_the_row_a_preset_entry_does() -> N
 
 
 def test_positional_inputs_count_in_the_dataset_memory() -> None:
-    from engine.memory import estimate
+    from engine.alignment.memory import estimate
 
     dataset = {"base": "er", "noise": 0.1, "n_train": 1000, "n_val": 100, "params": {"n": 100, "degree": 8}}
     plain = RunSpec(dataset=dataset, model="gcn")

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.alignment.throughput import CostKey, Throughput, evaluations, measure, training_seconds
+from engine.tasks.cost import CalibrationCache
 from gaptui import launch
 from gaptui.estimate import CellHistory, Profile, calibration_path, estimate_from_cache, schedule
 from gaptui.presets import load_preset
@@ -72,10 +73,10 @@ def test_calibration_is_cached_per_machine_and_key(tmp_path: Path, monkeypatch: 
     estimator(tmp_path, threads).estimate(plan, [two_threads], Workspace(tmp_path))
     assert {k.threads for k in threads.keys} == {2} and len(threads.keys) == 2
 
-    import engine.cost
+    import engine.tasks.cost
 
-    real_machine = engine.cost.machine
-    monkeypatch.setattr(engine.cost, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
+    real_machine = engine.tasks.cost.machine
+    monkeypatch.setattr(engine.tasks.cost, "machine", lambda device="cpu": {**real_machine(device), "host": "other"})
     elsewhere = Counting()
     estimator(tmp_path, elsewhere).estimate(plan, [CPU1], Workspace(tmp_path))
     assert len(elsewhere.keys) == 2 and elsewhere.overheads == 1

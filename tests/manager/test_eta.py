@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from engine.cache import write_sealed_json
-from engine.cost import CACHE_FORMAT, CalibrationCache, Conditions
 from engine.errors import GaptuiError
+from engine.tasks.cost import CACHE_FORMAT, CalibrationCache, Conditions
 from gaptui.estimate import (
     DURATION_LIMIT,
     Estimator,

@@ -39,7 +39,7 @@ def test_report_of_every_family(tmp_path: Path) -> None:
     assert "Friedman: chi2" in text and "Kendall W over 3 seeds" in text
     # the GAPE MAE is lower-is-better: the lowest MAE ranks first
     assert "average rank over 2 cells (1 = best): gape 1.00, rwpe 2.00, none 3.00" in text
-    assert "- seeds: 0, 1, 2" in text and "gaptui source:" in text
+    assert "- seeds: 0, 1, 2" in text and "gaptui code of this report: " in text
     links = re.findall(r"\]\((figures/[^)]+)\)", text)
     assert "Pooling advice: mean R score per property class" in text  # the properties part, after Table 2
     # 14: the properties part draws the pooling-advice bars beside Table 2's

@@ -4,8 +4,9 @@
 - ``engine/tasks/`` (the seam) imports no family, and the built-in families are found through the registry only;
 - generic gaptui (everything but ``gaptui/families/``, the families' own commands) imports no family internals
   and names no built-in family;
-- no import cycles in ``engine/`` or ``gaptui/``, counting the imports inside functions too;
-- no function over 120 lines in ``engine/`` or ``gaptui/``;
+- no import cycles in ``engine/`` or ``gaptui/``, counting the imports inside functions and the packages an
+  import loads (``engine.tasks.form`` runs ``engine/tasks/__init__.py`` first) too;
+- no function over 80 lines in ``engine/`` or ``gaptui/``;
 - importing every engine module loads no Textual and no TinyDB.
 """
 
@@ -24,7 +25,7 @@ from tests.support import ROOT
 
 FAMILY_PACKAGES = ("engine.alignment", "engine.gape", "engine.properties", "engine.brec")
 BUILTIN_NAMES = ("alignment", "gape", "properties", "brec")
-MAX_FUNCTION_LINES = 120
+MAX_FUNCTION_LINES = 80
 
 
 def _module(path: Path) -> str:
@@ -91,10 +92,16 @@ def test_generic_gaptui_imports_no_family_internals_and_names_no_family() -> Non
     assert not bad, "\n".join(bad)
 
 
+def _loaded(name: str, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that importing ``name`` runs: it and every package above it."""
+    parts = name.split(".")
+    return {m for m in (".".join(parts[: i + 1]) for i in range(len(parts))) if m in modules}
+
+
 def test_no_import_cycles_in_the_engine_or_gaptui() -> None:
     modules = _sources("engine", "gaptui")
-    graph = {
-        module: {name for _, name in _imports(path) if name in modules and name != module}
+    graph = {  # a module's own packages are loaded before it, so they are no edge of it
+        module: {m for _, name in _imports(path) for m in _loaded(name, modules) if not _within(module, (m,))}
         for module, path in modules.items()
     }
     try:
@@ -103,7 +110,7 @@ def test_no_import_cycles_in_the_engine_or_gaptui() -> None:
         raise AssertionError("import cycle: " + " -> ".join(cycle.args[1])) from None
 
 
-def test_no_function_is_longer_than_120_lines() -> None:
+def test_no_function_is_longer_than_80_lines() -> None:
     long = []
     for path in _sources("engine", "gaptui").values():
         for node in ast.walk(ast.parse(path.read_text())):

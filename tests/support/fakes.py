@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.alignment.throughput import CostKey, Throughput
-from engine.cost import CalibrationCache
+from engine.tasks.cost import CalibrationCache
 from gaptui import launch
 from gaptui.estimate import Estimator, calibration_path
 from gaptui.presets import load_preset

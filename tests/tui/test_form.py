@@ -89,7 +89,7 @@ async def test_a_choice_field_mounting_while_the_app_quits_ends_without_a_traceb
     from textual.app import App, ComposeResult
     from textual.widget import Widget
 
-    from engine.hardware import precision_field
+    from engine.tasks.form import precision_field
     from gaptui.tui.widgets.form_fields import field_widget
 
     class Quits(Widget):

@@ -55,7 +55,8 @@ class HistoryTable(RecordTable):
 
 
 class HistoryScreen(SectionScreen):
-    """Type to filter (all words must match); ``s`` sorts by the next column, ``S`` reverses, or click a header."""
+    """Type to filter (all words must match); ``s`` sorts by the next column, ``S`` reverses, or click a header;
+    space marks runs and ``D`` compares the marked ones."""
 
     TITLE = "History"
     BINDINGS: ClassVar[list[Binding]] = [
@@ -64,6 +65,8 @@ class HistoryScreen(SectionScreen):
         Binding("S", "sort_reverse", "Reverse sort"),
         Binding("p", "toggle_protocol", "Protocol columns"),
         Binding("escape", "clear_filter", "Clear filter"),
+        Binding("space", "toggle_mark", "Mark for diff"),
+        Binding("D", "diff", "Diff marked"),
     ]
     DEFAULT_CSS = """
     HistoryScreen #history-bar { height: 1; padding: 0 1; }
@@ -187,7 +190,10 @@ class HistoryScreen(SectionScreen):
         if table.sort_column:
             label = table.table_columns[table.sort_column].label
             order = f" · sorted by {label} {'↓' if table.sort_reverse else '↑'}"
-        self.query_one("#history-info", Static).update(f"{table.record_count} of {len(self.gapp.book)} runs{order}")
+        marked = f" · {len(table.marked)} marked (D: diff)" if table.marked else ""
+        self.query_one("#history-info", Static).update(
+            f"{table.record_count} of {len(self.gapp.book)} runs{order}{marked}"
+        )
 
     def records_changed(self, hashes: set[str]) -> None:
         if not self.ready:
@@ -257,6 +263,30 @@ class HistoryScreen(SectionScreen):
     def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
         self.table.sort_by(str(event.column_key.value))
         self._info()
+
+    # -------------------------------------------------------------------------------------- diff
+
+    def action_toggle_mark(self) -> None:
+        """Mark the run under the cursor for a diff, or unmark it; the cursor moves on to the next row."""
+        table = self.table
+        run_hash = table.cursor_hash
+        if run_hash is None:
+            return
+        table.set_marked(run_hash, run_hash not in table.marked)
+        table.action_cursor_down()
+        self._info()
+
+    def action_diff(self) -> None:
+        """Open the marked runs side by side (:class:`~gaptui.tui.screens.run_diff.RunDiffScreen`)."""
+        from gaptui.tui.screens.run_diff import RunDiffScreen
+
+        marked = [h for h in self.table.marked if self.gapp.book.get(h) is not None]
+        if len(marked) < 2:
+            self.gapp.notify(
+                f"mark two or more runs with space to compare them ({len(marked)} marked)", severity="warning"
+            )
+            return
+        self.app.push_screen(RunDiffScreen(marked))
 
     # -------------------------------------------------------------------------------------- details
 

@@ -62,6 +62,15 @@ def _right(text: str) -> Text:
 ID = Column("id", "run", lambda r: Text(r["id"], end=""), lambda r: r["id"], 12)
 SEED = Column("seed", "seed", lambda r: _right(str(r.get("seed", ""))), lambda r: r.get("seed"), 4, "right")
 STATUS = Column("status", "status", _status, lambda r: r.get("status"), 11)
+#: The style of a marked row's run id.
+MARKED = "reverse bold"
+
+
+def _marked(cell: str | Text) -> Text:
+    """``cell`` styled as marked, by a span (the cells of a row are compared by text and spans when updated)."""
+    text = Text(str(cell), end="") if isinstance(cell, str) else cell.copy()
+    text.stylize(MARKED)
+    return text
 
 
 def _column(col: RecordColumn) -> Column:
@@ -192,6 +201,8 @@ class RecordTable(DataTable):
         self._fill_generation = 0
         #: Rows of earlier :meth:`set_records` calls, freed after the frame that shows the new ones.
         self._dropped: list[Any] = []
+        #: Hashes of the rows marked (:meth:`set_marked`), in the order they were marked; kept while filtered out.
+        self.marked: dict[str, None] = {}
 
     def on_mount(self) -> None:
         for column in self.table_columns.values():
@@ -306,8 +317,23 @@ class RecordTable(DataTable):
         if cached is not None and cached[0] is record:
             return cached[1]
         cells = tuple(column.render(record) for column in self.table_columns.values())
+        if record["hash"] in self.marked:  # a marked row shows its run id in reverse video
+            cells = tuple(
+                _marked(cell) if key == ID.key else cell for key, cell in zip(self.table_columns, cells, strict=True)
+            )
         self._rendered[record["hash"]] = (record, cells)
         return cells
+
+    def set_marked(self, run_hash: str, marked: bool) -> None:
+        """Mark the row of ``run_hash`` (its run id in reverse video) or unmark it; the row updates in place."""
+        if marked:
+            self.marked.setdefault(run_hash, None)
+        else:
+            self.marked.pop(run_hash, None)
+        self._rendered.pop(run_hash, None)
+        record = self._records.get(run_hash)
+        if record is not None:
+            self.upsert(record)
 
     def _keyed(self, column: Column, records: Sequence[Record]) -> list[tuple[Record, int, Any]]:
         """``(record, kind, value)`` sort keys under ``column`` for each of ``records``, from the cache where the

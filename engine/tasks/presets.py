@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.errors import GaptuiError, did_you_mean
+from engine.hardware import RunOptions
 from engine.typed import parse_dataclass, type_hints
 
 # ------------------------------------------------------------------------------------------------ the base and helpers
@@ -45,7 +46,7 @@ class PresetBase:
     and ``notes``; ``timeout`` (seconds per run or None), ``retries`` (re-runs of a failed run) and ``pack_seeds``
     (how many seeds of one cell share a worker process) come from the preset's ``policy``; ``task`` names the
     family. These keys, the ``[run]`` policy and ``[slurm]`` are one schema for every family: a family's
-    ``parse_preset`` starts from :func:`engine.presets.parse_head` (the common part parsed and checked), reads only
+    ``parse_preset`` starts from :func:`parse_head` (the common part parsed and checked), reads only
     its own keys and passes ``**head.fields()`` (or ``**head.fields(notes)`` with notes of its own) to its preset.
     A family whose grids may go to a cluster declares a ``slurm`` field (default None) and passes ``slurm=True``;
     the engine parses that table with the rest and never acts on it.
@@ -60,7 +61,7 @@ class PresetBase:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     # A preset whose runs follow a policy declares ``policy`` (a field or property): an object with ``timeout``,
-    # ``retries`` and ``pack_seeds``, such as :class:`engine.presets.RunPolicy` or a ``[run]`` table built on it.
+    # ``retries`` and ``pack_seeds``, such as :class:`engine.tasks.presets.RunPolicy` or a ``[run]`` table built on it.
 
     @property
     def timeout(self) -> float | None:
@@ -299,8 +300,6 @@ def parse_head(
         raise GaptuiError(f"{here} = {table!r}: expected a table of run options, e.g. [run] with timeout = 3600")
     unknown_keys(here, table, (*run_keys, *POLICY_KEYS))
     if "precision" in table:
-        from engine.hardware import RunOptions
-
         RunOptions(precision=table["precision"]).check(here)
     policy = parse_dataclass(RunPolicy, {k: v for k, v in table.items() if k in POLICY_KEYS}, here).check(here)
     options = None

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from engine.cache import discard, open_sealed_json, write_sealed_json
+from engine.cache import content_digest, discard, open_sealed_json, write_sealed_json
 from engine.files import locked, read_json
+from engine.hardware import cpu_name
 
 #: Version of the cache file's layout; entries of another version are measured anew and the file rewritten.
 CACHE_FORMAT = 1
@@ -122,24 +123,24 @@ class CostContext:
         for spec in specs:
             per = {p: self.history(family, spec, p) for p in self.profiles}
             if any(cell is None for cell in per.values()):
-                report.missing[spec.hash()] = (
+                report.missing[spec.run_id()] = (
                     f"{family.costs.label(spec)}: no finished run of this cell on this machine yet "
                     f"(task {family.name} is estimated from the history of its runs)"
                 )
                 continue
-            found[spec.hash()] = {p: c for p, c in per.items() if c is not None}
-            unknown_rest |= any(c.overhead_s is None for c in found[spec.hash()].values())
+            found[spec.run_id()] = {p: c for p, c in per.items() if c is not None}
+            unknown_rest |= any(c.overhead_s is None for c in found[spec.run_id()].values())
         overhead = self.overhead(family) if unknown_rest else 0.0
         for spec in specs:
-            if spec.hash() not in found:
+            if spec.run_id() not in found:
                 continue
             units, evals = family.costs.units(spec) or 0, family.costs.evaluations(spec)
             cost = RunCost({}, "")
-            for profile, cell in found[spec.hash()].items():
+            for profile, cell in found[spec.run_id()].items():
                 cost.seconds[profile] = cell.seconds(units, evals, overhead)
                 cost.shared[profile] = overhead if cell.overhead_s is None else cell.overhead_s
                 cost.source = cost.source or f"history ({cell.runs} run(s))"
-            report.costs[spec.hash()] = cost
+            report.costs[spec.run_id()] = cost
         return report
 
 
@@ -207,8 +208,6 @@ def machine(device: str = "cpu") -> dict[str, str]:
     """What makes a measurement this machine's: host, CPU model, the device's name, Python and torch versions."""
     import torch
 
-    from engine.hardware import cpu_name
-
     name = cpu_name()
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
@@ -219,12 +218,6 @@ def machine(device: str = "cpu") -> dict[str, str]:
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
-
-
-def _digest(obj: Any) -> str:
-    from engine.cache import content_digest
-
-    return content_digest(obj)
 
 
 #: Seconds after which a cached measurement is taken again (the software and the machine around it change).
@@ -326,7 +319,7 @@ class CalibrationCache:
     def entry(self, host: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[dict[str, Any], Conditions | None] | None:
         """The measurement of ``key`` on ``host`` and the conditions it was taken in (None for an entry written
         before they were recorded); None when there is none."""
-        entry = self.entries().get(_digest({"machine": host, "key": key}))
+        entry = self.entries().get(content_digest({"machine": host, "key": key}))
         if not isinstance(entry, dict) or not isinstance(entry.get("value"), dict):
             return None
         return entry["value"], Conditions.from_dict(entry.get("conditions"))
@@ -345,6 +338,6 @@ class CalibrationCache:
         with self._lock():
             entries = self._read()
             entry = {"machine": host, "key": key, "value": dict(value), "conditions": taken}
-            entries[_digest({"machine": host, "key": key})] = entry
+            entries[content_digest({"machine": host, "key": key})] = entry
             write_sealed_json(self.path, {"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True)
             self._entries = entries
