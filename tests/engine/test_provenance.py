@@ -12,9 +12,8 @@ import pytest
 from engine import provenance
 from gaptui.history import History
 from gaptui.workspace import Workspace
-from tests.helpers_cli import gaptui
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+from tests.support.cli import gaptui
 
 
 def _git(folder: Path, *args: str) -> str:
@@ -35,6 +34,7 @@ def _sources(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.e2e
 def test_this_checkout_is_named_by_its_commit() -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("not run from a git checkout")
@@ -44,6 +44,7 @@ def test_this_checkout_is_named_by_its_commit() -> None:
     assert version is provenance.code_version() or version == provenance.code_version()  # cached: one answer
 
 
+@pytest.mark.e2e
 def test_a_checkout_with_changes_is_dirty_and_files_elsewhere_are_not_its_code(tmp_path: Path) -> None:
     repo = _sources(tmp_path / "repo")
     _git(repo, "init", "-q")

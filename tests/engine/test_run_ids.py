@@ -9,15 +9,15 @@ changes every id below.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import tomllib
 
 from engine.tasks import Placement, TaskSpec, family
+from tests.support import ROOT
 
-PRESETS = Path(__file__).resolve().parent.parent / "presets"
+PRESETS = ROOT / "presets"
 PLACEMENT = Placement("/tmp/unused/datasets", "/tmp/unused/raw")
 
 #: Per shipped preset and per family in its grid: the run id of its first run that trains a model (in grid order;

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 
 from engine.alignment.throughput import CostKey, Throughput, evaluations, measure, training_seconds
-from engine.tasks.cost import CalibrationCache
 from gaptui import launch
 from gaptui.estimate import CellHistory, Profile, calibration_path, estimate_from_cache, schedule
 from gaptui.presets import load_preset

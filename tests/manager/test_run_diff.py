@@ -17,8 +17,7 @@ from gaptui.tui.app import GaptuiApp
 from gaptui.tui.screens.history import HistoryScreen
 from gaptui.tui.screens.run_diff import RunDiffScreen
 from gaptui.workspace import Workspace
-from tests.conftest import run_cli
-from tests.helpers_cli import gaptui
+from tests.support.cli import gaptui, run_cli
 
 #: Three runs of one cell: the second trained longer on more pairs; the third is the first with another seed.
 PROTOCOLS = ((20, 1000), (300, 5000), (20, 1000))
@@ -111,6 +110,7 @@ def test_diff_refuses_bad_input_with_one_line(
     assert "x.gif" in bad.one_error() and not (tmp_path / "x.gif").exists()
 
 
+@pytest.mark.e2e
 def test_diff_as_a_user_runs_it(tmp_path: Path) -> None:
     ws, ids = workspace(tmp_path)
     shown = run_cli("diff", ids[1], ids[2], "-w", str(ws.root))
