@@ -213,7 +213,7 @@ class Tour:
         self.ws = root / "ws"
         real_data(self.ws / "data")
         self.values = {"dir": str(root)}
-        from tests.test_connectome import write_mice
+        from tests.support.sources import write_mice
 
         write_mice(root / "mice")
         self.values["mice"] = str(root / "mice")

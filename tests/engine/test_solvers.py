@@ -76,7 +76,9 @@ def test_rrwm_on_graphs_too_large_is_refused_by_the_memory_check(monkeypatch: py
     # The memory check needs no pygmtools (an optional extra): a spec naming rrwm parses as where it is installed.
     real = importlib.util.find_spec
     present = importlib.util.find_spec("json")
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: present if name == "pygmtools" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: present if name == "pygmtools" else real(name, *a)
+    )
     spec = RunSpec.from_dict({"dataset": {**DATASET, "params": {"n": 3000, "degree": 8}}, "model": "rrwm"})
     need = spec.solver_need()
     assert need is not None and need.need >= 8 * 3000**4

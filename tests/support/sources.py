@@ -1,5 +1,5 @@
-"""Tiny raw files in each real loader's own format (AQSOL, ZINC, CoraFull, ogbn-arxiv, PCQM4Mv2) and a pairs folder
-in the authors' safetensors layout: the offline fixtures of every test that reads a real dataset."""
+"""Tiny raw files in each real loader's own format (AQSOL, ZINC, CoraFull, ogbn-arxiv, PCQM4Mv2, graspologic's
+mice) and a pairs folder in the authors' safetensors layout: the offline fixtures of every test reading real data."""
 
 from __future__ import annotations
 
@@ -181,3 +181,36 @@ def write_folder(folder: Path, train: int = 12, val: int = 4, n: int = 10, seed:
             str(folder / f"{split}-corrupted-graphs.safetensors"),
         )
     return written
+
+
+#: graspologic's mice, small: regions of the atlas and mice per genotype.
+NODES = 20
+GENOTYPES = {"BTBR": 3, "B6": 3, "CAST": 2}
+
+
+def write_mice(folder: Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """graspologic's ``datasets/mice`` layout: ``participants.csv`` and one ``u v weight`` edge list per mouse, each
+    mouse's weights a shared pattern plus its own noise (so mice differ, and mice of one genotype differ less).
+    Returns each subject's weight matrix."""
+    rng = np.random.default_rng(seed)
+    (folder / "edgelists").mkdir(parents=True, exist_ok=True)
+    shared = rng.gamma(1.0, 100.0, (NODES, NODES))
+    rows = ["participant_id,genotype,sex"]
+    weights = {}
+    number = 54776
+    for genotype, count in GENOTYPES.items():
+        pattern = shared * rng.uniform(0.7, 1.3, (NODES, NODES))
+        for _ in range(count):
+            subject = f"sub-{number}"
+            number += 1
+            w = np.triu(pattern * rng.uniform(0.8, 1.2, (NODES, NODES)), 1).round()
+            w[rng.random((NODES, NODES)) < 0.3] = 0  # absent pairs are not listed
+            w = np.triu(w, 1)
+            weights[subject] = w + w.T
+            lines = [f"{u} {v} {w[u, v]:.1f}" for u, v in zip(*np.nonzero(w), strict=True)]
+            (folder / f"edgelists/{subject}_ses-1_dti.edgelist").write_text("\n".join(lines) + "\n")
+            rows.append(f"{subject},{genotype},{'male' if number % 2 else 'female'}")
+    (folder / "participants.csv").write_text("\n".join(rows) + "\n")
+    for name in ("atlas.csv", "blocks.csv"):  # also in the wheel; the source reads neither
+        (folder / name).write_text("ROI\n")
+    return weights
