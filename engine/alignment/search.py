@@ -35,7 +35,10 @@ def symmetry_of(run: Any, dataset: Any) -> dict[str, Any]:
 def ceiling_metrics(symmetry: dict[str, Any]) -> dict[str, float]:
     """The validation split's ceilings as run metrics."""
     stats = symmetry["stats"]["val"]
-    return {"val_orbit_ceiling": stats["orbit_ceiling"], "val_wl_ceiling": stats["wl_ceiling"]}
+    ceilings = {"val_orbit_ceiling": stats["orbit_ceiling"]}
+    if "wl_ceiling" in stats:  # absent where 1-WL did not settle within its budget
+        ceilings["val_wl_ceiling"] = stats["wl_ceiling"]
+    return ceilings
 
 
 def structure(split: PairSplit, scores: AlignmentScores, symmetry: dict[str, Any], seconds: Any = None) -> PairMetrics:

@@ -18,7 +18,10 @@ ceiling; positional inputs (``rwpe``, ``lap``) or search are not bound by it.
 
 Colour refinement runs on a whole split at once (:func:`wl_colours`): each round, a node's new colour is its old
 colour and the sum of a random 64-bit word per neighbour colour (a multiset hash; two different multisets collide
-with probability about ``2^-64``), renumbered; it stops when no graph's partition refines further.
+with probability about ``2^-64``), renumbered; it stops when no graph's partition refines further. A round costs
+time in proportion to the split's nodes, and refinement can take as many rounds as a graph's diameter (a path of
+60,000 nodes: 30,000 rounds), so a split gets at most :data:`WL_BUDGET` node-rounds: a split whose colours have not
+settled by then has no 1-WL ceiling (its statistics say ``wl_settled: false``); its orbit ceiling stands.
 
 **orbit_acc.** Node ``i`` counts as right up to symmetry when ``pi_hat(i)`` is the image of a node of its own orbit:
 ``orbit[pi^-1(pi_hat(i))] == orbit[i]``. It equals the LAP accuracy on graphs without symmetry.
@@ -46,6 +49,9 @@ SYMMETRY_VERSION = 1
 #: The entry's folder inside a dataset.
 FOLDER = "symmetry"
 ARRAYS = ("orbits", "wl")
+#: Node-rounds of colour refinement a split may take (a few seconds): 200 rounds of a 100,000-node split. Random
+#: and molecular graphs settle in a few to a few dozen rounds; only long chains and grids run out.
+WL_BUDGET = 20_000_000
 
 
 def automorphism_generators(num_nodes: int, edge_index: np.ndarray) -> np.ndarray:
@@ -97,10 +103,13 @@ def graph_orbits(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.nda
     return connected_components(link, directed=False)[1].astype(np.int64)
 
 
-def wl_colours(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray) -> np.ndarray:
+def wl_colours(
+    num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarray, budget: int | None = WL_BUDGET
+) -> np.ndarray | None:
     """Stable 1-WL colour of every node of a list of graphs (flat arrays as :class:`PairSplit` holds them: local
     ids, both directions of each edge), ``[sum n]`` int64; colours are comparable across graphs (the same colour
-    means the same refinement history)."""
+    means the same refinement history). None when the colours have not settled within ``budget`` node-rounds
+    (None: no bound)."""
     num_nodes = np.asarray(num_nodes, np.int64)
     total = int(num_nodes.sum())
     node_ptr = np.concatenate([[0], np.cumsum(num_nodes)])
@@ -116,7 +125,9 @@ def wl_colours(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarr
     colour = np.zeros(total, np.int64)
     classes = _class_count(graph_of, colour)
     rng = np.random.default_rng(0x5EED)
-    while True:
+    rounds = None if budget is None else max(1, budget // max(total, 1))
+    while rounds is None or rounds > 0:
+        rounds = None if rounds is None else rounds - 1
         word = rng.integers(1, np.iinfo(np.int64).max, size=int(colour.max(initial=0)) + 1, dtype=np.uint64)
         prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(word[colour[dst]], dtype=np.uint64)])
         signature = prefix[ends] - prefix[starts]  # a multiset hash of the neighbour colours
@@ -125,6 +136,7 @@ def wl_colours(num_nodes: np.ndarray, edge_index: np.ndarray, edge_ptr: np.ndarr
         if refined == classes:
             return colour
         classes = refined
+    return None
 
 
 def _renumber(colour: np.ndarray, signature: np.ndarray) -> np.ndarray:
@@ -160,32 +172,37 @@ def per_graph_classes(num_nodes: np.ndarray, label: np.ndarray) -> np.ndarray:
 class SplitSymmetry:
     """Orbits and stable 1-WL classes of the ``G`` of each pair of a split.
 
-    ``orbits`` / ``wl``: int64 ``[sum n]``, ids comparable within a graph only;
-    ``orbit_counts`` / ``wl_counts``: ``[P]`` per graph."""
+    ``orbits`` / ``wl``: int64 ``[sum n]``, ids comparable within a graph only (``wl`` None: refinement did not
+    settle within :data:`WL_BUDGET`); ``orbit_counts`` / ``wl_counts``: ``[P]`` per graph."""
 
     num_nodes: np.ndarray
     orbits: np.ndarray
-    wl: np.ndarray
+    wl: np.ndarray | None
 
     @property
     def orbit_counts(self) -> np.ndarray:
         return per_graph_classes(self.num_nodes, self.orbits)
 
     @property
-    def wl_counts(self) -> np.ndarray:
-        return per_graph_classes(self.num_nodes, self.wl)
+    def wl_counts(self) -> np.ndarray | None:
+        return None if self.wl is None else per_graph_classes(self.num_nodes, self.wl)
 
     def stats(self) -> dict[str, Any]:
         """The ceilings (node-weighted shares), the counts behind them and how many graphs have any symmetry."""
         nodes = int(self.num_nodes.sum())
         orbit_counts, wl_counts = self.orbit_counts, self.wl_counts
-        return {
+        stats: dict[str, Any] = {
             "nodes": nodes,
             "orbits": int(orbit_counts.sum()),
-            "wl_classes": int(wl_counts.sum()),
             "orbit_ceiling": float(orbit_counts.sum() / nodes) if nodes else float("nan"),
-            "wl_ceiling": float(wl_counts.sum() / nodes) if nodes else float("nan"),
             "symmetric_graphs": int((orbit_counts < self.num_nodes).sum()),
+        }
+        if wl_counts is None:  # refinement ran out of its budget: no 1-WL ceiling rather than a wrong one
+            return {**stats, "wl_settled": False}
+        return {
+            **stats,
+            "wl_classes": int(wl_counts.sum()),
+            "wl_ceiling": float(wl_counts.sum() / nodes) if nodes else float("nan"),
             "wl_coarser_graphs": int((wl_counts < orbit_counts).sum()),
         }
 
@@ -211,7 +228,8 @@ def dataset_symmetry(dataset: Any, log: Any = None) -> dict[str, SplitSymmetry |
         out: dict[str, Any] = {}
         for s in splits:
             arrays = {a: np.load(final / s / f"{a}.npy", allow_pickle=False).astype(np.int64) for a in ARRAYS}
-            out[s] = SplitSymmetry(dataset.split(s).num_nodes, arrays["orbits"], arrays["wl"])
+            wl = arrays["wl"] if meta["stats"][s].get("wl_settled", True) else None
+            out[s] = SplitSymmetry(dataset.split(s).num_nodes, arrays["orbits"], wl)
         return {**out, "stats": meta["stats"]}
     started = time.perf_counter()
     computed = {s: split_symmetry(dataset.split(s)) for s in splits}
@@ -222,7 +240,9 @@ def dataset_symmetry(dataset: Any, log: Any = None) -> dict[str, SplitSymmetry |
         for s in splits:
             (tmp / s).mkdir(parents=True, exist_ok=True)
             for a in ARRAYS:
-                np.save(tmp / s / f"{a}.npy", getattr(computed[s], a).astype(np.int32), allow_pickle=False)
+                values = getattr(computed[s], a)
+                values = np.zeros(0, np.int32) if values is None else values.astype(np.int32)
+                np.save(tmp / s / f"{a}.npy", values, allow_pickle=False)
         return {"key": key, "stats": stats}
 
     try:

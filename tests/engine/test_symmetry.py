@@ -139,3 +139,23 @@ def test_edge_overlap_orbit_accuracy_and_solved_of_a_matching() -> None:
     assert metrics.kept.tolist() == [3, 3] and metrics.orbit_correct.tolist() == [4, 4]
     assert metrics.summary()["val_solved"] == 0.5
     assert "pair,nodes,lap_acc,orbit_acc" in metrics.csv_text().splitlines()[0]
+
+
+def test_colour_refinement_that_does_not_settle_within_its_budget_gives_no_wl_ceiling() -> None:
+    """A path needs about n / 2 rounds to settle; past the budget there is no 1-WL ceiling, never a coarse one."""
+    import engine.alignment.symmetry as symmetry
+
+    n = 200
+    path = np.array([np.arange(n - 1), np.arange(1, n)], dtype=np.int64)
+    both = np.concatenate([path, path[::-1]], axis=1)
+    sizes, ptr = np.array([n]), np.array([0, both.shape[1]])
+    settled = wl_colours(sizes, both, ptr)
+    assert settled is not None and len(np.unique(settled)) == n // 2  # mirror images only
+    assert wl_colours(sizes, both, ptr, budget=20 * n) is None  # 20 rounds: not settled
+    unsettled = symmetry.SplitSymmetry(sizes, np.arange(n) % (n // 2), None)
+    stats = unsettled.stats()
+    assert stats["wl_settled"] is False and stats["orbit_ceiling"] == 0.5
+    assert not {"wl_ceiling", "wl_classes"} & set(stats)
+    from engine.alignment.search import ceiling_metrics
+
+    assert ceiling_metrics({"stats": {"val": stats}}) == {"val_orbit_ceiling": 0.5}  # no 1-WL row, no wrong one

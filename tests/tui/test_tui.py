@@ -192,9 +192,10 @@ async def test_compose_launch_follow_and_rank_a_smoke_grid(tmp_path: Path) -> No
         await pilot.press("f5")
         await wait_until(pilot, lambda: isinstance(app.screen, RankingScreen) and app.screen.ready, what="Ranking")
         ranking = app.screen
-        await wait_until(pilot, lambda: ranking.query_one(RankingGrid).row_count == 2, what="ranking rows")
+        # the two models, then the dataset's symmetry ceilings as rows of their own
+        await wait_until(pilot, lambda: ranking.query_one(RankingGrid).row_count == 4, what="ranking rows")
         grid = ranking.query_one(RankingGrid)
-        assert [str(k.value) for k in grid.rows] == ["gcn", "gin"]
+        assert [str(k.value) for k in grid.rows] == ["gcn", "gin", "ceiling: orbits", "ceiling: 1-WL"]
         cells = [str(c) for row in range(2) for c in grid.get_row_at(row)[1:]]
         assert sum("**" in c for c in cells) >= 2  # one best per noise level
 

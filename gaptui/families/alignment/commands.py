@@ -64,7 +64,9 @@ def _stats_table(dataset: Any) -> Table:
         table.add_row(label, *(fmt.format(dataset.stats[s].get(key, 0)) for s in dataset.stats))
     symmetry = _symmetry(dataset)
     for key, label, fmt in SYMMETRY_LABELS:
-        table.add_row(label, *(fmt.format(symmetry[s][key]) if s in symmetry else "–" for s in dataset.stats))
+        # "–": not computed (a dataset built before ceilings, or 1-WL that did not settle within its budget)
+        cells = (fmt.format(symmetry[s][key]) if key in symmetry.get(s, {}) else "–" for s in dataset.stats)
+        table.add_row(label, *cells)
     return table
 
 
