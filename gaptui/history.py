@@ -819,7 +819,7 @@ warned: set[tuple[str, str]] = set()
 def warn_left_out(history: History, warn: Callable[[str], None] | None = None) -> None:
     """Say (``warn``, default a ``warning:`` line on stderr) each record ``history`` left out, once per process."""
     if warn is None:
-        from gaptui.cli_common import warn as cli_warn
+        from gaptui.cli.common import warn as cli_warn
 
         warn = cli_warn
     for ident, line in history.left_out.items():

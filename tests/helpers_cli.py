@@ -1,4 +1,4 @@
-"""The ``gaptui`` command line run in this process (``gaptui.cli.main`` with its arguments), for the many bad-input
+"""The ``gaptui`` command line run in this process (``gaptui.cli.app.main`` with its arguments), for the many bad-input
 cases whose code path is the same as a subprocess's and that a subprocess per case would make slow on 2 cores."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def gaptui(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], 
     """Run ``gaptui ARGS`` through its console entry point (an uncaught exception, a traceback for a user, fails
     the test as it is raised)."""
     import gaptui.history
-    from gaptui.cli import main
+    from gaptui.cli.app import main
 
     gaptui.history.warned.clear()  # each command is a process of its own: it names what it leaves out once
     capsys.readouterr()

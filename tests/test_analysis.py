@@ -19,7 +19,7 @@ from engine.errors import GaptuiError
 from engine.tasks import family
 from gaptui import analysis
 from gaptui.analysis import BEST, WITHIN_1, WITHIN_3
-from gaptui.commands_analysis import register
+from gaptui.cli.analysis import register
 from tests.conftest import run_cli
 
 LAP = family("alignment").metric("val_lap_acc")

@@ -626,7 +626,7 @@ def test_disk_full_keeps_the_history_and_leaves_no_temp_file(tmp_path: Path) -> 
         "import errno, os, sys\n"
         "def full(fd): raise OSError(errno.ENOSPC, 'No space left on device')\n"
         "os.fsync = full\n"
-        "from gaptui.cli import main\n"
+        "from gaptui.cli.app import main\n"
         "sys.argv = ['gaptui', 'note', '0123', 'hello', '--workspace', sys.argv[1]]\n"
         "main()\n"
     )

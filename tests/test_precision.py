@@ -92,7 +92,7 @@ def test_the_form_has_a_precision_choice_written_into_run_and_read_back(task: st
 
 
 def test_train_precision_maps_onto_the_spec_of_any_family(toy: None) -> None:
-    from gaptui.cli import with_precision
+    from gaptui.cli.train import with_precision
 
     props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
     spec = load_spec(props)

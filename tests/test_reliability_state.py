@@ -179,7 +179,7 @@ def test_train_spec_from_another_workspace_builds_its_data_in_this_one(tmp_path:
 
 
 def test_train_spec_placement_is_the_workspaces_unless_set(tmp_path: Path) -> None:
-    from gaptui.cli import _chosen_spec
+    from gaptui.cli.train import _chosen_spec
 
     ws = Workspace(tmp_path / "ws")
     spec_file = tmp_path / "spec.json"

@@ -170,7 +170,7 @@ def seeded_workspace(root: Path) -> Workspace:
 
 def test_the_engine_and_the_cli_never_import_textual() -> None:
     code = (
-        "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli; "
+        "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli.app; "
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=WAIT_BOUND)
@@ -181,7 +181,7 @@ def test_the_cli_opens_the_tui_without_a_command(monkeypatch: pytest.MonkeyPatch
     from typer.testing import CliRunner
 
     import gaptui.tui.app as tui_app
-    from gaptui.cli import app as cli
+    from gaptui.cli.app import app as cli
 
     calls: list[Any] = []
     monkeypatch.setattr(tui_app, "run_app", lambda workspace=None: calls.append(workspace))

@@ -546,7 +546,7 @@ def _lock_holder(ws: Workspace) -> str:
 def run_app(workspace: str | Path | None = None) -> int:
     """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``); returns the exit
     status: 1 when the app stopped on an error (Textual prints its traceback), after saying which runs it stopped."""
-    from gaptui.cli_common import err_console
+    from gaptui.cli.common import err_console
 
     app = GaptuiApp(Workspace.resolve(workspace))
     app.run()

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 brec_app = typer.Typer(help="BREC (Wang and Zhang 2023): its pairs, exact WL tests and its table.")

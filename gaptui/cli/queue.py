@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, print_json
 from gaptui.workspace import Workspace
 
 queue_app = typer.Typer(

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.record import record_task
 from gaptui.workspace import Workspace
 
@@ -289,7 +289,7 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
     if as_json:
         print_json(rows)
         return
-    from gaptui.cli_tables import print_table
+    from gaptui.cli.tables import print_table
 
     header = ("run", "job", "state", "reason", "node", "elapsed", "queue pos", "task", "cell", "resubm.")
     cells = [

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui import analysis
-from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
+from gaptui.cli.common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
 from gaptui.workspace import Workspace
 
 DatasetOpt = Annotated[

@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, print_json
 from gaptui.workspace import Workspace
 
 

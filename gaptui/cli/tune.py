@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import (
+from gaptui.cli.common import (
     CpuJobsOpt,
     GpusOpt,
     JobsPerGpuOpt,
@@ -67,7 +67,7 @@ def tune_cmd(
     except ImportError:
         raise GaptuiError("gaptui tune needs Optuna: pip install 'gaptui[tune]'") from None
     from gaptui import launch, tuning
-    from gaptui.commands_manager import recover_runs
+    from gaptui.cli.run import recover_runs
 
     ws = Workspace.resolve(workspace)
     loaded, settings = tuning.load_tune(preset, ws, study, note)
