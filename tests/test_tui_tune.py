@@ -10,7 +10,7 @@ from textual.widgets import Input, Static
 
 from gaptui.history import History
 from gaptui.tui.app import GaptuiApp
-from gaptui.tuning import sparkline, study_rows
+from gaptui.tune.results import sparkline, study_rows
 from tests.test_tui import SIZE, fixed_records, type_into, wait_until
 
 

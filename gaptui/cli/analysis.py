@@ -75,8 +75,8 @@ def _load(
     tuned: bool | None = False,
 ):
     """The workspace and its records, those matching ``filters`` (``axis=value``) when given; as ranking tables see
-    them (:func:`gaptui.tuning.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned`` is
-    None (every run, for the trackers)."""
+    them (:func:`gaptui.tune.results.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned``
+    is None (every run, for the trackers)."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
     from gaptui.history import read_records
     from gaptui.record import usable_records
@@ -88,7 +88,7 @@ def _load(
 
         records = RecordFilter(axes=parse_axis_filters(filters, [task] if task else None)).apply(records)
     if tuned is not None:
-        from gaptui.tuning import table_view
+        from gaptui.tune.results import table_view
 
         records = table_view(records, tuned)
     return ws, records
@@ -351,7 +351,7 @@ def export_cmd(
         _export_wandb(records, wandb, entity, wandb_dir or ws.exports / "wandb")
     if out is None:
         return
-    from gaptui.tuning import table_view
+    from gaptui.tune.results import table_view
 
     records = table_view(records)
     key = declared.key if declared is not None else metric

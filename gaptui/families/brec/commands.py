@@ -116,7 +116,7 @@ def brec_table_cmd(
     from gaptui.families.brec.report import agreement_lines, brec_tables, render_markdown, render_rich, table_json
     from gaptui.history import read_records
     from gaptui.record import usable_records
-    from gaptui.tuning import table_view
+    from gaptui.tune.results import table_view
 
     if fmt not in ("text", "md", "json"):
         raise GaptuiError(f"--format '{fmt}': expected text, md or json")

@@ -61,7 +61,7 @@ from gaptui.tui.widgets.form_fields import (
     read_widget,
     set_choice_options,
 )
-from gaptui.tuning import space_text
+from gaptui.tune.form import space_text
 
 try:
     import tomllib
