@@ -264,9 +264,9 @@ def _file_task(data_lines: Sequence[tuple[int, str]]) -> str:
     return LEGACY_TASK
 
 
-def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
-    """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
-    loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
+def _read_lines(text: str, path: Path) -> tuple[dict[str, str], list[tuple[int, str, str]], list[tuple[int, str]]]:
+    """A reference file's lines sorted: its ``# key: value`` lines, its ``# protocol[...]`` lines (line number,
+    group, value) and its data lines (line number, text); other ``#`` lines are comments."""
     meta: dict[str, str] = {}
     protocol_lines: list[tuple[int, str, str]] = []
     data_lines: list[tuple[int, str]] = []
@@ -290,6 +290,13 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
                 meta[key] = value
             continue
         data_lines.append((number, line))
+    return meta, protocol_lines, data_lines
+
+
+def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
+    """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
+    loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
+    meta, protocol_lines, data_lines = _read_lines(text, path)
     declared_task = meta.get("task") or task or _file_task(data_lines)
     if task and declared_task != task:
         raise GaptuiError(f"{path}: holds task '{declared_task}' results ('# task:' line), not task '{task}'")

@@ -274,46 +274,52 @@ def gap_cmd(
         console.print(f"[bold]{escape(label)}[/]: optimal {escape(axis.name)} {escape(optimal)}", highlight=False)
 
 
+ExportOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--out",
+        "-o",
+        help="Folder for tables.csv/.md/.tex and runs.json (several families: one folder each, DIR/TASK/).",
+    ),
+]
+ExportForceOpt = Annotated[
+    bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
+]
+ExportMlflowOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--mlflow",
+        help="Also log every finished run of every task to this MLflow tracking URI (e.g. file:./mlruns), "
+        "once: runs already logged are skipped.",
+    ),
+]
+ExportWandbOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--wandb",
+        help="Also log every finished run of every task to this Weights & Biases project, once (offline into "
+        "--wandb-dir when there is no API key).",
+    ),
+]
+ExportEntityOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--entity", help="With --wandb: the W&B team or user owning the project."),
+]
+ExportWandbDirOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--wandb-dir", help="With --wandb: folder of W&B's run files [default: <workspace>/exports/wandb]."),
+]
+
+
 def export_cmd(
-    out: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--out",
-            "-o",
-            help="Folder for tables.csv/.md/.tex and runs.json (several families: one folder each, DIR/TASK/).",
-        ),
-    ] = None,
+    out: ExportOutOpt = None,
     metric: MetricOpt = None,
     task: TaskOpt = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
-    ] = False,
-    mlflow: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--mlflow",
-            help="Also log every finished run of every task to this MLflow tracking URI (e.g. file:./mlruns), "
-            "once: runs already logged are skipped.",
-        ),
-    ] = None,
-    wandb: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--wandb",
-            help="Also log every finished run of every task to this Weights & Biases project, once (offline into "
-            "--wandb-dir when there is no API key).",
-        ),
-    ] = None,
-    entity: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--entity", help="With --wandb: the W&B team or user owning the project."),
-    ] = None,
-    wandb_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--wandb-dir", help="With --wandb: folder of W&B's run files [default: <workspace>/exports/wandb]."
-        ),
-    ] = None,
+    force: ExportForceOpt = False,
+    mlflow: ExportMlflowOpt = None,
+    wandb: ExportWandbOpt = None,
+    entity: ExportEntityOpt = None,
+    wandb_dir: ExportWandbDirOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Export a task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder (each family

@@ -62,44 +62,54 @@ def _record_row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: r.get(k) for k in RECORD_KEYS}
 
 
+HistoryTaskOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--task", "-t", callback=task_name, help="Only runs of this task family; its axes become the columns."
+    ),
+]
+HistoryStatusOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--status", help="Only runs with this status (repeatable)."),
+]
+HistoryDatasetOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--dataset", help="Only this dataset label or base (the same as --filter dataset=VALUE)."),
+]
+HistoryModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--model", help="Only this model (the same as --filter model=VALUE)."),
+]
+HistoryTagOpt = Annotated[Optional[str], typer.Option("--tag", help="Only runs with this tag.")]  # noqa: UP045
+HistoryFiltersOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--filter",
+        help="Only runs whose AXIS is VALUE (repeatable, all must hold): any axis a family declares, e.g. "
+        "noise=0.12, pe=rwpe, pooling=gmt, dataset=er (also matches er[n=50]).",
+    ),
+]
+HistoryLimitOpt = Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")]
+HistoryHideOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--hide",
+        help="Hide these protocol columns (repeatable or comma-separated): a setting such as epochs, pairs, "
+        "batch, or 'protocol' for all of them.",
+    ),
+]
+
+
 def history_cmd(
     workspace: WorkspaceOpt = None,
-    task: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--task", "-t", callback=task_name, help="Only runs of this task family; its axes become the columns."
-        ),
-    ] = None,
-    status: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--status", help="Only runs with this status (repeatable)."),
-    ] = None,
-    dataset: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--dataset", help="Only this dataset label or base (the same as --filter dataset=VALUE)."),
-    ] = None,
-    model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--model", help="Only this model (the same as --filter model=VALUE)."),
-    ] = None,
-    tag: Annotated[Optional[str], typer.Option("--tag", help="Only runs with this tag.")] = None,  # noqa: UP045
-    filters: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--filter",
-            help="Only runs whose AXIS is VALUE (repeatable, all must hold): any axis a family declares, e.g. "
-            "noise=0.12, pe=rwpe, pooling=gmt, dataset=er (also matches er[n=50]).",
-        ),
-    ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Show the newest N runs in the table (0: all).")] = 200,
-    hide: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--hide",
-            help="Hide these protocol columns (repeatable or comma-separated): a setting such as epochs, pairs, "
-            "batch, or 'protocol' for all of them.",
-        ),
-    ] = None,
+    task: HistoryTaskOpt = None,
+    status: HistoryStatusOpt = None,
+    dataset: HistoryDatasetOpt = None,
+    model: HistoryModelOpt = None,
+    tag: HistoryTagOpt = None,
+    filters: HistoryFiltersOpt = None,
+    limit: HistoryLimitOpt = 200,
+    hide: HistoryHideOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the runs of the workspace (the table shows the newest --limit; --json always lists all)."""
@@ -154,25 +164,53 @@ def history_cmd(
     print_table(console, title, header, cells, right=right)
 
 
+ShowRunOpt = Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")]
+ShowTaskOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--task", "-t", callback=task_name, help="Look the run up among this task family's runs only."),
+]
+
+
 def show_cmd(
-    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or unique prefix).")],
+    run: ShowRunOpt,
     workspace: WorkspaceOpt = None,
-    task: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--task", "-t", callback=task_name, help="Look the run up among this task family's runs only."),
-    ] = None,
+    task: ShowTaskOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one run: its axes, spec, metrics, reproducibility record, training curves and probes."""
     from engine.events import read_events
-    from engine.tasks import family
-    from gaptui.history import History
     from gaptui.plots import curves_plot
     from gaptui.probe_view import probe_tables, probes_heading, read_probes
-    from gaptui.protocol import settings_texts
-    from gaptui.record import record_family, record_metrics, record_task
+    from gaptui.record import record_task
 
     ws = Workspace.resolve(workspace)
+    record = _find_record(ws, run, task)
+    events = read_events(Path(record["run_dir"]) / "events.jsonl")[0] if record.get("run_dir") else []
+    probes = read_probes(record.get("run_dir"))
+    if as_json:
+        print_json({**record, "events": events, **({"probes": probes} if probes else {})})
+        return
+    console.print(_show_table(record))
+    if any(e.get("event") == "epoch" for e in events):
+        plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
+        console.print(Text.from_ansi(plot))
+    if probes:  # written by a family's probe command (gaptui probe)
+        console.print(escape(probes_heading(probes)), highlight=False)
+        for probe_table in probe_tables(probes):
+            console.print(probe_table)
+    if record.get("log_tail") and record["status"] == "failed":
+        console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
+    console.print(
+        f"spec: {json.dumps(record.get('spec'), sort_keys=True)}", highlight=False, soft_wrap=True, markup=False
+    )
+
+
+def _find_record(ws: Workspace, run: str, task: str | None) -> dict[str, Any]:
+    """The record ``gaptui show`` shows: the run id (or unique prefix) ``run``, among ``task``'s runs when given."""
+    from engine.tasks import family
+    from gaptui.history import History
+    from gaptui.record import record_task
+
     with History(ws) as history:
         if task is not None:
             family(task)
@@ -180,14 +218,16 @@ def show_cmd(
             if len(matches) != 1:
                 found = "no" if not matches else "more than one"
                 raise GaptuiError(f"{found} {task} run matches '{run}' in {ws.history}")
-            record = matches[0]
+            return matches[0]
         else:
-            record = history.get(run)
-    events = read_events(Path(record["run_dir"]) / "events.jsonl")[0] if record.get("run_dir") else []
-    probes = read_probes(record.get("run_dir"))
-    if as_json:
-        print_json({**record, "events": events, **({"probes": probes} if probes else {})})
-        return
+            return history.get(run)
+
+
+def _show_table(record: dict[str, Any]) -> Table:
+    """The table at the head of ``gaptui show``: a run's axes, settings, bookkeeping, metrics and reproducibility."""
+    from gaptui.protocol import settings_texts
+    from gaptui.record import record_family, record_metrics, record_task
+
     fam = record_family(record)
     head = Table(title=f"run {record['id']} ({record_task(record)}, {record['status']})", show_header=False)
     head.add_column("key")
@@ -227,19 +267,7 @@ def show_cmd(
         if repro.get(key):
             value = json.dumps(repro[key]) if isinstance(repro[key], dict) else str(repro[key])
             head.add_row(f"repro.{key}", escape(value))
-    console.print(head)
-    if any(e.get("event") == "epoch" for e in events):
-        plot = curves_plot({record["id"]: events}, record_task(record), width=min(console.width, 100), height=18)
-        console.print(Text.from_ansi(plot))
-    if probes:  # written by a family's probe command (gaptui probe)
-        console.print(escape(probes_heading(probes)), highlight=False)
-        for probe_table in probe_tables(probes):
-            console.print(probe_table)
-    if record.get("log_tail") and record["status"] == "failed":
-        console.print("\n".join(record["log_tail"]), highlight=False, markup=False)
-    console.print(
-        f"spec: {json.dumps(record.get('spec'), sort_keys=True)}", highlight=False, soft_wrap=True, markup=False
-    )
+    return head
 
 
 def tasks_cmd(as_json: JsonOpt = False) -> None:

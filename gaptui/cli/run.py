@@ -50,42 +50,65 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
 
 
+RunPresetOpt = Annotated[str, typer.Option("--preset", help="Preset name (presets/*.toml) or path to a TOML file.")]
+RunDryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Show the plan, the start order and its estimated duration; run nothing.")
+]
+RunRecalibrateOpt = Annotated[
+    bool, typer.Option("--recalibrate", help="With --dry-run: measure throughput again instead of the cache.")
+]
+RunNoEstimateOpt = Annotated[
+    bool, typer.Option("--no-estimate", help="With --dry-run: skip the duration estimate (and its calibration).")
+]
+RunRetryFailedOpt = Annotated[bool, typer.Option("--retry-failed", help="Run failed runs again.")]
+RunTimeoutOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
+]
+RunPackSeedsOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--pack-seeds",
+        help="Train up to K seeds of one cell in one worker process on one slot (local backend) "
+        "[default: the preset's pack_seeds, else 1].",
+    ),
+]
+RunBackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="Where runs execute: local (this machine) or slurm (job arrays through submitit; the workspace "
+        "must be on a filesystem the compute nodes see under the same path).",
+    ),
+]
+RunListAllOpt = Annotated[
+    bool,
+    typer.Option("--list", help="With --dry-run: also list every run in start order and every dataset's memory."),
+]
+RunFailFastOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--fail-fast",
+        metavar="N",
+        help="Stop queuing once N runs failed with the same error (running ones finish; the rest is recorded "
+        "cancelled): exit 1 naming the error.",
+    ),
+]
+
+
 def run_cmd(
-    preset: Annotated[str, typer.Option("--preset", help="Preset name (presets/*.toml) or path to a TOML file.")],
+    preset: RunPresetOpt,
     workspace: WorkspaceOpt = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the plan, the start order and its estimated duration; run nothing.")
-    ] = False,
-    recalibrate: Annotated[
-        bool, typer.Option("--recalibrate", help="With --dry-run: measure throughput again instead of the cache.")
-    ] = False,
-    no_estimate: Annotated[
-        bool, typer.Option("--no-estimate", help="With --dry-run: skip the duration estimate (and its calibration).")
-    ] = False,
+    dry_run: RunDryRunOpt = False,
+    recalibrate: RunRecalibrateOpt = False,
+    no_estimate: RunNoEstimateOpt = False,
     gpus: GpusOpt = None,
     jobs_per_gpu: JobsPerGpuOpt = 1,
     cpu_jobs: CpuJobsOpt = None,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run failed runs again.")] = False,
-    timeout: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option("--timeout", help="Seconds per run before it is stopped [default: the preset's]."),
-    ] = None,
-    pack_seeds: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--pack-seeds",
-            help="Train up to K seeds of one cell in one worker process on one slot (local backend) "
-            "[default: the preset's pack_seeds, else 1].",
-        ),
-    ] = None,
-    backend: Annotated[
-        str,
-        typer.Option(
-            "--backend",
-            help="Where runs execute: local (this machine) or slurm (job arrays through submitit; the workspace "
-            "must be on a filesystem the compute nodes see under the same path).",
-        ),
-    ] = "local",
+    retry_failed: RunRetryFailedOpt = False,
+    timeout: RunTimeoutOpt = None,
+    pack_seeds: RunPackSeedsOpt = None,
+    backend: RunBackendOpt = "local",
     slurm: SlurmRunOpts = None,
     partition: PartitionOpt = None,
     account: AccountOpt = None,
@@ -98,19 +121,8 @@ def run_cmd(
     max_retries: MaxRetriesOpt = None,
     detach: DetachOpt = False,
     force: ForceOpt = False,
-    list_all: Annotated[
-        bool,
-        typer.Option("--list", help="With --dry-run: also list every run in start order and every dataset's memory."),
-    ] = False,
-    fail_fast: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--fail-fast",
-            metavar="N",
-            help="Stop queuing once N runs failed with the same error (running ones finish; the rest is recorded "
-            "cancelled): exit 1 naming the error.",
-        ),
-    ] = None,
+    list_all: RunListAllOpt = False,
+    fail_fast: RunFailFastOpt = None,
 ) -> None:
     """Run a preset's grid: skips finished runs, so the same command resumes an interrupted grid.
 

@@ -32,99 +32,126 @@ TRAIN_FLAGS = {
 }
 
 
+TrainBaseOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--base", help="Base dataset name (the alignment flags: with --noise and --model)."),
+]
+TrainNoiseOpt = Annotated[Optional[float], typer.Option("--noise", help="Noise level eta in [0, 1).")]  # noqa: UP045
+TrainModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
+]
+TrainEpochsOpt = Annotated[Optional[int], typer.Option("--epochs", help="Training epochs [default: 300].")]  # noqa: UP045
+TrainTrainOpt = Annotated[Optional[int], typer.Option("--train", help="Training pairs.")]  # noqa: UP045
+TrainValOpt = Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")]  # noqa: UP045
+TrainSeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Training seed [default: 0].")]  # noqa: UP045
+TrainDataSeedOpt = Annotated[Optional[int], typer.Option("--data-seed", help="Dataset seed [default: 0].")]  # noqa: UP045
+TrainBatchSizeOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--batch-size", help="Pairs per optimiser step [default: 100]."),
+]
+TrainRecipeOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--recipe",
+        help="Training recipe: gaptui, ngab, paper or legacy (docs/fidelity.md) [default: gaptui; with --preset "
+        "or --spec: the run's, and a recipe given here replaces all of its recipe fields].",
+    ),
+]
+TrainFeaturesOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--features",
+        help="Node inputs: degree or ones, and/or positional rwpe:K, lap:K joined by + (degree+rwpe:16) "
+        "[default: the recipe's].",
+    ),
+]
+TrainInputLayerOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--input-layer", help="linear, conv (per-model first layer) or gcn [default: the recipe's]."),
+]
+TrainNormOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
+]
+TrainDeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")]  # noqa: UP045
+TrainCompileModeOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off [default: auto]."),
+]
+TrainPrecisionOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--precision",
+        help="auto, fp32 or bf16 (the forward pass under bf16 autocast) [default: the spec's, auto]; any family.",
+    ),
+]
+TrainNoiseModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
+]
+TrainParamOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
+]
+TrainTaskOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--task", "-t", help="Task family of the run (with --preset or --spec): any of `gaptui tasks`."),
+]
+TrainPresetOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--preset", help="Take the run from this preset's grid (choose it with --where)."),
+]
+TrainWhereOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--where", "-W", help="With --preset: axis=value (or seed=N) choosing one run (repeatable)."),
+]
+TrainSpecFileOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--spec", help="The run's spec.json (any family; e.g. one written in a run folder)."),
+]
+TrainOverridesOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--set", help="With --preset or --spec: change a spec field, key=value (JSON value; repeatable)."),
+]
+TrainOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
+]
+TrainForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace another run's files in the --out folder; start a run estimated over 30 days."
+    ),
+]
+
+
 def train_cmd(
-    base: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--base", help="Base dataset name (the alignment flags: with --noise and --model)."),
-    ] = None,
-    noise: Annotated[Optional[float], typer.Option("--noise", help="Noise level eta in [0, 1).")] = None,  # noqa: UP045
-    model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
-    ] = None,
-    epochs: Annotated[Optional[int], typer.Option("--epochs", help="Training epochs [default: 300].")] = None,  # noqa: UP045
-    train: Annotated[Optional[int], typer.Option("--train", help="Training pairs.")] = None,  # noqa: UP045
-    val: Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")] = None,  # noqa: UP045
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed [default: 0].")] = None,  # noqa: UP045
-    data_seed: Annotated[Optional[int], typer.Option("--data-seed", help="Dataset seed [default: 0].")] = None,  # noqa: UP045
-    batch_size: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--batch-size", help="Pairs per optimiser step [default: 100]."),
-    ] = None,
-    recipe: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--recipe",
-            help="Training recipe: gaptui, ngab, paper or legacy (docs/fidelity.md) [default: gaptui; with --preset "
-            "or --spec: the run's, and a recipe given here replaces all of its recipe fields].",
-        ),
-    ] = None,
-    features: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--features",
-            help="Node inputs: degree or ones, and/or positional rwpe:K, lap:K joined by + (degree+rwpe:16) "
-            "[default: the recipe's].",
-        ),
-    ] = None,
-    input_layer: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--input-layer", help="linear, conv (per-model first layer) or gcn [default: the recipe's]."),
-    ] = None,
-    norm: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
-    ] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")] = None,  # noqa: UP045
-    compile_mode: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off [default: auto]."),
-    ] = None,
-    precision: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--precision",
-            help="auto, fp32 or bf16 (the forward pass under bf16 autocast) [default: the spec's, auto]; any family.",
-        ),
-    ] = None,
-    noise_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
-    ] = None,
-    param: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
-    ] = None,
-    task: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--task", "-t", help="Task family of the run (with --preset or --spec): any of `gaptui tasks`."),
-    ] = None,
-    preset: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--preset", help="Take the run from this preset's grid (choose it with --where)."),
-    ] = None,
-    where: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--where", "-W", help="With --preset: axis=value (or seed=N) choosing one run (repeatable)."),
-    ] = None,
-    spec_file: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--spec", help="The run's spec.json (any family; e.g. one written in a run folder)."),
-    ] = None,
-    overrides: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--set", help="With --preset or --spec: change a spec field, key=value (JSON value; repeatable)."),
-    ] = None,
-    out: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Replace another run's files in the --out folder; start a run estimated over 30 days."
-        ),
-    ] = False,
+    base: TrainBaseOpt = None,
+    noise: TrainNoiseOpt = None,
+    model: TrainModelOpt = None,
+    epochs: TrainEpochsOpt = None,
+    train: TrainTrainOpt = None,
+    val: TrainValOpt = None,
+    seed: TrainSeedOpt = None,
+    data_seed: TrainDataSeedOpt = None,
+    batch_size: TrainBatchSizeOpt = None,
+    recipe: TrainRecipeOpt = None,
+    features: TrainFeaturesOpt = None,
+    input_layer: TrainInputLayerOpt = None,
+    norm: TrainNormOpt = None,
+    device: TrainDeviceOpt = None,
+    compile_mode: TrainCompileModeOpt = None,
+    precision: TrainPrecisionOpt = None,
+    noise_model: TrainNoiseModelOpt = None,
+    param: TrainParamOpt = None,
+    task: TrainTaskOpt = None,
+    preset: TrainPresetOpt = None,
+    where: TrainWhereOpt = None,
+    spec_file: TrainSpecFileOpt = None,
+    overrides: TrainOverridesOpt = None,
+    out: TrainOutOpt = None,
+    force: TrainForceOpt = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -468,10 +495,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from engine.worker import ENV_STOP_WITH_PARENT, LOCK
+    from engine.worker import ENV_STOP_WITH_PARENT
     from gaptui.history import History
-    from gaptui.processes import FOREGROUND, worker_gone
-    from gaptui.scheduler import Scheduler, Slot, new_record
+    from gaptui.processes import FOREGROUND
+    from gaptui.scheduler import Scheduler, Slot
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -496,20 +523,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     h = spec.hash()
     with History(ws, write=True, exclusive=False, purpose="gaptui train") as history:
-        record = history.by_hash().get(h)
-        # A record left running by a killed train or manager is resumed; one whose worker may be alive is not.
-        if record and record["status"] == "running" and record.get("pid") and not worker_gone(record):
-            raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
-        from engine.files import FileLock
-
-        probe = FileLock(folder / LOCK, "gaptui train")
-        if folder.is_dir() and not probe.acquire():
-            raise GaptuiError(f"run folder {folder} is in use by {probe.current_holder()}")
-        probe.release()
-        if record is None:
-            history.put(new_record(spec, ws, run_dir=folder))
-        elif Path(record["run_dir"]) != folder:
-            history.update(h, run_dir=str(folder))
+        _claim_foreground(history, spec, folder, ws)
         slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
         # Recorded as the run's driver: no manager adopts, stops or files it while this command lives.
         scheduler = Scheduler(ws, history, [slot], listener=on_event, driver=FOREGROUND)
@@ -529,6 +543,33 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
             if scheduler.pending():
                 scheduler.stop_all()
         record = history.by_hash()[h]
+    return _foreground_result(record, folder)
+
+
+def _claim_foreground(history: Any, spec: Any, folder: Path, ws: Workspace) -> None:
+    """Record the run in ``folder`` before its worker starts; refuse one another process holds."""
+    from engine.files import FileLock
+    from engine.worker import LOCK
+    from gaptui.processes import worker_gone
+    from gaptui.scheduler import new_record
+
+    h = spec.hash()
+    record = history.by_hash().get(h)
+    # A record left running by a killed train or manager is resumed; one whose worker may be alive is not.
+    if record and record["status"] == "running" and record.get("pid") and not worker_gone(record):
+        raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
+    probe = FileLock(folder / LOCK, "gaptui train")
+    if folder.is_dir() and not probe.acquire():
+        raise GaptuiError(f"run folder {folder} is in use by {probe.current_holder()}")
+    probe.release()
+    if record is None:
+        history.put(new_record(spec, ws, run_dir=folder))
+    elif Path(record["run_dir"]) != folder:
+        history.update(h, run_dir=str(folder))
+
+
+def _foreground_result(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """result.json of a run that ended done; a cancelled or failed one ends the command with its status."""
     status = record["status"]
     if status == "done":
         return json.loads((folder / "result.json").read_text())
