@@ -29,10 +29,10 @@ class Ran:
 def gaptui(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
     """Run ``gaptui ARGS`` through its console entry point (an uncaught exception, a traceback for a user, fails
     the test as it is raised)."""
-    import gaptui.history
+    import gaptui.history.store
     from gaptui.cli.app import main
 
-    gaptui.history.warned.clear()  # each command is a process of its own: it names what it leaves out once
+    gaptui.history.store.warned.clear()  # each command is a process of its own: it names what it leaves out once
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["gaptui", *args])
     monkeypatch.setenv("COLUMNS", "200")

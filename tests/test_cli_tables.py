@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli
 from tests.test_analysis import rec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.events import read_events
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT, run_cli
 from tests.test_manager import _preset

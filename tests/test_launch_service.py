@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace
 from tests.conftest import run_cli

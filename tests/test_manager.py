@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.workspace import Workspace
 from tests.conftest import ROOT, run_cli
 

@@ -70,7 +70,7 @@ def _records(root: Path, count: int = 3) -> list[dict[str, Any]]:
 
 
 def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

@@ -117,7 +117,7 @@ def test_train_precision_is_recorded_in_the_history_and_shown(tmp_path: Path) ->
     done = run_cli(*args, "--precision", "bf16", "--json")
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)["run"]
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     with History(Workspace.resolve(str(ws))) as history:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records, upgrade_record
+from gaptui.history.store import History, read_records, upgrade_record
 from gaptui.record import Record, RecordFilter, parse_axis_filters, split_words
 from gaptui.tui.screens.history import matches
 from gaptui.workspace import Workspace

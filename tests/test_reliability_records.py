@@ -15,7 +15,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from engine.errors import GaptuiError  # noqa: E402
-from gaptui.history import History  # noqa: E402
+from gaptui.history.store import History  # noqa: E402
 from gaptui.workspace import Workspace  # noqa: E402
 from tests.helpers_cli import gaptui  # noqa: E402
 from tests.test_figures import alignment_history  # noqa: E402

@@ -17,7 +17,8 @@ import pytest
 from engine.events import read_events
 from engine.files import FileLock
 from engine.tasks import load_spec
-from gaptui.history import History, JournalStorage, read_records
+from gaptui.history.journal import JournalStorage
+from gaptui.history.store import History, read_records
 from gaptui.processes import worker_gone
 from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, new_record

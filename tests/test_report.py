@@ -16,7 +16,7 @@ from tests.test_figures import alignment_history, gape_history, properties_histo
 
 
 def _workspace(tmp_path: Path, records: list) -> Path:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

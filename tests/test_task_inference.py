@@ -20,7 +20,7 @@ TOY_ENV = {"GAPTUI_FAMILIES": "tests.toy_family"}
 
 
 def _workspace(tmp_path: Path, records: list[dict[str, Any]]) -> Workspace:
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     ws = Workspace.resolve(tmp_path / "ws")
     ws.root.mkdir(parents=True)

@@ -27,7 +27,7 @@ from textual.widgets import Input, Select, SelectionList, Static, TabbedContent
 from engine.alignment.form import parse_noise_level
 from engine.alignment.preset import DatasetEntry, Preset, RunOptions, dump_preset
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.presets import load_preset
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.planning import FormDraft, SlotConfig, form_fields_of, parse_seeds

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.tui.app import GaptuiApp
 from gaptui.tune.results import sparkline, study_rows
 from tests.test_tui import SIZE, fixed_records, type_into, wait_until

@@ -78,7 +78,7 @@ def _load(
     them (:func:`gaptui.tune.results.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned``
     is None (every run, for the trackers)."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.record import usable_records
 
     ws = Workspace.resolve(workspace)

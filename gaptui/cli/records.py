@@ -117,7 +117,7 @@ def history_cmd(
     from gaptui import analysis
     from gaptui.cli.tables import print_table
     from gaptui.columns import aligned, record_columns, visible_columns
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.record import RecordFilter, check_statuses, parse_axis_filters
 
     ws = Workspace.resolve(workspace)
@@ -208,7 +208,7 @@ def show_cmd(
 def _find_record(ws: Workspace, run: str, task: str | None) -> dict[str, Any]:
     """The record ``gaptui show`` shows: the run id (or unique prefix) ``run``, among ``task``'s runs when given."""
     from engine.tasks import family
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.record import record_task
 
     with History(ws) as history:
@@ -317,7 +317,7 @@ def tag_cmd(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Add a tag to a run (``-TAG`` removes it). Works while a grid runs."""
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     name = tag[1:] if tag.startswith("-") else tag
     if not name.strip() or name != name.strip() or "," in name:
@@ -341,7 +341,7 @@ def note_cmd(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Attach a note to a run. Works while a grid runs."""
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     with History(Workspace.resolve(workspace), write=True, exclusive=False, purpose="gaptui note") as history:
         record = history.get(run)

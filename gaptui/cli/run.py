@@ -222,7 +222,7 @@ def _dry_run(
 ) -> None:
     """``--dry-run``: print the plan, its start order and (unless --no-estimate) its estimated duration."""
     from gaptui import launch
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     records = read_records(ws)
     launch_plan = launch.plan_launch(spec_preset, ws, records, settings)
@@ -252,7 +252,7 @@ def _dry_run(
 def _run_grid(ws: Workspace, spec_preset: Any, settings: Any, retry_failed: bool, detach: bool, force: bool) -> None:
     """Start the grid's runs and follow them to the end (or leave them to Slurm with --detach); exit 1 on failures."""
     from gaptui import launch
-    from gaptui.history import History, read_records
+    from gaptui.history.store import History, read_records
 
     # Before anything is recorded: a grid that would run for months is refused (--force insists).
     records = read_records(ws)
@@ -419,7 +419,7 @@ def _estimate(
     from engine.tasks.cost import CalibrationCache
     from gaptui.cli.progress import step_progress
     from gaptui.estimate import Estimator, calibration_path
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     def warn(line: str) -> None:
         err_console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
@@ -574,7 +574,7 @@ def _progress(
 
 def _final_tables(ws: Workspace, specs: list[Any], task: str) -> None:
     from gaptui import analysis
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     hashes = {s.hash() for s in specs}
     records = [r for r in read_records(ws) if r["hash"] in hashes]

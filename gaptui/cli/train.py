@@ -406,7 +406,7 @@ def _select(specs: list[Any], where: list[str], what: str) -> Any:
 def _check_dependencies_done(ws: Workspace, spec: Any) -> None:
     """Refuse a run whose dependencies (a downstream run's pretraining run) are not done in this workspace."""
     from engine.tasks import family
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     deps = family(spec.task).dependencies(spec)
     if not deps:
@@ -496,7 +496,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from engine.worker import ENV_STOP_WITH_PARENT
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.processes import FOREGROUND
     from gaptui.scheduler import Scheduler, Slot
 

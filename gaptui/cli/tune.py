@@ -86,7 +86,7 @@ def tune_cmd(
         _report(ws, settings, as_json, read_only=True)
         return
     from gaptui.estimate import check_duration
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     # the same guard as `gaptui run`: every trial's runs (or the final runs) against 30 days, before anything starts
     one, times = _runs_per_row(settings, final)
@@ -159,7 +159,7 @@ def _final(ws: Workspace, settings: Any, scheduler: Any, history: Any) -> None:
 
 
 def _report(ws: Workspace, settings: Any, as_json: bool, read_only: bool = False) -> None:
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.tune.results import json_summary, ranking_change, results, summary_lines
     from gaptui.tune.studies import study_path
 

@@ -35,7 +35,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase
-from gaptui.history import History, WorkspaceLock
+from gaptui.history.store import History, WorkspaceLock
 from gaptui.tui.manager import (
     Cancel,
     EditRecord,

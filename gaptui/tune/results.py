@@ -35,7 +35,7 @@ class RowResult:
 def results(ws: Workspace, settings: TuneSettings, read_only: bool = False) -> list[RowResult]:
     """Per row, read back from the study's storage: trial counts, the best trial and the best-so-far curve;
     ``read_only`` (``--status``) writes nothing, and a study not begun yet has no trial."""
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     path = study_path(ws, settings.study)
     if read_only and not path.exists():

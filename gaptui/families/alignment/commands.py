@@ -308,7 +308,7 @@ def evaluate_cmd(
     from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
     from gaptui.cli.train import train_one
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.record import record_task
 
     ws = Workspace.resolve(workspace)

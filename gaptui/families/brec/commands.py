@@ -114,7 +114,7 @@ def brec_table_cmd(
     """BREC's table of the workspace's brec runs: distinguished pairs / pairs per model and category, the total,
     the marks over seeds and the reliability failures; then how the models' alignment ranking agrees with it."""
     from gaptui.families.brec.report import agreement_lines, brec_tables, render_markdown, render_rich, table_json
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.record import usable_records
     from gaptui.tune.results import table_view
 

@@ -200,7 +200,7 @@ def _scoring_model(run: str, workspace: Path | None):  # noqa: ANN202 - (record,
     """The record, spec and trained model of property run ``run`` (a robustness run: its trainer's model)."""
     from engine.properties.training import load_trained
     from engine.tasks import load_spec
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     with History(Workspace.resolve(workspace)) as history:
         record = history.get(run)
