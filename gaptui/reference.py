@@ -52,6 +52,7 @@ from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import FAMILIES, LEGACY_TASK, Axis, Metric, TaskFamily, family
 from engine.user_files import read_user_text
 from gaptui import analysis
+from gaptui.analysis.statistics import kendall_tau
 from gaptui.reference_protocol import ProtocolComparison, compare_protocol
 from gaptui.workspace import Workspace
 
@@ -62,30 +63,6 @@ CENTRES = ("median", "mean")
 META_KEYS = ("source", "task", "metric", "units", "table", "protocol")
 UNITS = ("share", "percent")
 _META = re.compile(r"#\s*([a-z_]+)(?:\[(.+?)\])?\s*:(.*)")
-
-
-def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
-    """Kendall's tau-b between two scorings of the same rows (ties allowed; ``nan`` when either is constant).
-
-    tau-b = (concordant - discordant) / sqrt((n0 - ties_ours) (n0 - ties_theirs)), n0 = n (n - 1) / 2, over
-    pairs of rows; a pair tied in one scoring is neither concordant nor discordant.
-    """
-    if len(ours) != len(theirs):
-        raise ValueError(f"kendall_tau: {len(ours)} scores against {len(theirs)}")
-    concordant = discordant = tied_ours = tied_theirs = 0
-    for i in range(len(ours)):
-        for j in range(i + 1, len(ours)):
-            a = ours[i] - ours[j]
-            b = theirs[i] - theirs[j]
-            tied_ours += a == 0
-            tied_theirs += b == 0
-            if a * b > 0:
-                concordant += 1
-            elif a * b < 0:
-                discordant += 1
-    pairs = len(ours) * (len(ours) - 1) // 2
-    denominator = math.sqrt((pairs - tied_ours) * (pairs - tied_theirs))
-    return (concordant - discordant) / denominator if denominator else math.nan
 
 
 # ------------------------------------------------------------------------------------------ files

@@ -272,9 +272,8 @@ def ranking_change(records: Iterable[Mapping[str, Any]], task: str, key: str, st
     """Per table and column: Kendall's tau between the rows ranked by their default runs and by the final runs of
     ``study`` (metric ``key``), on the rows that have both; cells as the ranking tables make them (the family's
     centre over seeds, one protocol per cell: :func:`gaptui.analysis.build_tables`)."""
-    from scipy.stats import kendalltau
-
     from gaptui import analysis
+    from gaptui.analysis.statistics import kendall_tau
 
     fam = family(task)
     mine = [
@@ -300,7 +299,7 @@ def ranking_change(records: Iterable[Mapping[str, Any]], task: str, key: str, st
                 continue
             default = [table.cells[(r, column)].median for r in rows]
             after = [table.cells[(tuned[r], column)].median for r in rows]
-            tau = kendalltau(default, after).statistic
+            tau = kendall_tau(default, after)
             label = column_label(fam, column)
             out.append({"group": table.group, "column": label, "rows": rows, "tau": None if tau != tau else float(tau)})
     return out
