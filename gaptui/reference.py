@@ -139,7 +139,7 @@ class Reference:
 
 
 def _folders(ws: Workspace | None) -> list[Path]:
-    return ([ws.root / "references"] if ws else []) + [BUNDLED]
+    return ([ws.references] if ws else []) + [BUNDLED]
 
 
 def reference_names(ws: Workspace | None = None, task: str | None = None) -> list[str]:
@@ -186,7 +186,7 @@ def find_reference(name: str, ws: Workspace | None = None, task: str | None = No
     if task is not None:
         if (found := _find_for(name, ws, task)) is not None:
             return found
-    elif ws is not None and (own := ws.root / "references" / f"{name}.csv").is_file():
+    elif ws is not None and (own := ws.references / f"{name}.csv").is_file():
         return own
     else:
         hits = {fam.name: p for fam in FAMILIES if (p := _find_for(name, ws, fam.name)) is not None}

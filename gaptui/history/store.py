@@ -27,7 +27,7 @@ class WorkspaceLock:
     """Exclusive lock of a workspace for the one manager process allowed to schedule runs in it."""
 
     def __init__(self, ws: Workspace, purpose: str = "gaptui") -> None:
-        self.path = ws.root / "manager.lock"
+        self.path = ws.manager_lock
         self._lock = FileLock(self.path, purpose)
 
     def acquire(self) -> WorkspaceLock:
@@ -117,7 +117,7 @@ class History:
     def _writing(self) -> Iterator[None]:
         """The short lock around one read-modify-write of the file."""
         try:
-            with locked(self.ws.root / "history.lock", self.purpose):
+            with locked(self.ws.history_lock, self.purpose):
                 yield
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):

@@ -18,7 +18,7 @@ from gaptui.workspace import Workspace
 
 
 def study_path(ws: Workspace, name: str) -> Path:
-    return ws.root / "tune" / f"{name}.db"
+    return ws.tune / f"{name}.db"
 
 
 def storage(ws: Workspace, name: str, read_only: bool = False) -> Any:
