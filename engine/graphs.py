@@ -197,7 +197,7 @@ def stable_group(keys: np.ndarray, payload: np.ndarray, size: int) -> tuple[np.n
 
     Returns ``(ptr [size + 1], grouped [K])``: group ``k`` is ``grouped[ptr[k]:ptr[k + 1]]``, in input order.
     O(K + size), no comparison sort: scipy's CSR -> CSC conversion of a one-row matrix is exactly this bucket
-    sort (it visits the entries in order, so ties keep their order; tests/test_graphs.py checks that it does).
+    sort (it visits the entries in order, so ties keep their order; tests/engine/test_graphs.py checks that it does).
     """
     from scipy.sparse import csr_array
 

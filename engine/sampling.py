@@ -1,4 +1,4 @@
-"""BFS subgraph sampling of a large graph (seed 000, Appendix B, Algorithm 1)."""
+"""BFS subgraph sampling of a large graph (the graph alignment paper, Appendix B, Algorithm 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated workspace and a helper to run the CLI as a user would (a subprocess)."""
+"""Fixtures of every tier: an isolated environment (offline, no user settings), torch on one thread, the notices an
+app showed, the toy plug-in family, no network, a small disk. Builders the tests share live in ``tests/support``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # One thread per torch (here and in every worker a test starts, which inherit the environment): the suite runs
 # two test processes on two cores, and oversubscribed threads make it several times slower.
@@ -25,6 +24,20 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
     monkeypatch.setenv("GAPTUI_CONFIG", str(tmp_path_factory.mktemp("config")))
     monkeypatch.delenv("GAPTUI_WORKSPACE", raising=False)
     monkeypatch.delenv("GAPTUI_DATA", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Torch on one thread in this process too (tiny tensors: more threads only spin, badly so on a busy machine)."""
+    if "torch" not in sys.modules:  # the environment above already holds for a torch imported later
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)
@@ -46,17 +59,17 @@ def _notice_log(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The toy plug-in family of ``tests/toy_family.py`` registered in this process for one test, after the
+    """The toy plug-in family of ``tests/support/toy_family.py`` registered in this process for one test, after the
     built-in families (as ``GAPTUI_FAMILIES`` registers it; the variable is set for the subprocesses the test
     starts), and dropped afterwards, so no other test sees it or a registry in another order."""
     from engine.tasks import FAMILIES
 
-    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.toy_family")
+    monkeypatch.setenv("GAPTUI_FAMILIES", "tests.support.toy_family")
     FAMILIES.names()  # the built-ins first
-    import tests.toy_family
+    from tests.support.toy_family import Toy
 
     if "toy" not in FAMILIES:
-        FAMILIES.register(tests.toy_family.Toy())
+        FAMILIES.register(Toy())
     yield
     FAMILIES.unregister("toy")
 
@@ -80,19 +93,6 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return tmp_path / "ws"
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None):
-    """Run ``python -m gaptui ARGS`` in a subprocess; returns the CompletedProcess (text mode)."""
-    full_env = {**os.environ, "COLUMNS": "200", "GAPTUI_OFFLINE": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "gaptui", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=cwd or ROOT,
-    )
 
 
 @pytest.fixture

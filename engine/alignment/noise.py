@@ -1,4 +1,5 @@
-"""Correlated pairs (seed 000, section 4): noise G into G~, then relabel G~ by a uniformly random permutation.
+"""Correlated pairs (the graph alignment paper, section 4): noise G into G~, then relabel G~ by a uniformly random
+permutation.
 
 For a base graph with ``N`` nodes and ``|E|`` undirected edges, with ``T = N(N-1)/2`` node pairs, each edge is
 removed independently with probability ``p_remove`` and each non-edge added independently with probability

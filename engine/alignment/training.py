@@ -1,4 +1,4 @@
-"""Siamese training on alignment pairs (seed 000, section 3; design section 3).
+"""Siamese training on alignment pairs (the graph alignment paper, section 3; design section 3).
 
 Both graphs of a pair go through the same model; for pair ``b`` the similarity is ``S_b = X_G X_H^T`` (dense,
 padded to the largest pair of the batch, padded columns masked out) and the loss is the row-softmax

@@ -1,4 +1,5 @@
-"""GAPE (seed 000, section 6): alignment embeddings as positional encodings for a downstream molecule transformer.
+"""GAPE (the graph alignment paper, section 6): alignment embeddings as positional encodings for a downstream
+molecule transformer.
 
 - :mod:`engine.gape.data`: molecule datasets and per-(dataset, PE) encodings, cached on disk under content hashes;
 - :mod:`engine.gape.pe`: the positional encodings (``none``, ``lap``, ``abs-lap``, ``r-lap``, ``rwpe``,

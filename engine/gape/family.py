@@ -1,4 +1,5 @@
-"""The ``gape`` task family: a downstream molecule transformer with positional encodings (seed 000, Table 1).
+"""The ``gape`` task family: a downstream molecule transformer with positional encodings (the graph alignment
+paper, Table 1).
 
 Spec: :class:`engine.gape.spec.GapeSpec` (a molecule dataset, a PE, the transformer's hyper-parameters, a seed).
 A ``gape:<run>`` PE depends on that alignment run: the scheduler starts the downstream run once it is done.
@@ -111,7 +112,7 @@ class Gape(TaskFamily):
     }
     figures = (Figure("bars"), Figure("curves"), Figure("cd"))
     import_roles = {"model": "pretraining model", "base": "base dataset", "dataset": "dataset class"}
-    #: Table 1 of the alignment paper (seed 000), shipped as gaptui/references/gape.paper.csv. No optimal line:
+    #: Table 1 of the graph alignment paper, shipped as gaptui/references/gape.paper.csv. No optimal line:
     #: the columns are datasets, and the dataset that separates the PEs most means nothing.
     references = References("paper")
     form = FormModule("engine.gape.form")

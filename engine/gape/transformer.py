@@ -1,4 +1,5 @@
-"""The downstream model of GAPE (seed 000, appendix F.2.2): a plain transformer encoder over atom tokens.
+"""The downstream model of GAPE (the graph alignment paper, appendix F.2.2): a plain transformer encoder over atom
+tokens.
 
 .. math::
 

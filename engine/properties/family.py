@@ -1,4 +1,4 @@
-"""The ``properties`` task family: global poolings compared on the relation property suite (seed 001).
+"""The ``properties`` task family: global poolings compared on the relation property suite (the property benchmark).
 
 Spec: :class:`PropertySpec`, one cell (property, pooling, dimension, seed) of the study. A ``robustness`` cell
 depends on the ``generalisation`` cell with the same property, pooling, seed and options and tests that cell's
@@ -31,7 +31,7 @@ from engine.tasks.spec import Placement
 #: The derived table of the study (Table 2) and its metric: U relative to the mean of the poolings compared.
 TABLE2 = "Table 2: mean R score"
 TABLE2_KEYS = ("pooling", "property", "dimension")
-#: The derived table of pooling advice (seed 001, section 4.3): mean R per property class.
+#: The derived table of pooling advice (the property benchmark, section 4.3): mean R per property class.
 ADVICE = "Pooling advice: mean R score per property class"
 R_SCORE = Metric("r_score", "R score", higher_is_better=True)
 
@@ -113,7 +113,7 @@ def property_class_of(spec: Mapping[str, Any]) -> str | None:
 
 class Properties(TaskFamily):
     name = "properties"
-    title = "relation properties: global poolings on 16 properties, 3 dimensions (seed 001)"
+    title = "relation properties: global poolings on 16 properties, 3 dimensions (the property benchmark)"
     spec_type = PropertySpec
     metrics = (
         Metric("u_score", "U score", higher_is_better=True, unit="%"),
@@ -124,8 +124,8 @@ class Properties(TaskFamily):
         Axis("dimension", "dimension", order=DIMENSION_ORDER),
         Axis("pooling", "pooling", order=tuple(POOLING_LABELS)),
         Axis("property", "property", order=PROPERTY_NAMES),
-        # A property's class (seed 001's Table 1), the columns of the pooling-advice table; records filed before it
-        # was recorded read it from their spec.
+        # A property's class (the property benchmark's Table 1), the columns of the pooling-advice table; records
+        # filed before it was recorded read it from their spec.
         Axis(
             "property_class",
             "property class",
@@ -151,7 +151,7 @@ class Properties(TaskFamily):
         Figure("cd"),
     )
     import_roles = {"poolings": "pooling"}
-    #: Table 2 of the property-suite paper (seed 001: mean R score per pooling and dimension), shipped as
+    #: Table 2 of the property benchmark (mean R score per pooling and dimension), shipped as
     #: gaptui/references/properties.paper.csv.
     references = References("paper")
     optimal = {

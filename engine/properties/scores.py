@@ -1,4 +1,4 @@
-"""The study's three dimensions and its scores (seed 001, section 3).
+"""The study's three dimensions and its scores (the property benchmark, section 3).
 
 ========================  =====================  =====================
 dimension                 trained on             tested on

@@ -1,4 +1,4 @@
-"""A trained property model applied to someone's own directed graphs (seed 001, section 5.1).
+"""A trained property model applied to someone's own directed graphs (the property benchmark, section 5.1).
 
 Input files:
 

@@ -1,4 +1,5 @@
-"""Training strategies of the property study (seed 001, section 4.3): what a trained cell sees while it trains.
+"""Training strategies of the property study (the property benchmark, section 4.3): what a trained cell sees while
+it trains.
 
 =====================  ==========================================================================================
 strategy               what changes (everything else as ``standard``)

@@ -209,7 +209,7 @@ class Pcqm4mV2(MoleculeSource):
         "20,000 / 2,000 sampled, atomic numbers, HOMO-LUMO gap (eV)"
     )
     sizes = (35000, 2000)
-    #: Molecules sampled for downstream regression (seed 000, appendix F.1: the PCQM4Mv2 subset).
+    #: Molecules sampled for downstream regression (the graph alignment paper, appendix F.1: the PCQM4Mv2 subset).
     molecule_sizes = (20000, 2000)
 
     def check_files(self, root: Path) -> None:

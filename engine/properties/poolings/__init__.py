@@ -79,7 +79,7 @@ def sopool_attentional(channels: int) -> nn.Module:
 
 @POOLINGS.register("hybrid")
 def hybrid(channels: int) -> nn.Module:
-    """0.6 x soft attention + 0.4 x SoPool-Attentional (seed 001, section 4.3); the weight fixed."""
+    """0.6 x soft attention + 0.4 x SoPool-Attentional (the property benchmark, section 4.3); the weight fixed."""
     return HybridPooling(attention(channels), sopool_attentional(channels), weight=0.6, learn=False)
 
 

@@ -1,4 +1,4 @@
-"""Hybrid pooling: a weighted sum of soft attention and SoPool-Attentional (seed 001, section 4.3)."""
+"""Hybrid pooling: a weighted sum of soft attention and SoPool-Attentional (the property benchmark, section 4.3)."""
 
 from __future__ import annotations
 

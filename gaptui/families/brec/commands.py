@@ -17,11 +17,11 @@ brec_app = typer.Typer(help="BREC (Wang and Zhang 2023): its pairs, exact WL tes
 
 DataOpt = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option("--data", help=r"A folder of BREC's seven .npy files \[default: the pairs shipped with gaptui]."),
+    typer.Option("--data", help="A folder of BREC's seven .npy files [default: the pairs shipped with gaptui]."),
 ]
 CategoryOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--category", "-c", help=r"A category (repeatable) \[default: all seven]."),
+    typer.Option("--category", "-c", help="A category (repeatable) [default: all seven]."),
 ]
 
 
