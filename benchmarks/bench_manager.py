@@ -35,7 +35,7 @@ run = sys.argv[sys.argv.index("--run") + 1]
 
 def bench_scheduler(runs: int, slots: int, seeded: int = 0) -> dict[str, float]:
     import gaptui.scheduler as scheduler_mod
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.presets import grid, parse_preset
     from gaptui.scheduler import Scheduler, make_slots
     from gaptui.workspace import Workspace
@@ -93,7 +93,7 @@ def bench_scheduler(runs: int, slots: int, seeded: int = 0) -> dict[str, float]:
 def seed_history(ws_root: Path, count: int) -> None:
     import random
 
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     rng = random.Random(0)
@@ -146,7 +146,7 @@ def time_cli(args: list[str], repeats: int = 2) -> float:
 
 def bench_filing(ws_root: Path, count: int = 100) -> tuple[float, float]:
     """Mean and max seconds of filing one run's result (``History.update``, fsynced) in a workspace."""
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     times = []

@@ -274,7 +274,7 @@ def report_alignment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report_family(args: argparse.Namespace, task: str) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     _, metric, higher = SMOKE[task]

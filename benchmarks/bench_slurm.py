@@ -67,7 +67,7 @@ def _drive(scheduler, specs: list) -> float:
 
 def bench_overhead(ws, runs: int, parallel: int, offset: int) -> dict[str, float]:
     from gaptui.backends.slurm import SlurmOptions, SlurmScheduler
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.scheduler import Scheduler, make_slots
 
     out: dict[str, float] = {}
@@ -88,7 +88,7 @@ def bench_overhead(ws, runs: int, parallel: int, offset: int) -> dict[str, float
 
 def bench_submit(ws, count: int) -> dict[str, float]:
     from gaptui.backends.slurm import SlurmOptions, SlurmScheduler
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     specs = _specs(ws, count, 50_000)
     with History(ws, write=True) as history:

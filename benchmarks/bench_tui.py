@@ -62,7 +62,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from engine.alignment.preset import DatasetEntry, Preset, RunOptions  # noqa: E402
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.presets import grid
 from gaptui.scheduler import new_record
 from gaptui.tui.app import GaptuiApp

@@ -16,7 +16,7 @@ from scipy import stats
 
 from engine.properties.definitions import suite_sizes
 from engine.properties.scores import mean_u, r_scores, table2
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 
 DIMS = ("generalisation", "sensitivity", "robustness")

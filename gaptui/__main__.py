@@ -1,3 +1,3 @@
-from gaptui.cli import main
+from gaptui.cli.app import main
 
 main()

@@ -95,7 +95,7 @@ def measure_overhead(slots: list[Slot], fam: TaskFamily) -> float:
     import tempfile
 
     from engine.errors import GaptuiError
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.runner import prepare
     from gaptui.scheduler import Scheduler
 

@@ -36,7 +36,7 @@ from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
 from engine.typed import ascii_count
 from gaptui.backends import BACKENDS
-from gaptui.history import now
+from gaptui.history.store import now
 from gaptui.processes import in_foreground
 from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
 from gaptui.runner import Progress, prepare, run_id

@@ -49,7 +49,7 @@ __all__ = [
 
 
 def preset_names(ws: Workspace | None = None) -> list[str]:
-    folders = [BUNDLED] + ([ws.root / "presets"] if ws else [])
+    folders = [BUNDLED] + ([ws.presets] if ws else [])
     return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.toml")})
 
 
@@ -72,7 +72,7 @@ def preset_entries(ws: Workspace | None = None) -> list[PresetEntry]:
     entries = []
     for name in preset_names(ws):
         path = find_preset(name, ws)
-        own = ws is not None and path.parent == ws.root / "presets"
+        own = ws is not None and path.parent == ws.presets
         try:
             raw = _read(path)
             entries.append(PresetEntry(name, path, task_of(raw), str(raw.get("description", "")), own=own))
@@ -91,7 +91,7 @@ def find_preset(name: str, ws: Workspace | None = None) -> Path:
             hint = f" (to use the shipped preset, write --preset {path.stem})" if shipped else ""
             raise GaptuiError(f"--preset {name}: file not found{hint}")
         return path
-    for folder in ([ws.root / "presets"] if ws else []) + [BUNDLED]:
+    for folder in ([ws.presets] if ws else []) + [BUNDLED]:
         candidate = folder / f"{name}.toml"
         if candidate.is_file():
             return candidate

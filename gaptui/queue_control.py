@@ -202,7 +202,7 @@ def request(ws: Workspace, action: str, slots: Sequence[str], wait: float = 15.0
     """Append a request for the manager of ``ws`` and wait (up to ``wait`` s) until it was read; returns the state
     the manager published then. GaptuiError when no manager runs there, a slot is not one of its own, or it did not
     read the request in time."""
-    from gaptui.history import WorkspaceLock
+    from gaptui.history.store import WorkspaceLock
 
     if action not in ACTIONS:
         raise GaptuiError(f"unknown request '{action}': expected {', '.join(ACTIONS)}")

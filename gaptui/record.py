@@ -60,7 +60,7 @@ class Record(TypedDict, total=False):
     tags: list[str]
     note: str
     #: A run of a ``gaptui tune`` study: ``{"study", "row", "trials"}``, plus ``final`` for its final runs and
-    #: ``pruned`` for the runs of a pruned trial (:mod:`gaptui.tuning`).
+    #: ``pruned`` for the runs of a pruned trial (:mod:`gaptui.tune`).
     tune: dict[str, Any]
 
 

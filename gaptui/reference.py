@@ -52,6 +52,7 @@ from engine.errors import GaptuiError, did_you_mean
 from engine.tasks import FAMILIES, LEGACY_TASK, Axis, Metric, TaskFamily, family
 from engine.user_files import read_user_text
 from gaptui import analysis
+from gaptui.analysis.statistics import kendall_tau
 from gaptui.reference_protocol import ProtocolComparison, compare_protocol
 from gaptui.workspace import Workspace
 
@@ -62,30 +63,6 @@ CENTRES = ("median", "mean")
 META_KEYS = ("source", "task", "metric", "units", "table", "protocol")
 UNITS = ("share", "percent")
 _META = re.compile(r"#\s*([a-z_]+)(?:\[(.+?)\])?\s*:(.*)")
-
-
-def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
-    """Kendall's tau-b between two scorings of the same rows (ties allowed; ``nan`` when either is constant).
-
-    tau-b = (concordant - discordant) / sqrt((n0 - ties_ours) (n0 - ties_theirs)), n0 = n (n - 1) / 2, over
-    pairs of rows; a pair tied in one scoring is neither concordant nor discordant.
-    """
-    if len(ours) != len(theirs):
-        raise ValueError(f"kendall_tau: {len(ours)} scores against {len(theirs)}")
-    concordant = discordant = tied_ours = tied_theirs = 0
-    for i in range(len(ours)):
-        for j in range(i + 1, len(ours)):
-            a = ours[i] - ours[j]
-            b = theirs[i] - theirs[j]
-            tied_ours += a == 0
-            tied_theirs += b == 0
-            if a * b > 0:
-                concordant += 1
-            elif a * b < 0:
-                discordant += 1
-    pairs = len(ours) * (len(ours) - 1) // 2
-    denominator = math.sqrt((pairs - tied_ours) * (pairs - tied_theirs))
-    return (concordant - discordant) / denominator if denominator else math.nan
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -162,7 +139,7 @@ class Reference:
 
 
 def _folders(ws: Workspace | None) -> list[Path]:
-    return ([ws.root / "references"] if ws else []) + [BUNDLED]
+    return ([ws.references] if ws else []) + [BUNDLED]
 
 
 def reference_names(ws: Workspace | None = None, task: str | None = None) -> list[str]:
@@ -209,7 +186,7 @@ def find_reference(name: str, ws: Workspace | None = None, task: str | None = No
     if task is not None:
         if (found := _find_for(name, ws, task)) is not None:
             return found
-    elif ws is not None and (own := ws.root / "references" / f"{name}.csv").is_file():
+    elif ws is not None and (own := ws.references / f"{name}.csv").is_file():
         return own
     else:
         hits = {fam.name: p for fam in FAMILIES if (p := _find_for(name, ws, fam.name)) is not None}
@@ -264,9 +241,9 @@ def _file_task(data_lines: Sequence[tuple[int, str]]) -> str:
     return LEGACY_TASK
 
 
-def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
-    """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
-    loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
+def _read_lines(text: str, path: Path) -> tuple[dict[str, str], list[tuple[int, str, str]], list[tuple[int, str]]]:
+    """A reference file's lines sorted: its ``# key: value`` lines, its ``# protocol[...]`` lines (line number,
+    group, value) and its data lines (line number, text); other ``#`` lines are comments."""
     meta: dict[str, str] = {}
     protocol_lines: list[tuple[int, str, str]] = []
     data_lines: list[tuple[int, str]] = []
@@ -290,6 +267,13 @@ def parse_reference(text: str, path: Path, name: str | None = None, task: str | 
                 meta[key] = value
             continue
         data_lines.append((number, line))
+    return meta, protocol_lines, data_lines
+
+
+def parse_reference(text: str, path: Path, name: str | None = None, task: str | None = None) -> Reference:
+    """Parse the text of a reference file (see the module docstring for the format); ``task`` is the family it is
+    loaded for (a ``# task:`` line naming another family is an error; None: :func:`_file_task`)."""
+    meta, protocol_lines, data_lines = _read_lines(text, path)
     declared_task = meta.get("task") or task or _file_task(data_lines)
     if task and declared_task != task:
         raise GaptuiError(f"{path}: holds task '{declared_task}' results ('# task:' line), not task '{task}'")

@@ -129,8 +129,8 @@ def family_section(
     """The Markdown lines of one family's part of the report; its figures are drawn into ``staging``. Tables,
     statistics and figures leave out the runs of ``gaptui tune`` trials (its final runs shown with ``tuned``); a
     "Tuning" part summarises the family's studies."""
-    from gaptui.tuning import table_view
-    from gaptui.tuning_report import report_lines
+    from gaptui.tune.report import report_lines
+    from gaptui.tune.results import table_view
 
     fam = family(task)
     tuning_lines = report_lines(records, task, ws, staging, fmt)

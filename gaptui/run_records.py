@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.tasks import TaskSpec, family
-from gaptui.history import now
+from gaptui.history.store import now
 from gaptui.runner import run_id
 from gaptui.workspace import Workspace
 

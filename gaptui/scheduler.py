@@ -59,7 +59,7 @@ from engine.files import read_json
 from engine.memory import machine_memory
 from engine.tasks import TaskSpec, family
 from gaptui.durations import run_seconds
-from gaptui.history import History, now
+from gaptui.history.store import History, now
 from gaptui.jobs import Job, Listener
 from gaptui.packs import group_packs
 from gaptui.processes import in_foreground, pid_alive, tail

@@ -1,4 +1,5 @@
-"""The workspace: one folder holding the dataset cache, run folders, history and exports."""
+"""The workspace: one folder holding the dataset cache, run folders, history and exports. This module is the one
+home of its layout (every path inside it) and of its default name."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class Workspace:
 
     @classmethod
     def resolve(cls, path: str | os.PathLike[str] | None = None) -> Workspace:
-        """``path``, else ``$GAPTUI_WORKSPACE``, else ``./gaptui-runs``."""
+        """``path``, else ``$GAPTUI_WORKSPACE``, else ``./gaptui-runs`` (:data:`DEFAULT_WORKSPACE`)."""
         chosen = path or os.environ.get(ENV_WORKSPACE) or DEFAULT_WORKSPACE
         return cls(Path(chosen).expanduser().resolve())
 
@@ -35,6 +36,36 @@ class Workspace:
     @property
     def history(self) -> Path:
         return self.root / "history.json"
+
+    @property
+    def history_lock(self) -> Path:
+        """The short lock every read-modify-write of the history holds."""
+        return self.root / "history.lock"
+
+    @property
+    def manager_lock(self) -> Path:
+        """The lock of the one manager (``gaptui run``, the terminal app) a workspace has at a time."""
+        return self.root / "manager.lock"
+
+    @property
+    def presets(self) -> Path:
+        """The workspace's own presets (beside the bundled ones)."""
+        return self.root / "presets"
+
+    @property
+    def references(self) -> Path:
+        """The workspace's own reference files (beside the bundled ones)."""
+        return self.root / "references"
+
+    @property
+    def tune(self) -> Path:
+        """The tuning studies' SQLite files, one per study."""
+        return self.root / "tune"
+
+    @property
+    def slurm_logs(self) -> Path:
+        """Slurm's output of the workspace's jobs, one folder per job."""
+        return self.root / "slurm"
 
     @property
     def raw_data(self) -> Path:

@@ -186,6 +186,24 @@ def kendall_w(ranks: np.ndarray) -> float | None:
     return s * 12.0 / denominator if denominator > 0 else None
 
 
+def kendall_tau_test(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float, float]:
+    """Kendall's tau-b between two scorings of the same rows and its p-value (scipy; ties allowed): ``nan`` for
+    both when either scoring is constant, without scipy's warning."""
+    from scipy import stats as sps
+
+    if len(ours) != len(theirs):
+        raise ValueError(f"kendall_tau: {len(ours)} scores against {len(theirs)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = sps.kendalltau(ours, theirs)
+    return float(res.statistic), float(res.pvalue)
+
+
+def kendall_tau(ours: Sequence[float], theirs: Sequence[float]) -> float:
+    """Kendall's tau-b between two scorings of the same rows (:func:`kendall_tau_test` without its p-value)."""
+    return kendall_tau_test(ours, theirs)[0]
+
+
 def consistency(tables: Sequence[RankingTable]) -> Consistency:
     """Kendall's tau between adjacent columns' row orders and Kendall's W over each cell's seeds."""
     from scipy import stats as sps
@@ -197,12 +215,10 @@ def consistency(tables: Sequence[RankingTable]) -> Consistency:
             common = [r for r in rows if table.cell(r, left) is not None and table.cell(r, right) is not None]
             entry = {"group": table.group, "a": left, "b": right, "rows": len(common), "tau": None, "p": None}
             if len(common) >= 2:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    res = sps.kendalltau(
-                        [table.cell(r, left).median for r in common], [table.cell(r, right).median for r in common]
-                    )
-                entry.update(tau=finite(res.statistic), p=finite(res.pvalue))
+                tau, p = kendall_tau_test(
+                    [table.cell(r, left).median for r in common], [table.cell(r, right).median for r in common]
+                )
+                entry.update(tau=finite(tau), p=finite(p))
             taus.append(entry)
         for column in table.columns:
             cells = [c for r in rows if (c := table.cell(r, column)) is not None and c.seeds]

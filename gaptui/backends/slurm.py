@@ -57,7 +57,7 @@ from gaptui.backends.slurm_jobs import (
 )
 from gaptui.backends.slurm_node import run_task
 from gaptui.durations import earlier_parts_seconds
-from gaptui.history import History, now
+from gaptui.history.store import History, now
 from gaptui.processes import tail
 from gaptui.run_records import PlannedSeeds
 from gaptui.runner import run_id

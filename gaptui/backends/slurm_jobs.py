@@ -68,7 +68,7 @@ def job_paths(ws: Workspace, job_id: str) -> Any:
 
 def slurm_folder(ws: Workspace) -> Path:
     """Where submitit keeps each job's pickles and Slurm logs: ``<workspace>/slurm/<job id>/``."""
-    return ws.root / "slurm" / "%j"
+    return ws.slurm_logs / "%j"
 
 
 def task_result(ws: Workspace, job_id: str) -> tuple[str, Any] | None:

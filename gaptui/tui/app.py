@@ -35,7 +35,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase
-from gaptui.history import History, WorkspaceLock
+from gaptui.history.store import History, WorkspaceLock
 from gaptui.tui.manager import (
     Cancel,
     EditRecord,
@@ -546,7 +546,7 @@ def _lock_holder(ws: Workspace) -> str:
 def run_app(workspace: str | Path | None = None) -> int:
     """Open the TUI on a workspace (``--workspace``, ``$GAPTUI_WORKSPACE`` or ``./gaptui-runs``); returns the exit
     status: 1 when the app stopped on an error (Textual prints its traceback), after saying which runs it stopped."""
-    from gaptui.cli_common import err_console
+    from gaptui.cli.common import err_console
 
     app = GaptuiApp(Workspace.resolve(workspace))
     app.run()

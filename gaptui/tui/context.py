@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from textual.worker import Worker
 
     from engine.tasks import PresetBase
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.tui.manager import ManagerLoop
     from gaptui.tui.messages import SchedulerState
     from gaptui.tui.planning import SlotConfig

@@ -31,7 +31,8 @@ from gaptui.backends.slurm import (
     in_flight_on_slurm,
     sbatch_available,
 )
-from gaptui.history import History, history_stamp
+from gaptui.history.journal import history_stamp
+from gaptui.history.store import History
 from gaptui.preset_code import is_trusted, review_preset
 from gaptui.queue_control import ControlChannel
 from gaptui.recovery import foreground_line

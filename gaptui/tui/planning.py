@@ -368,7 +368,7 @@ class FormDraft:
             doc["description"] = self.description.strip()
         out = {**doc, **body, **kept}
         if fam.tunable:  # the tune section owns [tune]: blank fields drop it
-            from gaptui.tuning import tune_table
+            from gaptui.tune.form import tune_table
 
             out.pop("tune", None)
             tune = tune_table(self.base.get("tune"), self.tune_trials, self.tune_space)

@@ -11,7 +11,7 @@ import pytest
 import typer
 from click.testing import CliRunner
 
-from gaptui.cli import app, command
+from gaptui.cli.app import app, command
 
 #: What a bracketed phrase of a help text looks like.
 BRACKETED = re.compile(r"\[[^\[\]]+\]")

@@ -243,7 +243,7 @@ class Tour:
         (``7a8b9c0d1e2f``)."""
         if not (self.ws / "history.json").exists():
             return {}
-        from gaptui.history import read_records
+        from gaptui.history.store import read_records
         from gaptui.workspace import Workspace
 
         ids = {}

@@ -463,7 +463,7 @@ async def test_ranking_screen_shows_table_one(tmp_path: Path) -> None:
     from textual.widgets import Static
 
     from engine.tasks import Placement, family
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.presets import load_preset
     from gaptui.scheduler import new_record
     from gaptui.tui.app import GaptuiApp

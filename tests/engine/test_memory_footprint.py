@@ -9,7 +9,7 @@ import torch
 
 from engine.alignment.memory import estimate
 from engine.alignment.spec import RunSpec
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace
 

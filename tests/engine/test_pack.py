@@ -11,7 +11,7 @@ import torch
 
 from engine.events import EXIT_NAN, read_events
 from engine.tasks import load_spec
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 from tests.support.engine import result_of, spec_file
@@ -112,7 +112,7 @@ def test_gaptui_run_with_packed_seeds_records_the_same_runs(tmp_path: Path) -> N
 def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_path: Path) -> None:
     # SleepyModel: 0.25 s per training batch, 3 batches per epoch, so the cancel lands inside training.
     from engine.alignment.spec import RunSpec
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.scheduler import Scheduler, Slot
 
     ws = Workspace(tmp_path / "ws")
@@ -160,7 +160,7 @@ def test_scheduler_runs_a_pack_on_one_slot_recovers_it_and_cancels_one_run(tmp_p
 @pytest.mark.e2e  # the scheduler starts its workers
 def test_a_free_slot_takes_the_first_ready_run_and_more_seeds_of_its_cell(tmp_path: Path) -> None:
     from engine.alignment.spec import RunSpec
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.scheduler import Scheduler, Slot
 
     raw = json.loads(spec_file(tmp_path, "cell").read_text())

@@ -94,7 +94,7 @@ def test_the_form_has_a_precision_choice_written_into_run_and_read_back(task: st
 
 
 def test_train_precision_maps_onto_the_spec_of_any_family(toy: None) -> None:
-    from gaptui.cli import with_precision
+    from gaptui.cli.train import with_precision
 
     props = {"task": "properties", "property": "irreflexive", "pooling": "mean", "dimension": "generalisation"}
     spec = load_spec(props)
@@ -120,7 +120,7 @@ def test_train_precision_is_recorded_in_the_history_and_shown(tmp_path: Path) ->
     done = run_cli(*args, "--precision", "bf16", "--json")
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)["run"]
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     with History(Workspace.resolve(str(ws))) as history:

@@ -95,7 +95,7 @@ def test_suite_build_runs_in_processes_and_resumes(tmp_path: Path) -> None:
 
 def _gaptui(*args: str, ws: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GAPTUI_WORKSPACE": str(ws)}
-    code = "from gaptui.cli import main; main()"
+    code = "from gaptui.cli.app import main; main()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 
 

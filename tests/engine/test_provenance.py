@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import provenance
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 from tests.support import ROOT
 from tests.support.cli import gaptui

@@ -19,7 +19,7 @@ from engine.errors import GaptuiError
 from engine.tasks import family
 from gaptui import analysis
 from gaptui.analysis import BEST, WITHIN_1, WITHIN_3
-from gaptui.commands_analysis import register
+from gaptui.cli.analysis import register
 from tests.support.cli import run_cli
 from tests.support.records import rec
 
@@ -309,10 +309,10 @@ def test_export_writes_four_files_atomically_and_protects_user_files(tmp_path: P
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch):
     """A fresh Typer app with the analysis commands, reading records from a list the test sets."""
-    import gaptui.history
+    import gaptui.history.store
 
     records: list[dict[str, Any]] = []
-    monkeypatch.setattr(gaptui.history, "read_records", lambda ws: records)
+    monkeypatch.setattr(gaptui.history.store, "read_records", lambda ws: records)
     app = typer.Typer()
     register(app)
     runner = CliRunner()
@@ -399,7 +399,7 @@ def test_table_on_2000_records(cli) -> None:
 
 @pytest.mark.e2e
 def test_real_cli(tmp_path: Path) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

@@ -173,7 +173,7 @@ def test_every_model_row_of_the_shipped_references_is_a_row_a_run_can_have() -> 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     ws = Workspace.resolve(tmp_path / "ws")
     ws.root.mkdir(parents=True)

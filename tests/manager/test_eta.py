@@ -106,7 +106,7 @@ def test_the_dry_run_warns_when_the_estimate_it_prints_is_over_the_limit(
 ) -> None:
     import gaptui.estimate
     from engine.alignment.throughput import Throughput
-    from gaptui.cli import command
+    from gaptui.cli.app import command
 
     # Two days a step: the smoke grid's 16 optimiser steps are far under the floor's limit, its estimate is not.
     slow = Throughput(step_s=2 * 86400.0, val_pair_s=0.01, checkpoint_s=0.0, params=100, steps=3)

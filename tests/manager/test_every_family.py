@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 from tests.support.records import alignment_history, gape_history, properties_history, rec

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli, start_cli
 from tests.support.presets import toy_preset

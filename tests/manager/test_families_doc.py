@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.workspace import Workspace
 from tests.support import ROOT
 from tests.support.cli import run_cli

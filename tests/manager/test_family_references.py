@@ -102,7 +102,7 @@ def test_optimal_lines_are_what_each_family_declares() -> None:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     ws = Workspace.resolve(tmp_path / "ws")
     ws.root.mkdir(parents=True)

@@ -89,7 +89,7 @@ def test_learning_curves_are_medians_over_seeds(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_figures_command(tmp_path: Path) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

@@ -53,7 +53,7 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _records(ws: Path) -> list[dict]:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     with History(Workspace(ws)) as history:
@@ -93,7 +93,7 @@ def test_every_run_of_the_grid_records_its_device_and_the_report_names_it(grid_r
 
 @pytest.mark.e2e
 def test_a_record_written_with_the_presets_seeds_is_corrected_when_the_grid_runs_again(grid_run: Path) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     (pre,) = [r for r in _records(grid_run) if r["task"] == "alignment"]

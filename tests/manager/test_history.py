@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import SCHEMA_VERSION, History, journal_path, read_records
+from gaptui.history.journal import SCHEMA_VERSION, journal_path
+from gaptui.history.store import History, read_records
 from gaptui.workspace import Workspace
 from tests.support import FIXTURES
 from tests.support.cli import run_cli
@@ -215,7 +216,7 @@ def test_the_collector_paused_for_a_load_is_restored_however_loads_overlap() -> 
     import gc
     import threading
 
-    from gaptui.history import gc_paused
+    from gaptui.history.journal import gc_paused
 
     assert gc.isenabled()
     inner_started, outer_may_end = threading.Event(), threading.Event()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import gaptui.history as history_mod
+import gaptui.history.journal as history_mod
 from engine.errors import GaptuiError
-from gaptui.history import History, JournalStorage, journal_path, read_records
+from gaptui.history.journal import JournalStorage, journal_path
+from gaptui.history.store import History, read_records
 from gaptui.workspace import Workspace
 from tests.support import ROOT
 from tests.support.records import queued_record
@@ -107,7 +108,7 @@ def test_sigkill_between_filings_loses_no_filing_that_returned(tmp_path: Path) -
     ws = _filled(tmp_path, 400)
     code = (
         "import sys\n"
-        "from gaptui.history import History\n"
+        "from gaptui.history.store import History\n"
         "from pathlib import Path\n"
         "from gaptui.workspace import Workspace\n"
         "h = History(Workspace(Path(sys.argv[1])), write=True)\n"

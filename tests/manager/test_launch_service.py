@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.scheduler import Scheduler, Slot
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
@@ -143,7 +143,7 @@ def test_a_user_dataset_too_large_for_memory_is_refused_once_built_before_any_ru
 
 def test_train_chooses_among_the_runs_of_a_grid_that_mixes_families(tmp_path: Path) -> None:
     """A GAPE grid holds its alignment pretraining run too: --task picks the family, the preset's by default."""
-    from gaptui.cli import _chosen_spec
+    from gaptui.cli.train import _chosen_spec
 
     ws = Workspace(tmp_path / "ws")
     rwpe = _chosen_spec(ws, "gape", "gape-smoke", ["pe=rwpe"], None, [])

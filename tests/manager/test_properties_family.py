@@ -192,7 +192,7 @@ def test_pooling_advice_ranks_the_poolings_per_property_class_beside_the_seeds(t
 
 @pytest.mark.asyncio
 async def test_ranking_screen_shows_the_dimension_tables_and_table2(tmp_path: Path) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.tui.app import GaptuiApp
     from gaptui.tui.screens.ranking import RankingScreen
     from gaptui.tui.widgets.ranking_grid import RankingGrid

@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import GaptuiError
 from engine.properties.scoring import read_graphs
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.queue_control import ControlChannel, QueueControl, error_signature, read_state, request, steer
 from gaptui.slots import Slot
 from gaptui.workspace import Workspace

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records, upgrade_record
+from gaptui.history.store import History, read_records, upgrade_record
 from gaptui.record import Record, RecordFilter, parse_axis_filters, split_words
 from gaptui.tui.screens.history import matches
 from gaptui.workspace import Workspace
@@ -142,7 +142,7 @@ def test_every_command_chooses_runs_by_the_same_rule(tmp_path: Path) -> None:
     (0.050 is 0.05), case ignored (GIN, RWPE), a base dataset name for its parameterised datasets, and seed."""
     from engine.alignment.spec import RunSpec
     from gaptui.analysis import build_tables, check_group
-    from gaptui.cli import _select
+    from gaptui.cli.train import _select
 
     chosen = RecordFilter(axes=parse_axis_filters(["noise=0.050", "model=GIN", "dataset=ER", "seed=1"]))
     runs = [

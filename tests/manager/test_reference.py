@@ -148,7 +148,7 @@ def test_an_export_of_another_machine_is_a_reference(tmp_path: Path) -> None:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     ws = Workspace.resolve(tmp_path / "ws")
     ws.root.mkdir(parents=True)

@@ -17,7 +17,7 @@ import pytest
 from engine.errors import GaptuiError
 from engine.events import read_events
 from engine.files import FileLock
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.scheduler import Scheduler, Slot, new_record
 from gaptui.workspace import Workspace
 from tests.support import ROOT

@@ -15,7 +15,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from engine.errors import GaptuiError  # noqa: E402
-from gaptui.history import History  # noqa: E402
+from gaptui.history.store import History  # noqa: E402
 from gaptui.workspace import Workspace  # noqa: E402
 from tests.support.cli import gaptui, run_cli  # noqa: E402
 from tests.support.fakes import FakeHistory, FakeScheduler  # noqa: E402
@@ -59,17 +59,18 @@ def test_a_bound_no_run_accepts_is_refused_by_the_dry_run(
 def test_a_trial_whose_runs_cannot_be_built_fails_once_and_is_never_taken_up_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gaptui import tuning
+    from gaptui.tune.search import Search
+    from gaptui.tune.settings import TuneSettings, load_tune
 
     ws = Workspace.resolve(tmp_path / "ws")
-    settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
+    settings = load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
     (row,) = settings.rows
-    search = tuning.Search(ws, settings, FakeScheduler(), FakeHistory({}), capacity=1)
+    search = Search(ws, settings, FakeScheduler(), FakeHistory({}), capacity=1)
 
     def refuse(self, row, params):  # what a value no model accepts did at run time before the bounds were checked
         raise GaptuiError(f"{settings.where}: [tune]: model 'gcn': layers=3 is invalid")
 
-    monkeypatch.setattr(tuning.TuneSettings, "trial_specs", refuse)
+    monkeypatch.setattr(TuneSettings, "trial_specs", refuse)
     with pytest.raises(
         GaptuiError, match=r"\[tune\] space: row .* trial 0 \(layers .*\): model 'gcn'.* recorded failed"
     ):
@@ -80,21 +81,23 @@ def test_a_trial_whose_runs_cannot_be_built_fails_once_and_is_never_taken_up_aga
 
 
 def test_a_final_killed_half_way_reads_k_of_n_in_its_tuned_cells(tmp_path: Path) -> None:
-    from gaptui import analysis, tuning
+    from gaptui import analysis
     from gaptui.run_records import new_record
+    from gaptui.tune.results import RowResult, table_view, tag_final
+    from gaptui.tune.settings import load_tune
 
     ws = Workspace.resolve(tmp_path / "ws")
-    settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
+    settings = load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
     (row,) = settings.rows
-    result = tuning.RowResult(row, 2, 0, 0, 0, 0.5, {"layers": 2, "lr": 1e-3}, 0, [0.5])
+    result = RowResult(row, 2, 0, 0, 0, 0.5, {"layers": 2, "lr": 1e-3}, 0, [0.5])
     specs = settings.final_specs(row, result.best_params)  # 2 noise levels x 2 seeds
     records = [new_record(spec, ws) for spec in specs]
     for record in records[:3]:  # the fourth was queued when --final was killed
         record.update(status="done", metrics={"val_lap_acc": 0.5})
     with History(ws, write=True) as history:
         history.put_many(records)
-        tuning.tag_final(history, settings, [(result, specs)])
-        rows = tuning.table_view(history.records(), tuned=True)
+        tag_final(history, settings, [(result, specs)])
+        rows = table_view(history.records(), tuned=True)
     (table,) = analysis.build_tables(rows, "val_lap_acc", task="alignment")
     texts = sorted(c.text(table.metric) for c in table.cells.values())
     assert [t.endswith("(1/2)") for t in texts] == [False, True], texts
@@ -122,12 +125,13 @@ def test_status_writes_nothing_and_preset_code_is_named_before_any_import(tmp_pa
 
 
 def test_the_study_database_is_in_the_workspace_named_whatever_its_characters(tmp_path: Path) -> None:
-    from gaptui import tuning
+    from gaptui.tune.settings import load_tune
+    from gaptui.tune.studies import open_studies
 
     for name in ("ws%41", "w?s", "a{b}", "x#y&z=1"):
         ws = Workspace.resolve(tmp_path / name)
-        settings = tuning.load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
-        tuning.open_studies(ws, settings)
+        settings = load_tune(str(tune_preset(tmp_path, '["gcn"]')), ws)[1]
+        open_studies(ws, settings)
         assert (tmp_path / name / "tune" / "study.db").is_file(), name
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["study.toml", "ws%41", "w?s", "a{b}", "x#y&z=1"])
 
@@ -156,12 +160,13 @@ def read_only_view(tmp_path: Path):
 def test_a_read_only_workspace_is_one_line_and_its_status_still_reads(
     tmp_path: Path, read_only_view, monkeypatch, capsys
 ) -> None:
-    from gaptui import tuning
+    from gaptui.tune.settings import load_tune
+    from gaptui.tune.studies import open_studies
 
     folder, view = read_only_view
     preset = tune_preset(tmp_path, '["gcn"]')
     ws = Workspace.resolve(folder / "ws")
-    tuning.open_studies(ws, tuning.load_tune(str(preset), ws)[1])
+    open_studies(ws, load_tune(str(preset), ws)[1])
     with History(ws, write=True):
         pass
     status = gaptui(monkeypatch, capsys, "tune", "--preset", str(preset), "--status", "-w", str(view / "ws"))

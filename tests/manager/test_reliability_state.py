@@ -17,7 +17,8 @@ import pytest
 from engine.events import read_events
 from engine.files import FileLock
 from engine.tasks import load_spec
-from gaptui.history import History, JournalStorage, read_records
+from gaptui.history.journal import JournalStorage
+from gaptui.history.store import History, read_records
 from gaptui.processes import worker_gone
 from gaptui.runner import run_id
 from gaptui.scheduler import Scheduler, Slot, new_record
@@ -184,7 +185,7 @@ def test_train_spec_from_another_workspace_builds_its_data_in_this_one(tmp_path:
 
 
 def test_train_spec_placement_is_the_workspaces_unless_set(tmp_path: Path) -> None:
-    from gaptui.cli import _chosen_spec
+    from gaptui.cli.train import _chosen_spec
 
     ws = Workspace(tmp_path / "ws")
     spec_file = tmp_path / "spec.json"

@@ -16,7 +16,7 @@ pytest.importorskip("markdown")
 
 
 def history_of(tmp_path: Path, records: list) -> Path:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.run_diff import run_diff
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.screens.history import HistoryScreen

@@ -29,7 +29,7 @@ from gaptui.backends.slurm import (
     in_flight_on_slurm,
     parse_slurm_options,
 )
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.presets import load_preset
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli, start_cli

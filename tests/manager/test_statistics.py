@@ -159,7 +159,7 @@ def test_renderers_say_what_they_tested() -> None:
 
 @pytest.mark.e2e
 def test_stats_command_json(tmp_path: Path) -> None:
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")

@@ -137,7 +137,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_tune_tables_are_one_error_naming_the_file_and_key(tmp_path: Path, case: str) -> None:
-    from gaptui.tuning import load_tune
+    from gaptui.tune.settings import load_tune
     from gaptui.workspace import Workspace
 
     body, message = BAD[case]
@@ -151,7 +151,8 @@ def test_bad_tune_tables_are_one_error_naming_the_file_and_key(tmp_path: Path, c
 
 @pytest.mark.e2e
 def test_a_changed_study_is_refused_unless_renamed(tmp_path: Path) -> None:
-    from gaptui.tuning import load_tune, open_studies
+    from gaptui.tune.settings import load_tune
+    from gaptui.tune.studies import open_studies
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
@@ -171,7 +172,8 @@ def test_a_changed_study_is_refused_unless_renamed(tmp_path: Path) -> None:
 
 
 def test_the_median_pruner_stops_a_trial_below_the_median_and_records_it_pruned(tmp_path: Path) -> None:
-    from gaptui.tuning import Pending, Search, load_tune
+    from gaptui.tune.search import Pending, Search
+    from gaptui.tune.settings import load_tune
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
@@ -217,7 +219,8 @@ def test_a_seconds_budget_stops_asking_once_a_row_trained_its_seconds(tmp_path: 
 
 
 def test_a_grid_study_tells_its_last_grid_point_without_error(tmp_path: Path) -> None:
-    from gaptui.tuning import Search, load_tune
+    from gaptui.tune.search import Search
+    from gaptui.tune.settings import load_tune
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
@@ -254,7 +257,7 @@ def test_every_family_tunes_its_own_rows_from_its_declared_keys(
     tmp_path: Path, preset: str, space: str, rows: set[str], column: str | None
 ) -> None:
     from gaptui.presets import find_preset
-    from gaptui.tuning import load_tune
+    from gaptui.tune.settings import load_tune
     from gaptui.workspace import Workspace
 
     path = tmp_path / f"{preset}.toml"

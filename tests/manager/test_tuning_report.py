@@ -13,8 +13,10 @@ optuna = pytest.importorskip("optuna")
 pytest.importorskip("matplotlib")
 
 from engine.typed import short_value  # noqa: E402
-from gaptui import report, tuning  # noqa: E402
-from gaptui.tuning import params_text, trial_value  # noqa: E402
+from gaptui import report  # noqa: E402
+from gaptui.tune.results import trial_value  # noqa: E402
+from gaptui.tune.search import params_text  # noqa: E402
+from gaptui.tune.studies import storage  # noqa: E402
 from gaptui.workspace import Workspace  # noqa: E402
 
 LR = 0.0010197722346506274
@@ -36,7 +38,7 @@ def _trial_run(n: int, row: str, trial: int, seed: int, value: float | None, par
 
 
 def _study(ws: Workspace, row: str, trials: list[tuple[dict[str, Any], float]]) -> None:
-    store = tuning.storage(ws, "study")
+    store = storage(ws, "study")
     study = optuna.create_study(study_name=f"study:{row}", storage=store, direction="maximize")
     distributions = {
         "lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),

@@ -1,5 +1,5 @@
 """The ``gaptui`` command line as tests run it: in a subprocess (``run_cli``, ``start_cli``), as a user does, or in
-this process (``gaptui``, through ``gaptui.cli.main``) for the many cases whose code path is the same as a
+this process (``gaptui``, through ``gaptui.cli.app.main``) for the many cases whose code path is the same as a
 subprocess's and that a subprocess per case would make slow on 2 cores."""
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ class Ran:
 def gaptui(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
     """Run ``gaptui ARGS`` through its console entry point (an uncaught exception, a traceback for a user, fails
     the test as it is raised)."""
-    import gaptui.history
-    from gaptui.cli import main
+    import gaptui.history.store
+    from gaptui.cli.app import main
 
-    gaptui.history.warned.clear()  # each command is a process of its own: it names what it leaves out once
+    gaptui.history.store.warned.clear()  # each command is a process of its own: it names what it leaves out once
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["gaptui", *args])
     monkeypatch.setenv("COLUMNS", "200")

@@ -183,7 +183,7 @@ def toy_records() -> list[dict[str, Any]]:
 
 def workspace_with(tmp_path: Path, records: list[dict[str, Any]]) -> Workspace:
     """A workspace at ``tmp_path/ws`` whose history holds ``records`` (none: no history file)."""
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     ws = Workspace.resolve(tmp_path / "ws")
@@ -248,7 +248,7 @@ def fixed_records(ws: Workspace) -> list[dict[str, Any]]:
 
 def seeded_workspace(root: Path) -> Workspace:
     """A fresh workspace at ``root`` holding the fixed history."""
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.workspace import Workspace
 
     if root.exists():

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from engine.tasks import family
 from gaptui.columns import describe
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.plots import curves_of, curves_plot, epoch_rows
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.screens.new_experiment import NewExperimentScreen

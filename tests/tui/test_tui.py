@@ -25,7 +25,7 @@ from textual.widgets import Input, Select, SelectionList, Static, TabbedContent
 from engine.alignment.form import parse_noise_level
 from engine.alignment.preset import dump_preset
 from engine.errors import GaptuiError
-from gaptui.history import History, read_records
+from gaptui.history.store import History, read_records
 from gaptui.presets import load_preset
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.planning import FormDraft, SlotConfig, form_fields_of, parse_seeds
@@ -68,7 +68,7 @@ def kill_group(pid: int | None) -> None:
 @pytest.mark.e2e
 def test_the_engine_and_the_cli_never_import_textual() -> None:
     code = (
-        "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli; "
+        "import sys, engine.worker, engine.alignment.training, engine.alignment.datasets, gaptui.cli.app; "
         "assert 'textual' not in sys.modules, sorted(m for m in sys.modules if m.startswith('textual'))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=WAIT_BOUND)
@@ -79,7 +79,7 @@ def test_the_cli_opens_the_tui_without_a_command(monkeypatch: pytest.MonkeyPatch
     from typer.testing import CliRunner
 
     import gaptui.tui.app as tui_app
-    from gaptui.cli import app as cli
+    from gaptui.cli.app import app as cli
 
     calls: list[Any] = []
     monkeypatch.setattr(tui_app, "run_app", lambda workspace=None: calls.append(workspace))

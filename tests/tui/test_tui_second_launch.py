@@ -11,7 +11,7 @@ import tomllib
 from textual.widgets import Input
 
 from engine.alignment.preset import dump_preset
-from gaptui.history import read_records
+from gaptui.history.store import read_records
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.screens.history import HistoryScreen
 from gaptui.tui.screens.new_experiment import NewExperimentScreen

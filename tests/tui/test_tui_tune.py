@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from gaptui.history import History
+from gaptui.history.store import History
 from gaptui.tui.app import GaptuiApp
-from gaptui.tuning import sparkline, study_rows
+from gaptui.tune.results import sparkline, study_rows
 from tests.support.records import fixed_records, trial_records
 from tests.support.tui import SIZE, type_into
 from tests.support.waiting import wait_until

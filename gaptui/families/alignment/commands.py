@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 datasets_app = typer.Typer(help="Build, list, inspect and export alignment datasets.", no_args_is_help=True)
@@ -100,7 +100,7 @@ def datasets_build(
     """Build an alignment dataset (or find it in the cache) and print its id and statistics."""
     from engine.alignment.datasets import DatasetSpec, build_dataset
     from engine.sources import parse_param_args
-    from gaptui.cli_progress import step_progress
+    from gaptui.cli.progress import step_progress
 
     ws = Workspace.resolve(workspace)
     spec = DatasetSpec(base, noise, noise_model, train, val, seed, parse_param_args(param))
@@ -147,7 +147,7 @@ def datasets_list(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> N
             markup=False,
         )
         return
-    from gaptui.cli_tables import print_table
+    from gaptui.cli.tables import print_table
 
     header = ("id", "base", "params", "model", "eta", "seed", "train", "val", "orbits", "1-WL", "created")
     cells = []
@@ -309,8 +309,8 @@ def evaluate_cmd(
     """
     from engine.alignment.spec import RunSpec
     from engine.errors import GaptuiError
-    from gaptui.cli import train_one
-    from gaptui.history import History
+    from gaptui.cli.train import train_one
+    from gaptui.history.store import History
     from gaptui.record import record_task
 
     ws = Workspace.resolve(workspace)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 brec_app = typer.Typer(help="BREC (Wang and Zhang 2023): its pairs, exact WL tests and its table.")
@@ -114,9 +114,9 @@ def brec_table_cmd(
     """BREC's table of the workspace's brec runs: distinguished pairs / pairs per model and category, the total,
     the marks over seeds and the reliability failures; then how the models' alignment ranking agrees with it."""
     from gaptui.families.brec.report import agreement_lines, brec_tables, render_markdown, render_rich, table_json
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.record import usable_records
-    from gaptui.tuning import table_view
+    from gaptui.tune.results import table_view
 
     if fmt not in ("text", "md", "json"):
         raise GaptuiError(f"--format '{fmt}': expected text, md or json")

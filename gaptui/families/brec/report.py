@@ -13,7 +13,7 @@ The total is per seed the sum over the categories (a seed missing a category has
 
 **Across families.** For each alignment table of the history (a base dataset), each model's LAP accuracy at the
 table's optimal noise (the noise where the models are most spread) against its BREC total; Kendall's tau-b
-(:func:`gaptui.reference.kendall_tau`) over the reliable models both have.
+(:func:`gaptui.analysis.statistics.kendall_tau`) over the reliable models both have.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ class Agreement:
 
 def agreements(records: Sequence[dict[str, Any]], table: BrecTable) -> list[Agreement]:
     """One :class:`Agreement` per alignment table of ``records`` (the models of both, reliable on BREC)."""
-    from gaptui.reference import kendall_tau
+    from gaptui.analysis.statistics import kendall_tau
 
     alignment = analysis.task_records(records, "alignment")
     if not alignment:

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 gape_app = typer.Typer(help="Graph alignment positional encodings: embed graphs with a trained alignment model.")

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.workspace import Workspace
 
 properties_app = typer.Typer(
@@ -143,7 +143,7 @@ def properties_build(
         ]
         print_json({"datasets": rows, "built": built, "cached": len(reports) - built, "seconds": round(seconds, 3)})
         return
-    from gaptui.cli_tables import print_table
+    from gaptui.cli.tables import print_table
 
     header = ("property", "family", "n", "graphs", "resampled", "density acc", "id", "build")
     cells = [
@@ -200,7 +200,7 @@ def _scoring_model(run: str, workspace: Path | None):  # noqa: ANN202 - (record,
     """The record, spec and trained model of property run ``run`` (a robustness run: its trainer's model)."""
     from engine.properties.training import load_trained
     from engine.tasks import load_spec
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     with History(Workspace.resolve(workspace)) as history:
         record = history.get(run)

@@ -61,7 +61,7 @@ from gaptui.tui.widgets.form_fields import (
     read_widget,
     set_choice_options,
 )
-from gaptui.tuning import space_text
+from gaptui.tune.form import space_text
 
 try:
     import tomllib
@@ -711,7 +711,7 @@ class NewExperimentScreen(SectionScreen):
         except GaptuiError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
-        path = self.gapp.ws.root / "presets" / f"{name}.toml"
+        path = self.gapp.ws.presets / f"{name}.toml"
         if not path.exists():
             self._write_preset(name, document, overwrite=False)
             return
@@ -726,7 +726,7 @@ class NewExperimentScreen(SectionScreen):
         from gaptui.tui.messages import ManagerNotice
 
         ws = self.gapp.ws
-        path = ws.root / "presets" / f"{name}.toml"
+        path = ws.presets / f"{name}.toml"
 
         def write() -> None:
             text = dump_document(document)

@@ -32,7 +32,7 @@ from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.section import SectionScreen
 from gaptui.tui.widgets.gap_plot import GapPlot
 from gaptui.tui.widgets.ranking_grid import RankingGrid
-from gaptui.tuning import table_view
+from gaptui.tune.results import table_view
 
 #: Seconds between checks whether finished runs changed the tables (rebuilt only when they did).
 REFRESH_SECONDS = 1.0

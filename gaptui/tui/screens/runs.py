@@ -213,7 +213,7 @@ class RunsScreen(SectionScreen):
     def _draw_studies(self) -> None:
         """One line per row of each `gaptui tune` study in the history: trials ended of those asked for, the best
         value so far and its curve over the trials."""
-        from gaptui.tuning import sparkline, study_rows
+        from gaptui.tune.results import sparkline, study_rows
 
         self._studies_dirty = False
         lines = []

@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, print_json
 from gaptui.workspace import Workspace
 
 
@@ -31,7 +31,7 @@ def diff_cmd(
 ) -> None:
     """Compare runs: the spec keys that differ (nested keys flattened, e.g. dataset.n_train), the metrics side by
     side, what they were recorded with where it differs, and their training curves overlaid."""
-    from gaptui.history import History
+    from gaptui.history.store import History
     from gaptui.plots import curves_plot
     from gaptui.run_diff import check_runs, curves_task, diff_tables, draw_curves_figure, run_diff, run_events
 

@@ -1,5 +1,5 @@
 """``gaptui tune --preset P``: an equal-budget search per row of the preset's table, then ``--final`` re-runs (see
-:mod:`gaptui.tuning` and docs/tuning.md)."""
+:mod:`gaptui.tune` and docs/md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import (
+from gaptui.cli.common import (
     CpuJobsOpt,
     GpusOpt,
     JobsPerGpuOpt,
@@ -66,11 +66,14 @@ def tune_cmd(
         import optuna  # noqa: F401
     except ImportError:
         raise GaptuiError("gaptui tune needs Optuna: pip install 'gaptui[tune]'") from None
-    from gaptui import launch, tuning
-    from gaptui.commands_manager import recover_runs
+    from gaptui import launch
+    from gaptui.cli.run import recover_runs
+    from gaptui.tune.search import Search
+    from gaptui.tune.settings import load_tune
+    from gaptui.tune.studies import storage_errors, study_path
 
     ws = Workspace.resolve(workspace)
-    loaded, settings = tuning.load_tune(preset, ws, study, note)
+    loaded, settings = load_tune(preset, ws, study, note)
     options = launch.LaunchOptions(
         gpus=launch.parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu, cpu_jobs=cpu_jobs, backend=backend,
         pack_seeds=pack_seeds,
@@ -83,7 +86,7 @@ def tune_cmd(
         _report(ws, settings, as_json, read_only=True)
         return
     from gaptui.estimate import check_duration
-    from gaptui.history import History
+    from gaptui.history.store import History
 
     # the same guard as `gaptui run`: every trial's runs (or the final runs) against 30 days, before anything starts
     one, times = _runs_per_row(settings, final)
@@ -92,7 +95,7 @@ def tune_cmd(
         _say(f"note: {line}")
     with (
         History(ws, write=True, purpose=f"gaptui tune --preset {loaded.name}") as history,
-        tuning.storage_errors(tuning.study_path(ws, settings.study)),
+        storage_errors(study_path(ws, settings.study)),
     ):
         scheduler = launch.make_backend(run_settings, ws, history)
         recover_runs(scheduler)  # as `gaptui run` does: re-attach live workers, say what was interrupted
@@ -101,7 +104,7 @@ def tune_cmd(
                 _final(ws, settings, scheduler, history)
             else:
                 capacity = len(run_settings.slots) * max(1, run_settings.pack_seeds) if backend == "local" else 64
-                search = tuning.Search(ws, settings, scheduler, history, capacity, _say)
+                search = Search(ws, settings, scheduler, history, capacity, _say)
                 taken = search.resume()
                 if taken:
                     _say(f"study {settings.study}: took up {taken} trial(s) left running by an earlier manager")
@@ -132,37 +135,40 @@ class _stopping:
 
 
 def _final(ws: Workspace, settings: Any, scheduler: Any, history: Any) -> None:
-    from gaptui import launch, tuning
+    from gaptui import launch
+    from gaptui.tune.results import final_planned, final_specs, tag_final
+    from gaptui.tune.search import dependency_closure
 
-    pairs = tuning.final_specs(ws, settings)
+    pairs = final_specs(ws, settings)
     if not pairs:
         raise GaptuiError(f"study {settings.study}: no trial is complete yet; run `gaptui tune` without --final first")
-    specs = tuning.dependency_closure([s for _, spec_list in pairs for s in spec_list], settings.grid_specs)
+    specs = dependency_closure([s for _, spec_list in pairs for s in spec_list], settings.grid_specs)
     known = history.by_hash()
     todo = [s for s in specs if known.get(s.hash(), {}).get("status") != "done"]
     if todo:
-        launch.enqueue_prepared(scheduler, todo, f"tune:{settings.study}", tuning.final_planned(pairs))
-    tuning.tag_final(history, settings, pairs)
+        launch.enqueue_prepared(scheduler, todo, f"tune:{settings.study}", final_planned(pairs))
+    tag_final(history, settings, pairs)
     _say(f"study {settings.study}: {len(specs)} final run(s), {len(specs) - len(todo)} already done")
     while scheduler.pending():
         scheduler.step()
         time.sleep(0.25)
-    tuning.tag_final(history, settings, pairs)
+    tag_final(history, settings, pairs)
     failed = [h for h in (s.hash() for s in specs) if history.by_hash().get(h, {}).get("status") != "done"]
     if failed:
         raise GaptuiError(f"study {settings.study}: {len(failed)} final run(s) did not finish; see `gaptui history`")
 
 
 def _report(ws: Workspace, settings: Any, as_json: bool, read_only: bool = False) -> None:
-    from gaptui import tuning
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
+    from gaptui.tune.results import json_summary, ranking_change, results, summary_lines
+    from gaptui.tune.studies import study_path
 
-    rows = tuning.results(ws, settings, read_only)
-    change = tuning.ranking_change(read_records(ws), settings.task, settings.metric.key, settings.study)
+    rows = results(ws, settings, read_only)
+    change = ranking_change(read_records(ws), settings.task, settings.metric.key, settings.study)
     if as_json:
-        print_json({**tuning.json_summary(settings, rows), "kendall_tau": change})
+        print_json({**json_summary(settings, rows), "kendall_tau": change})
         return
-    for line in tuning.summary_lines(settings, rows):
+    for line in summary_lines(settings, rows):
         console.print(escape(line), highlight=False, soft_wrap=True)
     axis = settings.family.axis(settings.family.table.columns).name
     if not change:  # tau compares two rankings of the same rows: the default grid's and the final runs'
@@ -184,7 +190,7 @@ def _report(ws: Workspace, settings: Any, as_json: bool, read_only: bool = False
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"storage: {tuning.study_path(ws, settings.study)}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"storage: {study_path(ws, settings.study)}", highlight=False, soft_wrap=True, markup=False)
 
 
 def _runs_per_row(settings: Any, final: bool) -> tuple[list[Any], int]:

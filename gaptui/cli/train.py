@@ -1,10 +1,8 @@
-"""The ``gaptui`` command line (Typer). Every command takes ``--workspace`` (or ``$GAPTUI_WORKSPACE``)."""
+"""``gaptui train``: one run in the foreground, described by flags or picked from a preset, with its progress."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,37 +14,13 @@ from rich.table import Table
 
 from engine.errors import GaptuiError
 from engine.tasks import family
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, warn
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, note, print_json, warn
 from gaptui.runner import run_id
-from gaptui.workspace import ENV_WORKSPACE, Workspace
-
-app = typer.Typer(
-    name="gaptui",
-    help="Benchmark GNN architectures by graph alignment. Without a command: the terminal UI.",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from gaptui.workspace import Workspace
 
 
-@app.callback(invoke_without_command=True)
-def _open_tui_without_command(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
-    if ctx.invoked_subcommand is None:
-        from gaptui.tui.app import run_app  # lazily: CLI start-up never imports textual
-
-        if run_app(workspace):
-            raise typer.Exit(1)
-    elif workspace is not None:
-        # `gaptui --workspace X history` means what `gaptui history --workspace X` means.
-        os.environ[ENV_WORKSPACE] = str(workspace)
-
-
-@app.command("tui")
-def tui_cmd(workspace: WorkspaceOpt = None) -> None:
-    """Open the terminal UI on the workspace (the same as `gaptui` without a command)."""
-    from gaptui.tui.app import run_app
-
-    if run_app(workspace):
-        raise typer.Exit(1)
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
 
 
 #: The parameters of ``gaptui train`` that describe a run alone, by the flag name a family's ``TrainFlags`` reads.
@@ -58,100 +32,126 @@ TRAIN_FLAGS = {
 }
 
 
-@app.command("train")
+TrainBaseOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--base", help="Base dataset name (the alignment flags: with --noise and --model)."),
+]
+TrainNoiseOpt = Annotated[Optional[float], typer.Option("--noise", help="Noise level eta in [0, 1).")]  # noqa: UP045
+TrainModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
+]
+TrainEpochsOpt = Annotated[Optional[int], typer.Option("--epochs", help="Training epochs [default: 300].")]  # noqa: UP045
+TrainTrainOpt = Annotated[Optional[int], typer.Option("--train", help="Training pairs.")]  # noqa: UP045
+TrainValOpt = Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")]  # noqa: UP045
+TrainSeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Training seed [default: 0].")]  # noqa: UP045
+TrainDataSeedOpt = Annotated[Optional[int], typer.Option("--data-seed", help="Dataset seed [default: 0].")]  # noqa: UP045
+TrainBatchSizeOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--batch-size", help="Pairs per optimiser step [default: 100]."),
+]
+TrainRecipeOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--recipe",
+        help="Training recipe: gaptui, ngab, paper or legacy (docs/fidelity.md) [default: gaptui; with --preset "
+        "or --spec: the run's, and a recipe given here replaces all of its recipe fields].",
+    ),
+]
+TrainFeaturesOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--features",
+        help="Node inputs: degree or ones, and/or positional rwpe:K, lap:K joined by + (degree+rwpe:16) "
+        "[default: the recipe's].",
+    ),
+]
+TrainInputLayerOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--input-layer", help="linear, conv (per-model first layer) or gcn [default: the recipe's]."),
+]
+TrainNormOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
+]
+TrainDeviceOpt = Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")]  # noqa: UP045
+TrainCompileModeOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off [default: auto]."),
+]
+TrainPrecisionOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--precision",
+        help="auto, fp32 or bf16 (the forward pass under bf16 autocast) [default: the spec's, auto]; any family.",
+    ),
+]
+TrainNoiseModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
+]
+TrainParamOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
+]
+TrainTaskOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--task", "-t", help="Task family of the run (with --preset or --spec): any of `gaptui tasks`."),
+]
+TrainPresetOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--preset", help="Take the run from this preset's grid (choose it with --where)."),
+]
+TrainWhereOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--where", "-W", help="With --preset: axis=value (or seed=N) choosing one run (repeatable)."),
+]
+TrainSpecFileOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--spec", help="The run's spec.json (any family; e.g. one written in a run folder)."),
+]
+TrainOverridesOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--set", help="With --preset or --spec: change a spec field, key=value (JSON value; repeatable)."),
+]
+TrainOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
+]
+TrainForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace another run's files in the --out folder; start a run estimated over 30 days."
+    ),
+]
+
+
 def train_cmd(
-    base: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--base", help="Base dataset name (the alignment flags: with --noise and --model)."),
-    ] = None,
-    noise: Annotated[Optional[float], typer.Option("--noise", help="Noise level eta in [0, 1).")] = None,  # noqa: UP045
-    model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--model", help="Model name, 'laplacian', or module.path:Factory."),
-    ] = None,
-    epochs: Annotated[Optional[int], typer.Option("--epochs", help="Training epochs [default: 300].")] = None,  # noqa: UP045
-    train: Annotated[Optional[int], typer.Option("--train", help="Training pairs.")] = None,  # noqa: UP045
-    val: Annotated[Optional[int], typer.Option("--val", help="Validation pairs.")] = None,  # noqa: UP045
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed [default: 0].")] = None,  # noqa: UP045
-    data_seed: Annotated[Optional[int], typer.Option("--data-seed", help="Dataset seed [default: 0].")] = None,  # noqa: UP045
-    batch_size: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--batch-size", help="Pairs per optimiser step [default: 100]."),
-    ] = None,
-    recipe: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--recipe",
-            help="Training recipe: gaptui, ngab, paper or legacy (docs/fidelity.md) [default: gaptui; with --preset "
-            "or --spec: the run's, and a recipe given here replaces all of its recipe fields].",
-        ),
-    ] = None,
-    features: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--features",
-            help="Node inputs: degree or ones, and/or positional rwpe:K, lap:K joined by + (degree+rwpe:16) "
-            "[default: the recipe's].",
-        ),
-    ] = None,
-    input_layer: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--input-layer", help="linear, conv (per-model first layer) or gcn [default: the recipe's]."),
-    ] = None,
-    norm: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--norm", help="per-graph, or whole-batch (the paper's) [default: the recipe's]."),
-    ] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda[:N] [default: auto].")] = None,  # noqa: UP045
-    compile_mode: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--compile", help="torch.compile the model: auto (long CPU runs), on or off [default: auto]."),
-    ] = None,
-    precision: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--precision",
-            help="auto, fp32 or bf16 (the forward pass under bf16 autocast) [default: the spec's, auto]; any family.",
-        ),
-    ] = None,
-    noise_model: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--noise-model", help="add_remove or add [default: the base dataset's own]."),
-    ] = None,
-    param: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--param", "-p", help="Base dataset parameter key=value (repeatable)."),
-    ] = None,
-    task: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--task", "-t", help="Task family of the run (with --preset or --spec): any of `gaptui tasks`."),
-    ] = None,
-    preset: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--preset", help="Take the run from this preset's grid (choose it with --where)."),
-    ] = None,
-    where: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--where", "-W", help="With --preset: axis=value (or seed=N) choosing one run (repeatable)."),
-    ] = None,
-    spec_file: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--spec", help="The run's spec.json (any family; e.g. one written in a run folder)."),
-    ] = None,
-    overrides: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--set", help="With --preset or --spec: change a spec field, key=value (JSON value; repeatable)."),
-    ] = None,
-    out: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--out", help="Run folder [default: <workspace>/runs/<run id>]."),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Replace another run's files in the --out folder; start a run estimated over 30 days."
-        ),
-    ] = False,
+    base: TrainBaseOpt = None,
+    noise: TrainNoiseOpt = None,
+    model: TrainModelOpt = None,
+    epochs: TrainEpochsOpt = None,
+    train: TrainTrainOpt = None,
+    val: TrainValOpt = None,
+    seed: TrainSeedOpt = None,
+    data_seed: TrainDataSeedOpt = None,
+    batch_size: TrainBatchSizeOpt = None,
+    recipe: TrainRecipeOpt = None,
+    features: TrainFeaturesOpt = None,
+    input_layer: TrainInputLayerOpt = None,
+    norm: TrainNormOpt = None,
+    device: TrainDeviceOpt = None,
+    compile_mode: TrainCompileModeOpt = None,
+    precision: TrainPrecisionOpt = None,
+    noise_model: TrainNoiseModelOpt = None,
+    param: TrainParamOpt = None,
+    task: TrainTaskOpt = None,
+    preset: TrainPresetOpt = None,
+    where: TrainWhereOpt = None,
+    spec_file: TrainSpecFileOpt = None,
+    overrides: TrainOverridesOpt = None,
+    out: TrainOutOpt = None,
+    force: TrainForceOpt = False,
     workspace: WorkspaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -259,7 +259,7 @@ def _check_train_run(ws: Workspace, spec: Any, fam: Any, folder: Path, force: bo
 def _prepare_inputs(spec: Any, fam: Any, as_json: bool) -> None:
     """Build the run's inputs (``launch.prepare_checked``), under a status line unless --json."""
     from gaptui import launch
-    from gaptui.cli_progress import step_progress
+    from gaptui.cli.progress import step_progress
 
     with step_progress(f"preparing the inputs of {fam.describe(spec)}", quiet=as_json) as update:
         launch.prepare_checked([spec], lambda done, total, label: update(label, done, total))
@@ -406,7 +406,7 @@ def _select(specs: list[Any], where: list[str], what: str) -> Any:
 def _check_dependencies_done(ws: Workspace, spec: Any) -> None:
     """Refuse a run whose dependencies (a downstream run's pretraining run) are not done in this workspace."""
     from engine.tasks import family
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     deps = family(spec.task).dependencies(spec)
     if not deps:
@@ -495,10 +495,10 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from engine.worker import ENV_STOP_WITH_PARENT, LOCK
-    from gaptui.history import History
-    from gaptui.processes import FOREGROUND, worker_gone
-    from gaptui.scheduler import Scheduler, Slot, new_record
+    from engine.worker import ENV_STOP_WITH_PARENT
+    from gaptui.history.store import History
+    from gaptui.processes import FOREGROUND
+    from gaptui.scheduler import Scheduler, Slot
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -523,20 +523,7 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
 
     h = spec.hash()
     with History(ws, write=True, exclusive=False, purpose="gaptui train") as history:
-        record = history.by_hash().get(h)
-        # A record left running by a killed train or manager is resumed; one whose worker may be alive is not.
-        if record and record["status"] == "running" and record.get("pid") and not worker_gone(record):
-            raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
-        from engine.files import FileLock
-
-        probe = FileLock(folder / LOCK, "gaptui train")
-        if folder.is_dir() and not probe.acquire():
-            raise GaptuiError(f"run folder {folder} is in use by {probe.current_holder()}")
-        probe.release()
-        if record is None:
-            history.put(new_record(spec, ws, run_dir=folder))
-        elif Path(record["run_dir"]) != folder:
-            history.update(h, run_dir=str(folder))
+        _claim_foreground(history, spec, folder, ws)
         slot = Slot("foreground", {ENV_STOP_WITH_PARENT: "1"})
         # Recorded as the run's driver: no manager adopts, stops or files it while this command lives.
         scheduler = Scheduler(ws, history, [slot], listener=on_event, driver=FOREGROUND)
@@ -556,6 +543,33 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
             if scheduler.pending():
                 scheduler.stop_all()
         record = history.by_hash()[h]
+    return _foreground_result(record, folder)
+
+
+def _claim_foreground(history: Any, spec: Any, folder: Path, ws: Workspace) -> None:
+    """Record the run in ``folder`` before its worker starts; refuse one another process holds."""
+    from engine.files import FileLock
+    from engine.worker import LOCK
+    from gaptui.processes import worker_gone
+    from gaptui.scheduler import new_record
+
+    h = spec.hash()
+    record = history.by_hash().get(h)
+    # A record left running by a killed train or manager is resumed; one whose worker may be alive is not.
+    if record and record["status"] == "running" and record.get("pid") and not worker_gone(record):
+        raise GaptuiError(f"run {record['id']} is running already (pid {record['pid']}, {record['run_dir']})")
+    probe = FileLock(folder / LOCK, "gaptui train")
+    if folder.is_dir() and not probe.acquire():
+        raise GaptuiError(f"run folder {folder} is in use by {probe.current_holder()}")
+    probe.release()
+    if record is None:
+        history.put(new_record(spec, ws, run_dir=folder))
+    elif Path(record["run_dir"]) != folder:
+        history.update(h, run_dir=str(folder))
+
+
+def _foreground_result(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """result.json of a run that ended done; a cancelled or failed one ends the command with its status."""
     status = record["status"]
     if status == "done":
         return json.loads((folder / "result.json").read_text())
@@ -571,105 +585,3 @@ def _run_foreground(spec: Any, folder: Path, ws: Workspace, show_progress: bool)
         raise GaptuiError(message.removeprefix("error: "))
     err_console.print(f"[red]error:[/] run failed: {escape(message)}; log: {folder / 'log.txt'}")
     raise typer.Exit(1)
-
-
-def _register_commands() -> None:
-    from gaptui import (
-        commands_analysis,
-        commands_diff,
-        commands_manager,
-        commands_queue,
-        commands_slurm,
-        commands_tune,
-        families,
-    )
-
-    commands_manager.register(app)
-    commands_diff.register(app)
-    commands_queue.register(app)
-    commands_tune.register(app)
-    commands_analysis.register(app)
-    families.register_commands(app)
-    commands_slurm.register(app)
-
-
-_register_commands()
-
-
-def literal_help(command: Any) -> Any:
-    """``command`` (a Click command or group, with every sub-command) with its help texts escaped for Rich, which
-    Typer reads them as: a bracketed phrase written in a help (``[default: 300]``, ``a [tune] table``) is shown as
-    written instead of being taken for a style tag and dropped. Returns ``command``."""
-    for attr in ("help", "short_help", "epilog"):
-        if isinstance(getattr(command, attr, None), str):
-            setattr(command, attr, escape(getattr(command, attr)))
-    for param in command.params:
-        if isinstance(getattr(param, "help", None), str):
-            param.help = escape(param.help)
-    for sub in getattr(command, "commands", {}).values():
-        literal_help(sub)
-    return command
-
-
-def command() -> Any:
-    """The ``gaptui`` Click command that :func:`main` runs: the Typer app with every help text kept literal
-    (:func:`literal_help`)."""
-    return literal_help(typer.main.get_command(app))
-
-
-def main() -> None:
-    """Console entry point: bad input -> one ``error:`` line on stderr and exit status 2."""
-    from engine.files import describe_os_error
-
-    try:
-        # Click's own errors come back to us (not as its usage box) so that they read like every other error.
-        code = command()(standalone_mode=False)
-    except GaptuiError as exc:
-        for line in str(exc).splitlines() or [""]:  # a check that found several culprits: one line each
-            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except _click_exception() as exc:
-        line = _usage_error_line(exc)
-        if line:
-            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        err_console.print("[yellow]interrupted[/]")
-        sys.exit(130)
-    except BrokenPipeError:
-        # The reader of our output went away (`gaptui history | head`): nothing left to say to anyone.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-    except OSError as exc:
-        # One guard for the filesystem (a workspace that is a file, read-only or full disks, missing folders):
-        # one line naming the path; the writes that failed were atomic, so nothing the user had is damaged.
-        err_console.print(f"[red]error:[/] {escape(describe_os_error(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
-        sys.exit(130)
-    if isinstance(code, int) and not isinstance(code, bool):  # typer.Exit(code) without standalone mode
-        sys.exit(code)
-
-
-def _click_exception() -> type[Exception]:
-    """Click's base of the errors it shows a user (Typer bundles Click since 0.22; earlier it depends on it)."""
-    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-
-
-def _usage_error_line(exc: Exception) -> str:
-    """One line for a Click usage error (a bad value, a missing or unknown option) naming the command and where
-    its help is; ``""`` for a group called without a command, whose help Typer has printed already."""
-    if type(exc).__name__ == "NoArgsIsHelpError":
-        return ""
-    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
-    message = message[:1].lower() + message[1:].rstrip(".")
-    ctx = getattr(exc, "ctx", None)
-    if ctx is None:
-        return message
-    command = "gaptui" + ctx.command_path[len(ctx.find_root().command_path) :]
-    return f"{command}: {message} (see `{command} --help`)"
-
-
-if __name__ == "__main__":
-    main()

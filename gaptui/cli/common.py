@@ -10,14 +10,14 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from gaptui.workspace import ENV_WORKSPACE
+from gaptui.workspace import DEFAULT_WORKSPACE, ENV_WORKSPACE
 
 console = Console()
 err_console = Console(stderr=True)
 
 WorkspaceOpt = Annotated[
     Optional[Path],  # noqa: UP045 (Typer needs Optional on Python 3.10)
-    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help="Workspace folder [default: ./gaptui-runs]."),
+    typer.Option("--workspace", "-w", envvar=ENV_WORKSPACE, help=f"Workspace folder [default: ./{DEFAULT_WORKSPACE}]."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 #: The local slots of a command that starts runs (``gaptui run``, ``gaptui tune``).

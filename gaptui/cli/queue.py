@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, print_json
 from gaptui.workspace import Workspace
 
 queue_app = typer.Typer(
@@ -51,7 +51,7 @@ def drain_cmd(
 
 def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None:
     """The queue of the manager running on the workspace: paused or not, draining slots, runs running and queued."""
-    from gaptui.history import WorkspaceLock
+    from gaptui.history.store import WorkspaceLock
     from gaptui.queue_control import read_state
 
     ws = Workspace.resolve(workspace)

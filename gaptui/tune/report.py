@@ -14,7 +14,13 @@ from typing import Any
 from engine.errors import GaptuiError
 from engine.tasks import family
 from gaptui.figures import slug
-from gaptui.tuning import params_text, ranking_change, study_path, study_rows, trial_value
+
+#: Statuses of a trial's run still in flight: the trial has not ended.
+from gaptui.tune.results import ranking_change, study_rows, trial_value
+from gaptui.tune.search import params_text
+
+#: Statuses of a trial's run still in flight: the trial has not ended.
+from gaptui.tune.studies import study_path
 
 #: Statuses of a trial's run still in flight: the trial has not ended.
 IN_FLIGHT = ("queued", "running", "interrupted")
@@ -122,7 +128,7 @@ def figure_lines(ws: Any, rows: list[tuple[str, str, str]], task: str, staging: 
         if not path.is_file():
             lines += [f"- {title}: no study file {path}, so no figures.", ""]
             continue
-        from gaptui.tuning import storage
+        from gaptui.tune.studies import storage
 
         try:
             study = optuna.load_study(study_name=f"{study_name}:{row}", storage=storage(ws, study_name, True))

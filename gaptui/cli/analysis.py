@@ -19,7 +19,7 @@ from rich.text import Text
 
 from engine.errors import GaptuiError
 from gaptui import analysis
-from gaptui.cli_common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
+from gaptui.cli.common import JsonOpt, TaskOpt, WorkspaceOpt, console, err_console, print_json, warn
 from gaptui.workspace import Workspace
 
 DatasetOpt = Annotated[
@@ -75,10 +75,10 @@ def _load(
     tuned: bool | None = False,
 ):
     """The workspace and its records, those matching ``filters`` (``axis=value``) when given; as ranking tables see
-    them (:func:`gaptui.tuning.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned`` is
-    None (every run, for the trackers)."""
+    them (:func:`gaptui.tune.results.table_view`: no trial runs, the final tuned rows with ``tuned``) unless ``tuned``
+    is None (every run, for the trackers)."""
     # Imported here: history pulls in TinyDB, which `gaptui --help` does not need.
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
     from gaptui.record import usable_records
 
     ws = Workspace.resolve(workspace)
@@ -88,7 +88,7 @@ def _load(
 
         records = RecordFilter(axes=parse_axis_filters(filters, [task] if task else None)).apply(records)
     if tuned is not None:
-        from gaptui.tuning import table_view
+        from gaptui.tune.results import table_view
 
         records = table_view(records, tuned)
     return ws, records
@@ -274,46 +274,52 @@ def gap_cmd(
         console.print(f"[bold]{escape(label)}[/]: optimal {escape(axis.name)} {escape(optimal)}", highlight=False)
 
 
+ExportOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--out",
+        "-o",
+        help="Folder for tables.csv/.md/.tex and runs.json (several families: one folder each, DIR/TASK/).",
+    ),
+]
+ExportForceOpt = Annotated[
+    bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
+]
+ExportMlflowOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--mlflow",
+        help="Also log every finished run of every task to this MLflow tracking URI (e.g. file:./mlruns), "
+        "once: runs already logged are skipped.",
+    ),
+]
+ExportWandbOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--wandb",
+        help="Also log every finished run of every task to this Weights & Biases project, once (offline into "
+        "--wandb-dir when there is no API key).",
+    ),
+]
+ExportEntityOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--entity", help="With --wandb: the W&B team or user owning the project."),
+]
+ExportWandbDirOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--wandb-dir", help="With --wandb: folder of W&B's run files [default: <workspace>/exports/wandb]."),
+]
+
+
 def export_cmd(
-    out: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--out",
-            "-o",
-            help="Folder for tables.csv/.md/.tex and runs.json (several families: one folder each, DIR/TASK/).",
-        ),
-    ] = None,
+    out: ExportOutOpt = None,
     metric: MetricOpt = None,
     task: TaskOpt = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace files of the same name that an earlier export did not write.")
-    ] = False,
-    mlflow: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--mlflow",
-            help="Also log every finished run of every task to this MLflow tracking URI (e.g. file:./mlruns), "
-            "once: runs already logged are skipped.",
-        ),
-    ] = None,
-    wandb: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--wandb",
-            help="Also log every finished run of every task to this Weights & Biases project, once (offline into "
-            "--wandb-dir when there is no API key).",
-        ),
-    ] = None,
-    entity: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--entity", help="With --wandb: the W&B team or user owning the project."),
-    ] = None,
-    wandb_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--wandb-dir", help="With --wandb: folder of W&B's run files [default: <workspace>/exports/wandb]."
-        ),
-    ] = None,
+    force: ExportForceOpt = False,
+    mlflow: ExportMlflowOpt = None,
+    wandb: ExportWandbOpt = None,
+    entity: ExportEntityOpt = None,
+    wandb_dir: ExportWandbDirOpt = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Export a task's ranking tables (CSV, Markdown, LaTeX) and its run records (JSON) into a folder (each family
@@ -351,7 +357,7 @@ def export_cmd(
         _export_wandb(records, wandb, entity, wandb_dir or ws.exports / "wandb")
     if out is None:
         return
-    from gaptui.tuning import table_view
+    from gaptui.tune.results import table_view
 
     records = table_view(records)
     key = declared.key if declared is not None else metric

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from engine.errors import GaptuiError
-from gaptui.cli_common import JsonOpt, WorkspaceOpt, console, err_console, print_json
+from gaptui.cli.common import JsonOpt, WorkspaceOpt, console, err_console, print_json
 from gaptui.record import record_task
 from gaptui.workspace import Workspace
 
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
 
 def _live(ws: Workspace, runs: list[str], preset: str | None) -> list[dict[str, Any]]:
     """The queued or running records named by run ids (or prefixes) or by their preset."""
-    from gaptui.history import History, read_records
+    from gaptui.history.store import History, read_records
 
     if bool(runs) == bool(preset):
         raise GaptuiError("name the runs to cancel (RUN ...) or a preset (--preset NAME), not both")
@@ -121,7 +121,7 @@ def cancel_cmd(
     Workers save a checkpoint as they stop; running the grid again resumes them. When a manager holds the
     workspace it records them as cancelled; otherwise this command waits for them to stop and records it."""
     from gaptui.backends.slurm import array_ids, by_array, cancel_jobs, in_flight_on_slurm
-    from gaptui.history import History, now
+    from gaptui.history.store import History, now
     from gaptui.processes import pid_alive
     from gaptui.runner import signal_group
 
@@ -176,7 +176,7 @@ def cancel_cmd(
 
 def _pack_siblings(ws: Workspace, local: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Running records trained by the same worker process as one of ``local`` (packed seeds), not in ``local``."""
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     pids = {r["pid"] for r in local if r.get("pid")}
     named = {r["hash"] for r in local}
@@ -251,7 +251,7 @@ def _queue_positions() -> dict[str, int]:
 def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None:
     """Live Slurm state of the workspace's submitted runs: state, reason, node, elapsed time, queue position."""
     from gaptui.backends.slurm import in_flight_on_slurm, job_state, make_watcher, sbatch_available
-    from gaptui.history import read_records
+    from gaptui.history.store import read_records
 
     ws = Workspace.resolve(workspace)
     everything = read_records(ws)
@@ -289,7 +289,7 @@ def status_cmd(workspace: WorkspaceOpt = None, as_json: JsonOpt = False) -> None
     if as_json:
         print_json(rows)
         return
-    from gaptui.cli_tables import print_table
+    from gaptui.cli.tables import print_table
 
     header = ("run", "job", "state", "reason", "node", "elapsed", "queue pos", "task", "cell", "resubm.")
     cells = [

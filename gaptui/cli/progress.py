@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from gaptui.cli_common import err_console
+from gaptui.cli.common import err_console
 
 #: ``update(text, done, total)``: what is being done, and how far (``total`` 0: not counted).
 Update = Callable[[str, int, int], None]
