@@ -43,7 +43,10 @@ def earlier_parts_seconds(events: Sequence[Mapping[str, Any]], since: float) -> 
         return 0.0
     total, k = 0.0, current[-1]
     while k > 0 and events[starts[k]].get("resumed_from"):
-        part = events[starts[k - 1] : starts[k]]
+        part = list(events[starts[k - 1] : starts[k]])
+        # The next attempt says it prepares (``progress`` events) before its ``start``: not this part's time.
+        while len(part) > 1 and part[-1].get("event") == "progress":
+            part.pop()
         total += max(0.0, float(part[-1].get("t") or 0) - float(part[0].get("t") or 0))
         k -= 1
     return total

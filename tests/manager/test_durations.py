@@ -58,3 +58,10 @@ def test_an_attempt_that_stopped_before_its_start_event_resumes_nothing(tmp_path
     assert earlier_parts_seconds(events, since=2000.0) == 0.0
     run_dir = _run_dir(tmp_path, events, result_at=None)
     assert run_seconds(run_dir, 2000.0, False, {}, None) == 1.0
+
+
+def test_the_next_attempt_preparing_is_not_counted_in_the_part_before_it(tmp_path: Path) -> None:
+    # a worker says it prepares (reads its data, builds its model) before its start event: that is the next part's
+    preparing = [{"v": 1, "event": "progress", "t": t, "phase": "preparing"} for t in (2990.0, 2999.0)]
+    events = _attempt(1000.0, 1100.0, False, "cancelled") + preparing + _attempt(3000.0, 3050.0, True, "cancelled")
+    assert earlier_parts_seconds(events, since=2985.0) == 100.0

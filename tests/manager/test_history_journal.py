@@ -129,7 +129,7 @@ def test_sigkill_between_filings_loses_no_filing_that_returned(tmp_path: Path) -
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     records = read_records(ws)
-    done = {int(r["id"]) for r in records if r["status"] == "done"}
+    done = {int(r["id"], 16) for r in records if r["status"] == "done"}  # ids: the hash's hex digits
     assert done == set(filed) and len(records) == 400
     with History(ws, write=True) as h:  # the next manager opens it and folds the journal in
         assert len(h.records()) == 400

@@ -31,7 +31,11 @@ def test_smoke_preset_end_to_end_then_table(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     tables = json.loads(res.stdout)
     assert len(tables) == 1 and tables[0]["dataset"] == "er[degree=4,n=20]"
-    cells = tables[0]["cells"]
+    # the dataset's symmetry ceilings are rows of their own beside the models
+    ceilings = [c for c in tables[0]["cells"] if c["model"].startswith("ceiling: ")]
+    assert {c["model"] for c in ceilings} == {"ceiling: orbits", "ceiling: 1-WL"}
+    assert all(0 < c["median"] <= 1 for c in ceilings)
+    cells = [c for c in tables[0]["cells"] if c not in ceilings]
     assert {(c["model"], c["noise"]) for c in cells} == {(m, n) for m in ("gcn", "gin") for n in (0.05, 0.2)}
     by_model = {(r["axes"]["model"], r["axes"]["noise"]): r["metrics"]["val_lap_acc"] for r in records}
     for c in cells:
