@@ -133,6 +133,7 @@ def test_the_channel_reads_whole_new_lines_only(tmp_path: Path) -> None:
 
 CRASHING = '''
 import torch
+from tests.support.models import TinyGNN
 
 
 class Crashes(TinyGNN):

@@ -76,6 +76,10 @@ def gaptui(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], 
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["gaptui", *args])
     monkeypatch.setenv("COLUMNS", "200")
+    from gaptui.cli import common
+
+    for shared in (common.console, common.err_console):  # made once per process: as wide as a fresh one now
+        monkeypatch.setattr(shared, "width", 200)
     try:
         main()
         code = 0
