@@ -13,7 +13,7 @@
    not be built is recorded ``failed`` through :meth:`Scheduler.fail` with the reason (its dependants are then
    ``blocked`` by the scheduler). :func:`retry` does the same for records chosen in the app.
 
-Slots come from :func:`slots_for` (``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``, validated).
+Slots come from :func:`gaptui.slots.slots_for` (``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``, validated).
 
 **The launch service** (end of this module) is what ``gaptui run``, the terminal app's launch and ``gaptui train``
 call, so that they cannot drift: :func:`launch_settings` checks the options (:class:`LaunchOptions`: slots, backend,
@@ -34,46 +34,14 @@ from typing import Any
 
 from engine.errors import GaptuiError
 from engine.tasks import PresetBase, TaskFamily, TaskSpec, artefact_problem, family, load_spec
-from engine.typed import ascii_count
 from gaptui.backends import BACKENDS
 from gaptui.history.store import now
 from gaptui.processes import in_foreground
 from gaptui.run_records import PlannedSeeds, planned_seeds_by_run
 from gaptui.runner import Progress, prepare, run_id
-from gaptui.scheduler import Scheduler, Slot, detect_gpus, make_slots
+from gaptui.scheduler import Scheduler, Slot
+from gaptui.slots import slots_for
 from gaptui.workspace import Workspace
-
-
-def parse_gpus(text: str | None) -> list[str] | None:
-    """``--gpus``: ``None``/``auto`` = every visible GPU, ``none``/empty = CPU only, else ``0,1``."""
-    if text is None or text == "auto":
-        return None
-    if text in ("", "none"):
-        return []
-    gpus = [g.strip() for g in text.split(",") if g.strip()]
-    for g in gpus:
-        if ascii_count(g) is None:
-            raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
-    return gpus
-
-
-def slots_for(gpus: list[str] | None, jobs_per_gpu: int = 1, cpu_jobs: int | None = None) -> list[Slot]:
-    """The scheduler slots for these settings (may run ``nvidia-smi``); GaptuiError when there are none."""
-    if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
-        raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
-    if gpus:
-        visible = detect_gpus()
-        missing = [g for g in gpus if g not in visible]
-        if missing:
-            have = f"GPUs {', '.join(visible)}" if visible else "no GPU"
-            raise GaptuiError(
-                f"--gpus {','.join(gpus)}: GPU {', '.join(missing)} is not on this machine (it has {have}); "
-                "--gpus none runs on the CPU"
-            )
-    slots = make_slots(gpus, jobs_per_gpu, cpu_jobs)
-    if not slots:
-        raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
-    return slots
 
 
 def order_specs(specs: Iterable[TaskSpec]) -> list[TaskSpec]:

@@ -1,4 +1,5 @@
-"""Device slots: where worker processes run (one GPU share or a group of CPU cores each) and GPU detection."""
+"""Device slots: where worker processes run (one GPU share or a group of CPU cores each), GPU detection, and the
+slots of ``--gpus``/``--jobs-per-gpu``/``--cpu-jobs``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from engine.errors import GaptuiError
 from engine.typed import ascii_count
 
 
@@ -59,4 +61,36 @@ def make_slots(gpus: list[str] | None = None, jobs_per_gpu: int = 1, cpu_jobs: i
         Slot(f"cpu#{k}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         for k in range(cpu_jobs)
     ]
+    return slots
+
+
+def parse_gpus(text: str | None) -> list[str] | None:
+    """``--gpus``: ``None``/``auto`` = every visible GPU, ``none``/empty = CPU only, else ``0,1``."""
+    if text is None or text == "auto":
+        return None
+    if text in ("", "none"):
+        return []
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    for g in gpus:
+        if ascii_count(g) is None:
+            raise GaptuiError(f"--gpus '{text}': expected a comma-separated list of GPU indices like 0,1 (or none)")
+    return gpus
+
+
+def slots_for(gpus: list[str] | None, jobs_per_gpu: int = 1, cpu_jobs: int | None = None) -> list[Slot]:
+    """The scheduler slots for these settings (may run ``nvidia-smi``); GaptuiError when there are none."""
+    if jobs_per_gpu < 1 or (cpu_jobs is not None and cpu_jobs < 0):
+        raise GaptuiError("--jobs-per-gpu must be >= 1 and --cpu-jobs >= 0")
+    if gpus:
+        visible = detect_gpus()
+        missing = [g for g in gpus if g not in visible]
+        if missing:
+            have = f"GPUs {', '.join(visible)}" if visible else "no GPU"
+            raise GaptuiError(
+                f"--gpus {','.join(gpus)}: GPU {', '.join(missing)} is not on this machine (it has {have}); "
+                "--gpus none runs on the CPU"
+            )
+    slots = make_slots(gpus, jobs_per_gpu, cpu_jobs)
+    if not slots:
+        raise GaptuiError("no slot to run on: --gpus none needs --cpu-jobs >= 1")
     return slots

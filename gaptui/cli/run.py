@@ -40,6 +40,7 @@ from gaptui.cli.slurm import (
     TimeOpt,
 )
 from gaptui.durations import format_duration
+from gaptui.slots import parse_gpus
 from gaptui.workspace import Workspace
 
 #: Rows of live runs in the progress display.
@@ -147,7 +148,7 @@ def run_cmd(
     _check_dry_run_flags(dry_run, recalibrate, no_estimate, list_all)
     _warn_cpu_jobs(cpu_jobs)
     options = launch.LaunchOptions(
-        gpus=launch.parse_gpus(gpus),
+        gpus=parse_gpus(gpus),
         jobs_per_gpu=jobs_per_gpu,
         cpu_jobs=cpu_jobs,
         backend=backend,

@@ -22,6 +22,7 @@ from gaptui.cli.common import (
     note,
     print_json,
 )
+from gaptui.slots import parse_gpus
 from gaptui.workspace import Workspace
 
 
@@ -75,7 +76,7 @@ def tune_cmd(
     ws = Workspace.resolve(workspace)
     loaded, settings = load_tune(preset, ws, study, note)
     options = launch.LaunchOptions(
-        gpus=launch.parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu, cpu_jobs=cpu_jobs, backend=backend,
+        gpus=parse_gpus(gpus), jobs_per_gpu=jobs_per_gpu, cpu_jobs=cpu_jobs, backend=backend,
         pack_seeds=pack_seeds,
     )  # fmt: skip
     run_settings = launch.launch_settings(loaded, options, ws)

@@ -294,7 +294,7 @@ class SlotConfig:
 
     def slots(self) -> list[Any]:
         """The scheduler slots (``make_slots``); may run ``nvidia-smi``, so not on the UI thread."""
-        from gaptui.launch import slots_for
+        from gaptui.slots import slots_for
 
         return slots_for(self.gpus, self.jobs_per_gpu, self.cpu_jobs)
 
@@ -399,7 +399,7 @@ class FormDraft:
     def slot_config(self) -> SlotConfig:
         """The device-slot fields, parsed like ``gaptui run --gpus/--jobs-per-gpu/--cpu-jobs``."""
         from gaptui.backends import BACKENDS
-        from gaptui.launch import parse_gpus
+        from gaptui.slots import parse_gpus
 
         text = self.gpus.strip()
         backend = self.backend.strip().lower() or "local"
