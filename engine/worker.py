@@ -121,11 +121,6 @@ def versions() -> dict[str, str]:
     }
 
 
-def default_datasets_dir() -> Path:
-    """Same default as the ``gaptui`` CLI: ``$GAPTUI_WORKSPACE/datasets`` or ``./gaptui-runs/datasets``."""
-    return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
-
-
 def _atomic_json(path: Path, obj: Any) -> None:
     atomic_write_json(path, obj, indent=2, sort_keys=True)
 

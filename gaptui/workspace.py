@@ -1,5 +1,6 @@
 """The workspace: one folder holding the dataset cache, run folders, history and exports. This module is the one
-home of its layout (every path inside it) and of its default name."""
+home of its layout (every path inside it); its default name and environment variable are
+:mod:`engine.placement`'s, which a spec run without a grid reads too."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_WORKSPACE = "gaptui-runs"
-ENV_WORKSPACE = "GAPTUI_WORKSPACE"
+from engine.placement import DEFAULT_WORKSPACE, ENV_WORKSPACE
+
+__all__ = ["DEFAULT_WORKSPACE", "ENV_WORKSPACE", "Workspace"]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.alignment.spec import RunSpec
 from engine.loop import EpochTask, TrainState
+from engine.placement import datasets_folder
 from engine.tasks.run import Outcome, RunContext
 
 if TYPE_CHECKING:
@@ -20,9 +21,8 @@ if TYPE_CHECKING:
 
 
 def dataset_dirs(spec: RunSpec) -> tuple[Path, Path | None]:
-    from engine.worker import default_datasets_dir
 
-    datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+    datasets_dir = datasets_folder(spec.datasets_dir)
     return datasets_dir, Path(spec.data_root) if spec.data_root else None
 
 

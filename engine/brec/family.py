@@ -24,6 +24,7 @@ from engine.brec.data import CATEGORY_KEYS, PAPER_PARTS, TOTAL, load_pairs
 from engine.brec.preset import BrecPreset, grid, parse_preset
 from engine.brec.spec import BrecSpec, model_label
 from engine.brec.wl import WL_ROWS, wl_bytes
+from engine.placement import datasets_folder
 from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
@@ -52,9 +53,7 @@ def subset_of(pairs: int | None) -> str:
 
 def datasets_dir(spec: BrecSpec) -> Path:
     """Where the exact rows' verdicts are cached: the grid's datasets folder (the worker's default without one)."""
-    from engine.worker import default_datasets_dir
-
-    return Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+    return datasets_folder(spec.datasets_dir)
 
 
 class BrecCosts(CostModel):

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.gape.preset import PE_ORDER, GapePreset, dataset_label, grid, parse_preset
 from engine.gape.spec import GapeSpec
+from engine.placement import datasets_folder
 from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
@@ -52,7 +53,6 @@ class GapeCosts(CostModel):
         from engine.gape.data import molecule_id, molecule_source, molecules_bytes
         from engine.memory import MemoryNeed, human
         from engine.sources import parse_params
-        from engine.worker import default_datasets_dir
 
         ds = spec.molecule_spec()
         canonical = ds.canonical()
@@ -60,7 +60,7 @@ class GapeCosts(CostModel):
         params = parse_params(cls, ds.params)
         hint, count = cls.size_hint(params), cls.count_hint(params)
         atoms, degree, longest = (hint[0], hint[1], hint[0]) if hint is not None else (0.0, 2.2, 0.0)
-        folder = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+        folder = datasets_folder(spec.datasets_dir)
         meta_path = folder / "molecules" / molecule_id(canonical) / "meta.json"
         if meta_path.exists():
             try:

@@ -34,6 +34,7 @@ from engine.loop import (
     make_optimiser,
     seed_everything,
 )
+from engine.placement import datasets_folder
 from engine.tasks.run import Cancelled, Outcome, RunContext, run_steps
 
 Emit = Callable[..., Any]
@@ -98,9 +99,7 @@ def mae(model: MoleculeTransformer, data: MoleculeTensors, ids: torch.Tensor, ba
 
 def prepare(spec: GapeSpec) -> tuple[MoleculeData, Encoding]:
     """The molecule dataset and encoding of ``spec``, built or read from the cache."""
-    from engine.worker import default_datasets_dir
-
-    datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+    datasets_dir = datasets_folder(spec.datasets_dir)
     data, _ = build_molecules(spec.molecule_spec(), datasets_dir, Path(spec.data_root) if spec.data_root else None)
     runs_dir = Path(spec.runs_dir) if spec.runs_dir else datasets_dir.parent / "runs"
     options = EncodingOptions(spec.lap_k, spec.rwpe_steps, runs_dir)

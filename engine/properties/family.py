@@ -16,10 +16,11 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.placement import datasets_folder
 from engine.properties.definitions import CLASS_OF, PROPERTY_CLASSES, PROPERTY_NAMES
 from engine.properties.preset import DIMENSION_ORDER, Preset, grid, parse_preset
 from engine.properties.scores import POOLING_LABELS
-from engine.properties.spec import PropertySpec, cell_datasets_of, default_datasets_dir
+from engine.properties.spec import PropertySpec, cell_datasets_of
 from engine.tasks.cost import CostModel
 from engine.tasks.declarations import Axis, DerivedTable, Figure, Metric, References, Setting, TableLayout, Tunable
 from engine.tasks.family import TaskFamily
@@ -204,7 +205,7 @@ class Properties(TaskFamily):
             return []
         from engine.properties.datasets import build_property_dataset, property_dataset_id
 
-        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+        datasets_dir = datasets_folder(spec.datasets_dir)
         out = []
         for ds in cell_datasets_of(spec):
             ident = property_dataset_id(ds.canonical())
@@ -223,7 +224,7 @@ class Properties(TaskFamily):
         start = {"params": params, "device": str(device), "property": spec.property, "dimension": spec.dimension}
         if spec.strategy != "standard":
             start["strategy"] = spec.strategy
-        datasets_dir = Path(spec.datasets_dir) if spec.datasets_dir else default_datasets_dir()
+        datasets_dir = datasets_folder(spec.datasets_dir)
         metrics = yield from cell_steps(
             spec.property, spec.pooling, spec.dimension, spec.seed, spec.options(), ctx,
             datasets_dir=datasets_dir, graphs=spec.graphs, sizes=spec.sizes, negatives=spec.negatives,

@@ -7,7 +7,6 @@ tests that cell's trained model on GraphPerturb (the two dimensions share one tr
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,10 +14,6 @@ from typing import Any, ClassVar
 from engine.errors import GaptuiError
 from engine.properties.options import TrainOptions
 from engine.tasks.spec import TaskSpec
-
-
-def default_datasets_dir() -> Path:
-    return Path(os.environ.get("GAPTUI_WORKSPACE") or "gaptui-runs") / "datasets"
 
 
 @dataclass(frozen=True, kw_only=True)
