@@ -54,7 +54,8 @@ import torch  # noqa: E402
 
 from engine import worker  # noqa: E402
 from engine.alignment.spec import RunSpec  # noqa: E402
-from gaptui.reference import kendall_tau, load_reference  # noqa: E402
+from gaptui.analysis.reference import load_reference  # noqa: E402
+from gaptui.analysis.statistics import kendall_tau  # noqa: E402
 
 torch.set_num_threads(1)
 

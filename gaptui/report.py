@@ -104,7 +104,7 @@ def _reference_section(task: str, tables: list[analysis.RankingTable], ws: Any) 
     name = refs.default if refs is not None else ""
     if not name:
         return []
-    from gaptui import reference as ref
+    from gaptui.analysis import reference as ref
 
     chosen = ref.load_reference(name, ws, task)
     try:

@@ -191,7 +191,7 @@ def _table_with_reference(
     tuned: bool = False,
     by: tuple[str, ...] = (),
 ) -> None:
-    from gaptui import reference as ref
+    from gaptui.analysis import reference as ref
 
     analysis.check_format(fmt, ("text", "md", "csv", "json"))
     ws, records = _load(workspace, filters, task, tuned=tuned)
@@ -221,7 +221,7 @@ def _table_with_reference(
         print_json([ref.comparison_json(c) for c in comparisons])
         return
     if fmt == "csv":  # the protocols have no place in the CSV: beside it, as notes
-        from gaptui.reference_protocol import protocol_notes
+        from gaptui.analysis.reference import protocol_notes
 
         for line in protocol_notes(comparisons):
             err_console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)

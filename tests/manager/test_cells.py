@@ -10,7 +10,8 @@ import pytest
 
 from engine.errors import GaptuiError
 from engine.tasks import family
-from gaptui import analysis, reference
+from gaptui import analysis
+from gaptui.analysis import reference
 from gaptui.run_records import new_record
 from gaptui.workspace import Workspace
 from tests.support import FIXTURES

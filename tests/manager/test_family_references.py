@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from engine.errors import GaptuiError
-from gaptui import analysis, reference
+from gaptui import analysis
+from gaptui.analysis import reference
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 from tests.support.records import gape_records, properties_records, toy_records

@@ -24,7 +24,8 @@ from textual.widgets import Label, Select, Static
 from engine.errors import GaptuiError
 from engine.files import atomic_write_text
 from engine.tasks import FAMILIES, family
-from gaptui import analysis, reference
+from gaptui import analysis
+from gaptui.analysis import reference
 from gaptui.analysis.cells import by_keys
 from gaptui.record import usable_records
 from gaptui.tui.messages import ManagerNotice

@@ -1,6 +1,6 @@
 """A reference's protocol beside ours: what its runs were run with, and whether a comparison is like-for-like.
 
-A reference file states its protocol in ``# protocol:`` lines (:mod:`gaptui.reference`): the family's settings
+A reference file states its protocol in ``# protocol:`` lines (:mod:`gaptui.analysis.reference`): the family's settings
 (:class:`engine.tasks.Setting`, by key: alignment's ``epochs``, ``pairs``, ``batch``, ``budget``, ``noise_model``)
 and ``seeds``, the values per cell; ``# protocol[GROUP]:`` gives one group's own values (alignment: AQSOL's pairs
 and noise model). A comparison reads ours from the table (:class:`gaptui.analysis.cells.TableProtocol`) and names
@@ -19,7 +19,7 @@ from engine.tasks import TaskFamily
 
 if TYPE_CHECKING:
     from gaptui import analysis
-    from gaptui.reference import Reference
+    from gaptui.analysis.reference.files import Reference
 
 #: The protocol key of the values per cell.
 SEEDS = "seeds"
