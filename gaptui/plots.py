@@ -80,6 +80,9 @@ def curves_plot(
     import plotext as plt
 
     rows = {label: epoch_rows(events) for label, events in runs.items()}
+    # plotext's clear_figure clears the active plot only: back to the main figure first, or the last call's second
+    # subplot stays active and its first keeps its curves, drawn again under the next call's.
+    plt.main()
     plt.clear_figure()
     plt.subplots(1, 2)
     plt.plotsize(width, height)
@@ -87,5 +90,6 @@ def curves_plot(
         plt.subplot(1, i)
         draw_curve(plt, rows, key, title)
     out = plt.build()
+    plt.main()
     plt.clear_figure()
     return out

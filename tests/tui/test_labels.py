@@ -40,6 +40,14 @@ def test_each_familys_curve_is_titled_with_its_own_metric() -> None:
     assert "train accuracy" in shown and "LAP" not in shown
 
 
+def test_a_curves_plot_draws_only_its_own_runs_after_another_in_the_same_process() -> None:
+    properties = [*_events({"train_acc": 0.8}, {}), {"event": "eval", "epoch": 3, "u_score": 0.7}]
+    curves_plot({"earlier-run": properties}, "properties", width=100, height=12)
+    runs = {name: _events({}, {"val_lap_acc": 0.4}, epochs=4) for name in ("first-run", "second-run")}
+    shown = curves_plot(runs, "alignment", width=120, height=18)  # raised IndexError in plotext's legend once
+    assert "first-run" in shown and "second-run" in shown and "earlier-run" not in shown
+
+
 @pytest.mark.asyncio
 async def test_two_form_columns_never_share_a_title(tmp_path: Path) -> None:
     app = GaptuiApp(Workspace(tmp_path / "ws"))
