@@ -27,6 +27,23 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(autouse=True)
+def _fast_tier_starts_no_python(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked ``e2e`` that starts a Python process (the CLI, a worker) fails at once: the fast tier
+    (``-m "not e2e and not slow"``) is the suite without them, so its time stays what it says."""
+    if request.node.get_closest_marker("e2e") or request.node.get_closest_marker("slow"):
+        return
+    started = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        if any(Path(a).name.startswith("python") for a in argv[:1]) or sys.executable in argv:
+            raise AssertionError(f"this test starts a Python process ({' '.join(argv[:4])} ...): mark it e2e")
+        started(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+
+
+@pytest.fixture(autouse=True)
 def _one_thread() -> Iterator[None]:
     """Torch on one thread in this process too (tiny tensors: more threads only spin, badly so on a busy machine)."""
     if "torch" not in sys.modules:  # the environment above already holds for a torch imported later

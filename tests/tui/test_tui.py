@@ -137,6 +137,7 @@ def test_history_filter_matches_every_word() -> None:
 # ------------------------------------------------------------------------------------------ the app, end to end
 
 
+@pytest.mark.e2e  # starts worker processes
 @pytest.mark.asyncio
 async def test_compose_launch_follow_and_rank_a_smoke_grid(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
@@ -239,6 +240,7 @@ async def test_save_writes_a_preset_that_run_accepts_and_never_overwrites_silent
         await pilot.press("ctrl+q")
 
 
+@pytest.mark.e2e  # starts worker processes
 @pytest.mark.asyncio
 async def test_cancel_a_running_run(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
@@ -277,6 +279,7 @@ async def test_cancel_a_running_run(tmp_path: Path) -> None:
         await pilot.press("ctrl+q")
 
 
+@pytest.mark.e2e  # starts worker processes
 @pytest.mark.asyncio
 async def test_leave_running_on_quit_then_reattach(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
