@@ -140,8 +140,11 @@ class MultiField(Vertical):
         self.list_id = list_id
         self.choices: list[Any] = list(spec.choices)
         self._initial = list(value)
+        #: The choices the list was composed with (:meth:`on_mount` lists those that came later).
+        self._composed_with: list[Any] = []
 
     def compose(self) -> ComposeResult:
+        self._composed_with = list(self.choices)
         listed = self._listed(self._initial)
         selections = (Selection(self.spec.show(c), c, c in self._initial) for c in listed)
         yield SelectionList[Any](*selections, id=self.list_id)
@@ -179,11 +182,17 @@ class MultiField(Vertical):
             options.add_options([Selection(self.spec.show(c), c, c in chosen) for c in listed])
         self.post_message(SelectionList.SelectedChanged(options))
 
+    def on_mount(self) -> None:
+        if self.choices != self._composed_with:  # choices that arrived while the field was composed
+            self.set_value(self.value())
+
     def set_choices(self, choices: Sequence[Any]) -> None:
-        """The choices computed by the field's registry (selection kept)."""
+        """The choices computed by the field's registry (selection kept; kept for a field not composed yet:
+        applied when it mounts)."""
         chosen = self.value()
         self.choices = list(choices)
-        self.set_value(chosen)
+        if self.query(SelectionList):
+            self.set_value(chosen)
 
     def add(self, items: Sequence[Any]) -> None:
         self.set_value([*self.value(), *(i for i in items if i not in self.value())])
