@@ -68,7 +68,8 @@ class PresetLoaded(Message):
 
 
 class NewExperimentScreen(SectionScreen):
-    """The form; its summary line updates as you type: grid size, runs already in history, estimated time."""
+    """The form (:attr:`form`) above the plan bar (:attr:`plan_bar`), which it schedules after each change the form
+    announces; the screen loads presets into the form, saves what it holds and launches it."""
 
     TITLE = "New experiment"
     BINDINGS: ClassVar[list[Binding]] = [
@@ -117,6 +118,7 @@ class NewExperimentScreen(SectionScreen):
         self.plan_bar.schedule()
 
     # -------------------------------------------------------------------------------------- what it shows
+    # (what the form and the plan bar hold, read through the screen by the app and the tests)
 
     @property
     def task_name(self) -> str:
