@@ -304,7 +304,7 @@ class FormDraft:
     """Everything the New-experiment form holds: the family, name and description, what each of the family's
     fields' widgets hold (``fields``: key -> widget value, see :func:`format_field`), the preset document it was
     loaded from (``base``: keys no field shows, such as ``[slurm]``, are written back as they were), the device
-    slots and whether to retry failed runs."""
+    slots and whether to retry failed runs; for a family without form fields, the preset loaded for it."""
 
     task: str
     name: str = "tui"
@@ -319,6 +319,18 @@ class FormDraft:
     #: The tune section (families that declare tunable keys): trials per row and the space, one line of TOML.
     tune_trials: str = ""
     tune_space: str = ""
+    #: For a family without form fields: the preset file loaded for it, launched as it was read (None: none yet).
+    family_preset: PresetBase | None = None
+
+    def launch_preset(self) -> PresetBase:
+        """The grid to launch: the form's (:meth:`preset`), or for a family without form fields the preset loaded
+        for it; either refused when its size (counted from its axes, the grid never built) is over the limit."""
+        if self.form_fields():
+            return self.preset()
+        if self.family_preset is None:
+            raise GaptuiError(f"choose a preset of task {self.task} and load it (^o)")
+        check_grid_size(getattr(self.family_preset, "size", None))
+        return self.family_preset
 
     def values(self) -> dict[str, Any]:
         """The typed values of the family's fields; :class:`GaptuiError` names the field that is wrong, or says the

@@ -281,3 +281,33 @@ def test_keys_the_form_does_not_show_are_kept_and_blank_fields_drop_theirs() -> 
     assert "run" not in document and document["slurm"] == {"partition": "gpu"}
     with pytest.raises(Exception, match=r"base datasets, row 1: train: 'x' is not an integer"):
         dataclasses.replace(draft, fields={**shown, "datasets": [{**shown["datasets"][0], "train": "x"}]}).preset()
+
+
+@pytest.mark.asyncio
+async def test_the_form_is_never_read_half_built(tmp_path: Path) -> None:
+    """The form is rebuilt from more than one message queue (its family picker, its screen's preset loading, a
+    caller): while a rebuild is under way the plan bar gets no draft, a second rebuild waits its turn, and what the
+    form holds is read whole once both are done."""
+    import asyncio
+
+    from textual.widgets import Select
+
+    app = GaptuiApp(Workspace(tmp_path / "ws"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, NewExperimentScreen)
+        await wait_until(pilot, lambda: screen.built_task == "alignment", what="the alignment form")
+        form = screen.form
+        assert form.settled_draft() == form.draft()
+        loading = asyncio.create_task(form.apply_document(shipped("gape-smoke"), "gape-smoke"))
+        await asyncio.sleep(0)  # the rebuild began; it waits for its widgets to go and come
+        assert form.built_task is None and form.settled_draft() is None
+        form.query_one("#task", Select).value = "properties"  # the picker's rebuild waits for the one under way
+        await loading
+        await wait_until(pilot, lambda: screen.built_task == "properties", what="the properties form")
+        await form.settled()
+        draft = form.draft()
+        assert draft.task == "properties" and set(draft.fields) == {spec.key for spec in form.fields}
+        assert len(form.query("#properties")) == 1  # one form, not two built over each other
+        await wait_until(pilot, lambda: screen.summary is not None, what="the plan of the properties form")
+        await pilot.press("ctrl+q")

@@ -536,7 +536,7 @@ async def test_form_estimate_turns_to_measured_throughput_once_a_dry_run_calibra
 
         # What `gaptui run --dry-run` leaves behind for this grid on the form's slots (a fixed throughput here).
         draft = form.draft()
-        preset, slots = form._chosen_preset(draft), draft.slot_config().slots()
+        preset, slots = draft.launch_preset(), draft.slot_config().slots()
         fixed = Throughput(step_s=0.5, val_pair_s=0.01, checkpoint_s=0.0, params=100, steps=3)
         estimator = Estimator(
             CalibrationCache(calibration_path(ws)),

@@ -21,7 +21,8 @@ import gaptui.presets
 from engine.errors import GaptuiError
 from gaptui.tui.app import GaptuiApp
 from gaptui.tui.planning import MAX_GRID_RUNS, FormDraft, count_seeds, over_limit, parse_seeds
-from gaptui.tui.screens.new_experiment import NewExperimentScreen, OneAtATime
+from gaptui.tui.screens.new_experiment import NewExperimentScreen
+from gaptui.tui.widgets.plan_bar import OneAtATime
 from gaptui.workspace import Workspace
 from tests.support.tui import SIZE, notices, type_into
 from tests.support.waiting import wait_until
