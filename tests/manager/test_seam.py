@@ -6,7 +6,7 @@
   and names no built-in family;
 - no import cycles in ``engine/`` or ``gaptui/``, counting the imports inside functions and the packages an
   import loads (``engine.tasks.form`` runs ``engine/tasks/__init__.py`` first) too;
-- no function over 80 lines in ``engine/`` or ``gaptui/``;
+- no module over 600 lines and no function over 80 lines in ``engine/`` or ``gaptui/``;
 - importing every engine module loads no Textual and no TinyDB.
 """
 
@@ -26,6 +26,7 @@ from tests.support import ROOT
 FAMILY_PACKAGES = ("engine.alignment", "engine.gape", "engine.properties", "engine.brec")
 BUILTIN_NAMES = ("alignment", "gape", "properties", "brec")
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 600
 
 
 def _module(path: Path) -> str:
@@ -119,6 +120,15 @@ def test_no_function_is_longer_than_80_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} has {lines} lines")
     assert not long, "\n".join(long)
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    long = [
+        f"{path.relative_to(ROOT)} has {lines} lines"
+        for path in _sources("engine", "gaptui").values()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, "\n".join(long) + "\n(split by concept: a package of modules, each one idea)"
 
 
 @pytest.mark.e2e

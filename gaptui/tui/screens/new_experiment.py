@@ -37,16 +37,13 @@ from gaptui.tui.planning import FormDraft, PlanSummary
 from gaptui.tui.screens.confirm import Choice, ChoiceScreen, confirm
 from gaptui.tui.screens.preset_picker import PresetPicker
 from gaptui.tui.screens.section import SectionScreen
-from gaptui.tui.widgets.experiment_form import ChoicesLoaded, ExperimentForm
-from gaptui.tui.widgets.plan_bar import OneAtATime, PlanBar, PlanComputed
+from gaptui.tui.widgets.experiment_form import ExperimentForm
+from gaptui.tui.widgets.plan_bar import PlanBar
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
-
-#: The screen and its messages; the form's and the plan bar's names that lived here are importable from here too.
-__all__ = ["ChoicesLoaded", "NewExperimentScreen", "OneAtATime", "PlanComputed", "PresetLoaded", "PresetReviewed"]
 
 
 @dataclass
