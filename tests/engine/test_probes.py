@@ -19,6 +19,7 @@ from engine.alignment.training import PairTensors
 from engine.errors import GaptuiError
 from engine.pairs import PairSplit
 from tests.support.cli import run_cli
+from tests.support.tui import shown
 
 
 @pytest.fixture(autouse=True)
@@ -319,14 +320,6 @@ def test_probe_options_are_checked_and_unknown_runs_named(trained) -> None:
         resolve_run("ffffffffffff", ws / "runs")
 
 
-def _text(static) -> str:
-    from rich.console import Console
-
-    console = Console(record=True, width=120, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(static.content)
-    return console.export_text()
-
-
 @pytest.mark.e2e
 @pytest.mark.asyncio
 async def test_the_run_detail_shows_the_probes_and_reads_them_again(trained) -> None:
@@ -343,12 +336,12 @@ async def test_the_run_detail_shows_the_probes_and_reads_them_again(trained) -> 
         app.push_screen(RunDetailScreen(RunSpec.from_file(gin / "spec.json").hash()))
         await pilot.pause()
         detail = app.screen
-        assert "No probes in this run's folder yet" in _text(detail.query_one("#probes", Static))
+        assert "No probes in this run's folder yet" in shown(detail.query_one("#probes", Static), width=120)
         probe_here(ws, gin)  # a probe command run while the screen is open
         await pilot.press("p")
         await pilot.pause()
         assert detail.query_one("#detail-tabs", TabbedContent).active == "tab-probes"
-        text = _text(detail.query_one("#probes", Static))
+        text = shown(detail.query_one("#probes", Static), width=120)
         assert "edge reconstruction from the output embeddings" in text and "block 3" in text, text
         await pilot.press("ctrl+q")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,7 @@ from gaptui.analysis import reference
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 from tests.support.records import gape_records, properties_records, toy_records
+from tests.support.tui import shown
 
 
 def test_gape_table_1_as_published() -> None:
@@ -164,16 +164,6 @@ def test_a_plug_in_family_ships_its_reference_and_optimal_line(toy: None, tmp_pa
         reference.load_reference(str(bad), task="toy")
 
 
-def _shown(static: Any) -> str:
-    import io
-
-    from rich.console import Console
-
-    console = Console(width=200, color_system=None, record=True, file=io.StringIO())
-    console.print(static.content)
-    return console.export_text()
-
-
 @pytest.mark.asyncio
 async def test_ranking_screen_compares_gape_and_properties_with_their_papers(workspace: Workspace) -> None:
     from textual.widgets import Static
@@ -194,14 +184,14 @@ async def test_ranking_screen_compares_gape_and_properties_with_their_papers(wor
         await pilot.pause()
         compare = ranking.query_one("#ranking-compare", Static)
         assert ranking.reference == "paper" and compare.display
-        text = _shown(compare)
+        text = shown(compare)
         assert "ours vs paper" in text and "0.171" in text and "Table 1" in text
         await pilot.press("t")  # properties: its dimension tables have no reference, Table 2 has
         await pilot.pause()
         assert ranking.task_name == "properties" and ranking.reference == "paper"
-        assert "compares Table 2: mean R score only" in _shown(compare)
+        assert "compares Table 2: mean R score only" in shown(compare)
         while ranking.dataset != "Table 2: mean R score":
             await pilot.press("right_square_bracket")
             await pilot.pause()
-        assert "Table 2: mean R score — r_score: ours vs paper" in _shown(compare)
+        assert "Table 2: mean R score — r_score: ours vs paper" in shown(compare)
         await pilot.press("ctrl+q")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +15,7 @@ from gaptui.analysis.statistics import kendall_tau
 from gaptui.workspace import Workspace
 from tests.support.cli import run_cli
 from tests.support.records import rec
+from tests.support.tui import shown
 
 PAPER_DATASETS = ("er", "aqsol", "pcqm4mv2", "ogbn-arxiv", "corafull")
 PAPER_NOISES = (0.04, 0.06, 0.08, 0.12, 0.15, 0.18, 0.24, 0.30)
@@ -203,15 +202,6 @@ def test_table_reference_errors(workspace: Workspace, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the terminal app
-
-
-def shown(static: Any) -> str:
-    """The text a Static shows (its content rendered without colour)."""
-    from rich.console import Console
-
-    console = Console(width=200, color_system=None, record=True, file=io.StringIO())
-    console.print(static.content)
-    return console.export_text()
 
 
 @pytest.mark.asyncio

@@ -1,5 +1,5 @@
-"""Driving the terminal app in a test: its screen size, the notices it showed, typing into an input, waiting for
-its background tasks and for a family's form."""
+"""Driving the terminal app in a test: its screen size, the notices it showed, the text a Static shows, typing into
+an input, waiting for its background tasks and for a family's form."""
 
 from __future__ import annotations
 
@@ -29,6 +29,17 @@ async def type_into(pilot: Pilot, widget: Input, text: str) -> None:
     widget.focus()
     widget.value = ""
     await pilot.press(*text)
+
+
+def shown(static: Any, width: int = 200) -> str:
+    """The text a Static shows: its content rendered without colour, ``width`` columns wide."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    console.print(static.content)
+    return console.export_text()
 
 
 def notices(app: GaptuiApp) -> list[str]:
