@@ -231,14 +231,10 @@ class NewExperimentScreen(SectionScreen):
 
     async def on_preset_loaded(self, message: PresetLoaded) -> None:
         preset = message.preset
-        await self.apply_document({**message.raw, "task": preset.task}, preset.name)
-        if self.fields:
-            size = getattr(preset, "size", None)
-            runs = f" ({size} runs)" if size is not None else ""
-            self.notify(f"loaded {preset.task} preset {preset.name}{runs}", markup=False)
-            return
-        await self.form.use_family_preset(preset, message.sha256)
-        self.notify(f"loaded {preset.task} preset {preset.name}", markup=False)
+        await self.form.apply_document({**message.raw, "task": preset.task}, preset.name, preset, message.sha256)
+        size = getattr(preset, "size", None) if self.fields else None
+        runs = f" ({size} runs)" if size is not None else ""
+        self.notify(f"loaded {preset.task} preset {preset.name}{runs}", markup=False)
 
     @on(Button.Pressed, "#launch")
     async def action_launch(self) -> None:

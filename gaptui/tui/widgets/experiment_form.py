@@ -235,14 +235,6 @@ class ExperimentForm(VerticalScroll):
         self._fill_choices()
         self.built_task = fam.name
 
-    async def use_family_preset(self, preset: PresetBase, sha256: str) -> None:
-        """Launch ``preset`` (read from a file of SHA-256 ``sha256``) for the chosen family, which has no fields."""
-        async with self._rebuilding:
-            self.family_preset = preset
-            self.family_preset_sha256 = sha256
-            await self._build()
-        self.post_message(self.Changed())
-
     def _layout(self, fields: tuple[FormField, ...], values: dict[str, Any]) -> list[Widget]:
         """Section titles; consecutive checkbox lists side by side; short fields as cells of a grid."""
         out: list[Widget] = []
@@ -354,8 +346,13 @@ class ExperimentForm(VerticalScroll):
             **{attr: text(input_id) for input_id, _, attr, _, _ in SLOT_FIELDS},
         )
 
-    async def apply_document(self, raw: dict[str, Any], name: str) -> None:
-        """Fill the form with a preset document (its family's form values; the device slots stay)."""
+    async def apply_document(
+        self, raw: dict[str, Any], name: str, preset: PresetBase | None = None, sha256: str = ""
+    ) -> None:
+        """Fill the form with a preset document (its family's form values; the device slots stay), in one rebuild.
+
+        For a family without form fields the form launches ``preset``, the document parsed, read from a file of
+        SHA-256 ``sha256`` (launching reads that file again)."""
         task = task_of(raw)  # a preset written before families names none: the legacy family's
         async with self._rebuilding:
             if task != self.task_name:
@@ -367,7 +364,8 @@ class ExperimentForm(VerticalScroll):
             body = {k: v for k, v in raw.items() if k not in (*COMMON_KEYS, "slurm")}
             values = fam.form.form_values(body) if fam.form is not None and fam.form.fields() else None
             self.base = dict(raw)
-            self.family_preset = None
+            self.family_preset = preset if values is None else None
+            self.family_preset_sha256 = sha256 if values is None else ""
             await self._build(values)
             self.query_one("#name", Input).value = name
             self.query_one("#description", Input).value = str(raw.get("description", ""))
