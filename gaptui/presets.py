@@ -125,12 +125,13 @@ def load_preset(name: str, ws: Workspace | None = None) -> Any:
     return parse_preset(_read(path), path)
 
 
-def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Any:
-    """Validate a preset document with its family's rules; errors name the file, the key and the value.
+def parse_preset(raw: dict[str, Any], path: Path | None = None, where: str | None = None) -> Any:
+    """Validate a preset document with its family's rules; errors name ``where`` (default: the file, else
+    ``preset``), the key and the value.
 
     The keys every family shares (``task``, ``name``, ``description``, ``seeds``, the ``[run]`` policy, ``[slurm]``)
     are read by the schema in :mod:`engine.presets`, which the family's parser starts from."""
-    where = str(path) if path else "preset"
+    where = where or (str(path) if path else "preset")
     try:
         fam = family(task_of(raw))
     except GaptuiError as exc:

@@ -381,7 +381,7 @@ class Alignment(TaskFamily):
         return AlignmentRun(spec, ctx).steps()
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> Preset:
-        return parse_preset(raw, path)
+        return parse_preset(raw, path, where)
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[RunSpec]:
         return grid(preset, placement, limit)

@@ -252,9 +252,12 @@ DATASET_KEYS = tuple(f.name for f in dataclasses.fields(DatasetEntry))
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions) if f.name in RunOptions().spec_fields())
 
 
-def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
-    """Validate an alignment preset document. Errors name the file, the key and the value, with a did-you-mean."""
-    head = parse_head(raw, path, "alignment", OWN_KEYS, RUN_KEYS, required=("noise", "datasets"), slurm=True)
+def parse_preset(raw: dict[str, Any], path: Path | None = None, where: str | None = None) -> Preset:
+    """Validate an alignment preset document. Errors name ``where`` (default: the file), the key and the value,
+    with a did-you-mean."""
+    head = parse_head(
+        raw, path, "alignment", OWN_KEYS, RUN_KEYS, required=("noise", "datasets"), slurm=True, where=where
+    )
     if "models" not in head.own and "solvers" not in head.own:
         raise GaptuiError(f"{head.where}: missing key 'models'")
     return preset_of(head)

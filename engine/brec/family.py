@@ -251,7 +251,7 @@ class Brec(TaskFamily):
         ]
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> BrecPreset:
-        return parse_preset(raw, path)
+        return parse_preset(raw, path, where)
 
     def grid(self, preset: BrecPreset, placement: Placement, limit: int | None = None) -> list[BrecSpec]:
         return grid(preset, placement, limit)

@@ -68,12 +68,12 @@ def _names(where: str, raw: dict[str, Any], key: str, default: tuple[str, ...], 
     return [str(v).lower() for v in list_of(where, key, value, str, what)]
 
 
-def parse_preset(raw: dict[str, Any], path: Path | None = None) -> BrecPreset:
-    """Validate a ``brec`` preset document; every error names the file, the key and the value."""
+def parse_preset(raw: dict[str, Any], path: Path | None = None, where: str | None = None) -> BrecPreset:
+    """Validate a ``brec`` preset document; every error names ``where`` (default: the file), the key and the value."""
     from engine.alignment.preset import model_entry
     from engine.typed import parse_dataclass
 
-    head = parse_head(raw, path, "brec", OWN_KEYS, RUN_KEYS, slurm=True)
+    head = parse_head(raw, path, "brec", OWN_KEYS, RUN_KEYS, slurm=True, where=where)
     where, own = head.where, head.own
     notes: list[str] = []
     categories = _names(where, own, "categories", CATEGORY_KEYS, "BREC category names")

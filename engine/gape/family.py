@@ -169,7 +169,7 @@ class Gape(TaskFamily):
         return gape_steps(spec, ctx)
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> GapePreset:
-        return parse_preset(raw, path)
+        return parse_preset(raw, path, where)
 
     def grid(self, preset: GapePreset, placement: Placement, limit: int | None = None) -> list[Any]:
         return grid(preset, placement, limit)

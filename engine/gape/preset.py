@@ -180,9 +180,9 @@ def grid(preset: GapePreset, placement: Placement, limit: int | None = None) -> 
     return specs
 
 
-def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
-    """Validate a gape preset document; errors name the file, the key and the value."""
-    where = str(path) if path else "preset"
+def parse_preset(raw: dict[str, Any], path: Path | None = None, where: str | None = None) -> GapePreset:
+    """Validate a gape preset document; errors name ``where`` (default: the file), the key and the value."""
+    where = where or (str(path) if path else "preset")
     legacy = {k: raw[k] for k in TOP_LEVEL_POLICY if k in raw}
     run = raw.get("run", {})
     if legacy and isinstance(run, dict):
@@ -190,7 +190,7 @@ def parse_preset(raw: dict[str, Any], path: Path | None = None) -> GapePreset:
             if key in run:
                 raise GaptuiError(f"{where}: key '{key}' is set twice, at the top and in [run]: keep the [run] one")
         raw = {**{k: v for k, v in raw.items() if k not in legacy}, "run": {**run, **legacy}}
-    return preset_of(parse_head(raw, path, "gape", OWN_KEYS, GRID_RUN_KEYS, required=("pes", "datasets")))
+    return preset_of(parse_head(raw, path, "gape", OWN_KEYS, GRID_RUN_KEYS, required=("pes", "datasets"), where=where))
 
 
 def strict_params(where: str, base: str, params: Mapping[str, Any]) -> None:

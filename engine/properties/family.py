@@ -278,7 +278,7 @@ class Properties(TaskFamily):
         return tables
 
     def parse_preset(self, raw: dict[str, Any], where: str, path: Path | None = None) -> Preset:
-        return parse_preset(raw, path)
+        return parse_preset(raw, path, where)
 
     def grid(self, preset: Preset, placement: Placement, limit: int | None = None) -> list[PropertySpec]:
         return grid(preset, placement, limit)

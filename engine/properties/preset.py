@@ -86,11 +86,11 @@ def _names(where: str, raw: dict[str, Any], key: str, what: str, known: Any, mor
     return names
 
 
-def parse_preset(raw: dict[str, Any], path: Path | None = None) -> Preset:
+def parse_preset(raw: dict[str, Any], path: Path | None = None, where: str | None = None) -> Preset:
     from engine.properties.poolings import POOLINGS
     from engine.typed import parse_dataclass
 
-    head = parse_head(raw, path, "properties", OWN_KEYS, RUN_KEYS, required=("properties", "poolings"))
+    head = parse_head(raw, path, "properties", OWN_KEYS, RUN_KEYS, required=("properties", "poolings"), where=where)
     where, raw = head.where, head.own
     notes: list[str] = []
     props = unique_values(_names(where, raw, "properties", "property", PROPERTY_NAMES), str, "properties", notes)

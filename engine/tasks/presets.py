@@ -271,14 +271,16 @@ def parse_head(
     run_keys: tuple[str, ...] = (),
     required: tuple[str, ...] = (),
     slurm: bool = False,
+    where: str | None = None,
 ) -> PresetHead:
     """Split and check a preset document of family ``task``: the common keys parsed, the family's left for it.
 
     ``keys`` are the family's own top-level keys (``required`` of them must be present); ``run_keys`` the run
     options its ``[run]`` table may hold beside the policy; ``slurm`` whether its grids may go to a cluster. Every
-    error is one line naming the file, the key, the value and what was expected.
+    error is one line naming ``where`` (default: the file, else ``preset``), the key, the value and what was
+    expected.
     """
-    where = str(path) if path else "preset"
+    where = where or (str(path) if path else "preset")
     if "slurm" in raw and not slurm:
         raise GaptuiError(f"{where}: key 'slurm': the {task} family does not run on Slurm")
     unknown_keys(where, raw, (*COMMON_KEYS[:4], *keys, "run", "tune", *(("slurm",) if slurm else ())))

@@ -403,7 +403,7 @@ class FormDraft:
         over :data:`MAX_GRID_RUNS` runs is refused (:func:`over_limit`) before it is built."""
         from gaptui.presets import parse_preset
 
-        preset = parse_preset({**self.document(), "name": self.preset_name()})
+        preset = parse_preset({**self.document(), "name": self.preset_name()}, where="the form")
         size = getattr(preset, "size", None)  # counted from its axes; PresetBase does not require it
         check_grid_size(self.grid_bound()[0] if size is None else size)
         return preset

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import GaptuiError
+from engine.tasks import FAMILIES
 from gaptui.presets import BUNDLED, grid, load_preset
 from gaptui.workspace import Workspace
 from tests.support import ROOT
@@ -189,3 +191,13 @@ def test_a_specs_dict_form_is_what_dataclasses_asdict_writes(name: str) -> None:
 
     for spec in grid(load_preset(name), Workspace(Path("/tmp/unused")))[:40]:
         assert spec.to_dict() == json.loads(json.dumps(dataclasses.asdict(spec))), spec.hash()
+
+
+@pytest.mark.parametrize("task", ["alignment", "gape", "properties", "brec"])
+def test_each_family_names_the_place_its_caller_gives(task: str) -> None:
+    """A form's document is no file: its errors name the form, as the seam's ``where`` says."""
+    fam = FAMILIES.get(task)
+    with pytest.raises(GaptuiError, match="^the form: "):
+        fam.parse_preset({"task": task, "seeds": [0], "bogus": 1}, "the form", None)
+    with pytest.raises(GaptuiError, match="^x/p.toml: "):
+        fam.parse_preset({"task": task, "seeds": [0], "bogus": 1}, "x/p.toml", Path("x/p.toml"))

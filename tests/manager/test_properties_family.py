@@ -89,7 +89,7 @@ def test_preset_grid_adds_the_training_cell_a_robustness_cell_needs(tmp_path: Pa
 )
 def test_bad_presets_name_the_culprit(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(GaptuiError, match=message) as err:
-        FAMILIES.get("properties").parse_preset(tomllib.loads(text), "p.toml", tmp_path / "p.toml")
+        FAMILIES.get("properties").parse_preset(tomllib.loads(text), str(tmp_path / "p.toml"), tmp_path / "p.toml")
     assert str(tmp_path / "p.toml") in str(err.value)
 
 

@@ -118,7 +118,7 @@ def test_form_parsers() -> None:
     assert again.document() == document and again.preset() == preset
     with pytest.raises(GaptuiError, match="no parameter 'm'"):
         FormDraft("alignment", fields={**values, "datasets": [{**row, "params": "m=3"}]}).preset()
-    with pytest.raises(GaptuiError, match="key 'models' is empty"):
+    with pytest.raises(GaptuiError, match="^the form: key 'models' is empty"):  # the form, not a file, is at fault
         FormDraft("alignment", fields={**values, "models": []}).preset()
 
 
