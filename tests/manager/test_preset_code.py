@@ -13,26 +13,7 @@ import pytest
 from engine.registry import code_origin, find_import_paths
 from gaptui.preset_code import TRUST_FILE, config_dir, is_trusted, review_preset, trust, trust_path
 from tests.support.cli import run_cli
-
-#: A user model in a local file: importing it says so on stderr and leaves a marker file beside it.
-PROBE = """
-import sys
-from pathlib import Path
-
-import torch
-
-Path(__file__).with_name("imported").write_text("imported")
-sys.stderr.write("probe module imported\\n")
-
-
-class Model(torch.nn.Module):
-    def __init__(self, *, out_dim, budget, in_dim):
-        super().__init__()
-        self.out = torch.nn.Linear(in_dim, out_dim)
-
-    def forward(self, x, edge_index, batch=None):
-        return self.out(x)
-"""
+from tests.support.presets import PROBE
 
 
 def alignment_preset(module: str) -> str:
